@@ -1,0 +1,29 @@
+# The README's first two commands: `make run` and `make test`. Both install first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+STAMP := $(VENV)/.install-stamp
+DATA_DIR ?= ./data
+
+.PHONY: install run test bench clean
+
+install: $(STAMP)
+
+# Re-run the install only when the dependency pins change; pip itself is idempotent.
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+run: install
+	$(VENV)/bin/nereus standalone --data-dir $(DATA_DIR)
+
+test: install
+	$(VENV)/bin/python -m pytest -q
+
+bench: install
+	$(VENV)/bin/python bench/meta_topics.py
+	$(VENV)/bin/python bench/storage_append.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,184 @@
+"""StreamStorage append and catch-up read throughput against the raw disk, same run.
+
+Workload: 100 streams, 1 KiB records in 64 KiB entries, ``file://`` object store,
+embedded metadata engine on the same disk. Baselines measured in the same run on
+the same directory: sequential writes of the same number of bytes in chunks of the
+WAL's object size with one fsync per chunk; and sequential 1 MiB reads of the
+objects the append phase wrote. Then append latency at a steady rate (open loop).
+
+Usage: python bench/storage_append.py [--mib 512] [--streams 100] [--rate 5000]
+The last line holds every figure as key=value pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nereus.meta import open_engine  # noqa: E402
+from nereus.objstore import open_object_store  # noqa: E402
+from nereus.storage import StorageOptions, StreamStorage, WalOptions  # noqa: E402
+
+RECORD = 1024
+ENTRY = 64 * 1024
+
+
+def raw_write(path: Path, total: int, chunk: int) -> float:
+    """MB/s of fsync'd sequential writes of ``chunk`` bytes (one fsync per chunk)."""
+    data = os.urandom(chunk)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    start = time.perf_counter()
+    written = 0
+    while written < total:
+        written += os.write(fd, data)
+        os.fsync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    path.unlink()
+    return written / elapsed / 1e6
+
+
+def raw_read(root: Path) -> float:
+    files = [p for p in root.rglob("*") if p.is_file()]
+    start = time.perf_counter()
+    total = 0
+    for p in files:
+        with open(p, "rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):
+                total += len(chunk)
+    return total / (time.perf_counter() - start) / 1e6
+
+
+async def open_storage(work: Path, flush_interval: float) -> tuple:
+    engine = open_engine(str(work / "meta"), shards=4)
+    meta = engine.client()
+    objects = open_object_store((work / "objects").resolve().as_uri())
+    storage = StreamStorage(meta, objects, options=StorageOptions(wal=WalOptions(flush_interval=flush_interval)))
+    return engine, meta, objects, storage
+
+
+async def close_storage(engine, meta, objects, storage) -> None:
+    await storage.close()
+    await meta.close()
+    await objects.close()
+    await engine.close()
+
+
+async def append_phase(work: Path, streams: int, total: int, inflight: int) -> tuple[float, int]:
+    engine, meta, objects, storage = await open_storage(work, 0.005)
+    handles = [await storage.open_stream(f"bench-{i}", create=True) for i in range(streams)]
+    for h in handles:
+        await h.append(b"w" * RECORD, 1)  # acquire sessions outside the timed part
+    entry = os.urandom(ENTRY)
+    per_stream = max(1, total // ENTRY // streams)
+
+    async def writer(h) -> None:
+        pending: set[asyncio.Task] = set()
+        for _ in range(per_stream):
+            pending.add(asyncio.ensure_future(h.append(entry, ENTRY // RECORD)))
+            if len(pending) >= inflight:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.gather(*pending)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(writer(h) for h in handles))
+    elapsed = time.perf_counter() - start
+    written = per_stream * streams * ENTRY
+    await close_storage(engine, meta, objects, storage)
+    return written / elapsed / 1e6, written
+
+
+async def read_phase(work: Path, streams: int) -> float:
+    engine, meta, objects, storage = await open_storage(work, 0.005)
+    handles = [await storage.open_stream(f"bench-{i}") for i in range(streams)]
+    for h in handles:
+        await h.refresh()
+
+    async def reader(h) -> int:
+        offset, got = 0, 0
+        while offset < h.next_offset():
+            result = await h.fetch(offset, max_bytes=4 << 20)
+            got += sum(len(e.data) for e in result.entries)
+            offset = result.entries[-1].end_offset
+        return got
+
+    start = time.perf_counter()
+    sizes = []
+    for i in range(0, streams, 8):  # a few consumers at a time, like catch-up readers do
+        sizes += await asyncio.gather(*(reader(h) for h in handles[i:i + 8]))
+    elapsed = time.perf_counter() - start
+    await close_storage(engine, meta, objects, storage)
+    return sum(sizes) / elapsed / 1e6
+
+
+async def latency_phase(work: Path, streams: int, rate: int, seconds: float) -> tuple[float, float, float]:
+    engine, meta, objects, storage = await open_storage(work, 0.005)
+    handles = [await storage.open_stream(f"lat-{i}", create=True) for i in range(streams)]
+    for h in handles:
+        await h.append(b"w", 1)
+    record = os.urandom(RECORD)
+    latencies: list[float] = []
+
+    async def one(h) -> None:
+        t = time.perf_counter()
+        await h.append(record, 1)
+        latencies.append(time.perf_counter() - t)
+
+    tasks = []
+    start = time.perf_counter()
+    n = int(rate * seconds)
+    for i in range(n):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(one(handles[i % streams])))
+    await asyncio.gather(*tasks)
+    achieved = n / (time.perf_counter() - start)
+    await close_storage(engine, meta, objects, storage)
+    latencies.sort()
+    return latencies[len(latencies) // 2] * 1e3, latencies[int(len(latencies) * 0.99)] * 1e3, achieved
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=512, help="bytes to append, in MiB")
+    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--inflight", type=int, default=4, help="in-flight appends per stream")
+    parser.add_argument("--rate", type=int, default=5000, help="appends/s for the latency phase")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    parser.add_argument("--dir", default=None, help="work directory (default: a temp dir under bench/)")
+    args = parser.parse_args()
+    work = Path(args.dir or tempfile.mkdtemp(prefix="storage-bench-", dir=Path(__file__).parent))
+    try:
+        total = args.mib << 20
+        append_mbs, written = asyncio.run(append_phase(work, args.streams, total, args.inflight))
+        objects_dir = work / "objects"
+        n_objects = sum(1 for p in objects_dir.rglob("*") if p.is_file())
+        object_size = max(1 << 16, written // max(1, n_objects))
+        raw_w = raw_write(work / "raw.bin", written, object_size)
+        read_mbs = asyncio.run(read_phase(work, args.streams))
+        raw_r = raw_read(objects_dir)
+        p50, p99, achieved = asyncio.run(latency_phase(work, args.streams, args.rate, args.seconds))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"append: {append_mbs:.1f} MB/s over {n_objects} objects (avg {object_size / 1e6:.2f} MB); "
+          f"raw fsync'd write {raw_w:.1f} MB/s")
+    print(f"catch-up read: {read_mbs:.1f} MB/s; raw read {raw_r:.1f} MB/s")
+    print(f"latency at {achieved:.0f} appends/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    print(f"append_mbs={append_mbs:.1f} raw_write_mbs={raw_w:.1f} append_ratio={append_mbs / raw_w:.2f} "
+          f"read_mbs={read_mbs:.1f} raw_read_mbs={raw_r:.1f} read_ratio={read_mbs / raw_r:.2f} "
+          f"objects={n_objects} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f}")
+
+
+if __name__ == "__main__":
+    main()

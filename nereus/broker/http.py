@@ -1,0 +1,30 @@
+"""The broker's HTTP listener: health check, Prometheus metrics (admin API grows here)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+
+async def _health(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _metrics(_request: web.Request) -> web.Response:
+    body = generate_latest(REGISTRY)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def build_app() -> web.Application:
+    app = web.Application()
+    app.router.add_get("/admin/v2/brokers/health", _health)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+async def start_http(host: str, port: int) -> web.AppRunner:
+    """Start serving; returns the runner to ``cleanup()`` at shutdown."""
+    runner = web.AppRunner(build_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,76 @@
+"""`nereus standalone`: metadata engine, object store, StreamStorage and listeners in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..meta import open_engine
+from ..objstore import open_object_store
+from ..storage import GarbageCollector, StreamStorage
+from .http import start_http
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StandaloneConfig:
+    data_dir: Path
+    bind: str = "127.0.0.1"
+    http_port: int = 8080
+    pulsar_port: int = 6650
+    kafka_port: int = 9092
+    oxia_port: int = 6648
+    object_store: str | None = None  # default: file://{data_dir}/objects
+    metadata_shards: int = 4
+    gc_interval: float = 30.0
+
+
+async def _gc_loop(collector: GarbageCollector, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            stats = await collector.collect()
+            if stats.deleted or stats.resolved:
+                log.info("gc: %d object(s) deleted, %d crashed write(s) resolved", stats.deleted, stats.resolved)
+        except Exception:
+            log.exception("gc pass failed")
+
+
+async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM, then shut down cleanly."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    objects_url = config.object_store or (config.data_dir / "objects").resolve().as_uri()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+    objects = open_object_store(objects_url)  # first: a bad URL fails before anything opens
+    engine = open_engine(str(config.data_dir / "meta"), shards=config.metadata_shards)
+    meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}")
+    storage = StreamStorage(meta, objects, node_id=f"standalone-{os.getpid()}")
+    gc_task = asyncio.ensure_future(_gc_loop(GarbageCollector(meta, objects), config.gc_interval))
+    http = await start_http(config.bind, config.http_port)
+    for protocol, port in (("pulsar", config.pulsar_port), ("kafka", config.kafka_port), ("oxia", config.oxia_port)):
+        log.info("%s listener (port %d) is not part of this build yet", protocol, port)
+    log.info("nereus standalone ready: http=%s:%d data=%s objects=%s", config.bind, config.http_port,
+             config.data_dir, objects_url)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        gc_task.cancel()
+        await http.cleanup()
+        await storage.close()
+        await meta.close()
+        await objects.close()
+        await engine.close()

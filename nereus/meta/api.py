@@ -1,0 +1,184 @@
+"""The metadata-plane interface: Oxia's semantics, one async API for every backend.
+
+Every key lives on exactly one shard of a namespace. A key's shard is chosen by
+hashing the key, or the ``partition_key`` when one is given, so that records sharing
+a partition key are co-located and can be range-scanned together. All operations on
+one key are linearizable. Keys sort in Oxia's hierarchical order (see
+``nereus.meta.keys.compare_keys``): segment by segment, and at the first differing
+position a key that has fewer ``/`` left sorts first.
+
+Writes take an optional ``expected_version_id``: ``EXPECT_ABSENT`` means "the key
+must not exist", any other value must equal the record's current version id.
+A mismatch raises ``UnexpectedVersion``.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+from typing import AsyncIterator, Sequence
+
+#: ``expected_version_id`` value meaning "the record must not exist yet".
+EXPECT_ABSENT = -1
+
+
+class Comparison(enum.Enum):
+    """How ``get`` matches a key: the key itself, or its nearest neighbour."""
+
+    EQUAL = 0
+    FLOOR = 1  # highest key <= k
+    CEILING = 2  # lowest key >= k
+    LOWER = 3  # highest key < k
+    HIGHER = 4  # lowest key > k
+
+
+class NotificationType(enum.Enum):
+    KEY_CREATED = 0
+    KEY_MODIFIED = 1
+    KEY_DELETED = 2
+    KEY_RANGE_DELETED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """Version stamp of a record, as Oxia reports it."""
+
+    version_id: int  # unique and increasing within a shard; changes on every write
+    modifications_count: int  # 0 when created, +1 on every later put
+    created_timestamp: int  # milliseconds since the epoch
+    modified_timestamp: int  # milliseconds since the epoch
+    session_id: int | None = None  # set for ephemeral records
+    client_identity: str | None = None  # set for ephemeral records
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    key: str  # the stored key (differs from the requested one for sequence keys)
+    version: Version
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    key: str
+    value: bytes | None  # None when the read asked for no value
+    version: Version
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    type: NotificationType
+    key: str
+    version_id: int | None = None  # absent for deletions
+    key_range_end: str | None = None  # exclusive end, for KEY_RANGE_DELETED
+
+
+class NotificationStream(abc.ABC):
+    """Change notifications from every shard of a namespace, in per-shard order."""
+
+    @abc.abstractmethod
+    def __aiter__(self) -> AsyncIterator[Notification]: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> "NotificationStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class MetadataStore(abc.ABC):
+    """A client of one namespace of the metadata plane.
+
+    Ephemeral records are bound to this client's session (one per shard, created
+    on first use and kept alive by heartbeats); they disappear when the client is
+    closed or its session times out.
+    """
+
+    @abc.abstractmethod
+    async def put(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        expected_version_id: int | None = None,
+        partition_key: str | None = None,
+        sequence_key_deltas: Sequence[int] | None = None,
+        ephemeral: bool = False,
+    ) -> PutResult:
+        """Create or replace a record.
+
+        With ``sequence_key_deltas`` (requires ``partition_key``, forbids
+        ``expected_version_id``) the server appends ``-%020d`` suffixes to ``key``:
+        each suffix is the previous highest suffix under ``key`` plus its delta, and
+        the stored key is returned in the result.
+        """
+
+    @abc.abstractmethod
+    async def delete(
+        self,
+        key: str,
+        *,
+        expected_version_id: int | None = None,
+        partition_key: str | None = None,
+    ) -> bool:
+        """Delete a record; False if it did not exist (and no version was expected)."""
+
+    @abc.abstractmethod
+    async def delete_range(
+        self, min_key_inclusive: str, max_key_exclusive: str, *, partition_key: str | None = None
+    ) -> None:
+        """Delete every key in ``[min, max)`` (on all shards unless a partition key is given)."""
+
+    @abc.abstractmethod
+    async def get(
+        self,
+        key: str,
+        *,
+        comparison: Comparison = Comparison.EQUAL,
+        partition_key: str | None = None,
+        include_value: bool = True,
+    ) -> Record | None:
+        """Read the record matching ``key`` under ``comparison``; None if there is none.
+
+        Without a partition key, non-EQUAL comparisons consult every shard and
+        return the nearest match overall.
+        """
+
+    @abc.abstractmethod
+    def list(
+        self,
+        min_key_inclusive: str,
+        max_key_exclusive: str,
+        *,
+        partition_key: str | None = None,
+        page_size: int = 1000,
+    ) -> AsyncIterator[str]:
+        """Keys in ``[min, max)`` in key order, fetched page by page."""
+
+    @abc.abstractmethod
+    def range_scan(
+        self,
+        min_key_inclusive: str,
+        max_key_exclusive: str,
+        *,
+        partition_key: str | None = None,
+        page_size: int = 1000,
+    ) -> AsyncIterator[Record]:
+        """Records in ``[min, max)`` in key order, fetched page by page."""
+
+    @abc.abstractmethod
+    def notifications(self) -> NotificationStream:
+        """Subscribe to changes made after this call, on every shard."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close this client's sessions (deleting its ephemeral records)."""
+
+    async def __aenter__(self) -> "MetadataStore":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

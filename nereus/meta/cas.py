@@ -1,0 +1,46 @@
+"""Read-modify-write of one record with optimistic concurrency (the project's only CAS loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Callable
+
+from .api import EXPECT_ABSENT, MetadataStore, Record
+from .errors import UnexpectedVersion
+
+DEFAULT_MAX_ATTEMPTS = 100
+
+
+async def update(
+    store: MetadataStore,
+    key: str,
+    fn: Callable[[bytes | None], bytes | None],
+    *,
+    partition_key: str | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> Record | None:
+    """Apply the pure function ``fn`` to the record at ``key`` until the write wins.
+
+    ``fn(old_value_or_None)`` returns the new value, or None for "no change" (then
+    the current record is returned without writing; None if the key is absent).
+    The write is conditional on the version read (``EXPECT_ABSENT`` when absent)
+    and the whole cycle is retried on ``UnexpectedVersion``, so ``fn`` may run
+    several times. Raises ``UnexpectedVersion`` after ``max_attempts`` losses.
+    Returns the resulting record.
+    """
+    for attempt in range(max_attempts):
+        current = await store.get(key, partition_key=partition_key)
+        old = None if current is None else current.value
+        new = fn(old)
+        if new is None:
+            return current
+        expected = EXPECT_ABSENT if current is None else current.version.version_id
+        try:
+            res = await store.put(key, new, expected_version_id=expected, partition_key=partition_key)
+        except UnexpectedVersion:
+            if attempt >= 3:  # heavy contention: back off a little, randomised
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+            continue
+        return Record(res.key, new, res.version)
+    raise UnexpectedVersion(f"update of {key!r} lost {max_attempts} races in a row")

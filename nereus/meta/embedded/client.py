@@ -1,0 +1,243 @@
+"""``EmbeddedMetadataStore``: a ``MetadataStore`` client of one namespace of an Engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+
+from ..api import Comparison, MetadataStore, NotificationStream, PutResult, Record
+from ..errors import InvalidRequest, MetadataClosed, MetadataError, SessionNotFound
+from ..keys import encode_key, validate_key
+from .shard import Shard
+from .store import (CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, LIST,
+                    MAX_ENCODED_KEY, PUT)
+
+if TYPE_CHECKING:
+    from .engine import Engine, Namespace
+
+log = logging.getLogger(__name__)
+
+MAX_VALUE = 8 << 20
+_NEAREST_IS_MIN = {Comparison.CEILING: True, Comparison.HIGHER: True,
+                   Comparison.FLOOR: False, Comparison.LOWER: False}
+
+
+def _ekey(key: object) -> bytes:
+    ekey = encode_key(validate_key(key))  # type: ignore[arg-type]
+    if len(ekey) > MAX_ENCODED_KEY:
+        raise InvalidRequest(f"key too long ({len(ekey)} encoded bytes > {MAX_ENCODED_KEY})")
+    return ekey
+
+
+def _version_arg(v: object) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+        raise InvalidRequest(f"invalid expected_version_id {v!r}")
+    return v
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """Client of one namespace; sessions (one per shard) are created on first
+    ephemeral write and kept alive by a heartbeat task until ``close()``."""
+
+    def __init__(self, engine: "Engine", ns: "Namespace", *, identity: str | None,
+                 session_timeout: float):
+        if session_timeout <= 0:
+            raise InvalidRequest("session_timeout must be positive")
+        self._engine = engine
+        self._ns = ns
+        self.identity = identity or f"nereus-{uuid.uuid4().hex[:12]}"
+        self.session_timeout = session_timeout
+        self._sessions: dict[Shard, int] = {}
+        self._creating: dict[Shard, asyncio.Future[int]] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._heartbeats_paused = False
+        self._streams: list[NotificationStream] = []
+        self._closed = False
+
+    @property
+    def namespace(self) -> str:
+        return self._ns.name
+
+    def _check(self) -> None:
+        if self._closed or self._engine.closed:
+            raise MetadataClosed("metadata client is closed")
+
+    def _route(self, key: str, partition_key: str | None) -> Shard:
+        if partition_key is None:
+            return self._ns.shard_for(key)
+        if not isinstance(partition_key, str):
+            raise InvalidRequest("partition_key must be a str")
+        return self._ns.shard_for(partition_key)
+
+    # ------------------------------------------------------------------ writes
+    async def put(self, key: str, value: bytes, *, expected_version_id: int | None = None,
+                  partition_key: str | None = None, sequence_key_deltas: Sequence[int] | None = None,
+                  ephemeral: bool = False) -> PutResult:
+        self._check()
+        ekey = _ekey(key)
+        if not isinstance(value, bytes):
+            if not isinstance(value, (bytearray, memoryview)):
+                raise InvalidRequest(f"value must be bytes, not {type(value).__name__}")
+            value = bytes(value)
+        if len(value) > MAX_VALUE:
+            raise InvalidRequest(f"value too large ({len(value)} > {MAX_VALUE} bytes)")
+        expected = _version_arg(expected_version_id)
+        deltas = None
+        if sequence_key_deltas is not None:
+            deltas = tuple(sequence_key_deltas)
+            if partition_key is None or expected is not None:
+                raise InvalidRequest("sequence keys need a partition key and no expected version")
+            if not deltas or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in deltas):
+                raise InvalidRequest("sequence_key_deltas must be non-negative ints")
+            if deltas[0] == 0:
+                raise InvalidRequest("the first sequence key delta must be > 0")
+        shard = self._route(key, partition_key)
+        sid = await self._session(shard) if ephemeral else 0
+        try:
+            return await shard.call(PUT, key, ekey, value, expected, sid, self.identity, deltas)
+        except SessionNotFound:
+            self._sessions.pop(shard, None)  # expired under us: next ephemeral put opens a new one
+            raise
+
+    async def delete(self, key: str, *, expected_version_id: int | None = None,
+                     partition_key: str | None = None) -> bool:
+        self._check()
+        ekey = _ekey(key)
+        expected = _version_arg(expected_version_id)
+        return await self._route(key, partition_key).call(DELETE, key, ekey, expected)
+
+    async def delete_range(self, min_key_inclusive: str, max_key_exclusive: str, *,
+                           partition_key: str | None = None) -> None:
+        self._check()
+        elo = encode_key(validate_key(min_key_inclusive))
+        ehi = encode_key(validate_key(max_key_exclusive))
+        shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
+        await asyncio.gather(*(s.call(DELETE_RANGE, min_key_inclusive, max_key_exclusive, elo, ehi)
+                               for s in shards))
+
+    # ------------------------------------------------------------------- reads
+    async def get(self, key: str, *, comparison: Comparison = Comparison.EQUAL,
+                  partition_key: str | None = None, include_value: bool = True) -> Record | None:
+        self._check()
+        ekey = _ekey(key)
+        if not isinstance(comparison, Comparison):
+            raise InvalidRequest(f"invalid comparison {comparison!r}")
+        if comparison is Comparison.EQUAL or partition_key is not None:
+            return await self._route(key, partition_key).call(GET, ekey, comparison, include_value)
+        found = [r for r in await asyncio.gather(
+            *(s.call(GET, ekey, comparison, include_value) for s in self._ns.shards)) if r is not None]
+        if not found:
+            return None
+        pick = min if _NEAREST_IS_MIN[comparison] else max
+        return pick(found, key=lambda r: encode_key(r.key))
+
+    def list(self, min_key_inclusive: str, max_key_exclusive: str, *,
+             partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[str]:
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False)
+
+    def range_scan(self, min_key_inclusive: str, max_key_exclusive: str, *,
+                   partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[Record]:
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, True)
+
+    async def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
+                    with_values: bool) -> AsyncIterator[Any]:
+        self._check()
+        elo, ehi = encode_key(validate_key(lo)), encode_key(validate_key(hi))
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise InvalidRequest("page_size must be a positive int")
+        shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
+        # One cursor per shard, refilled a page at a time; merged by encoded key,
+        # which orders exactly as Oxia's key order.
+        bufs: list[deque[tuple[bytes, Any]]] = [deque() for _ in shards]
+        starts = [elo] * len(shards)
+        done = [False] * len(shards)
+
+        async def fill(i: int) -> None:
+            page = await shards[i].call(LIST, starts[i], ehi, page_size, with_values)
+            bufs[i].extend(page)
+            done[i] = len(page) < page_size
+            if page:
+                starts[i] = page[-1][0] + b"\x00"  # smallest byte string after the last key
+
+        while True:
+            need = [i for i in range(len(shards)) if not bufs[i] and not done[i]]
+            if need:
+                self._check()
+                await asyncio.gather(*(fill(i) for i in need))
+            best = -1
+            for i, buf in enumerate(bufs):
+                if buf and (best < 0 or buf[0][0] < bufs[best][0][0]):
+                    best = i
+            if best < 0:
+                return
+            yield bufs[best].popleft()[1]
+
+    # ----------------------------------------------------------- notifications
+    def notifications(self) -> NotificationStream:
+        self._check()
+        sub = self._ns.hub.subscribe()
+        self._streams.append(sub)
+        return sub
+
+    # ---------------------------------------------------------------- sessions
+    async def _session(self, shard: Shard) -> int:
+        sid = self._sessions.get(shard)
+        if sid is not None and sid in shard.sessions:
+            return sid
+        pending = self._creating.get(shard)
+        if pending is None:
+            pending = asyncio.ensure_future(self._open_session(shard))
+            self._creating[shard] = pending
+            pending.add_done_callback(lambda _f: self._creating.pop(shard, None))
+        return await asyncio.shield(pending)
+
+    async def _open_session(self, shard: Shard) -> int:
+        sid = await shard.call(CREATE_SESSION, int(self.session_timeout * 1000), self.identity)
+        self._sessions[shard] = sid
+        log.debug("client %s opened session %d on shard %s", self.identity, sid, shard.name)
+        if self._heartbeat is None and not self._heartbeats_paused:
+            self._heartbeat = asyncio.create_task(self._heartbeats(), name=f"meta-heartbeat-{self.identity}")
+        return sid
+
+    async def _heartbeats(self) -> None:
+        interval = max(self.session_timeout / 4, 0.01)  # several beats per timeout
+        while True:
+            await asyncio.sleep(interval)
+            for shard, sid in list(self._sessions.items()):
+                if not shard.sessions.keepalive(sid):
+                    log.warning("session %d of %s on shard %s expired", sid, self.identity, shard.name)
+                    if self._sessions.get(shard) == sid:
+                        del self._sessions[shard]
+
+    def _pause_heartbeats(self) -> None:
+        """Test hook: stop heartbeating, as a hung or partitioned client would."""
+        self._heartbeats_paused = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+
+    # ------------------------------------------------------------------- close
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        for stream in self._streams:
+            await stream.close()
+        if self._engine.closed:
+            return
+        closing = []
+        for shard, sid in self._sessions.items():
+            shard.sessions.closed(sid)  # no keepalive or expiry from now on
+            closing.append(shard.call(CLOSE_SESSION, sid))
+        self._sessions.clear()
+        for res in await asyncio.gather(*closing, return_exceptions=True):
+            if isinstance(res, MetadataError) and not isinstance(res, SessionNotFound):
+                log.warning("closing a session of %s failed: %s", self.identity, res)

@@ -1,0 +1,103 @@
+"""Read caches. They are only caches: the metadata plane decides what is readable.
+
+``TailCache`` keeps the most recently committed entries of every stream, so that
+tailing readers are served from memory. ``BlockCache`` keeps decoded slices fetched
+from objects for catch-up readers. Both are bounded by bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from .api import FetchedEntry
+
+
+@dataclass(slots=True)
+class _StreamTail:
+    bases: list[int] = field(default_factory=list)
+    entries: list[FetchedEntry] = field(default_factory=list)
+    head: int = 0  # entries before this index were evicted
+
+    def compact(self) -> None:
+        if self.head > 64 and self.head * 2 > len(self.entries):
+            del self.bases[: self.head]
+            del self.entries[: self.head]
+            self.head = 0
+
+
+class TailCache:
+    """Recently committed entries, per stream, evicted oldest-first across streams."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._streams: dict[int, _StreamTail] = {}
+        self._order: deque[tuple[_StreamTail, int]] = deque()  # (owner, size) in insertion order
+
+    def add(self, stream_id: int, base: int, entries: list[tuple[int, bytes | memoryview]]) -> None:
+        tail = self._streams.setdefault(stream_id, _StreamTail())
+        if tail.entries[tail.head:] and tail.entries[-1].end_offset != base:
+            self.drop(stream_id)  # not contiguous (e.g. a new session elsewhere): start afresh
+            tail = self._streams.setdefault(stream_id, _StreamTail())
+        for count, data in entries:
+            tail.bases.append(base)
+            tail.entries.append(FetchedEntry(base, count, data))
+            self._order.append((tail, len(data)))
+            self.bytes += len(data)
+            base += count
+        while self.bytes > self.max_bytes and self._order:
+            owner, size = self._order.popleft()
+            if owner.head < len(owner.entries):  # a dropped owner was accounted already
+                self.bytes -= size
+                owner.head += 1
+                owner.compact()
+
+    def read(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[FetchedEntry]:
+        """Contiguous cached entries from the one containing ``offset``; [] on a miss."""
+        tail = self._streams.get(stream_id)
+        if tail is None:
+            return []
+        i = bisect.bisect_right(tail.bases, offset, lo=tail.head) - 1
+        if i < tail.head or tail.entries[i].end_offset <= offset:
+            return []
+        out: list[FetchedEntry] = []
+        total = 0
+        while i < len(tail.entries) and tail.entries[i].base_offset < end and (not out or total < max_bytes):
+            out.append(tail.entries[i])
+            total += len(tail.entries[i].data)
+            i += 1
+        return out
+
+    def drop(self, stream_id: int) -> None:
+        tail = self._streams.pop(stream_id, None)
+        if tail is not None:
+            # Its sizes stay in _order until popped; account them now and mark it empty.
+            self.bytes -= sum(len(e.data) for e in tail.entries[tail.head:])
+            tail.head = len(tail.entries)
+
+
+class BlockCache:
+    """Decoded slices keyed by (object, position), least recently used evicted first."""
+
+    def __init__(self, max_bytes: int = 128 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._blocks: OrderedDict[tuple[str, int], tuple[int, list[tuple[int, memoryview]]]] = OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> list[tuple[int, memoryview]] | None:
+        block = self._blocks.get(key)
+        if block is None:
+            return None
+        self._blocks.move_to_end(key)
+        return block[1]
+
+    def put(self, key: tuple[str, int], size: int, entries: list[tuple[int, memoryview]]) -> None:
+        if key in self._blocks or size > self.max_bytes:
+            return
+        self._blocks[key] = (size, entries)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, (evicted, _) = self._blocks.popitem(last=False)
+            self.bytes -= evicted

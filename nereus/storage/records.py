@@ -1,0 +1,148 @@
+"""Metadata records of StreamStorage: their keys and their (JSON) values.
+
+Per stream ``s`` (all under partition key ``/nereus/s/{s:020d}``, so on one shard):
+
+    meta           {name, created}                       immutable description
+    session        {token, owner, since}                 current append session
+    tail           {next, size, token, last}             next offset, cumulative size,
+                                                         fencing token, last slice
+    start          {start}                               first readable offset (trim)
+    idx/{last:020d} IndexEntry                           offset index, keyed by the
+                                                         last offset of the range
+
+The CAS on ``tail`` is the commit point of a slice. The slice in ``tail.last`` may
+not have its ``idx`` key yet (it is written right after the commit); readers and
+the next session fall back to ``tail.last``, so the index is the ``idx`` keys plus
+the tail's last slice.
+
+Objects: ``/nereus/objects/{key}`` holds the reference count of one object; a
+``/nereus/gc/pending/{key}`` marker exists while an object's slices are being
+committed (so a crash leaves a metadata trace), ``/nereus/gc/free/{key}`` once no
+index entry refers to it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+STREAMS_ROOT = "/nereus/streams"
+NEXT_STREAM_ID_KEY = f"{STREAMS_ROOT}/next-id"
+OBJECTS_ROOT = "/nereus/objects"
+GC_PENDING_ROOT = "/nereus/gc/pending"
+GC_FREE_ROOT = "/nereus/gc/free"
+OFFSET_WIDTH = 20
+
+
+def encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def decode(data: bytes | None) -> dict[str, Any]:
+    return json.loads(data) if data else {}
+
+
+def name_key(name: str) -> str:
+    """Key mapping a stream name (which may contain '/') to its id."""
+    return f"{STREAMS_ROOT}/by-name/{quote(name, safe='')}"
+
+
+def names_range() -> tuple[str, str]:
+    prefix = f"{STREAMS_ROOT}/by-name/"
+    return prefix, prefix + "\U0010ffff"
+
+
+def name_from_key(key: str) -> str:
+    return unquote(key.rsplit("/", 1)[1])
+
+
+def stream_partition(stream_id: int) -> str:
+    return f"/nereus/s/{stream_id:0{OFFSET_WIDTH}d}"
+
+
+def meta_key(stream_id: int) -> str:
+    return f"{stream_partition(stream_id)}/meta"
+
+
+def session_key(stream_id: int) -> str:
+    return f"{stream_partition(stream_id)}/session"
+
+
+def tail_key(stream_id: int) -> str:
+    return f"{stream_partition(stream_id)}/tail"
+
+
+def start_key(stream_id: int) -> str:
+    return f"{stream_partition(stream_id)}/start"
+
+
+def index_key(stream_id: int, last_offset: int) -> str:
+    return f"{stream_partition(stream_id)}/idx/{last_offset:0{OFFSET_WIDTH}d}"
+
+
+def index_range(stream_id: int, first: int = 0, last: int = 10**OFFSET_WIDTH - 1) -> tuple[str, str]:
+    """Key range of the index entries whose last offset is in ``[first, last]``."""
+    return index_key(stream_id, first), index_key(stream_id, last) + "\x01"
+
+
+def object_key(key: str) -> str:
+    return f"{OBJECTS_ROOT}/{quote(key, safe='')}"
+
+
+def gc_pending_key(key: str) -> str:
+    return f"{GC_PENDING_ROOT}/{quote(key, safe='')}"
+
+
+def gc_free_key(key: str) -> str:
+    return f"{GC_FREE_ROOT}/{quote(key, safe='')}"
+
+
+def object_from_marker(marker_key: str) -> str:
+    return unquote(marker_key.rsplit("/", 1)[1])
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """Where the records ``[base, base + records)`` of a stream are stored."""
+
+    object: str  # object key
+    position: int  # byte offset of the slice in the object
+    length: int  # byte length of the slice
+    base: int  # offset of the first record
+    records: int  # number of records in the slice
+    entries: int  # number of entries (appends) in the slice
+    size: int  # cumulative stream size in bytes at the end of this slice
+    generation: int = 0  # 0 for WAL slices; compaction writes higher generations
+
+    @property
+    def last(self) -> int:
+        return self.base + self.records - 1
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> "IndexEntry":
+        return cls(**value)
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    next: int
+    size: int
+    token: int
+    last: IndexEntry | None
+
+    def encode(self) -> bytes:
+        return encode(
+            {"next": self.next, "size": self.size, "token": self.token,
+             "last": self.last.to_json() if self.last else None}
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> "Tail":
+        value = decode(data)
+        last = value.get("last")
+        return cls(value["next"], value["size"], value["token"], IndexEntry.from_json(last) if last else None)

@@ -1,0 +1,268 @@
+"""StreamStorage: named streams over the object WAL, the offset index and GC.
+
+One instance per process. It owns the WAL writer (shared by every stream the
+process appends to), the caches, and the streams' handles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..meta import cas
+from ..objstore import ObjectStore
+from . import gc, records
+from .api import AppendResult, FetchResult, FetchedEntry, Stream
+from .cache import BlockCache, TailCache
+from .errors import (InvalidStreamName, ObjectMissing, OffsetOutOfRange, StreamClosed, StreamExists,
+                     StreamNotFound)
+from .reader import StreamReader
+from .records import IndexEntry, Tail
+from .session import AppendSession, acquire
+from .wal_writer import WalOptions, WalWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageOptions:
+    wal: WalOptions = WalOptions()
+    tail_cache_bytes: int = 64 << 20
+    block_cache_bytes: int = 128 << 20
+
+
+class StreamStorage:
+    """Creates, opens and deletes streams; one per process."""
+
+    def __init__(self, meta: MetadataStore, objects: ObjectStore, *, node_id: str | None = None,
+                 options: StorageOptions = StorageOptions()):
+        self.meta = meta
+        self.objects = objects
+        self.node_id = node_id or uuid.uuid4().hex[:12]
+        self.tail_cache = TailCache(options.tail_cache_bytes)
+        self.reader = StreamReader(meta, objects, self.tail_cache, BlockCache(options.block_cache_bytes))
+        self.writer = WalWriter(meta, objects, node_id=self.node_id, options=options.wal, on_commit=self._committed)
+        self._waiters: dict[int, list[tuple[int, asyncio.Future]]] = defaultdict(list)
+
+    # -- names ---------------------------------------------------------------------------
+    async def create_stream(self, name: str) -> int:
+        """Create a stream; returns its id. Raises StreamExists."""
+        _check_name(name)
+        if await self.meta.get(records.name_key(name)) is not None:
+            raise StreamExists(name)
+        allocated = await cas.update(
+            self.meta, records.NEXT_STREAM_ID_KEY,
+            lambda old: records.encode({"next": records.decode(old).get("next", 1) + 1}),
+        )
+        stream_id = records.decode(allocated.value)["next"] - 1
+        await self.meta.put(records.meta_key(stream_id),
+                            records.encode({"name": name, "created": int(time.time() * 1000)}),
+                            partition_key=records.stream_partition(stream_id))
+        try:
+            await self.meta.put(records.name_key(name), records.encode({"id": stream_id}),
+                                expected_version_id=EXPECT_ABSENT)
+        except UnexpectedVersion:
+            raise StreamExists(name) from None
+        return stream_id
+
+    async def stream_id(self, name: str) -> int:
+        rec = await self.meta.get(records.name_key(name))
+        if rec is None:
+            raise StreamNotFound(name)
+        return records.decode(rec.value)["id"]
+
+    async def list_streams(self) -> list[str]:
+        lo, hi = records.names_range()
+        return [records.name_from_key(k) async for k in self.meta.list(lo, hi)]
+
+    async def open_stream(self, name: str, *, create: bool = False) -> "StreamHandle":
+        """A handle on a stream; its append session is acquired on the first append."""
+        try:
+            stream_id = await self.stream_id(name)
+        except StreamNotFound:
+            if not create:
+                raise
+            try:
+                stream_id = await self.create_stream(name)
+            except StreamExists:
+                stream_id = await self.stream_id(name)
+        return StreamHandle(self, stream_id, name)
+
+    async def delete_stream(self, name: str) -> None:
+        """Fence any writer, drop the stream's index and release its objects."""
+        stream_id = await self.stream_id(name)
+        partition = records.stream_partition(stream_id)
+        await acquire(self.meta, stream_id, f"{self.node_id}-delete")
+        await self.meta.delete(records.name_key(name))
+        tail_rec = await self.meta.get(records.tail_key(stream_id), partition_key=partition)
+        released = await self._release_index(stream_id, 10**records.OFFSET_WIDTH - 1)
+        if tail_rec is not None:
+            last = Tail.decode(tail_rec.value).last
+            if last is not None and (last.object, last.base) not in released:
+                await gc.release(self.meta, last.object, [(stream_id, last.base)])
+        await self.meta.delete_range(partition + "/", partition + "/\U0010ffff", partition_key=partition)
+        self.tail_cache.drop(stream_id)
+
+    # -- shared by handles ---------------------------------------------------------------
+    async def tail(self, stream_id: int) -> Tail:
+        rec = await self.meta.get(records.tail_key(stream_id), partition_key=records.stream_partition(stream_id))
+        return Tail.decode(rec.value) if rec is not None else Tail(0, 0, 0, None)
+
+    async def start(self, stream_id: int) -> int:
+        rec = await self.meta.get(records.start_key(stream_id), partition_key=records.stream_partition(stream_id))
+        return records.decode(rec.value)["start"] if rec is not None else 0
+
+    async def trim(self, stream_id: int, new_start: int) -> int:
+        """Raise the start offset (never lowers it); returns the start now in force."""
+        tail = await self.tail(stream_id)
+        if new_start < 0 or new_start > tail.next:
+            raise OffsetOutOfRange(f"trim to {new_start} outside [0, {tail.next}]")
+        result = await cas.update(
+            self.meta, records.start_key(stream_id),
+            lambda old: None if old and records.decode(old)["start"] >= new_start
+            else records.encode({"start": new_start}),
+            partition_key=records.stream_partition(stream_id),
+        )
+        start = records.decode(result.value)["start"]
+        # The tail's last slice keeps its idx key: a pending or repairing index write
+        # could otherwise resurrect it after release (see session._repair_index).
+        limit = min(start, tail.last.base if tail.last else tail.next)
+        await self._release_index(stream_id, limit - 1)
+        return start
+
+    async def _release_index(self, stream_id: int, last_offset: int) -> set[tuple[str, int]]:
+        """Delete idx keys whose range ends at or below ``last_offset``; release their objects."""
+        if last_offset < 0:
+            return set()
+        partition = records.stream_partition(stream_id)
+        lo, hi = records.index_range(stream_id, 0, last_offset)
+        by_object: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        released: set[tuple[str, int]] = set()
+        async for rec in self.meta.range_scan(lo, hi, partition_key=partition):
+            entry = IndexEntry.from_json(records.decode(rec.value))
+            try:
+                await self.meta.delete(rec.key, expected_version_id=rec.version.version_id, partition_key=partition)
+            except UnexpectedVersion:
+                continue  # replaced concurrently; its new owner releases it
+            by_object[entry.object].append((stream_id, entry.base))
+            released.add((entry.object, entry.base))
+        await asyncio.gather(*(gc.release(self.meta, key, pairs) for key, pairs in by_object.items()))
+        return released
+
+    def _committed(self, stream_id: int, entry: IndexEntry, entries: list) -> None:
+        self.tail_cache.add(stream_id, entry.base, entries)
+        waiters = self._waiters.get(stream_id)
+        if waiters:
+            end = entry.base + entry.records
+            still = []
+            for offset, future in waiters:
+                if offset < end:
+                    if not future.done():
+                        future.set_result(True)
+                elif not future.done():
+                    still.append((offset, future))
+            self._waiters[stream_id] = still
+
+    def add_waiter(self, stream_id: int, offset: int) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._waiters[stream_id].append((offset, future))
+        return future
+
+    async def close(self) -> None:
+        await self.writer.close()
+
+
+class StreamHandle(Stream):
+    """One stream as seen by this process: appends (with a session) and reads."""
+
+    def __init__(self, storage: StreamStorage, stream_id: int, name: str):
+        self.storage = storage
+        self.stream_id = stream_id
+        self.name = name
+        self._session: AppendSession | None = None
+        self._acquiring: asyncio.Lock = asyncio.Lock()
+        self._start = 0
+        self._next = 0
+        self._closed = False
+
+    def start_offset(self) -> int:
+        return self._start
+
+    def next_offset(self) -> int:
+        return self._session.next_offset if self._session is not None else self._next
+
+    async def refresh(self) -> None:
+        """Re-read start and next offsets from the metadata plane."""
+        tail, start = await asyncio.gather(self.storage.tail(self.stream_id), self.storage.start(self.stream_id))
+        self._start = start
+        if self._session is None or self._session.fenced:
+            self._next = tail.next
+
+    async def acquire(self) -> None:
+        """Take (or re-take) the append session now, fencing any other writer."""
+        async with self._acquiring:
+            self._session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
+            await self.refresh()
+
+    async def append(self, entry: bytes | memoryview, record_count: int) -> AppendResult:
+        if self._closed:
+            raise StreamClosed(self.name)
+        if self._session is None:
+            async with self._acquiring:
+                if self._session is None:
+                    self._session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
+                    self._start = await self.storage.start(self.stream_id)
+        base = await self.storage.writer.append(self._session, entry, record_count)
+        return AppendResult(base)
+
+    async def fetch(self, start: int, end: int | None = None, max_bytes: int = 1 << 20) -> FetchResult:
+        if self._closed:
+            raise StreamClosed(self.name)
+        if start < self._start or start >= self.next_offset():
+            await self.refresh()
+        next_offset = self.next_offset()
+        if start < self._start or start > next_offset:
+            raise OffsetOutOfRange(f"{self.name}: offset {start} outside [{self._start}, {next_offset}]")
+        end = next_offset if end is None else min(end, next_offset)
+        if start >= end:
+            return FetchResult([], self._start, next_offset)
+        try:
+            entries = await self.storage.reader.read(self.stream_id, start, end, max_bytes)
+        except ObjectMissing:
+            await self.refresh()
+            if start < self._start:  # trimmed while we read
+                raise OffsetOutOfRange(f"{self.name}: offset {start} was trimmed") from None
+            raise
+        return FetchResult(entries, self._start, next_offset)
+
+    async def wait_for(self, offset: int, timeout: float) -> bool:
+        if self.next_offset() > offset:
+            return True
+        future = self.storage.add_waiter(self.stream_id, offset)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            await self.refresh()
+            return self.next_offset() > offset
+
+    async def trim(self, new_start: int) -> None:
+        self._start = await self.storage.trim(self.stream_id, new_start)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self.storage.writer.flush()
+            await self._session.close()
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name or len(name) > 1024 or "\x00" in name:
+        raise InvalidStreamName(f"invalid stream name {name!r}")
+
+
+__all__ = ["StreamStorage", "StreamHandle", "StorageOptions", "FetchedEntry"]

@@ -1,0 +1,57 @@
+"""`nereus standalone` as a real process: health, metrics, clean shutdown, CLI errors."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+NEREUS = [sys.executable, "-m", "nereus.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> bytes:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"standalone exited early: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return response.read()
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer")
+
+
+def test_standalone_serves_health_and_metrics_and_stops_cleanly(tmp_path: Path):
+    port = free_port()
+    args = ["standalone", "--data-dir", str(tmp_path / "data"), "--http-port", str(port),
+            "--pulsar-port", str(free_port()), "--kafka-port", str(free_port()), "--oxia-port", str(free_port())]
+    proc = subprocess.Popen(NEREUS + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert wait_http(f"http://127.0.0.1:{port}/admin/v2/brokers/health", proc) == b"ok"
+        metrics = wait_http(f"http://127.0.0.1:{port}/metrics", proc).decode()
+        assert "nereus_storage_appended_entries_total" in metrics
+        assert "process_resident_memory_bytes" in metrics
+        assert (tmp_path / "data" / "meta").is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0, proc.stderr.read().decode()[-2000:]
+
+
+def test_cli_rejects_bad_options_with_a_readable_message(tmp_path: Path):
+    result = subprocess.run(NEREUS + ["standalone", "--data-dir", str(tmp_path), "--object-store", "ftp://nowhere",
+                                      "--http-port", str(free_port())], capture_output=True, timeout=60)
+    assert result.returncode != 0
+    assert b"ftp" in result.stderr and b"Traceback" not in result.stderr
+    result = subprocess.run(NEREUS + ["standalone", "--http-port", "70000"], capture_output=True, timeout=60)
+    assert result.returncode == 2 and b"70000" in result.stderr

@@ -1,0 +1,35 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nereus.ledger.ackset import AckSet
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("ack"), st.integers(0, 60), st.integers(1, 6)),
+    st.tuples(st.just("cum"), st.integers(-1, 60), st.just(0)),
+), max_size=40)
+
+
+@given(ops)
+def test_ackset_agrees_with_a_plain_set(operations):
+    acks = AckSet()
+    model: set[int] = set()
+    for kind, a, n in operations:
+        if kind == "ack":
+            acks.ack(a, a + n)
+            model.update(range(a, a + n))
+        else:
+            acks.ack_cumulative(a)
+            model.update(range(0, a + 1))
+        for o in range(0, 70):
+            assert acks.is_acked(o) == (o in model)
+        # canonical form: ranges sorted, disjoint, non-adjacent, all above acked_below
+        prev_end = acks.acked_below
+        for s, e in acks.ranges:
+            assert prev_end < s < e
+            prev_end = e
+        assert acks.acked_below == next(o for o in range(0, 80) if o not in model)
+        assert AckSet.from_json(acks.to_json()) == acks
+        start = 7
+        expect_next = next(o for o in range(start, 200) if o not in model)
+        assert acks.next_unacked(start) == expect_next
+        assert acks.acked_count_between(5, 50) == len([o for o in model if 5 <= o < 50])

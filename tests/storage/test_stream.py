@@ -1,0 +1,210 @@
+"""StreamStorage behaviour on the embedded metadata engine and a memory object store."""
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from nereus.objstore import open_object_store
+from nereus.storage import (CorruptObject, InvalidAppend, InvalidStreamName, OffsetOutOfRange, StreamExists,
+                            StreamNotFound, StreamStorage)
+from nereus.storage.gc import GarbageCollector
+
+from .conftest import FAST
+
+
+async def read_all(stream, start=0, max_bytes=1 << 20):
+    out = []
+    offset = start
+    while offset < stream.next_offset():
+        result = await stream.fetch(offset, max_bytes=max_bytes)
+        assert result.entries, "a readable offset must give at least one entry"
+        out.extend(result.entries)
+        offset = result.entries[-1].end_offset
+    return out
+
+
+async def test_append_assigns_dense_offsets_and_fetch_returns_the_bytes(storage):
+    stream = await storage.open_stream("s", create=True)
+    offsets = [(await stream.append(b"entry-%d" % i, 3)).base_offset for i in range(5)]
+    assert offsets == [0, 3, 6, 9, 12]
+    assert stream.next_offset() == 15
+    entries = await read_all(stream)
+    assert [(e.base_offset, e.record_count, bytes(e.data)) for e in entries] == \
+        [(3 * i, 3, b"entry-%d" % i) for i in range(5)]
+
+
+async def test_concurrent_appends_of_many_streams_share_one_object(storage, objects):
+    streams = [await storage.open_stream(f"s{i}", create=True) for i in range(20)]
+    for s in streams:  # acquire sessions first so the timing below is one flush
+        await s.append(b"warm-up", 1)
+    before = objects.calls["put_if_absent"]
+    results = await asyncio.gather(*(s.append(b"x" * 100, 1) for s in streams))
+    assert all(r.base_offset == 1 for r in results)
+    assert objects.calls["put_if_absent"] - before == 1
+
+
+async def test_flush_on_size_before_the_timer(meta, objects):
+    from nereus.storage import StorageOptions, WalOptions
+    storage = StreamStorage(meta, objects, options=StorageOptions(wal=WalOptions(flush_interval=30,
+                                                                                  max_object_bytes=4096)))
+    stream = await storage.open_stream("big", create=True)
+    results = await asyncio.wait_for(asyncio.gather(*(stream.append(b"y" * 1024, 1) for _ in range(8))), 5)
+    assert [r.base_offset for r in results] == list(range(8))
+    await storage.close()
+
+
+async def test_fetch_ranges_and_limits(storage):
+    stream = await storage.open_stream("r", create=True)
+    for i in range(10):
+        await stream.append(bytes([i]) * 100, 10)
+    # start inside an entry: that whole entry comes back first
+    got = await stream.fetch(15, 35)
+    assert [e.base_offset for e in got.entries] == [10, 20, 30]
+    # max_bytes limits, but never below one entry
+    got = await stream.fetch(0, max_bytes=1)
+    assert [e.base_offset for e in got.entries] == [0]
+    got = await stream.fetch(100)
+    assert got.entries == [] and got.next_offset == 100
+    with pytest.raises(OffsetOutOfRange):
+        await stream.fetch(101)
+    with pytest.raises(OffsetOutOfRange):
+        await stream.fetch(-1)
+
+
+async def test_catch_up_reads_come_from_objects(meta, objects, storage):
+    stream = await storage.open_stream("c", create=True)
+    payloads = [os.urandom(500) for _ in range(30)]
+    for p in payloads:
+        await stream.append(p, 2)
+    await storage.close()
+    reader = StreamStorage(meta, objects, node_id="reader", options=FAST)  # cold caches
+    handle = await reader.open_stream("c")
+    await handle.refresh()
+    before = objects.calls["get"]
+    entries = await read_all(handle, max_bytes=4000)
+    assert [bytes(e.data) for e in entries] == payloads
+    assert objects.calls["get"] > before
+    await reader.close()
+
+
+async def test_reader_sees_the_last_slice_before_its_index_key_is_written(meta, objects, storage):
+    stream = await storage.open_stream("t", create=True)
+    await stream.append(b"one", 1)
+    from nereus.storage import records
+    # Simulate a writer that died between the tail commit and the idx write.
+    await meta.delete(records.index_key(stream.stream_id, 0), partition_key=records.stream_partition(stream.stream_id))
+    reader = StreamStorage(meta, objects, node_id="reader", options=FAST)
+    handle = await reader.open_stream("t")
+    await handle.refresh()
+    assert [bytes(e.data) for e in (await handle.fetch(0)).entries] == [b"one"]
+    # a new append session repairs the missing idx key
+    await handle.append(b"two", 1)
+    assert await meta.get(records.index_key(stream.stream_id, 0),
+                          partition_key=records.stream_partition(stream.stream_id)) is not None
+    await reader.close()
+
+
+async def test_names_are_unique_and_unknown_streams_fail(storage):
+    await storage.create_stream("persistent://public/default/a")
+    with pytest.raises(StreamExists):
+        await storage.create_stream("persistent://public/default/a")
+    with pytest.raises(StreamNotFound):
+        await storage.open_stream("nope")
+    with pytest.raises(InvalidStreamName):
+        await storage.create_stream("")
+    assert await storage.list_streams() == ["persistent://public/default/a"]
+
+
+@pytest.mark.parametrize("entry,count", [(b"", 1), (b"x", 0), (b"x", -5), ("text", 1), (b"x", 1.5)])
+async def test_bad_appends_are_rejected_and_change_nothing(storage, entry, count):
+    stream = await storage.open_stream("bad", create=True)
+    await stream.append(b"good", 1)
+    with pytest.raises(InvalidAppend):
+        await stream.append(entry, count)
+    assert (await stream.append(b"good2", 1)).base_offset == 1
+
+
+async def test_trim_hides_records_and_gc_deletes_released_objects(meta, objects, storage):
+    stream = await storage.open_stream("g", create=True)
+    for i in range(6):
+        await stream.append(b"%d" % i, 1)
+    await stream.trim(4)
+    assert stream.start_offset() == 4
+    with pytest.raises(OffsetOutOfRange):
+        await stream.fetch(3)
+    assert [bytes(e.data) for e in (await stream.fetch(4)).entries][:2] == [b"4", b"5"]
+    await stream.trim(2)  # never lowers the start
+    assert stream.start_offset() == 4
+    with pytest.raises(OffsetOutOfRange):
+        await stream.trim(7)
+    clock = [0.0]
+    collector = GarbageCollector(meta, objects, grace_seconds=10, clock=lambda: clock[0] + 10**10)
+    stats = await collector.collect()
+    assert stats.deleted == 4  # one object per append (each waited for its flush)
+    assert objects.calls["delete"] == 4
+    assert [bytes(e.data) for e in (await stream.fetch(4)).entries][:2] == [b"4", b"5"]
+
+
+async def test_failed_object_put_fails_the_appenders_and_is_collected(meta, objects, storage):
+    stream = await storage.open_stream("f", create=True)
+    await stream.append(b"ok", 1)
+    objects.fail_puts(lambda key: True)
+    with pytest.raises(Exception, match="injected"):
+        await stream.append(b"lost", 1)
+    objects.clear_faults()
+    assert (await stream.append(b"after", 1)).base_offset == 1
+    await storage.writer.flush()  # let the last object's seal finish
+    later = [time.time() + 1]
+    collector = GarbageCollector(meta, objects, pending_timeout_seconds=0, grace_seconds=0, clock=lambda: later[0])
+    first = await collector.collect()
+    assert first.resolved == 1  # resolved to no live slice, hence freed
+    later[0] += 1
+    second = await collector.collect()
+    assert first.deleted + second.deleted == 1
+    assert await collector.collect() == type(first)()
+    assert [bytes(e.data) for e in (await stream.fetch(0)).entries] == [b"ok", b"after"]
+
+
+async def test_delete_stream_releases_everything(meta, objects, storage):
+    stream = await storage.open_stream("d", create=True)
+    for i in range(3):
+        await stream.append(b"%d" % i, 1)
+    await storage.delete_stream("d")
+    with pytest.raises(StreamNotFound):
+        await storage.open_stream("d")
+    stats = await GarbageCollector(meta, objects, grace_seconds=0).collect()
+    assert stats.deleted == 3
+
+
+async def test_corrupt_object_bytes_are_detected_not_served(tmp_path, meta):
+    objects = open_object_store(tmp_path.as_uri())
+    writer = StreamStorage(meta, objects, options=FAST)
+    stream = await writer.open_stream("x", create=True)
+    await stream.append(b"A" * 1000, 1)
+    await stream.append(b"B" * 1000, 1)
+    await writer.close()
+    wal_files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    victim = wal_files[0]
+    blob = bytearray(victim.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    os.chmod(victim, 0o644)
+    victim.write_bytes(bytes(blob))
+    reader = StreamStorage(meta, objects, options=FAST)
+    handle = await reader.open_stream("x")
+    await handle.refresh()
+    with pytest.raises(CorruptObject):
+        await handle.fetch(0, 1)
+    assert [bytes(e.data) for e in (await handle.fetch(1)).entries] == [b"B" * 1000]
+    await reader.close()
+
+
+async def test_wait_for_wakes_on_commit(storage):
+    stream = await storage.open_stream("w", create=True)
+    waiter = asyncio.ensure_future(stream.wait_for(0, 5))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    await stream.append(b"z", 1)
+    assert await waiter is True
+    assert await stream.wait_for(5, 0.05) is False
