@@ -47,8 +47,19 @@ def raw_write(path: Path, total: int, chunk: int) -> float:
     return written / elapsed / 1e6
 
 
+def drop_page_cache(root: Path) -> None:
+    """Evict the objects from the page cache so both read phases read the disk."""
+    for p in root.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+
+
 def raw_read(root: Path) -> float:
-    files = [p for p in root.rglob("*") if p.is_file()]
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    drop_page_cache(root)
     start = time.perf_counter()
     total = 0
     for p in files:
@@ -98,6 +109,7 @@ async def append_phase(work: Path, streams: int, total: int, inflight: int) -> t
 
 
 async def read_phase(work: Path, streams: int) -> float:
+    drop_page_cache(work / "objects")
     engine, meta, objects, storage = await open_storage(work, 0.005)
     handles = [await storage.open_stream(f"bench-{i}") for i in range(streams)]
     for h in handles:

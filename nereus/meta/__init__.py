@@ -44,14 +44,22 @@ def connect(url: str, *, engine: Engine | None = None, namespace: str = "default
             **options: object) -> MetadataStore:
     """A ``MetadataStore`` for ``url``.
 
-    ``embedded`` / ``embedded:`` -> a client of ``engine`` (required; the caller owns
-    and closes it). ``oxia://host:port`` is reserved for the Oxia-protocol backend.
+    * ``embedded`` with ``engine=``: a client of that engine (the caller closes it);
+    * ``embedded:///abs/data/dir`` or ``embedded://`` (in memory) without ``engine``:
+      opens a private engine that the returned client closes with itself;
+    * ``oxia://host:port`` is reserved for the Oxia-protocol backend (not yet).
+
+    ``options`` go to ``Engine.client`` (``identity``, ``session_timeout``).
     """
-    scheme = url.split(":", 1)[0]
+    scheme, _, rest = url.partition(":")
     if scheme == "embedded":
-        if engine is None:
-            raise InvalidRequest("connect('embedded') needs engine=open_engine(...)")
-        return engine.client(namespace, **options)  # type: ignore[arg-type]
+        owned = engine is None
+        if owned:
+            path = rest[2:] if rest.startswith("//") else rest
+            engine = Engine(path or None)
+        client = engine.client(namespace, **options)  # type: ignore[arg-type]
+        client.owns_engine = owned
+        return client
     if scheme == "oxia":
         raise NotImplementedError("the oxia:// backend is not implemented yet")
     raise InvalidRequest(f"unknown metadata URL {url!r}")

@@ -1,24 +1,31 @@
 """Object reference tracking and garbage collection, driven by metadata only.
 
-Each object has a record ``/nereus/objects/{key}``:
+Each WAL object has a record ``/nereus/objects/{key}``:
 
-    {"state": "writing", "streams": {sid: hint}, "released": [[sid, base]...], "ts": ms}
-    {"state": "sealed",  "live": [[sid, base], ...], "ts": ms}
+    {"state": "sealed", "live": [[sid, base], ...], "ts": ms}
+    {"state": "early", "released": [[sid, base], ...]}   (a release that beat the seal)
 
-The writer registers the object (state ``writing`` plus a pending marker) BEFORE
-the object is put, so a crash at any later point leaves a metadata trace. After the
-commit round it seals the record with the slices that committed. Releases (trim,
-stream deletion, compaction) remove ``[sid, base]`` pairs: removing a pair that is
-not there is a no-op, so a release is idempotent and a slice can never be counted
-twice. When ``live`` is empty a free marker is written; the collector deletes the
-object once the marker is older than the grace period (which protects readers that
-resolved an index entry just before it was released), then the record.
+Before writing objects, a writer RESERVES a block of object names with one pending
+marker ``/nereus/gc/pending/{first name}`` (prefix, first sequence, count), so a
+crash at any later point leaves a metadata trace, and no metadata write is needed
+per object on the ack path. After each object's commit round the writer seals its
+record with the slices that committed; when every name of a closed block is
+sealed, the marker is deleted. Releases (trim, stream deletion, compaction) remove
+``[sid, base]`` pairs: removing a pair that is not there is a no-op, so a release is
+idempotent and a slice can never be counted twice. When ``live`` is empty a free
+marker is written; the collector deletes the object once the marker is older than
+the grace period (which protects readers that resolved an index entry just before
+it was released), then the record.
 
 The collector never lists the object store: it scans the pending and free markers.
+A pending marker older than the timeout belongs to a dead (or hopelessly slow)
+writer: each unsealed name of its block is resolved from the object's own slice
+directory and the offset index (the slices' base-offset hints say where to look).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -26,8 +33,9 @@ from typing import Callable, Iterable
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..meta import cas
-from ..objstore import ObjectStore
-from . import metrics, records
+from ..objstore import ObjectNotFound, ObjectStore
+from . import metrics, records, wal_format
+from .errors import CorruptObject
 from .records import IndexEntry, Tail
 
 log = logging.getLogger(__name__)
@@ -40,33 +48,35 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def register(meta: MetadataStore, object_key: str, stream_hints: dict[int, int]) -> None:
-    """Record an object about to be written (before it exists in the store)."""
-    value = records.encode({"state": "writing", "streams": {str(k): v for k, v in stream_hints.items()},
-                            "released": [], "ts": _now_ms()})
-    await meta.put(records.object_key(object_key), value, expected_version_id=EXPECT_ABSENT)
-    await meta.put(records.gc_pending_key(object_key), records.encode({"ts": _now_ms()}))
+def object_name(prefix: str, seq: int) -> str:
+    return f"{prefix}{seq:010d}"
+
+
+async def reserve(meta: MetadataStore, prefix: str, first: int, count: int) -> str:
+    """Record that objects ``prefix + [first, first + count)`` may be written; returns the marker key."""
+    marker = records.gc_pending_key(object_name(prefix, first))
+    await meta.put(marker, records.encode({"ts": _now_ms(), "prefix": prefix, "first": first, "count": count}))
+    return marker
 
 
 async def seal(meta: MetadataStore, object_key: str, committed: Iterable[tuple[int, int]]) -> None:
-    """Mark the object's commit round finished, keeping the slices that committed."""
+    """Record which slices of the object committed (after its commit round)."""
     committed = [list(pair) for pair in committed]
     freed = False
 
     def apply(old: bytes | None) -> bytes | None:
         nonlocal freed
         value = records.decode(old)
-        if value.get("state") != "writing":
-            return None
+        if value.get("state") == "sealed":
+            return None  # sealed already (by the collector after a long stall)
         released = value.get("released", [])
         live = [pair for pair in committed if pair not in released]
         freed = not live
-        return records.encode({"state": "sealed", "live": live, "ts": value.get("ts", _now_ms())})
+        return records.encode({"state": "sealed", "live": live, "ts": _now_ms()})
 
     await cas.update(meta, records.object_key(object_key), apply)
     if freed:
         await _mark_free(meta, object_key)
-    await meta.delete(records.gc_pending_key(object_key))
 
 
 async def release(meta: MetadataStore, object_key: str, slices: Iterable[tuple[int, int]]) -> None:
@@ -76,12 +86,10 @@ async def release(meta: MetadataStore, object_key: str, slices: Iterable[tuple[i
 
     def apply(old: bytes | None) -> bytes | None:
         nonlocal freed
-        if old is None:
-            return None
         value = records.decode(old)
-        if value["state"] == "writing":
-            released = value["released"] + [p for p in slices if p not in value["released"]]
-            return records.encode({**value, "released": released})
+        if value.get("state") != "sealed":
+            released = value.get("released", [])
+            return records.encode({"state": "early", "released": released + [p for p in slices if p not in released]})
         live = [pair for pair in value["live"] if pair not in slices]
         if live == value["live"]:
             return None
@@ -123,8 +131,9 @@ class GarbageCollector:
         stats = CollectStats()
         now = int(self.clock() * 1000)
         async for marker in self.meta.range_scan(records.GC_PENDING_ROOT + "/", records.GC_PENDING_ROOT + "/\U0010ffff"):
-            if now - records.decode(marker.value)["ts"] >= self.pending_timeout_ms:
-                await self._resolve(records.object_from_marker(marker.key))
+            value = records.decode(marker.value)
+            if now - value["ts"] >= self.pending_timeout_ms:
+                await self._resolve(marker.key, value)
                 stats.resolved += 1
         async for marker in self.meta.range_scan(records.GC_FREE_ROOT + "/", records.GC_FREE_ROOT + "/\U0010ffff"):
             if now - records.decode(marker.value)["ts"] >= self.grace_ms:
@@ -132,23 +141,33 @@ class GarbageCollector:
                 stats.deleted += 1
         return stats
 
-    async def _resolve(self, object_key: str) -> None:
-        """Seal an object whose writer died mid-round: find which slices committed."""
-        record = await self.meta.get(records.object_key(object_key))
-        if record is None:
-            await self.meta.delete(records.gc_pending_key(object_key))
-            return
-        value = records.decode(record.value)
-        if value["state"] != "writing":
-            await self.meta.delete(records.gc_pending_key(object_key))
-            return
-        committed = []
-        for sid, hint in value["streams"].items():
-            committed += await self._committed_slices(int(sid), hint, object_key)
-        log.info("gc: object %s resolved after a crashed write: %d slice(s) committed", object_key, len(committed))
-        await seal(self.meta, object_key, committed)
+    async def _resolve(self, marker_key: str, value: dict) -> None:
+        """Seal every unsealed object of a dead writer's block, then drop the marker."""
+        for seq in range(value["first"], value["first"] + value["count"]):
+            name = object_name(value["prefix"], seq)
+            record = await self.meta.get(records.object_key(name))
+            if record is not None and records.decode(record.value).get("state") == "sealed":
+                continue
+            try:
+                data = await self.objects.get(name)
+            except ObjectNotFound:
+                if record is not None:  # an early release of a slice that cannot exist
+                    await self.meta.delete(records.object_key(name))
+                continue
+            try:
+                layouts = wal_format.decode_directory(data)
+            except CorruptObject:
+                log.warning("gc: unreadable orphan %s; nothing can reference it", name)
+                layouts = []
+            committed = []
+            for layout in layouts:
+                committed += await self._committed_slices(layout.stream_id, layout.base_hint, name)
+            log.info("gc: object %s resolved after a crashed write: %d slice(s) committed", name, len(committed))
+            await seal(self.meta, name, committed)
+        await self.meta.delete(marker_key)
 
     async def _committed_slices(self, stream_id: int, hint: int, object_key: str) -> list[tuple[int, int]]:
+        """Slices of ``object_key`` in the stream's index, looking from the writer's hint on."""
         partition = records.stream_partition(stream_id)
         found: set[tuple[int, int]] = set()
         lo, hi = records.index_range(stream_id, hint)

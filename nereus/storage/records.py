@@ -44,6 +44,17 @@ def decode(data: bytes | None) -> dict[str, Any]:
     return json.loads(data) if data else {}
 
 
+def subtree_ranges(prefix: str) -> list[tuple[str, str]]:
+    """Two key ranges that together cover every key strictly below ``prefix``.
+
+    Keys sort in Oxia's hierarchical order: where two keys differ, the one with
+    fewer '/' left sorts first. So the direct children of ``prefix`` form one range
+    and every deeper key another.
+    """
+    top = "\U0010ffff"
+    return [(f"{prefix}/", f"{prefix}/{top}"), (f"{prefix}/\x01/", f"{prefix}/{top}/{top}")]
+
+
 def name_key(name: str) -> str:
     """Key mapping a stream name (which may contain '/') to its id."""
     return f"{STREAMS_ROOT}/by-name/{quote(name, safe='')}"

@@ -105,7 +105,8 @@ class StreamStorage:
             last = Tail.decode(tail_rec.value).last
             if last is not None and (last.object, last.base) not in released:
                 await gc.release(self.meta, last.object, [(stream_id, last.base)])
-        await self.meta.delete_range(partition + "/", partition + "/\U0010ffff", partition_key=partition)
+        for lo, hi in records.subtree_ranges(partition):
+            await self.meta.delete_range(lo, hi, partition_key=partition)
         self.tail_cache.drop(stream_id)
 
     # -- shared by handles ---------------------------------------------------------------

@@ -4,14 +4,16 @@ A WAL object carries one slice per stream that appended during one flush::
 
     object  := header slice* directory
     header  := magic "NRWL" | version u16 | flags u16 | slice_count u32 | reserved u32
-    slice   := stream_id u64 | entry_count u32 | record_count u64 | data_len u32
-               | crc32c(data) u32 | data
+    slice   := stream_id u64 | base_hint u64 | entry_count u32 | record_count u64
+               | data_len u32 | crc32c(base_hint, data) u32 | data
     data    := (record_count u32 | entry_len u32 | entry bytes)*
     directory := (stream_id u64 | slice_pos u64 | slice_len u32)* | slice_count u32
                | crc32c(directory entries) u32 | magic "NRWE"
 
 All integers are big-endian. The object holds no offsets: offsets are assigned by
 the metadata plane when each slice commits, and live only in the offset index.
+``base_hint`` is the offset the writer expected the slice to get; it only tells the
+garbage collector where to look in the index after a writer crashed.
 A slice is addressed by its byte range, so a reader fetches exactly one slice with
 one ranged GET and checks its checksum before serving anything from it.
 """
@@ -31,9 +33,10 @@ END_MAGIC = b"NRWE"
 FORMAT_VERSION = 1
 
 _HEADER = struct.Struct(">4sHHII")
-_SLICE_HEADER = struct.Struct(">QIQII")
+_SLICE_HEADER = struct.Struct(">QQIQII")
 _ENTRY_HEADER = struct.Struct(">II")
 _DIR_ENTRY = struct.Struct(">QQI")
+_U64 = struct.Struct(">Q")
 _DIR_TRAILER = struct.Struct(">II4s")
 
 HEADER_SIZE = _HEADER.size
@@ -52,6 +55,7 @@ class SliceLayout:
     length: int
     entry_count: int
     record_count: int
+    base_hint: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,8 @@ class EncodedObject:
     slices: list[SliceLayout]
 
 
-def encode_object(slices: Sequence[tuple[int, Sequence[tuple[int, bytes | memoryview]]]]) -> EncodedObject:
+def encode_object(slices: Sequence[tuple[int, Sequence[tuple[int, bytes | memoryview]]]],
+                  base_hints: Sequence[int] | None = None) -> EncodedObject:
     """Lay out ``[(stream_id, [(record_count, entry), ...]), ...]`` as one object.
 
     Entries are referenced, not copied: the result is a list of chunks.
@@ -69,9 +74,10 @@ def encode_object(slices: Sequence[tuple[int, Sequence[tuple[int, bytes | memory
     chunks: list[bytes | memoryview] = [_HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(slices), 0)]
     position = HEADER_SIZE
     layouts: list[SliceLayout] = []
-    for stream_id, entries in slices:
+    for i, (stream_id, entries) in enumerate(slices):
+        hint = base_hints[i] if base_hints is not None else 0
         entry_chunks: list[bytes | memoryview] = []
-        crc = 0
+        crc = crc32c.crc32c(_U64.pack(hint))  # the hint is covered too: no byte goes unchecked
         data_len = 0
         records = 0
         for record_count, entry in entries:
@@ -81,10 +87,10 @@ def encode_object(slices: Sequence[tuple[int, Sequence[tuple[int, bytes | memory
             entry_chunks.append(entry)
             data_len += ENTRY_HEADER_SIZE + len(entry)
             records += record_count
-        chunks.append(_SLICE_HEADER.pack(stream_id, len(entries), records, data_len, crc))
+        chunks.append(_SLICE_HEADER.pack(stream_id, hint, len(entries), records, data_len, crc))
         chunks.extend(entry_chunks)
         length = SLICE_HEADER_SIZE + data_len
-        layouts.append(SliceLayout(stream_id, position, length, len(entries), records))
+        layouts.append(SliceLayout(stream_id, position, length, len(entries), records, hint))
         position += length
     directory = b"".join(_DIR_ENTRY.pack(s.stream_id, s.position, s.length) for s in layouts)
     chunks.append(directory)
@@ -102,13 +108,13 @@ def decode_slice(data: bytes | memoryview, stream_id: int) -> list[tuple[int, me
     view = memoryview(data)
     if len(view) < SLICE_HEADER_SIZE:
         raise CorruptObject(f"slice truncated: {len(view)} bytes")
-    sid, entry_count, record_count, data_len, crc = _SLICE_HEADER.unpack_from(view, 0)
+    sid, hint, entry_count, record_count, data_len, crc = _SLICE_HEADER.unpack_from(view, 0)
     if sid != stream_id:
         raise CorruptObject(f"slice belongs to stream {sid}, expected {stream_id}")
     body = view[SLICE_HEADER_SIZE:]
     if len(body) != data_len:
         raise CorruptObject(f"slice data is {len(body)} bytes, header says {data_len}")
-    if crc32c.crc32c(body) != crc:
+    if crc32c.crc32c(body, crc32c.crc32c(_U64.pack(hint))) != crc:
         raise CorruptObject(f"slice checksum mismatch for stream {stream_id}")
     entries: list[tuple[int, memoryview]] = []
     pos = 0
@@ -150,7 +156,7 @@ def decode_directory(data: bytes | memoryview) -> list[SliceLayout]:
         sid, pos, length = _DIR_ENTRY.unpack_from(directory, i * _DIR_ENTRY.size)
         if pos + length > dir_start:
             raise CorruptObject("slice range past the directory")
-        _, entry_count, records, _, _ = _SLICE_HEADER.unpack_from(view, pos)
-        layouts.append(SliceLayout(sid, pos, length, entry_count, records))
+        _, hint, entry_count, records, _, _ = _SLICE_HEADER.unpack_from(view, pos)
+        layouts.append(SliceLayout(sid, pos, length, entry_count, records, hint))
     return layouts
 

@@ -3,7 +3,8 @@
 Appends are buffered per stream and flushed as ONE object when the buffer reaches
 ``max_object_bytes`` or ``flush_interval`` after the first buffered append. A flush:
 
-1. registers the object in the metadata plane (so a crash leaves a trace for GC),
+1. takes the object's name from a block of names reserved in the metadata plane
+   beforehand (so a crash leaves a trace for GC without a metadata write per object),
 2. puts the object (put-if-absent; durable when it returns),
 3. waits until the previous flush finished committing (per-stream commit order
    must follow append order), then commits every stream's slice concurrently
@@ -17,7 +18,7 @@ Uploads of successive flushes overlap; commits are strictly in flush order.
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -41,9 +42,26 @@ class WalOptions:
     max_object_bytes: int = 8 << 20
     flush_interval: float = 0.005
     max_inflight_flushes: int = 4
+    #: Appends wait while this much is buffered behind busy flushes.
+    max_buffered_bytes: int = 64 << 20
     max_entry_bytes: int = 64 << 20
-    #: A commit round older than this is abandoned: GC may resolve the object by then.
+    #: Object names are reserved in blocks of this many, for at most ``reservation_ttl``.
+    reservation_size: int = 256
+    reservation_ttl: float = 10.0
+    #: A commit later than this after its name's reservation is abandoned: the
+    #: collector may resolve the block after its pending timeout (60 s by default).
     commit_deadline: float = 30.0
+
+
+@dataclass(slots=True)
+class _Reservation:
+    first: int
+    count: int
+    created: float
+    marker: str = ""
+    used: int = 0
+    sealed: int = 0
+    closed: bool = False
 
 
 @dataclass(slots=True)
@@ -69,10 +87,16 @@ class WalWriter:
         self._buffer: dict[int, _Pending] = {}
         self._buffered_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._seq = itertools.count()
-        self._epoch = int(time.time() * 1000)
+        self._prefix = f"wal/{int(time.time() * 1000):013d}-{node_id}-"
+        self._next_block = 0
+        self._reservation: _Reservation | None = None
+        self._spare: asyncio.Task | None = None  # the next block, reserved ahead of need
+        self._naming = asyncio.Lock()
         self._last_commit: asyncio.Future | None = None
-        self._slots = asyncio.Semaphore(options.max_inflight_flushes)
+        self._inflight = 0
+        self._flush_wanted = False
+        self._space = asyncio.Event()
+        self._space.set()
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
 
@@ -88,6 +112,9 @@ class WalWriter:
             raise InvalidAppend(f"entry size {len(entry)} outside 1..{self.options.max_entry_bytes}")
         if session.fenced:
             raise StreamFenced(f"stream {session.stream_id} is fenced")
+        while self._buffered_bytes >= self.options.max_buffered_bytes:
+            self._space.clear()  # back-pressure: every flush slot is busy and the buffer is full
+            await self._space.wait()
         pending = self._buffer.get(session.stream_id)
         if pending is None or pending.session is not session:
             if pending is not None:  # a new session replaced the old one mid-buffer
@@ -109,49 +136,114 @@ class WalWriter:
             self._timer = None
         if not self._buffer:
             return
+        if self._inflight >= self.options.max_inflight_flushes:
+            # Busy: keep buffering. The next flush starts when one finishes and
+            # carries everything buffered meanwhile (group commit under load).
+            self._flush_wanted = True
+            return
+        self._flush_wanted = False
         batch, self._buffer, self._buffered_bytes = list(self._buffer.values()), {}, 0
+        self._space.set()
         previous = self._last_commit
         done = self._last_commit = asyncio.get_running_loop().create_future()
-        task = asyncio.ensure_future(self._flush(batch, previous, done))
+        self._inflight += 1
+        self._track(self._flush(batch, previous, done))
+
+    def _track(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
+    def _flush_finished(self) -> None:
+        self._inflight -= 1
+        if self._buffer and (self._flush_wanted or self._buffered_bytes >= self.options.max_object_bytes):
+            self._flush_now()
+
     async def _flush(self, batch: list[_Pending], previous: asyncio.Future | None, done: asyncio.Future) -> None:
         try:
-            async with self._slots:
-                await self._write_and_commit(batch, previous)
+            await self._write_and_commit(batch, previous, done)
         except BaseException as exc:  # every appender must hear about it
             for pending in batch:
                 _fail(pending.futures, exc if isinstance(exc, Exception) else StorageError("flush cancelled"))
             if not isinstance(exc, Exception):
                 raise
         finally:
-            done.set_result(None)
+            if not done.done():
+                done.set_result(None)
+            self._flush_finished()
 
-    async def _write_and_commit(self, batch: list[_Pending], previous: asyncio.Future | None) -> None:
-        key = f"wal/{self._epoch:013d}-{self.node_id}-{next(self._seq):010d}"
-        slices = [(p.session.stream_id, p.entries) for p in batch]
-        size = sum(len(e) for p in batch for _, e in p.entries)
-        if size > _INLINE_ENCODE_BYTES:
-            encoded = await asyncio.get_running_loop().run_in_executor(None, wal_format.encode_object, slices)
-        else:
-            encoded = wal_format.encode_object(slices)
-        started = time.monotonic()
-        await gc.register(self.meta, key, {p.session.stream_id: p.session.next_offset for p in batch})
-        await self.objects.put_if_absent(key, encoded.chunks)
-        metrics.WAL_OBJECTS.inc()
-        metrics.WAL_OBJECT_BYTES.inc(encoded.size)
-        if previous is not None:
-            await previous
-        if time.monotonic() - started > self.options.commit_deadline:
-            raise StorageError(f"object {key} took too long to write; not committed")
-        results = await asyncio.gather(
-            *(self._commit_slice(p, key, layout) for p, layout in zip(batch, encoded.slices)),
-            return_exceptions=True,
-        )
-        committed = [(p.session.stream_id, r.base) for p, r in zip(batch, results) if isinstance(r, IndexEntry)]
-        metrics.FLUSH_SECONDS.observe(time.monotonic() - started)
-        await self._seal(key, committed)
+    async def _write_and_commit(self, batch: list[_Pending], previous: asyncio.Future | None,
+                                done: asyncio.Future) -> None:
+        key, reservation = await self._next_name()
+        committed: list[tuple[int, int]] = []
+        try:
+            slices = [(p.session.stream_id, p.entries) for p in batch]
+            hints = [p.session.next_offset for p in batch]
+            size = sum(len(e) for p in batch for _, e in p.entries)
+            if size > _INLINE_ENCODE_BYTES:
+                encoded = await asyncio.get_running_loop().run_in_executor(None, wal_format.encode_object, slices,
+                                                                           hints)
+            else:
+                encoded = wal_format.encode_object(slices, hints)
+            started = time.monotonic()
+            await self.objects.put_if_absent(key, encoded.chunks)
+            metrics.WAL_OBJECTS.inc()
+            metrics.WAL_OBJECT_BYTES.inc(encoded.size)
+            if previous is not None:
+                await previous
+            if time.monotonic() - reservation.created > self.options.commit_deadline:
+                raise StorageError(f"object {key} is too late to commit; the collector may be resolving it")
+            results = await asyncio.gather(
+                *(self._commit_slice(p, key, layout) for p, layout in zip(batch, encoded.slices)),
+                return_exceptions=True,
+            )
+            done.set_result(None)  # the next flush may commit now; sealing is off the ack path
+            committed = [(p.session.stream_id, r.base) for p, r in zip(batch, results) if isinstance(r, IndexEntry)]
+            metrics.FLUSH_SECONDS.observe(time.monotonic() - started)
+        finally:
+            # Every reserved name gets sealed, failed ones with no live slice, so
+            # the block's marker can go and a half-written object is collected.
+            self._track(self._seal(key, committed, reservation))
+
+    async def _next_name(self) -> tuple[str, _Reservation]:
+        async with self._naming:
+            return await self._next_name_locked()
+
+    async def _next_name_locked(self) -> tuple[str, _Reservation]:
+        r = self._reservation
+        if r is None or r.used >= r.count or time.monotonic() - r.created > self.options.reservation_ttl:
+            if r is not None:
+                self._close(r)
+            spare, self._spare = self._spare, None
+            r = self._reservation = await (spare if spare is not None else self._reserve())
+        name = gc.object_name(self._prefix, r.first + r.used)
+        r.used += 1
+        half_used = r.used * 2 >= r.count or (time.monotonic() - r.created) * 2 > self.options.reservation_ttl
+        if self._spare is None and half_used:
+            self._spare = asyncio.ensure_future(self._reserve())
+        return name, r
+
+    async def _reserve(self) -> _Reservation:
+        first, count = self._next_block, self.options.reservation_size
+        self._next_block += count
+        r = _Reservation(first, count, time.monotonic())
+        r.marker = await gc.reserve(self.meta, self._prefix, first, count)
+        return r
+
+    def _close(self, r: _Reservation) -> None:
+        r.closed = True
+        if r.sealed == r.used:
+            self._track(self.meta.delete(r.marker))
+
+    async def _seal(self, key: str, committed: list[tuple[int, int]], r: _Reservation) -> None:
+        try:
+            await gc.seal(self.meta, key, committed)
+        except Exception:  # the collector resolves the block from its marker instead
+            log.warning("could not seal object %s", key, exc_info=True)
+            return
+        r.sealed += 1
+        if r.closed and r.sealed == r.used:
+            await self.meta.delete(r.marker)
 
     async def _commit_slice(self, pending: _Pending, key: str, layout: wal_format.SliceLayout) -> IndexEntry:
         try:
@@ -174,12 +266,6 @@ class WalWriter:
             offset += count
         return entry
 
-    async def _seal(self, key: str, committed: list[tuple[int, int]]) -> None:
-        try:
-            await gc.seal(self.meta, key, committed)
-        except Exception:  # GC resolves the object from its pending marker instead
-            log.warning("could not seal object %s", key, exc_info=True)
-
     async def flush(self) -> None:
         """Flush what is buffered and wait for every flush in flight."""
         self._flush_now()
@@ -188,6 +274,13 @@ class WalWriter:
 
     async def close(self) -> None:
         self._closed = True
+        await self.flush()
+        if self._reservation is not None:
+            self._close(self._reservation)
+        if self._spare is not None:
+            spare, self._spare = self._spare, None
+            with contextlib.suppress(Exception):
+                self._close(await spare)
         await self.flush()
 
 

@@ -146,3 +146,35 @@ async def test_failed_batch_does_not_ack(tmp_path, monkeypatch):
         monkeypatch.undo()
         await c.put("/f", b"ok")
         assert (await c.get("/f")).value == b"ok"
+
+
+async def test_map_grows_and_reopens(tmp_path):
+    d = str(tmp_path)
+    value = b"v" * 2000
+    async with Engine(d, shards=1, map_size=1 << 20) as engine:  # 1 MiB: must grow
+        c = engine.client()
+        await asyncio.gather(*(c.put(f"/big/{i}", value) for i in range(3000)))
+    async with Engine(d, shards=1, map_size=1 << 20) as engine:
+        c = engine.client()
+        keys = [k async for k in c.list("/big/", "/big/~")]
+        assert len(keys) == 3000
+        assert (await c.get("/big/2999")).value == value
+        await c.put("/big/more", value)
+
+
+async def test_connect_urls(tmp_path):
+    from nereus.meta import connect
+
+    async with connect(f"embedded://{tmp_path}/m") as c:
+        await c.put("/u", b"1")
+    async with connect(f"embedded://{tmp_path}/m") as c:  # the engine was closed with it
+        assert (await c.get("/u")).value == b"1"
+    async with connect("embedded://") as c:
+        assert await c.get("/u") is None
+    async with open_engine(None) as engine:
+        c = connect("embedded", engine=engine, identity="me")
+        await c.put("/e", b"", ephemeral=True)
+        await c.close()
+        assert not engine.closed
+    with pytest.raises(NotImplementedError):
+        connect("oxia://localhost:6648")

@@ -172,6 +172,10 @@ async def test_delete_stream_releases_everything(meta, objects, storage):
     for i in range(3):
         await stream.append(b"%d" % i, 1)
     await storage.delete_stream("d")
+    from nereus.storage import records
+    partition = records.stream_partition(stream.stream_id)
+    for lo, hi in records.subtree_ranges(partition):
+        assert [k async for k in meta.list(lo, hi, partition_key=partition)] == []
     with pytest.raises(StreamNotFound):
         await storage.open_stream("d")
     stats = await GarbageCollector(meta, objects, grace_seconds=0).collect()

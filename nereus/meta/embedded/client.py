@@ -58,6 +58,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._heartbeats_paused = False
         self._streams: list[NotificationStream] = []
         self._closed = False
+        self.owns_engine = False  # set by ``connect``: close the engine with the client
 
     @property
     def namespace(self) -> str:
@@ -225,6 +226,13 @@ class EmbeddedMetadataStore(MetadataStore):
     async def close(self) -> None:
         if self._closed:
             return
+        try:
+            await self._close()
+        finally:
+            if self.owns_engine:
+                await self._engine.close()
+
+    async def _close(self) -> None:
         self._closed = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()

@@ -57,6 +57,9 @@ class Engine:
     ``shards`` is the shard count of namespaces created from now on (an existing
     namespace keeps the count it was created with); ``namespaces`` maps names to
     shard counts to create up front. ``clock`` is injectable for session tests.
+    ``map_size`` is each shard's initial LMDB map (doubled whenever it fills up);
+    ``notification_queue`` bounds each subscriber's backlog (see notify.py);
+    ``sweep_interval`` is how often (real seconds) expired sessions are collected.
     """
 
     def __init__(
@@ -67,7 +70,7 @@ class Engine:
         namespaces: dict[str, int] | None = None,
         create_namespaces: bool = True,
         clock: Clock | None = None,
-        map_size: int = 16 << 30,
+        map_size: int = 256 << 20,
         notification_queue: int = 100_000,
         sweep_interval: float = 0.5,
     ):
@@ -130,7 +133,7 @@ class Engine:
         hub = NotificationHub(self._queue_size)
         shard_list = [
             Shard(f"{name}/{i}", os.path.join(ns_dir, f"shard-{i}"), durable=self.durable,
-                  map_size=self._map_size, clock=self.clock, hub=hub)
+                  map_size=self._map_size, clock=self.clock, hub=hub, index=i)
             for i in range(shards)
         ]
         ns = Namespace(name, shard_list, hub)

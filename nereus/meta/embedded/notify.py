@@ -39,16 +39,19 @@ class NotificationHub:
     def active(self) -> bool:
         return bool(self._subs)
 
-    def subscribe(self) -> "Subscription":
-        sub = Subscription(self, asyncio.get_running_loop(), self.max_pending)
+    def subscribe(self, shard: int | None = None) -> "Subscription":
+        """Subscribe on the running loop to every shard, or to shard index ``shard`` only."""
+        sub = Subscription(self, asyncio.get_running_loop(), self.max_pending, shard)
         self._subs = self._subs + (sub,)
         return sub
 
     def unsubscribe(self, sub: "Subscription") -> None:
         self._subs = tuple(s for s in self._subs if s is not sub)
 
-    def publish(self, notes: list[Notification]) -> None:
+    def publish(self, notes: list[Notification], shard: int = 0) -> None:
         for sub in self._subs:
+            if sub.shard is not None and sub.shard != shard:
+                continue
             try:
                 sub.loop.call_soon_threadsafe(sub._push, notes)
             except RuntimeError:  # its loop is closed: nobody will read it any more
@@ -66,8 +69,10 @@ class NotificationHub:
 class Subscription(NotificationStream):
     """A bounded, single-consumer notification stream (runs on one event loop)."""
 
-    def __init__(self, hub: NotificationHub, loop: asyncio.AbstractEventLoop, max_pending: int):
+    def __init__(self, hub: NotificationHub, loop: asyncio.AbstractEventLoop, max_pending: int,
+                 shard: int | None = None):
         self._hub = hub
+        self.shard = shard
         self.loop = loop
         self._max = max_pending
         self._buf: deque[Notification] = deque()
@@ -110,6 +115,19 @@ class Subscription(NotificationStream):
                 self._waiter = self.loop.create_future()
                 await self._waiter
                 self._waiter = None
+
+    async def next_batch(self, limit: int = 10_000) -> list[Notification]:
+        """Wait for notifications and take up to ``limit`` of them; [] once closed."""
+        while not self._buf:
+            if self._overflowed:
+                raise NotificationsOverflow(f"subscriber fell more than {self._max} notifications behind")
+            if self._closed:
+                return []
+            self._waiter = self.loop.create_future()
+            await self._waiter
+            self._waiter = None
+        n = min(limit, len(self._buf))
+        return [self._buf.popleft() for _ in range(n)]
 
     async def close(self) -> None:
         self._hub.unsubscribe(self)

@@ -32,8 +32,9 @@ class Shard:
     """A shard of a namespace; ``path`` is its LMDB directory."""
 
     def __init__(self, name: str, path: str, *, durable: bool, map_size: int, clock: Clock,
-                 hub: NotificationHub):
+                 hub: NotificationHub, index: int = 0):
         self.name = name
+        self.index = index  # position in the namespace (hash-range order)
         self.sessions = SessionTable(clock)
         self._path = path
         self._durable = durable
@@ -134,7 +135,7 @@ class Shard:
             self.batches += 1
             self.ops += len(batch)
         if notes:
-            self._hub.publish(notes)
+            self._hub.publish(notes, self.index)
         self._hand_back(results)
 
     @staticmethod

@@ -2,7 +2,11 @@
 
 LMDB was chosen by measurement (bench/RESULTS.md, "Metadata storage library"): it
 sorts keys by memcmp (so ``keys.encode_key`` yields Oxia order), needs a third of
-SQLite's CPU per conditional insert and is ~5x faster on ceiling lookups.
+SQLite's CPU per conditional insert and is ~5x faster on ceiling lookups. It runs
+with ``writemap`` (commits msync the map instead of pwrite-copying dirty pages: ~10x
+fewer bytes written) and the map starts small and doubles when full. Data lives in
+the OS page cache, not the heap, so millions of keys need no process memory.
+Keys are limited to ``MAX_ENCODED_KEY`` bytes by LMDB's 511-byte key limit.
 
 Sub-databases of the environment:
   kv        encoded key -> HDR + client identity + value
@@ -57,7 +61,8 @@ class ShardStore:
     def __init__(self, path: str, *, durable: bool, map_size: int, now_ms: Callable[[], int]):
         self.env = lmdb.open(
             path, map_size=map_size, max_dbs=4, sync=durable, metasync=durable,
-            readahead=False, meminit=False,  # random access; don't page in neighbours
+            readahead=False, meminit=False,  # random access: do not page in neighbours
+            writemap=True,  # 10x fewer bytes written per commit than copying dirty pages (RESULTS.md)
         )
         self.kv = self.env.open_db(b"kv")
         self.eph = self.env.open_db(b"eph")
@@ -139,6 +144,19 @@ class ShardStore:
                 raise InvalidRequest("sequence key too long")
         if sid and txn.get(_U64.pack(sid), db=self.sess) is None:
             raise SessionNotFound(f"session {sid} does not exist")
+        if expected == -1:
+            # Must-not-exist create: one LMDB call (each call hands the GIL around).
+            identb = ident.encode() if sid else b""
+            vid = self.vid + 1
+            rec = HDR.pack(vid, 0, now, now, sid or 0, len(identb)) + identb + value
+            if not txn.put(ekey, rec, db=self.kv, overwrite=False):
+                raise UnexpectedVersion(f"{key!r} already exists")
+            self.vid = vid
+            if sid:
+                txn.put(_U64.pack(sid) + ekey, b"", db=self.eph)
+            if notes is not None:
+                notes.append(Notification(_CREATED, key, vid))
+            return PutResult(key, Version(vid, 0, now, now, sid or None, ident if sid else None))
         old = txn.get(ekey, db=self.kv)
         if old is None:
             if expected is not None and expected != -1:
