@@ -109,17 +109,15 @@ def main() -> None:
         d = tempfile.mkdtemp(prefix=f"meta-{name}-", dir=args.dir)
         try:
             cpu0 = time.process_time()
-            io0 = psutil.Process().io_counters().write_bytes
-            res = fn(d, args.keys, args.batch, probes)
+                    res = fn(d, args.keys, args.batch, probes)
             cpu = time.process_time() - cpu0
-            written = psutil.Process().io_counters().write_bytes - io0
-            # Allocated blocks, not apparent size (writemap files are sparse).
+                    # Allocated blocks, not apparent size (writemap files are sparse).
             size = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for f in os.listdir(d))
             rss = psutil.Process().memory_info().rss
             print(
                 f"lib={name} keys={args.keys} batch={args.batch} "
                 f"insert_per_s={res['insert_per_s']:.0f} ceiling_per_s={res['ceiling_per_s']:.0f} "
-                f"cpu_s={cpu:.1f} written_mb={written / 2**20:.0f} disk_mb={size / 1e6:.0f} rss_mb={rss / 1e6:.0f}",
+                f"cpu_s={cpu:.1f} disk_mb={size / 1e6:.0f} rss_mb={rss / 1e6:.0f}",
                 flush=True,
             )
         finally:

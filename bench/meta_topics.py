@@ -77,14 +77,12 @@ async def run(count: int, shards: int, concurrency: int, data_dir: str) -> dict[
             lat[i] = clock() - t0
 
     rss = RssWatcher()
-    io0 = psutil.Process().io_counters().write_bytes
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     peak = rss.stop()
-    written = psutil.Process().io_counters().write_bytes - io0
     batches = sum(s.batches for s in engine.namespace().shards)
     # Spot-check that what was acknowledged is readable.
     for i in (0, count // 2, count - 1):
@@ -104,7 +102,6 @@ async def run(count: int, shards: int, concurrency: int, data_dir: str) -> dict[
         "max_ms": round(s[-1] * 1000, 2),
         "avg_batch": round(count / max(batches, 1), 1),
         "cpu_s": round(cpu, 1),
-        "written_mb": round(written / 2**20),
         "peak_rss_mb": round(peak / 2**20),
         "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }

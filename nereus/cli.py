@@ -54,5 +54,24 @@ def standalone(data_dir: Path, bind: str, http_port: int, pulsar_port: int, kafk
         raise click.ClickException(f"cannot start: {exc}") from None
 
 
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("./data/meta"),
+              show_default=True, help="Where the metadata engine keeps its shards.")
+@click.option("--bind", default="127.0.0.1", show_default=True, help="Address the gRPC listener binds to.")
+@click.option("--port", type=click.IntRange(0, 65535), default=6648, show_default=True)
+@click.option("--shards", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Shards of namespaces created from now on.")
+@click.option("--advertised-address", default=None,
+              help="host:port clients are told to use (default: the bind address).")
+def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: str | None) -> None:
+    """Serve the metadata engine over Oxia's client protocol (gRPC)."""
+    from .meta.oxia.server import serve
+
+    try:
+        _run(serve(str(data_dir), bind, port, shards, advertised_address))
+    except (OSError, RuntimeError) as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+
+
 if __name__ == "__main__":
     main()

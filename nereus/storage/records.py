@@ -126,6 +126,7 @@ class IndexEntry:
     entries: int  # number of entries (appends) in the slice
     size: int  # cumulative stream size in bytes at the end of this slice
     generation: int = 0  # 0 for WAL slices; compaction writes higher generations
+    timestamp: int = 0  # commit time, ms since the epoch (time-based retention)
 
     @property
     def last(self) -> int:

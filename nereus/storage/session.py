@@ -50,7 +50,8 @@ class AppendSession:
         if self.fenced:
             raise StreamFenced(f"stream {self.stream_id}: session {self.token} is fenced")
         await self._index_written()
-        entry = IndexEntry(object_key, position, length, self.next_offset, record_count, entries, self.size + length)
+        entry = IndexEntry(object_key, position, length, self.next_offset, record_count, entries, self.size + length,
+                           timestamp=int(time.time() * 1000))
         tail = Tail(entry.base + record_count, entry.size, self.token, entry)
         try:
             result = await self.meta.put(

@@ -212,3 +212,21 @@ async def test_wait_for_wakes_on_commit(storage):
     await stream.append(b"z", 1)
     assert await waiter is True
     assert await stream.wait_for(5, 0.05) is False
+
+
+async def test_retention_by_size_and_age_trims_whole_slices(storage):
+    from nereus.storage.retention import RetentionPolicy, enforce
+    stream = await storage.open_stream("ret", create=True)
+    for i in range(10):
+        await stream.append(b"%d" % i * 100, 2)  # 100 bytes a slice (each append flushed alone)
+    await storage.writer.flush()
+    slice_bytes = (await storage.tail(stream.stream_id)).size // 10
+    start = await enforce(storage, stream.stream_id, RetentionPolicy(max_bytes=slice_bytes * 4))
+    assert start == 12  # six slices of two records dropped, four kept
+    assert await enforce(storage, stream.stream_id, RetentionPolicy(max_age_seconds=3600)) == 12
+    import time as _time
+    start = await enforce(storage, stream.stream_id, RetentionPolicy(max_age_seconds=1), now=_time.time() + 60)
+    assert start == 20  # everything is old: nothing stays readable, offsets continue
+    await stream.refresh()
+    assert (await stream.fetch(20)).entries == []
+    assert (await stream.append(b"new", 1)).base_offset == 20

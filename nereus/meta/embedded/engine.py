@@ -70,7 +70,7 @@ class Engine:
         namespaces: dict[str, int] | None = None,
         create_namespaces: bool = True,
         clock: Clock | None = None,
-        map_size: int = 256 << 20,
+        map_size: int = 1 << 30,
         notification_queue: int = 100_000,
         sweep_interval: float = 0.5,
     ):

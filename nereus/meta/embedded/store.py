@@ -2,9 +2,8 @@
 
 LMDB was chosen by measurement (bench/RESULTS.md, "Metadata storage library"): it
 sorts keys by memcmp (so ``keys.encode_key`` yields Oxia order), needs a third of
-SQLite's CPU per conditional insert and is ~5x faster on ceiling lookups. It runs
-with ``writemap`` (commits msync the map instead of pwrite-copying dirty pages: ~10x
-fewer bytes written) and the map starts small and doubles when full. Data lives in
+SQLite's CPU per conditional insert and is ~5x faster on ceiling lookups. The map
+(address space, not memory) starts at ``map_size`` and doubles when full. Data lives in
 the OS page cache, not the heap, so millions of keys need no process memory.
 Keys are limited to ``MAX_ENCODED_KEY`` bytes by LMDB's 511-byte key limit.
 
@@ -62,7 +61,6 @@ class ShardStore:
         self.env = lmdb.open(
             path, map_size=map_size, max_dbs=4, sync=durable, metasync=durable,
             readahead=False, meminit=False,  # random access: do not page in neighbours
-            writemap=True,  # 10x fewer bytes written per commit than copying dirty pages (RESULTS.md)
         )
         self.kv = self.env.open_db(b"kv")
         self.eph = self.env.open_db(b"eph")

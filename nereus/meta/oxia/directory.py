@@ -63,7 +63,7 @@ class ShardDirectory:
             os.fsync(f.fileno())
         os.replace(tmp, self._path)
 
-    def shard(self, shard_id: int, namespace: str | None) -> Shard | None:
+    def shard(self, shard_id: int, namespace: str | None) -> tuple[Namespace, Shard] | None:
         """The shard with global id ``shard_id``; None if unknown (or not in ``namespace``)."""
         names = [namespace] if namespace else list(self._first)
         for name in names:
@@ -71,7 +71,8 @@ class ShardDirectory:
                 continue
             first = self._first[name]
             if first <= shard_id < first + self._size(name):
-                return self.namespace(name).shards[shard_id - first]
+                ns = self.namespace(name)
+                return ns, ns.shards[shard_id - first]
         return None
 
     def shard_id(self, namespace: str, index: int) -> int:

@@ -1,0 +1,224 @@
+"""One client connection: bytes -> codec -> command handlers, and back.
+
+Commands whose order matters against later ones (SEND, FLOW, ACK, REDELIVER) are
+handled synchronously as frames arrive; request/response commands run as tasks
+and answer with the client's request id. A protocol violation (undecodable or
+oversized frame, unknown command, anything before CONNECT) closes the connection,
+as a Pulsar broker does; other connections and stored data are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry_command, pb, type_name, wrap
+from ..codec.frames import FRAME_HEADROOM
+from . import consumers, lookup, metrics, producers
+
+log = logging.getLogger(__name__)
+
+SERVER_VERSION = "Pulsar Server 4.0.0 (nereus)"
+MAX_PROTOCOL_VERSION = 21
+# Stop reading a connection's socket while this many SENDs wait for storage.
+MAX_PENDING_SENDS = 2000
+
+
+class ProtocolViolation(Exception):
+    """The client broke the protocol: the connection is closed."""
+
+
+class ServerConnection(asyncio.Protocol):
+    def __init__(self, service) -> None:
+        self.service = service
+        self.decoder = FrameDecoder(service.max_message_size + FRAME_HEADROOM)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.protocol_version = 0
+        self.connected = False
+        self.closed = False
+        self.producers: dict[int, producers.Producer] = {}
+        self.consumers: dict[int, consumers.Consumer] = {}
+        self.pending_sends = 0
+        self._paused = False
+        self._tasks: set[asyncio.Task] = set()
+        self._last_received = time.monotonic()
+        self._keepalive: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.service.connections.add(self)
+        metrics.CONNECTIONS.inc()
+        self._arm_keepalive()
+
+    def data_received(self, data: bytes) -> None:
+        self._last_received = time.monotonic()
+        try:
+            self.decoder.receive_data(data)
+            while not self.closed and (frame := self.decoder.next_frame()) is not None:
+                self._handle(frame)
+        except PulsarCodecError as exc:
+            self.protocol_error(type(exc).__name__, str(exc))
+        except ProtocolViolation as exc:
+            self.protocol_error("violation", str(exc))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.service.connections.discard(self)
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        for producer in list(self.producers.values()):
+            producer.detach()
+        self.producers.clear()
+        for consumer in list(self.consumers.values()):
+            self.spawn(consumer.detach())
+        self.consumers.clear()
+
+    # -- writing ------------------------------------------------------------------------------
+    def send(self, command: pb.BaseCommand) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(encode_command(command))
+
+    def send_entry(self, command: pb.BaseCommand, entry: memoryview) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.writelines(encode_entry_command(command, entry))
+
+    def send_error(self, request_id: int, error: int, message: str) -> None:
+        self.send(wrap(pb.CommandError(request_id=request_id, error=error, message=message)))
+
+    def send_success(self, request_id: int) -> None:
+        self.send(wrap(pb.CommandSuccess(request_id=request_id)))
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def protocol_error(self, reason: str, detail: str) -> None:
+        log.warning("closing connection from %s: %s (%s)", self.peer, detail, reason)
+        metrics.PROTOCOL_ERRORS.labels(reason).inc()
+        self.close()
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("handler failed on connection from %s", self.peer, exc_info=task.exception())
+
+    # -- flow control of SENDs ----------------------------------------------------------------
+    def send_started(self) -> None:
+        self.pending_sends += 1
+        if self.pending_sends >= MAX_PENDING_SENDS and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def send_finished(self) -> None:
+        self.pending_sends -= 1
+        if self._paused and self.pending_sends < MAX_PENDING_SENDS // 2 and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    # -- keep-alive ---------------------------------------------------------------------------
+    def _arm_keepalive(self) -> None:
+        self._keepalive = asyncio.get_running_loop().call_later(self.service.keepalive, self._check_alive)
+
+    def _check_alive(self) -> None:
+        if self.closed:
+            return
+        if time.monotonic() - self._last_received > 2 * self.service.keepalive:
+            self.protocol_error("keepalive", "no data nor PONG within two keep-alive intervals")
+            return
+        if self.connected:
+            self.send(wrap(pb.CommandPing()))
+        self._arm_keepalive()
+
+    # -- command routing ------------------------------------------------------------------------
+    def _handle(self, frame) -> None:
+        name = type_name(frame.type)
+        if not self.connected:
+            if name != "CONNECT":
+                raise ProtocolViolation(f"{name} before CONNECT")
+            self._connect(frame.body)
+            return
+        handler = _SYNC.get(name)
+        if handler is not None:
+            handler(self, frame)
+            return
+        handler = _ASYNC.get(name)
+        if handler is not None:
+            self.spawn(_guarded(handler, self, frame.body))
+            return
+        if name == "CONNECT":
+            raise ProtocolViolation("second CONNECT")
+        raise ProtocolViolation(f"unsupported command {name}")
+
+    def _connect(self, cmd: pb.CommandConnect) -> None:
+        self.protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        self.connected = True
+        log.debug("connection from %s: %s, protocol v%d", self.peer, cmd.client_version, self.protocol_version)
+        self.send(wrap(pb.CommandConnected(
+            server_version=SERVER_VERSION, protocol_version=self.protocol_version,
+            max_message_size=self.service.max_message_size,
+            feature_flags=pb.FeatureFlags(supports_auth_refresh=False, supports_broker_entry_metadata=False,
+                                          supports_partial_producer=True, supports_topic_watchers=False),
+        )))
+
+
+async def _guarded(handler, conn: ServerConnection, cmd) -> None:
+    """Run a request handler; an unexpected failure becomes an ERROR for that request."""
+    try:
+        await handler(conn, cmd)
+    except Exception as exc:
+        log.exception("%s failed for %s", type(cmd).__name__, conn.peer)
+        if "request_id" in cmd.DESCRIPTOR.fields_by_name:
+            conn.send_error(cmd.request_id, pb.UnknownError, f"{type(exc).__name__}: {exc}")
+
+
+def _ping(conn: ServerConnection, _frame) -> None:
+    conn.send(wrap(pb.CommandPong()))
+
+
+def _pong(_conn: ServerConnection, _frame) -> None:
+    pass  # data_received already noted that the client is alive
+
+
+async def _unsupported_request(conn: ServerConnection, cmd) -> None:
+    conn.send_error(cmd.request_id, pb.NotAllowedError, f"{type(cmd).__name__} is not supported by this broker")
+
+
+_SYNC = {
+    "PING": _ping,
+    "PONG": _pong,
+    "SEND": producers.handle_send,
+    "FLOW": consumers.handle_flow,
+    "ACK": consumers.handle_ack,
+    "REDELIVER_UNACKNOWLEDGED_MESSAGES": consumers.handle_redeliver,
+}
+_ASYNC = {
+    "LOOKUP": lookup.handle_lookup,
+    "PARTITIONED_METADATA": lookup.handle_partitioned_metadata,
+    "GET_TOPICS_OF_NAMESPACE": lookup.handle_get_topics,
+    "PRODUCER": producers.handle_producer,
+    "CLOSE_PRODUCER": producers.handle_close_producer,
+    "SUBSCRIBE": consumers.handle_subscribe,
+    "CLOSE_CONSUMER": consumers.handle_close_consumer,
+    "UNSUBSCRIBE": consumers.handle_unsubscribe,
+    "SEEK": consumers.handle_seek,
+    "GET_LAST_MESSAGE_ID": consumers.handle_get_last_message_id,
+    "CONSUMER_STATS": consumers.handle_consumer_stats,
+    "GET_SCHEMA": lookup.handle_get_schema,
+    "GET_OR_CREATE_SCHEMA": lookup.handle_get_or_create_schema,
+    "NEW_TXN": _unsupported_request,
+    "TC_CLIENT_CONNECT_REQUEST": _unsupported_request,
+}
+
+__all__ = ["ServerConnection"]

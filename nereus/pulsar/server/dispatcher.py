@@ -1,0 +1,254 @@
+"""The dispatch loop of one subscription: read entries, pick consumers, send MESSAGEs.
+
+One task per subscription with consumers. A round first replays entries waiting
+for redelivery (in offset order), then reads new entries from the cursor's read
+position. It sleeps on an event woken by appends, FLOW permits, acks (which may
+unblock a key), redeliveries, seeks, consumer changes and due delayed entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+
+from ...ledger.subscription import ConsumerSlot, Subscription, SubType
+from ...storage import FetchedEntry, OffsetOutOfRange, StorageError
+from . import entries, metrics
+
+log = logging.getLogger(__name__)
+
+READ_BYTES = 1 << 20
+MAX_REPLAY = 10_000  # Key_Shared: stop reading ahead when this many entries wait for a blocked key
+IDLE_POLL = 2.0
+
+
+class Dispatcher:
+    """Owns a Subscription and feeds its consumers."""
+
+    def __init__(self, topic, sub: Subscription) -> None:
+        self.topic = topic
+        self.sub = sub
+        self.generation = 0  # bumped by seeks: a round that raced with one is dropped
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._delayed: list[tuple[int, int, int]] = []  # (deliver_at ms, base, count)
+        self._delayed_set: set[int] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._persist_task: asyncio.Task | None = None
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.sub.name
+
+    def wake(self) -> None:
+        self._wake.set()
+        if self._task is None and not self._closed:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self.sub.cursor.dirty:
+            try:
+                await self.sub.cursor.persist()
+            except Exception:
+                log.exception("%s: cursor %s not persisted at close", self.topic.name, self.name)
+
+    def reset(self, position: int) -> None:
+        self.generation += 1
+        self.sub.reset(position)
+        self._delayed.clear()
+        self._delayed_set.clear()
+        self.schedule_persist()
+        self.wake()
+
+    def schedule_persist(self) -> None:
+        """Persist the cursor soon; writes coalesce while one is in flight."""
+        if self._persist_task is None or self._persist_task.done():
+            self._persist_task = asyncio.ensure_future(self._persist())
+
+    async def _persist(self) -> None:
+        try:
+            while self.sub.cursor.dirty:
+                await self.sub.cursor.persist()
+        except Exception:
+            log.exception("%s: persisting cursor %s failed", self.topic.name, self.name)
+
+    # -- the loop ------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while not self._closed:
+            self._wake.clear()
+            try:
+                progressed = await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: dispatch round of %s failed", self.topic.name, self.name)
+                progressed = False
+                await asyncio.sleep(0.5)
+            if not progressed:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), IDLE_POLL)
+                except asyncio.TimeoutError:
+                    if not self.sub.consumers:
+                        self._task = None
+                        return
+                    await self.topic.handle.refresh()
+
+    async def _round(self) -> bool:
+        sub = self.sub
+        if not sub.consumers or not sub.has_permits():
+            return False
+        self._release_delayed()
+        generation = self.generation
+        key_shared = sub.type == SubType.KEY_SHARED
+        blocked: set[int] = set()
+        progressed = False
+        for base in sorted(sub.replay):
+            if not sub.has_permits():
+                return progressed
+            entry = await self._read_one(base)
+            if generation != self.generation:
+                return True
+            if base not in sub.replay:
+                continue  # acked or dispatched meanwhile
+            if entry is None or sub.fully_acked(entry.base_offset, entry.record_count):
+                sub.replay.discard(base)
+                continue
+            key = self._key(entry) if key_shared else None
+            if key in blocked:
+                continue
+            slot = sub.choose(key)
+            if slot is None:
+                if key_shared:
+                    blocked.add(key)
+                    continue
+                return progressed
+            self._send(slot, entry, key)
+            progressed = True
+        if sub.replay and not key_shared:
+            return progressed  # new entries wait until every redelivery went out (ordering)
+        return await self._read_new(generation, blocked) or progressed
+
+    async def _read_new(self, generation: int, blocked: set[int]) -> bool:
+        sub, handle = self.sub, self.topic.handle
+        pos = sub.cursor.read_position
+        if pos >= handle.next_offset() or not sub.has_permits():
+            return False
+        try:
+            result = await handle.fetch(pos, max_bytes=READ_BYTES)
+        except OffsetOutOfRange:
+            await handle.refresh()
+            if generation == self.generation and sub.cursor.read_position < handle.start_offset():
+                sub.cursor.read_position = handle.start_offset()
+                return True
+            return False
+        if generation != self.generation:
+            return True
+        start = pos
+        key_shared = sub.type == SubType.KEY_SHARED
+        shared = sub.type in (SubType.SHARED, SubType.KEY_SHARED)
+        for entry in result.entries:
+            if entry.end_offset <= pos:
+                continue
+            base, count = entry.base_offset, entry.record_count
+            if sub.fully_acked(base, count) or base in sub.pending or base in self._delayed_set:
+                pos = entry.end_offset
+                continue
+            header, body = entries.split(entry.data)
+            if shared:
+                at = entries.deliver_at(header, body)
+                if at is not None:
+                    self._delay(at, base, count)
+                    pos = entry.end_offset
+                    continue
+            key = entries.sticky_key(body) if key_shared else None
+            if key_shared and key in blocked:
+                self._park(base, count)
+                pos = entry.end_offset
+                continue
+            slot = sub.choose(key)
+            if slot is None:
+                if key_shared and sub.has_permits() and len(sub.replay) < MAX_REPLAY:
+                    blocked.add(key)
+                    self._park(base, count)
+                    pos = entry.end_offset
+                    continue
+                break
+            self._send(slot, entry, key)
+            pos = entry.end_offset
+        sub.cursor.read_position = pos
+        return pos != start
+
+    # -- helpers -------------------------------------------------------------------------
+    async def _read_one(self, base: int) -> FetchedEntry | None:
+        try:
+            result = await self.topic.handle.fetch(base, base + 1, max_bytes=1)
+        except (OffsetOutOfRange, StorageError):
+            return None
+        for entry in result.entries:
+            if entry.base_offset <= base < entry.end_offset:
+                return entry
+        return None
+
+    def _key(self, entry: FetchedEntry) -> int:
+        return entries.sticky_key(entries.body_of(entry.data))
+
+    def _park(self, base: int, count: int) -> None:
+        self.sub.replay.add(base)
+        self.sub.remember_size(base, count)
+
+    def _send(self, slot: ConsumerSlot, entry: FetchedEntry, key: int | None) -> None:
+        sub = self.sub
+        base, count = entry.base_offset, entry.record_count
+        ack_set = None
+        if count > 1 and sub.cursor.acks.acked_count_between(base, base + count):
+            ack_set = _unacked_bits(sub, base, count)
+        redelivery = sub.dispatched(slot, base, count, key)
+        body = entries.body_of(entry.data)
+        slot.handle.send_message(base, body, redelivery, ack_set)
+        topic = str(self.topic.name)
+        metrics.OUT_MESSAGES.labels(topic, sub.name).inc(count)
+        metrics.OUT_BYTES.labels(topic, sub.name).inc(len(body))
+        if redelivery:
+            metrics.REDELIVERED.labels(topic, sub.name).inc()
+
+    def _delay(self, at: int, base: int, count: int) -> None:
+        heapq.heappush(self._delayed, (at, base, count))
+        self._delayed_set.add(base)
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._delayed:
+            delay = max(0.0, self._delayed[0][0] / 1000 - time.time())
+            self._timer = asyncio.get_running_loop().call_later(delay + 0.001, self.wake)
+
+    def _release_delayed(self) -> None:
+        now = time.time() * 1000
+        while self._delayed and self._delayed[0][0] <= now:
+            _, base, count = heapq.heappop(self._delayed)
+            self._delayed_set.discard(base)
+            self._park(base, count)
+        self._arm_timer()
+
+
+def _unacked_bits(sub: Subscription, base: int, count: int) -> list[int]:
+    """Pulsar's ack_set of a partly acked batch: bit i set = record i still to deliver."""
+    words = [0] * ((count + 63) // 64)
+    for i in range(count):
+        if not sub.cursor.acks.is_acked(base + i):
+            words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+
+
+__all__ = ["Dispatcher"]

@@ -1,0 +1,100 @@
+"""Pulsar entries in storage: the neutral header in front of the SEND bytes.
+
+Only the few metadata fields the broker needs are read (record count, publish
+time, sequence ids, delivery time, ordering key); the entry itself is stored and
+later dispatched byte for byte.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from google.protobuf.message import DecodeError
+
+from ...ledger.entry import HEADER_SIZE, EntryFlags, EntryFormat, EntryHeader, decode_entry
+from ...ledger.subscription import sticky_hash
+from ..codec import Frame, MalformedBatch, iter_batch, pb
+
+_U32 = struct.Struct(">I")
+NONE_KEY = b"NONE_KEY"  # what Pulsar hashes for messages without a key
+
+
+def record_count(meta: pb.MessageMetadata) -> int:
+    return meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else 1
+
+
+def stored_entry(frame: Frame, meta: pb.MessageMetadata, highest_sequence: int) -> tuple[bytes, int]:
+    """The stored form of a SEND: (bytes, record count)."""
+    flags = EntryFlags.NONE
+    if meta.HasField("num_messages_in_batch"):
+        flags |= EntryFlags.BATCHED
+    if meta.compression:
+        flags |= EntryFlags.COMPRESSED
+    if meta.HasField("deliver_at_time"):
+        flags |= EntryFlags.DELAYED
+    if meta.HasField("marker_type"):
+        flags |= EntryFlags.CONTROL
+    count = record_count(meta)
+    header = EntryHeader(EntryFormat.PULSAR, count, first_timestamp=meta.publish_time,
+                         max_timestamp=meta.publish_time, base_sequence=meta.sequence_id,
+                         last_sequence=highest_sequence, flags=flags)
+    return header.pack() + bytes(frame.entry), count
+
+
+def split(data: bytes | memoryview) -> tuple[EntryHeader, memoryview]:
+    """(header, Pulsar entry from the 0x0e01 magic) of a stored entry."""
+    return decode_entry(data)
+
+
+def body_of(data: bytes | memoryview) -> memoryview:
+    return memoryview(data)[HEADER_SIZE:]
+
+
+def metadata_of(body: memoryview) -> pb.MessageMetadata:
+    """Parse the MessageMetadata of a Pulsar entry (with or without the crc32c magic)."""
+    pos = 6 if bytes(body[:2]) == b"\x0e\x01" else 0
+    size = _U32.unpack_from(body, pos)[0]
+    meta = pb.MessageMetadata()
+    try:
+        meta.ParseFromString(body[pos + 4 : pos + 4 + size])
+    except DecodeError:
+        return pb.MessageMetadata()
+    return meta
+
+
+def payload_of(body: memoryview) -> memoryview:
+    pos = 6 if bytes(body[:2]) == b"\x0e\x01" else 0
+    size = _U32.unpack_from(body, pos)[0]
+    return body[pos + 4 + size :]
+
+
+def sticky_key(body: memoryview) -> int:
+    """Key_Shared hash of an entry: ordering key, else partition key, else the first batched key."""
+    meta = metadata_of(body)
+    if meta.HasField("ordering_key"):
+        return sticky_hash(meta.ordering_key)
+    if meta.HasField("partition_key"):
+        return sticky_hash(meta.partition_key)
+    if meta.HasField("num_messages_in_batch") and not meta.compression:
+        try:
+            for message in iter_batch(payload_of(body), 1):
+                single = message.metadata
+                if single.HasField("ordering_key"):
+                    return sticky_hash(single.ordering_key)
+                if single.HasField("partition_key"):
+                    return sticky_hash(single.partition_key)
+        except MalformedBatch:
+            pass
+    return sticky_hash(NONE_KEY)
+
+
+def deliver_at(header: EntryHeader, body: memoryview) -> int | None:
+    """Delivery time in ms for a delayed entry still in the future, else None."""
+    if not header.flags & EntryFlags.DELAYED:
+        return None
+    at = metadata_of(body).deliver_at_time
+    return at if at > time.time() * 1000 else None
+
+
+__all__ = ["body_of", "deliver_at", "metadata_of", "record_count", "split", "sticky_key", "stored_entry"]

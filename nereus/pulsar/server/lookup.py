@@ -1,0 +1,83 @@
+"""Topic discovery: LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, schemas.
+
+This broker serves every topic itself, so a lookup always answers ``Connect`` to
+its own service URL (authoritative). Topics are auto-created on first PRODUCER or
+SUBSCRIBE; partitioned topics come from metadata (see topics.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...ledger.naming import InvalidTopicName, TopicName
+from ..codec import pb, wrap
+from .topics import list_partitioned_topics, partitions_of
+
+_Lookup = pb.CommandLookupTopicResponse
+_Meta = pb.CommandPartitionedTopicMetadataResponse
+_Mode = pb.CommandGetTopicsOfNamespace
+
+
+def parse_topic(name: str) -> TopicName | None:
+    try:
+        return TopicName.parse(name)
+    except InvalidTopicName:
+        return None
+
+
+async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
+    if parse_topic(cmd.topic) is None:
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.InvalidTopicName,
+                               message=f"invalid topic name {cmd.topic!r}")))
+        return
+    conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect,
+                           brokerServiceUrl=conn.service.service_url, authoritative=True,
+                           proxy_through_service_url=False)))
+
+
+async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetadata) -> None:
+    topic = parse_topic(cmd.topic)
+    if topic is None:
+        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.InvalidTopicName,
+                             message=f"invalid topic name {cmd.topic!r}")))
+        return
+    partitions = await partitions_of(conn.service.meta, topic)
+    conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Success, partitions=partitions)))
+
+
+async def handle_get_topics(conn, cmd: pb.CommandGetTopicsOfNamespace) -> None:
+    """Every topic (partitions listed individually, as Pulsar does) of a namespace."""
+    namespace = cmd.namespace.strip("/")
+    domains = {_Mode.PERSISTENT: ("persistent",), _Mode.NON_PERSISTENT: ("non-persistent",),
+               _Mode.ALL: ("persistent", "non-persistent")}[cmd.mode]
+    prefixes = tuple(f"{d}://{namespace}/" for d in domains)
+    names = {n for n in await conn.service.storage.list_streams() if n.startswith(prefixes)}
+    for base in await list_partitioned_topics(conn.service.meta):
+        if base.startswith(prefixes):
+            topic = TopicName.parse(base)
+            names.update(str(topic.partition(i)) for i in range(await partitions_of(conn.service.meta, topic)))
+    topics = sorted(names)
+    filtered = False
+    if cmd.HasField("topics_pattern"):
+        try:
+            pattern = re.compile(cmd.topics_pattern.split("://", 1)[-1])
+            topics = [t for t in topics if pattern.fullmatch(t.split("://", 1)[-1])]
+            filtered = True
+        except re.error:
+            pass  # the client filters again with its own regex engine
+    conn.send(wrap(pb.CommandGetTopicsOfNamespaceResponse(request_id=cmd.request_id, topics=topics,
+                                                          filtered=filtered, changed=True)))
+
+
+async def handle_get_schema(conn, cmd: pb.CommandGetSchema) -> None:
+    # Schemas are not stored yet: every topic behaves as schema-less (bytes).
+    conn.send(wrap(pb.CommandGetSchemaResponse(request_id=cmd.request_id, error_code=pb.TopicNotFound,
+                                               error_message="no schema stored for this topic")))
+
+
+async def handle_get_or_create_schema(conn, cmd: pb.CommandGetOrCreateSchema) -> None:
+    conn.send(wrap(pb.CommandGetOrCreateSchemaResponse(request_id=cmd.request_id, schema_version=b"")))
+
+
+__all__ = ["handle_get_or_create_schema", "handle_get_schema", "handle_get_topics", "handle_lookup",
+           "handle_partitioned_metadata", "parse_topic"]

@@ -1,0 +1,60 @@
+"""Pulsar-style Prometheus metrics of the Pulsar listener.
+
+Counters are updated on the hot paths; the gauges (topics, producers, consumers,
+subscriptions, backlog) are computed from the live objects at scrape time by a
+collector, so they can never drift.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.core import GaugeMetricFamily
+
+IN_MESSAGES = Counter("pulsar_in_messages", "Messages published to the topic", ["topic"])
+IN_BYTES = Counter("pulsar_in_bytes", "Bytes published to the topic", ["topic"])
+OUT_MESSAGES = Counter("pulsar_out_messages", "Messages dispatched to consumers", ["topic", "subscription"])
+OUT_BYTES = Counter("pulsar_out_bytes", "Bytes dispatched to consumers", ["topic", "subscription"])
+REDELIVERED = Counter("pulsar_redelivered_messages", "Entries dispatched again", ["topic", "subscription"])
+SEND_ERRORS = Counter("pulsar_send_errors", "SEND commands answered with an error", ["error"])
+DUPLICATES = Counter("pulsar_deduplicated_messages", "SENDs recognised as duplicates", ["topic"])
+PROTOCOL_ERRORS = Counter("pulsar_protocol_errors", "Connections closed for a protocol violation", ["reason"])
+CONNECTIONS = Counter("pulsar_connections_opened", "Client connections accepted")
+
+
+class _Collector:
+    def __init__(self, service) -> None:
+        self.service = service
+
+    def collect(self):
+        topics = GaugeMetricFamily("pulsar_topics_count", "Topics loaded by this broker")
+        producers = GaugeMetricFamily("pulsar_producers_count", "Producers connected", labels=["topic"])
+        consumers = GaugeMetricFamily("pulsar_consumers_count", "Consumers connected", labels=["topic"])
+        subs = GaugeMetricFamily("pulsar_subscriptions_count", "Subscriptions", labels=["topic"])
+        backlog = GaugeMetricFamily("pulsar_msg_backlog", "Unacknowledged messages", labels=["topic"])
+        sub_backlog = GaugeMetricFamily("pulsar_subscription_back_log", "Unacknowledged messages",
+                                        labels=["topic", "subscription"])
+        loaded = [t for t in list(self.service.topics.values()) if t is not None]
+        topics.add_metric([], len(loaded))
+        for topic in loaded:
+            name = str(topic.name)
+            producers.add_metric([name], len(topic.producers))
+            consumers.add_metric([name], sum(len(d.sub.consumers) for d in topic.dispatchers.values()))
+            subs.add_metric([name], len(topic.dispatchers))
+            end = topic.handle.next_offset()
+            total = 0
+            for sub_name, dispatcher in topic.dispatchers.items():
+                value = dispatcher.sub.backlog(end)
+                total += value
+                sub_backlog.add_metric([name, sub_name], value)
+            backlog.add_metric([name], total)
+        return [topics, producers, consumers, subs, backlog, sub_backlog]
+
+
+def register(service) -> object:
+    collector = _Collector(service)
+    REGISTRY.register(collector)
+    return collector
+
+
+def unregister(collector) -> None:
+    REGISTRY.unregister(collector)
