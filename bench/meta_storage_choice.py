@@ -109,9 +109,9 @@ def main() -> None:
         d = tempfile.mkdtemp(prefix=f"meta-{name}-", dir=args.dir)
         try:
             cpu0 = time.process_time()
-                    res = fn(d, args.keys, args.batch, probes)
+            res = fn(d, args.keys, args.batch, probes)
             cpu = time.process_time() - cpu0
-                    # Allocated blocks, not apparent size (writemap files are sparse).
+            # Allocated blocks, not apparent size (writemap files are sparse).
             size = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for f in os.listdir(d))
             rss = psutil.Process().memory_info().rss
             print(

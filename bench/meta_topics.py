@@ -1,6 +1,6 @@
 """Seed experiment: create topic records through the MetadataStore interface.
 
-Creates 100,000 then 1,000,000 records (``/topics/tenant-i/ns-j/topic-k``, ~100-byte
+Creates 100,000 then 1,000,000 records (``/topics/tenant-i/ns-j/topic-k``, 90-byte
 values, must-not-exist puts) on a fresh durable embedded engine with 5 shards,
 from many concurrent tasks, and reports creates/s, latency percentiles and peak RSS.
 
