@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..meta import open_engine
+from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
+from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
 from .http import start_http
 
@@ -53,24 +55,28 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
             loop.add_signal_handler(sig, stop.set)
 
     objects = open_object_store(objects_url)  # first: a bad URL fails before anything opens
-    engine = open_engine(str(config.data_dir / "meta"), shards=config.metadata_shards)
-    meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}")
-    storage = StreamStorage(meta, objects, node_id=f"standalone-{os.getpid()}")
-    gc_task = asyncio.ensure_future(_gc_loop(GarbageCollector(meta, objects), config.gc_interval))
-    http = await start_http(config.bind, config.http_port)
-    for protocol, port in (("pulsar", config.pulsar_port), ("kafka", config.kafka_port), ("oxia", config.oxia_port)):
-        log.info("%s listener (port %d) is not part of this build yet", protocol, port)
-    log.info("nereus standalone ready: http=%s:%d data=%s objects=%s", config.bind, config.http_port,
-             config.data_dir, objects_url)
-    if ready is not None:
-        ready.set()
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        # Unwound in reverse order, also when a listener fails to start (port in use).
+        stack.push_async_callback(objects.close)
+        engine = open_engine(str(config.data_dir / "meta"), shards=config.metadata_shards)
+        stack.push_async_callback(engine.close)
+        oxia = await start_oxia_server(engine, config.bind, config.oxia_port)
+        stack.push_async_callback(oxia.stop)
+        meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}")
+        stack.push_async_callback(meta.close)
+        storage = StreamStorage(meta, objects, node_id=f"standalone-{os.getpid()}")
+        stack.push_async_callback(storage.close)
+        gc_task = asyncio.ensure_future(_gc_loop(GarbageCollector(meta, objects), config.gc_interval))
+        stack.callback(gc_task.cancel)
+        http = await start_http(config.bind, config.http_port)
+        stack.push_async_callback(http.cleanup)
+        pulsar = PulsarService(storage, meta, host=config.bind, port=config.pulsar_port)
+        await pulsar.start()
+        stack.push_async_callback(pulsar.stop)
+        log.info("kafka listener (port %d) is not part of this build yet", config.kafka_port)
+        log.info("nereus standalone ready: http=%s:%d pulsar=%d oxia=%d data=%s objects=%s", config.bind,
+                 config.http_port, config.pulsar_port, config.oxia_port, config.data_dir, objects_url)
+        if ready is not None:
+            ready.set()
         await stop.wait()
-    finally:
         log.info("shutting down")
-        gc_task.cancel()
-        await http.cleanup()
-        await storage.close()
-        await meta.close()
-        await objects.close()
-        await engine.close()

@@ -144,7 +144,7 @@ class Subscription:
     def _owner(self, key: int) -> ConsumerSlot:
         # Rendezvous hashing: a consumer joining or leaving moves only its share of keys.
         return max(self.consumers.values(),
-                   key=lambda s: xxhash.xxh64_intdigest(f"{key}/{s.name}/{s.token}"))
+                   key=lambda s: xxhash.xxh64_intdigest(f"{key}/{s.name}/{s.token}".encode()))
 
     def dispatched(self, slot: ConsumerSlot, base: int, count: int, key: int | None = None) -> int:
         """Record an entry sent to ``slot``; returns its redelivery count."""

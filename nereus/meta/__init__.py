@@ -1,7 +1,7 @@
 """Nereus metadata plane: Oxia's data model behind one async ``MetadataStore`` API.
 
-Backends: ``embedded`` (in-process engine, ``open_engine``); an ``oxia://`` client
-will plug into ``connect`` later.
+Backends: ``embedded`` (in-process engine, ``open_engine``) and ``oxia://`` (a gRPC
+client of any Oxia-protocol server, e.g. ``nereus oxia``).
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ def connect(url: str, *, engine: Engine | None = None, namespace: str = "default
     * ``embedded`` with ``engine=``: a client of that engine (the caller closes it);
     * ``embedded:///abs/data/dir`` or ``embedded://`` (in memory) without ``engine``:
       opens a private engine that the returned client closes with itself;
-    * ``oxia://host:port`` is reserved for the Oxia-protocol backend (not yet).
+    * ``oxia://host:port[/namespace]``: an ``OxiaMetadataStore`` of that server.
 
-    ``options`` go to ``Engine.client`` (``identity``, ``session_timeout``).
+    ``options`` go to ``Engine.client`` (``identity``, ``session_timeout``) or to
+    ``OxiaMetadataStore`` (also ``retry_timeout``, ``max_inflight``).
     """
     scheme, _, rest = url.partition(":")
     if scheme == "embedded":
@@ -61,7 +62,12 @@ def connect(url: str, *, engine: Engine | None = None, namespace: str = "default
         client.owns_engine = owned
         return client
     if scheme == "oxia":
-        raise NotImplementedError("the oxia:// backend is not implemented yet")
+        from .oxia.client import OxiaMetadataStore
+
+        if not rest.startswith("//") or len(rest) <= 2:
+            raise InvalidRequest(f"oxia URL must look like oxia://host:port[/namespace], not {url!r}")
+        address, _, path = rest[2:].partition("/")
+        return OxiaMetadataStore(address, path.strip("/") or namespace, **options)  # type: ignore[arg-type]
     raise InvalidRequest(f"unknown metadata URL {url!r}")
 
 

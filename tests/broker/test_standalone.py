@@ -1,5 +1,6 @@
 """`nereus standalone` as a real process: health, metrics, clean shutdown, CLI errors."""
 
+import asyncio
 import os
 import signal
 import socket
@@ -8,6 +9,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from nereus.meta import connect
 
 NEREUS = [sys.executable, "-m", "nereus.cli"]
 
@@ -31,10 +34,18 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> bytes:
     raise AssertionError(f"{url} did not answer")
 
 
+async def _metadata_reachable_over_oxia(port: int) -> None:
+    """Other processes (pipeline, CLI, a second broker) reach the metadata of a running standalone."""
+    async with connect(f"oxia://127.0.0.1:{port}") as meta:
+        put = await meta.put("/tools/probe", b"hello")
+        got = await meta.get("/tools/probe")
+        assert got.value == b"hello" and got.version.version_id == put.version.version_id
+
+
 def test_standalone_serves_health_and_metrics_and_stops_cleanly(tmp_path: Path):
-    port = free_port()
+    port, oxia_port = free_port(), free_port()
     args = ["standalone", "--data-dir", str(tmp_path / "data"), "--http-port", str(port),
-            "--pulsar-port", str(free_port()), "--kafka-port", str(free_port()), "--oxia-port", str(free_port())]
+            "--pulsar-port", str(free_port()), "--kafka-port", str(free_port()), "--oxia-port", str(oxia_port)]
     proc = subprocess.Popen(NEREUS + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert wait_http(f"http://127.0.0.1:{port}/admin/v2/brokers/health", proc) == b"ok"
@@ -42,6 +53,7 @@ def test_standalone_serves_health_and_metrics_and_stops_cleanly(tmp_path: Path):
         assert "nereus_storage_appended_entries_total" in metrics
         assert "process_resident_memory_bytes" in metrics
         assert (tmp_path / "data" / "meta").is_dir()
+        asyncio.run(_metadata_reachable_over_oxia(oxia_port))
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)

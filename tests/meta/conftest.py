@@ -1,10 +1,16 @@
 """Backends for the MetadataStore contract suite.
 
-To add a backend (e.g. an Oxia-protocol client), subclass ``Backend`` and add it
-to ``BACKENDS``; every test in test_contract.py then runs against it.
+To add a backend, subclass ``Backend`` and add it to ``BACKENDS``; every test in
+test_contract.py then runs against it. ``oxia`` is the Oxia-protocol client
+against a ``nereus oxia`` server process shared by the session (one namespace
+per test keeps the tests apart).
 """
 
 from __future__ import annotations
+
+import asyncio
+import itertools
+import tempfile
 
 import pytest
 
@@ -55,9 +61,32 @@ class EmbeddedBackend(Backend):
         await self.engine.close()
 
 
+class OxiaBackend(Backend):
+    name = "oxia"
+    _names = itertools.count()
+    _tmp = tempfile.TemporaryDirectory(prefix="nereus-oxia-contract-")
+
+    def __init__(self) -> None:
+        from tests.oxia.serverproc import shared_server
+
+        self.server = shared_server(self._tmp.name)
+        self.namespace = f"contract-{next(self._names)}"
+
+    def client(self, **kwargs) -> MetadataStore:
+        from nereus.meta.oxia.client import OxiaMetadataStore
+
+        return OxiaMetadataStore(self.server.address, self.namespace, **kwargs)
+
+    async def expire_sessions(self, client: MetadataStore) -> None:
+        # A real server clock: stop heartbeating and wait out the timeout and a sweep.
+        client._pause_heartbeats()  # type: ignore[attr-defined]
+        await asyncio.sleep(client.session_timeout + 1.0)  # type: ignore[attr-defined]
+
+
 BACKENDS = {
     "embedded-disk": lambda tmp_path: EmbeddedBackend(str(tmp_path / "meta")),
     "embedded-memory": lambda tmp_path: EmbeddedBackend(None),
+    "oxia": lambda tmp_path: OxiaBackend(),
 }
 
 

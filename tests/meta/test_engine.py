@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from nereus.meta import EXPECT_ABSENT, UnexpectedVersion, open_engine
+from nereus.meta import EXPECT_ABSENT, InvalidRequest, UnexpectedVersion, open_engine
 from nereus.meta.embedded import Engine, ManualClock, NotificationsOverflow
 
 
@@ -55,9 +55,11 @@ async def test_sessions_expire_after_restart(tmp_path):
     await c.put("/eph/b", b"x", ephemeral=True, partition_key="zz")
     await engine.close()  # "crash": the client never closed its session
     clock = ManualClock()
-    async with Engine(d, clock=clock) as engine:
+    async with Engine(d, clock=clock, sweep_interval=3600) as engine:  # we sweep by hand
         c = engine.client()
-        assert await c.get("/eph/a") is not None  # the session gets a fresh timeout
+        # Both shards opened (and gave the sessions a fresh timeout) before time moves.
+        assert await c.get("/eph/a") is not None
+        assert await c.get("/eph/b", partition_key="zz") is not None
         clock.advance(4)
         assert await engine.expire_sessions() == 0
         clock.advance(2)
@@ -176,5 +178,10 @@ async def test_connect_urls(tmp_path):
         await c.put("/e", b"", ephemeral=True)
         await c.close()
         assert not engine.closed
-    with pytest.raises(NotImplementedError):
-        connect("oxia://localhost:6648")
+    from nereus.meta.oxia.client import OxiaMetadataStore
+
+    oc = connect("oxia://localhost:6648/tenant-a")  # connects lazily, on first use
+    assert isinstance(oc, OxiaMetadataStore) and oc.namespace == "tenant-a"
+    await oc.close()
+    with pytest.raises(InvalidRequest):
+        connect("oxia:localhost")

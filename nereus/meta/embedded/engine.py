@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+import weakref
 from typing import TYPE_CHECKING
 
 from ..api import Comparison
@@ -86,6 +87,8 @@ class Engine:
         if data_dir is None:
             base = "/dev/shm" if os.path.isdir("/dev/shm") else None
             self.data_dir = tempfile.mkdtemp(prefix="nereus-meta-", dir=base)
+            # Removed by close(), or at interpreter exit if the engine was never closed.
+            weakref.finalize(self, shutil.rmtree, self.data_dir, True)
         else:
             self.data_dir = os.path.abspath(data_dir)
             os.makedirs(self.data_dir, exist_ok=True)
@@ -165,11 +168,15 @@ class Engine:
         return queued
 
     async def expire_sessions(self) -> int:
-        """Expire overdue sessions now and wait until their records are gone (tests)."""
+        """Expire overdue sessions now and wait until their records are gone (tests).
+
+        Returns how many sessions this call expired (the sweeper thread may have
+        taken some first; their cleanup is awaited too).
+        """
         expired = self._sweep()
-        # Each shard runs its queue in order, so a no-op read behind the closes
-        # resolves only after they committed.
-        shards = {shard for shard, _ in expired}
+        # Each shard runs its queue in order, so a no-op read queued behind the
+        # closes (ours or the sweeper's) resolves only after they committed.
+        shards = [s for ns in list(self._namespaces.values()) for s in ns.shards]
         await asyncio.gather(*(s.call(GET, b"\x00", Comparison.EQUAL, False) for s in shards))
         return len(expired)
 

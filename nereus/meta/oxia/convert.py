@@ -12,7 +12,7 @@ from ..api import Comparison, Notification, NotificationType, Record, Version
 from ..embedded.client import MAX_VALUE
 from ..embedded.store import MAX_ENCODED_KEY
 from ..errors import InvalidRequest
-from ..keys import encode_key
+from ..keys import decode_key, encode_key  # noqa: F401 - decode_key re-exported for the client
 from .proto import client_pb2 as pb
 
 #: gRPC metadata keys Oxia clients send along with their calls.

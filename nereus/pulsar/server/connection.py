@@ -16,6 +16,7 @@ import time
 from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry_command, pb, type_name, wrap
 from ..codec.frames import FRAME_HEADROOM
 from . import consumers, lookup, metrics, producers
+from .errors import ProtocolViolation
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,6 @@ SERVER_VERSION = "Pulsar Server 4.0.0 (nereus)"
 MAX_PROTOCOL_VERSION = 21
 # Stop reading a connection's socket while this many SENDs wait for storage.
 MAX_PENDING_SENDS = 2000
-
-
-class ProtocolViolation(Exception):
-    """The client broke the protocol: the connection is closed."""
 
 
 class ServerConnection(asyncio.Protocol):

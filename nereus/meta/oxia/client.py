@@ -1,0 +1,342 @@
+"""``OxiaMetadataStore``: the ``MetadataStore`` interface over Oxia's gRPC protocol.
+
+Works against ``nereus oxia`` (or ``nereus standalone --oxia-port``) and any Oxia
+server. It follows the namespace's shard map, routes keys with the xxh3 hash
+ranges, batches concurrent writes per shard into WriteStream messages, keeps one
+session per shard alive with heartbeats, streams notifications, and retries
+reads and unsent writes with backoff while the server is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+import uuid
+from typing import Any, AsyncIterator, Sequence
+
+import grpc
+
+from ..api import Comparison, MetadataStore, NotificationStream, PutResult, Record
+from ..errors import (InvalidRequest, MetadataClosed, MetadataError, MetadataUnavailable,
+                      SessionNotFound, UnexpectedVersion)
+from . import convert as cv
+from ._conn import RETRYABLE, Backoff, Connection, ShardInfo, error_from_rpc
+from ._notify import OxiaNotificationStream
+from ._writer import DELETE, DELETE_RANGE, PUT, ShardWriter
+from .proto import client_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+_NEAREST_IS_MIN = {Comparison.CEILING: True, Comparison.HIGHER: True,
+                   Comparison.FLOOR: False, Comparison.LOWER: False}
+
+
+class OxiaMetadataStore(MetadataStore):
+    """Client of one namespace of an Oxia-protocol server at ``address`` (host:port).
+
+    ``retry_timeout`` bounds how long an operation waits for an unreachable server.
+    """
+
+    def __init__(self, address: str, namespace: str = "default", *, identity: str | None = None,
+                 session_timeout: float = 15.0, retry_timeout: float = 30.0, max_inflight: int = 2):
+        if session_timeout <= 0:
+            raise InvalidRequest("session_timeout must be positive")
+        self._conn = Connection(address, namespace, retry_timeout)
+        self.namespace = namespace
+        self.identity = identity or f"nereus-{uuid.uuid4().hex[:12]}"
+        self.session_timeout = session_timeout
+        self._max_inflight = max_inflight
+        self._writers: dict[int, ShardWriter] = {}
+        self._sessions: dict[int, int] = {}
+        self._creating: dict[int, asyncio.Future[int]] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._heartbeats_paused = False
+        self._streams: list[NotificationStream] = []
+        self._closed = False
+
+    def _check(self) -> None:
+        if self._closed:
+            raise MetadataClosed("metadata client is closed")
+
+    async def _route(self, key: str, partition_key: str | None) -> ShardInfo:
+        if partition_key is not None and not isinstance(partition_key, str):
+            raise InvalidRequest("partition_key must be a str")
+        await self._conn.ready()
+        return self._conn.route(key if partition_key is None else partition_key)
+
+    async def _shards(self, partition_key: str | None) -> list[ShardInfo]:
+        if partition_key is None:
+            await self._conn.ready()
+            return list(self._conn.shards)
+        return [await self._route("", partition_key)]
+
+    def _write(self, shard: ShardInfo, kind: int, msg: Any, size: int) -> asyncio.Future:
+        w = self._writers.get(shard.id)
+        if w is None:
+            w = self._writers[shard.id] = ShardWriter(self._conn, shard.id, self._max_inflight)
+        return w.submit(kind, msg, size)
+
+    # ------------------------------------------------------------------ writes
+    async def put(self, key: str, value: bytes, *, expected_version_id: int | None = None,
+                  partition_key: str | None = None, sequence_key_deltas: Sequence[int] | None = None,
+                  ephemeral: bool = False) -> PutResult:
+        self._check()
+        cv.check_key(key)
+        value = cv.check_value(value)
+        expected = cv.check_expected(expected_version_id)
+        deltas = cv.check_deltas(sequence_key_deltas, partition_key, expected)
+        shard = await self._route(key, partition_key)
+        msg = pb.PutRequest(key=key, value=value)
+        if expected is not None:
+            msg.expected_version_id = expected
+        if partition_key is not None:
+            msg.partition_key = partition_key
+        if ephemeral:
+            msg.session_id = await self._session(shard)
+            msg.client_identity = self.identity
+        if deltas:
+            # Alone in its request: only the server can reject a sequence, and that
+            # rejection fails the whole request it is in.
+            msg.sequence_key_delta.extend(deltas)
+            res = await self._write_alone(shard, msg)
+        else:
+            res = await self._write(shard, PUT, msg, len(key) + len(value) + 32)
+        if res.status == pb.OK:
+            return PutResult(res.key if res.HasField("key") else key, cv.version_from_pb(res.version))
+        if res.status == pb.SESSION_DOES_NOT_EXIST:
+            if self._sessions.get(shard.id) == msg.session_id:
+                del self._sessions[shard.id]  # expired under us: the next ephemeral put opens one
+            raise SessionNotFound(f"session {msg.session_id} does not exist")
+        raise _status_error(res.status, key)
+
+    async def _write_alone(self, shard: ShardInfo, msg: pb.PutRequest) -> pb.PutResponse:
+        await self._conn.ready()
+        try:
+            resp = await self._conn.stub(shard.leader).Write(
+                pb.WriteRequest(shard=shard.id, puts=[msg]), metadata=self._conn.shard_metadata(shard.id))
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from None
+        return resp.puts[0]
+
+    async def delete(self, key: str, *, expected_version_id: int | None = None,
+                     partition_key: str | None = None) -> bool:
+        self._check()
+        cv.check_key(key)
+        expected = cv.check_expected(expected_version_id)
+        msg = pb.DeleteRequest(key=key)
+        if expected is not None:
+            msg.expected_version_id = expected
+        res = await self._write(await self._route(key, partition_key), DELETE, msg, len(key) + 16)
+        if res.status == pb.OK:
+            return True
+        if res.status == pb.KEY_NOT_FOUND:
+            return False
+        raise _status_error(res.status, key)
+
+    async def delete_range(self, min_key_inclusive: str, max_key_exclusive: str, *,
+                           partition_key: str | None = None) -> None:
+        self._check()
+        cv.check_key(min_key_inclusive, "range start")
+        cv.check_key(max_key_exclusive, "range end")
+        msg = pb.DeleteRangeRequest(start_inclusive=min_key_inclusive, end_exclusive=max_key_exclusive)
+        size = len(min_key_inclusive) + len(max_key_exclusive) + 16
+        results = await asyncio.gather(*(self._write(s, DELETE_RANGE, msg, size)
+                                         for s in await self._shards(partition_key)))
+        for res in results:
+            if res.status != pb.OK:
+                raise _status_error(res.status, min_key_inclusive)
+
+    # ------------------------------------------------------------------- reads
+    async def get(self, key: str, *, comparison: Comparison = Comparison.EQUAL,
+                  partition_key: str | None = None, include_value: bool = True) -> Record | None:
+        self._check()
+        cv.check_key(key)
+        if not isinstance(comparison, Comparison):
+            raise InvalidRequest(f"invalid comparison {comparison!r}")
+        req = pb.GetRequest(key=key, include_value=include_value,
+                            comparison_type=cv.COMPARISON_TO_PB[comparison])
+        if comparison is Comparison.EQUAL or partition_key is not None:
+            return await self._get(await self._route(key, partition_key), req)
+        found = [r for r in await asyncio.gather(*(self._get(s, req) for s in await self._shards(None)))
+                 if r is not None]
+        if not found:
+            return None
+        pick = min if _NEAREST_IS_MIN[comparison] else max
+        return pick(found, key=lambda r: cv.encode_key(r.key))
+
+    async def _get(self, shard: ShardInfo, req: pb.GetRequest) -> Record | None:
+        async def call() -> pb.GetResponse:
+            stream = self._conn.stub(shard.leader).Read(
+                pb.ReadRequest(shard=shard.id, gets=[req]), metadata=self._conn.shard_metadata(shard.id))
+            resp = await stream.read()
+            if resp is grpc.aio.EOF:
+                raise MetadataUnavailable("empty read response")
+            return resp.gets[0]
+
+        res = await self._conn.retry(call)
+        if res.status == pb.KEY_NOT_FOUND:
+            return None
+        if res.status != pb.OK:
+            raise _status_error(res.status, req.key)
+        return cv.record_from_pb(res, req.key, req.include_value)
+
+    def list(self, min_key_inclusive: str, max_key_exclusive: str, *,
+             partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[str]:
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False)
+
+    def range_scan(self, min_key_inclusive: str, max_key_exclusive: str, *,
+                   partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[Record]:
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, True)
+
+    async def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
+                    with_values: bool) -> AsyncIterator[Any]:
+        self._check()
+        cv.check_key(lo, "range start")
+        cv.check_key(hi, "range end")
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise InvalidRequest("page_size must be a positive int")
+        # The server streams each shard's range in chunks (its own page size); the
+        # shards are merged here by encoded key, which orders as Oxia's key order.
+        its = [self._shard_scan(s, lo, hi, with_values) for s in await self._shards(partition_key)]
+        heap: list[tuple[bytes, int, Any]] = []
+        try:
+            for i, head in enumerate(await asyncio.gather(*(anext(it, None) for it in its))):
+                if head is not None:
+                    heap.append((head[0], i, head[1]))
+            heapq.heapify(heap)
+            while heap:
+                _, i, item = heapq.heappop(heap)
+                yield item
+                nxt = await anext(its[i], None)
+                if nxt is not None:
+                    heapq.heappush(heap, (nxt[0], i, nxt[1]))
+        finally:
+            for it in its:
+                await it.aclose()
+
+    async def _shard_scan(self, shard: ShardInfo, lo: str, hi: str,
+                          with_values: bool) -> AsyncIterator[tuple[bytes, Any]]:
+        last: bytes | None = None
+        start = lo
+        deadline = time.monotonic() + self._conn.retry_timeout
+        backoff = Backoff()
+        while True:
+            self._check()
+            stub, md = self._conn.stub(shard.leader), self._conn.shard_metadata(shard.id)
+            if with_values:
+                call = stub.RangeScan(pb.RangeScanRequest(shard=shard.id, start_inclusive=start,
+                                                          end_exclusive=hi), metadata=md)
+            else:
+                call = stub.List(pb.ListRequest(shard=shard.id, start_inclusive=start, end_exclusive=hi),
+                                 metadata=md)
+            try:
+                async for resp in call:
+                    for item in (resp.records if with_values else resp.keys):
+                        k = item.key if with_values else item
+                        ek = cv.encode_key(k)
+                        if last is not None and ek <= last:
+                            continue  # already yielded before a retry
+                        last = ek
+                        yield ek, (cv.record_from_pb(item, k, True) if with_values else k)
+                return
+            except grpc.RpcError as e:
+                if e.code() not in RETRYABLE or time.monotonic() >= deadline:
+                    raise error_from_rpc(e) from None
+                if last is not None:
+                    start = cv.decode_key(last)  # resume at the last key seen (skipped above)
+            finally:
+                call.cancel()
+            await backoff.wait()
+
+    # ----------------------------------------------------------- notifications
+    def notifications(self) -> NotificationStream:
+        self._check()
+        stream = OxiaNotificationStream(self._conn)
+        self._streams.append(stream)
+        return stream
+
+    # ---------------------------------------------------------------- sessions
+    async def _session(self, shard: ShardInfo) -> int:
+        sid = self._sessions.get(shard.id)
+        if sid is not None:
+            return sid
+        pending = self._creating.get(shard.id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._open_session(shard))
+            self._creating[shard.id] = pending
+            pending.add_done_callback(lambda _f: self._creating.pop(shard.id, None))
+        return await asyncio.shield(pending)
+
+    async def _open_session(self, shard: ShardInfo) -> int:
+        req = pb.CreateSessionRequest(shard=shard.id, session_timeout_ms=int(self.session_timeout * 1000),
+                                      client_identity=self.identity)
+        resp = await self._conn.retry(lambda: self._conn.stub(shard.leader).CreateSession(
+            req, metadata=self._conn.shard_metadata(shard.id)))
+        self._sessions[shard.id] = resp.session_id
+        log.debug("client %s opened session %d on shard %d", self.identity, resp.session_id, shard.id)
+        if self._heartbeat is None and not self._heartbeats_paused:
+            self._heartbeat = asyncio.create_task(self._heartbeats(), name=f"oxia-heartbeat-{self.identity}")
+        return resp.session_id
+
+    async def _heartbeats(self) -> None:
+        interval = max(self.session_timeout / 4, 0.05)  # several beats per timeout
+
+        async def beat(shard_id: int, sid: int) -> None:
+            try:
+                await self._conn.stub(self._conn.shard(shard_id).leader).KeepAlive(
+                    pb.SessionHeartbeat(shard=shard_id, session_id=sid),
+                    metadata=self._conn.shard_metadata(shard_id), timeout=interval * 2)
+            except (grpc.RpcError, MetadataError) as e:
+                err = error_from_rpc(e) if isinstance(e, grpc.RpcError) else e
+                if isinstance(err, SessionNotFound):
+                    log.warning("session %d of %s on shard %d expired", sid, self.identity, shard_id)
+                    if self._sessions.get(shard_id) == sid:
+                        del self._sessions[shard_id]
+                else:  # transient: the session outlives a short outage
+                    log.debug("heartbeat of session %d failed: %s", sid, err)
+
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.gather(*(beat(s, sid) for s, sid in list(self._sessions.items())))
+
+    def _pause_heartbeats(self) -> None:
+        """Test hook: stop heartbeating, as a hung or partitioned client would."""
+        self._heartbeats_paused = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+
+    # ------------------------------------------------------------------- close
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        for stream in self._streams:
+            await stream.close()
+        for w in self._writers.values():
+            await w.close()
+
+        async def close_session(shard_id: int, sid: int) -> None:
+            try:
+                await self._conn.stub(self._conn.shard(shard_id).leader).CloseSession(
+                    pb.CloseSessionRequest(shard=shard_id, session_id=sid),
+                    metadata=self._conn.shard_metadata(shard_id), timeout=5)
+            except (grpc.RpcError, MetadataError) as e:
+                log.warning("closing session %d of %s failed: %s", sid, self.identity, e)
+
+        await asyncio.gather(*(close_session(s, sid) for s, sid in self._sessions.items()))
+        self._sessions.clear()
+        await self._conn.close()
+
+
+def _status_error(status: int, key: str) -> MetadataError:
+    if status == pb.UNEXPECTED_VERSION_ID:
+        return UnexpectedVersion(f"{key!r}: unexpected version")
+    if status == pb.SESSION_DOES_NOT_EXIST:
+        return SessionNotFound(f"{key!r}: session does not exist")
+    return MetadataUnavailable(f"{key!r}: unexpected status {status}")

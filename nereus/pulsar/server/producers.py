@@ -1,0 +1,201 @@
+"""Producers: PRODUCER, SEND -> append -> SEND_RECEIPT, CLOSE_PRODUCER.
+
+A SEND is appended as it arrives (call order is offset order) and its receipt is
+queued; receipts leave strictly in SEND order even though appends complete
+asynchronously. Deduplication is by producer name and sequence id: a SEND whose
+sequence id is not above the highest one accepted is not stored again; it gets the
+MessageId of the original while that is still in flight, else ``-1:-1`` (what a
+Pulsar broker with deduplication answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+from ..codec import pb, wrap
+from . import entries, metrics
+from .errors import ProtocolViolation
+from .lookup import parse_topic
+
+log = logging.getLogger(__name__)
+
+_NO_ID = (1 << 64) - 1  # -1 as the uint64 of MessageIdData
+_WAIT_FOR_EXCLUSIVE_POLL = 0.2
+
+
+class _Pending:
+    __slots__ = ("seq", "highest", "future", "result", "error")
+
+    def __init__(self, seq: int, highest: int, future: asyncio.Future | None, result=None) -> None:
+        self.seq = seq
+        self.highest = highest
+        self.future = future
+        self.result = result  # (ledger id, entry id) once known
+        self.error: str | None = None
+
+
+class Producer:
+    def __init__(self, conn, producer_id: int, topic, name: str, access_mode: int) -> None:
+        self.conn = conn
+        self.producer_id = producer_id
+        self.topic = topic
+        self.name = name
+        self.access_mode = access_mode
+        self.token = conn.service.next_token()
+        self._queue: deque[_Pending] = deque()
+
+    @property
+    def exclusive(self) -> bool:
+        return self.access_mode != pb.Shared
+
+    def detach(self) -> None:
+        self.topic.producers.pop(self.token, None)
+        self._queue.clear()
+
+    def enqueue(self, item: _Pending) -> None:
+        self._queue.append(item)
+        if item.future is None:
+            self.drain()
+        else:
+            item.future.add_done_callback(lambda _f: self.drain())
+
+    def drain(self) -> None:
+        """Send the receipts (or errors) at the head of the queue whose appends are done."""
+        while self._queue:
+            head = self._queue[0]
+            if head.future is not None and not head.future.done():
+                return
+            self._queue.popleft()
+            if head.future is not None and head.result is None:
+                exc = head.future.exception() if not head.future.cancelled() else asyncio.CancelledError()
+                if exc is None:
+                    head.result = head.future.result()
+                else:
+                    head.error = f"{type(exc).__name__}: {exc}"
+            if head.error is not None:
+                metrics.SEND_ERRORS.labels("persistence").inc()
+                self.conn.send(wrap(pb.CommandSendError(producer_id=self.producer_id, sequence_id=head.seq,
+                                                        error=pb.PersistenceError, message=head.error)))
+                continue
+            ledger, entry = head.result
+            self.conn.send(wrap(pb.CommandSendReceipt(
+                producer_id=self.producer_id, sequence_id=head.seq, highest_sequence_id=head.highest,
+                message_id=pb.MessageIdData(ledgerId=ledger, entryId=entry))))
+
+
+async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
+    name = parse_topic(cmd.topic)
+    if name is None:
+        conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
+        return
+    existing = conn.producers.get(cmd.producer_id)
+    if existing is not None:  # a retried PRODUCER for a producer already created
+        _success(conn, cmd.request_id, existing)
+        return
+    topic = await conn.service.get_topic(name)
+    mode = cmd.producer_access_mode
+    producer_name = cmd.producer_name if cmd.HasField("producer_name") and cmd.producer_name else None
+    while True:
+        others = [p for p in topic.producers.values() if not p.conn.closed]
+        if producer_name is not None and any(p.name == producer_name for p in others):
+            conn.send_error(cmd.request_id, pb.ProducerBusy,
+                            f"producer with name {producer_name!r} is already connected to {name}")
+            return
+        busy = any(p.exclusive for p in others) or (mode != pb.Shared and others)
+        if not busy:
+            break
+        if mode == pb.ExclusiveWithFencing:
+            for other in others:
+                other.conn.send(wrap(pb.CommandCloseProducer(producer_id=other.producer_id, request_id=0)))
+                other.conn.producers.pop(other.producer_id, None)
+                other.detach()
+            break
+        if mode != pb.WaitForExclusive:
+            conn.send_error(cmd.request_id, pb.ProducerBusy, f"{name} has an exclusive producer")
+            return
+        await asyncio.sleep(_WAIT_FOR_EXCLUSIVE_POLL)
+        if conn.closed:
+            return
+    if mode != pb.Shared:
+        topic.epoch += 1
+    await topic.ensure_writer()
+    if conn.closed:
+        return
+    producer = Producer(conn, cmd.producer_id, topic, producer_name or conn.service.producer_name(), mode)
+    conn.producers[cmd.producer_id] = producer
+    topic.producers[producer.token] = producer
+    log.debug("producer %s created on %s", producer.name, name)
+    _success(conn, cmd.request_id, producer)
+
+
+def _success(conn, request_id: int, producer: Producer) -> None:
+    conn.send(wrap(pb.CommandProducerSuccess(
+        request_id=request_id, producer_name=producer.name,
+        last_sequence_id=producer.topic.dedup.last_sequence(producer.name),
+        topic_epoch=producer.topic.epoch, producer_ready=True)))
+
+
+def handle_send(conn, frame) -> None:
+    cmd: pb.CommandSend = frame.body
+    producer = conn.producers.get(cmd.producer_id)
+    if producer is None:
+        raise ProtocolViolation(f"SEND for unknown producer {cmd.producer_id}")
+    if frame.entry is None:
+        raise ProtocolViolation("SEND without a payload")
+    if not frame.checksum_ok:
+        # Pulsar's answer: the client checks its own copy, then resends or fails it.
+        metrics.SEND_ERRORS.labels("checksum").inc()
+        conn.send(wrap(pb.CommandSendError(producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                                           error=pb.ChecksumError, message="Checksum failed on the broker")))
+        return
+    meta = frame.metadata
+    topic, name = producer.topic, producer.name
+    seq = cmd.sequence_id
+    highest = max(seq, cmd.highest_sequence_id)
+    dedup = topic.dedup
+    if dedup.is_duplicate(name, seq):
+        metrics.DUPLICATES.labels(str(topic.name)).inc()
+        original = dedup.inflight.get((name, seq))
+        if original is not None:
+            producer.enqueue(_Pending(seq, highest, original))
+        else:
+            producer.enqueue(_Pending(seq, highest, None, (_NO_ID, _NO_ID)))
+        return
+    data, count = entries.stored_entry(frame, meta, highest)
+    dedup.accept(name, highest)
+    task = topic.append(data, count)
+    result: asyncio.Future = asyncio.get_running_loop().create_future()
+    dedup.inflight[(name, seq)] = result
+    conn.send_started()
+    size = len(data)
+
+    def done(t: asyncio.Task) -> None:
+        conn.send_finished()
+        dedup.inflight.pop((name, seq), None)
+        if t.cancelled() or t.exception() is not None:
+            dedup.failed(name)
+            result.set_exception(t.exception() if not t.cancelled() else asyncio.CancelledError())
+            return
+        base = t.result().base_offset
+        dedup.committed(name, highest, base + count)
+        label = str(topic.name)
+        metrics.IN_MESSAGES.labels(label).inc(count)
+        metrics.IN_BYTES.labels(label).inc(size)
+        result.set_result((topic.stream_id, base))
+        topic.appended()
+
+    task.add_done_callback(done)
+    result.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)  # mark retrieved
+    producer.enqueue(_Pending(seq, highest, result))
+
+
+async def handle_close_producer(conn, cmd: pb.CommandCloseProducer) -> None:
+    producer = conn.producers.pop(cmd.producer_id, None)
+    if producer is not None:
+        producer.detach()
+    conn.send_success(cmd.request_id)
+
+
+__all__ = ["Producer", "handle_close_producer", "handle_producer", "handle_send"]
