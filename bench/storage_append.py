@@ -6,7 +6,7 @@ the same directory: sequential writes of the same number of bytes in chunks of t
 WAL's object size with one fsync per chunk; and sequential 1 MiB reads of the
 objects the append phase wrote. Then append latency at a steady rate (open loop).
 
-Usage: python bench/storage_append.py [--mib 512] [--streams 100] [--rate 5000]
+Usage: python bench/storage_append.py [--mib 512] [--streams 100] [--rate 5000] [--meta-shards 1]
 The last line holds every figure as key=value pairs.
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+
+import uvloop
 import shutil
 import statistics
 import sys
@@ -69,8 +71,11 @@ def raw_read(root: Path) -> float:
     return total / (time.perf_counter() - start) / 1e6
 
 
+META_SHARDS = 1  # standalone's default on one machine (see --meta-shards)
+
+
 async def open_storage(work: Path, flush_interval: float) -> tuple:
-    engine = open_engine(str(work / "meta"), shards=4)
+    engine = open_engine(str(work / "meta"), shards=META_SHARDS)
     meta = engine.client()
     objects = open_object_store((work / "objects").resolve().as_uri())
     storage = StreamStorage(meta, objects, options=StorageOptions(wal=WalOptions(flush_interval=flush_interval)))
@@ -168,19 +173,22 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=4, help="in-flight appends per stream")
     parser.add_argument("--rate", type=int, default=5000, help="appends/s for the latency phase")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    parser.add_argument("--meta-shards", type=int, default=1, help="metadata engine shards")
     parser.add_argument("--dir", default=None, help="work directory (default: a temp dir under bench/)")
     args = parser.parse_args()
+    global META_SHARDS
+    META_SHARDS = args.meta_shards
     work = Path(args.dir or tempfile.mkdtemp(prefix="storage-bench-", dir=Path(__file__).parent))
     try:
         total = args.mib << 20
-        append_mbs, written = asyncio.run(append_phase(work, args.streams, total, args.inflight))
+        append_mbs, written = uvloop.run(append_phase(work, args.streams, total, args.inflight))
         objects_dir = work / "objects"
         n_objects = sum(1 for p in objects_dir.rglob("*") if p.is_file())
         object_size = max(1 << 16, written // max(1, n_objects))
         raw_w = raw_write(work / "raw.bin", written, object_size)
-        read_mbs = asyncio.run(read_phase(work, args.streams))
+        read_mbs = uvloop.run(read_phase(work, args.streams))
         raw_r = raw_read(objects_dir)
-        p50, p99, achieved = asyncio.run(latency_phase(work, args.streams, args.rate, args.seconds))
+        p50, p99, achieved = uvloop.run(latency_phase(work, args.streams, args.rate, args.seconds))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"append: {append_mbs:.1f} MB/s over {n_objects} objects (avg {object_size / 1e6:.2f} MB); "

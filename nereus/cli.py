@@ -36,7 +36,8 @@ def main(log_level: str) -> None:
 @click.option("--oxia-port", type=click.IntRange(0, 65535), default=6648, show_default=True)
 @click.option("--object-store", default=None, help="Object store URL (file://, s3://, memory://). "
               "Default: file://DATA_DIR/objects")
-@click.option("--metadata-shards", type=click.IntRange(1, 256), default=4, show_default=True)
+@click.option("--metadata-shards", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Shards of a new metadata namespace (one fsync stream each; 1 suits a single machine).")
 def standalone(data_dir: Path, bind: str, http_port: int, pulsar_port: int, kafka_port: int, oxia_port: int,
                object_store: str | None, metadata_shards: int) -> None:
     """Run everything in one process: metadata engine, object store, storage, listeners."""

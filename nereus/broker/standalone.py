@@ -29,7 +29,7 @@ class StandaloneConfig:
     kafka_port: int = 9092
     oxia_port: int = 6648
     object_store: str | None = None  # default: file://{data_dir}/objects
-    metadata_shards: int = 4
+    metadata_shards: int = 1
     gc_interval: float = 30.0
 
 
@@ -74,8 +74,9 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         await pulsar.start()
         stack.push_async_callback(pulsar.stop)
         log.info("kafka listener (port %d) is not part of this build yet", config.kafka_port)
-        log.info("nereus standalone ready: http=%s:%d pulsar=%d oxia=%d data=%s objects=%s", config.bind,
-                 config.http_port, config.pulsar_port, config.oxia_port, config.data_dir, objects_url)
+        log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s", config.bind,
+                 config.http_port, config.pulsar_port, config.kafka_port, config.oxia_port, config.data_dir,
+                 objects_url)
         if ready is not None:
             ready.set()
         await stop.wait()

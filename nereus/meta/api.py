@@ -15,6 +15,7 @@ A mismatch raises ``UnexpectedVersion``.
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
 from dataclasses import dataclass
 from typing import AsyncIterator, Sequence
@@ -56,6 +57,16 @@ class Version:
 class PutResult:
     key: str  # the stored key (differs from the requested one for sequence keys)
     version: Version
+
+
+@dataclass(frozen=True, slots=True)
+class PutOp:
+    """One put of a ``put_many`` batch (same meaning as ``put``'s arguments)."""
+
+    key: str
+    value: bytes
+    expected_version_id: int | None = None
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +126,20 @@ class MetadataStore(abc.ABC):
         each suffix is the previous highest suffix under ``key`` plus its delta, and
         the stored key is returned in the result.
         """
+
+    async def put_many(self, ops: Sequence[PutOp]) -> list[PutResult | Exception]:
+        """Several puts sent together, as Oxia's write requests carry them.
+
+        Each op succeeds or fails on its own (there is no atomicity across ops);
+        the result list holds a PutResult or the exception of each op, in order.
+        Ops routed to the same shard are applied in the order given. Backends
+        override this to send one message per shard instead of one per op.
+        """
+        return await asyncio.gather(
+            *(self.put(op.key, op.value, expected_version_id=op.expected_version_id, partition_key=op.partition_key)
+              for op in ops),
+            return_exceptions=True,
+        )
 
     @abc.abstractmethod
     async def delete(

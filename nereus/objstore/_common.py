@@ -47,8 +47,9 @@ def as_chunks(data: Payload) -> list[memoryview]:
         view = memoryview(part)
         if not view.c_contiguous:
             raise TypeError("object data buffers must be C-contiguous")
-        # cast("B") flattens typed or multi-dimensional views to plain bytes.
-        out.append(view.cast("B"))
+        # cast("B") flattens typed or multi-dimensional views to plain bytes (a
+        # flat byte view, the common case, needs no cast).
+        out.append(view if view.ndim == 1 and view.format == "B" else view.cast("B"))
     return out
 
 

@@ -36,7 +36,7 @@ from ..meta import cas
 from ..objstore import ObjectNotFound, ObjectStore
 from . import metrics, records, wal_format
 from .errors import CorruptObject
-from .records import IndexEntry, Tail
+from .records import Tail
 
 log = logging.getLogger(__name__)
 
@@ -172,18 +172,18 @@ class GarbageCollector:
         found: set[tuple[int, int]] = set()
         lo, hi = records.index_range(stream_id, hint)
         seen = 0
-        async for rec in self.meta.range_scan(lo, hi, partition_key=partition, page_size=64):
-            entry = IndexEntry.from_json(records.decode(rec.value))
-            if entry.object == object_key:
-                found.add((stream_id, entry.base))
+        async for rec in self.meta.range_scan(lo, hi, partition_key=partition, page_size=16):
+            for entry in records.decode_group(rec.value):
+                if entry.object == object_key:
+                    found.add((stream_id, entry.base))
             seen += 1
             if seen >= RESOLVE_SCAN_LIMIT:
                 break
         tail = await self.meta.get(records.tail_key(stream_id), partition_key=partition)
         if tail is not None:
-            last = Tail.decode(tail.value).last
-            if last is not None and last.object == object_key:
-                found.add((stream_id, last.base))
+            for entry in Tail.decode(tail.value).pending:
+                if entry.object == object_key:
+                    found.add((stream_id, entry.base))
         return sorted(found)
 
     async def _delete(self, object_key: str, marker_key: str) -> None:

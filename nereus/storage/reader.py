@@ -1,11 +1,10 @@
 """The read resolver: offsets -> index entries -> slices -> entries.
 
-Tailing reads come from the tail cache. Catch-up reads resolve a page of index
-entries with one range scan starting at the requested offset (the ``idx`` keys are
-named after each range's last offset, so the first key >= offset is the range that
-contains it), then fetch the slices they point to concurrently (read-ahead up to
+Tailing reads come from the tail cache. Catch-up reads resolve index groups with a
+range scan starting at the requested offset (the ``idx`` keys are named after each
+group's last offset, so the first key >= offset is the group that contains it), then fetch the slices they point to concurrently (read-ahead up to
 ``max_bytes``) with one ranged GET each, verify their checksums and cache them.
-The tail's last slice may not have its ``idx`` key yet; the tail record covers it.
+Slices not yet in an ``idx`` group are listed in the tail record (``pending``).
 """
 
 from __future__ import annotations
@@ -64,30 +63,40 @@ class StreamReader:
         return out
 
     async def resolve(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[IndexEntry]:
-        """Index entries covering ``offset`` onwards, about ``max_bytes`` worth."""
+        """Index entries (slices) covering ``offset`` onwards, about ``max_bytes`` worth."""
         partition = records.stream_partition(stream_id)
         lo, hi = records.index_range(stream_id, offset)
         found: list[IndexEntry] = []
         total = 0
-        async for rec in self.meta.range_scan(lo, hi, partition_key=partition, page_size=16):
-            entry = IndexEntry.from_json(records.decode(rec.value))
-            if not found and entry.base > offset:
-                raise StorageError(f"stream {stream_id}: index has no entry for offset {offset}")
+        next_needed = offset
+
+        def take(entry: IndexEntry) -> bool:
+            """Add a slice if it extends the run; True when enough was found."""
+            nonlocal total, next_needed
+            if entry.last < next_needed:
+                return False  # before the run, or a duplicate from an overlapping group
+            if entry.base > next_needed:
+                raise StorageError(f"stream {stream_id}: index has no entry for offset {next_needed}")
             found.append(entry)
             total += entry.length
-            if total >= max_bytes or entry.last + 1 >= end or len(found) >= _MAX_READ_AHEAD:
+            next_needed = entry.last + 1
+            return total >= max_bytes or next_needed >= end or len(found) >= _MAX_READ_AHEAD
+
+        async for rec in self.meta.range_scan(lo, hi, partition_key=partition, page_size=4):
+            for entry in records.decode_group(rec.value):
+                if take(entry):
+                    return found
+        tail = await self._tail(stream_id)
+        for entry in tail.pending:
+            if take(entry):
                 return found
-        if not found or found[-1].last + 1 < end:
-            last = await self._tail_slice(stream_id)
-            if last is not None and last.last >= offset and (not found or last.base == found[-1].last + 1):
-                found.append(last)
         if not found:
             raise StorageError(f"stream {stream_id}: no committed entry for offset {offset}")
         return found
 
-    async def _tail_slice(self, stream_id: int) -> IndexEntry | None:
+    async def _tail(self, stream_id: int) -> Tail:
         rec = await self.meta.get(records.tail_key(stream_id), partition_key=records.stream_partition(stream_id))
-        return Tail.decode(rec.value).last if rec is not None else None
+        return Tail.decode(rec.value) if rec is not None else Tail(0, 0, 0)
 
     async def _load(self, stream_id: int, entry: IndexEntry) -> list[tuple[int, memoryview]]:
         key = (entry.object, entry.position)

@@ -4,16 +4,16 @@ Per stream ``s`` (all under partition key ``/nereus/s/{s:020d}``, so on one shar
 
     meta           {name, created}                       immutable description
     session        {token, owner, since}                 current append session
-    tail           {next, size, token, last}             next offset, cumulative size,
-                                                         fencing token, last slice
+    tail           {next, size, token, pending}          next offset, cumulative size,
+                                                         fencing token, slices not in idx yet
     start          {start}                               first readable offset (trim)
-    idx/{last:020d} IndexEntry                           offset index, keyed by the
-                                                         last offset of the range
+    idx/{last:020d} {slices: [IndexEntry...]}            offset index: a group of contiguous
+                                                         slices, keyed by its last offset
 
-The CAS on ``tail`` is the commit point of a slice. The slice in ``tail.last`` may
-not have its ``idx`` key yet (it is written right after the commit); readers and
-the next session fall back to ``tail.last``, so the index is the ``idx`` keys plus
-the tail's last slice.
+The CAS on ``tail`` is the commit point of a slice: the slice joins ``tail.pending``.
+When ``pending`` holds a full group, the group is written as one ``idx`` key and the
+next commit starts a new group, so a commit costs one metadata write plus a
+fraction of one. The offset index is the ``idx`` groups plus ``tail.pending``.
 
 Objects: ``/nereus/objects/{key}`` holds the reference count of one object; a
 ``/nereus/gc/pending/{key}`` marker exists while an object's slices are being
@@ -143,21 +143,38 @@ class IndexEntry:
         return cls(**value)
 
 
+def encode_entry_json(entry: IndexEntry) -> str:
+    return json.dumps(entry.to_json(), separators=(",", ":"))
+
+
+def encode_group(entries_json: list[str]) -> bytes:
+    """An idx value: a group of contiguous slices, given as pre-encoded entries."""
+    return ('{"slices":[' + ",".join(entries_json) + "]}").encode()
+
+
+def decode_group(data: bytes) -> list[IndexEntry]:
+    return [IndexEntry.from_json(e) for e in json.loads(data)["slices"]]
+
+
 @dataclass(frozen=True, slots=True)
 class Tail:
+    """The commit point of a stream: next offset, size, fencing token, and the
+    slices committed since the last idx group was written (``pending``)."""
+
     next: int
     size: int
     token: int
-    last: IndexEntry | None
+    pending: tuple[IndexEntry, ...] = ()
 
-    def encode(self) -> bytes:
-        return encode(
-            {"next": self.next, "size": self.size, "token": self.token,
-             "last": self.last.to_json() if self.last else None}
-        )
+    def encode(self, pending_json: list[str] | None = None) -> bytes:
+        """``pending_json`` may carry the entries already encoded (the hot path keeps them)."""
+        if pending_json is None:
+            pending_json = [encode_entry_json(e) for e in self.pending]
+        return (f'{{"next":{self.next},"size":{self.size},"token":{self.token},"pending":['
+                + ",".join(pending_json) + "]}").encode()
 
     @classmethod
     def decode(cls, data: bytes | None) -> "Tail":
         value = decode(data)
-        last = value.get("last")
-        return cls(value["next"], value["size"], value["token"], IndexEntry.from_json(last) if last else None)
+        return cls(value["next"], value["size"], value["token"],
+                   tuple(IndexEntry.from_json(e) for e in value.get("pending", ())))

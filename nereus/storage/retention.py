@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 
 from . import records
-from .records import IndexEntry
 from .service import StreamStorage
 
 
@@ -31,12 +30,15 @@ async def enforce(storage: StreamStorage, stream_id: int, policy: RetentionPolic
     now_ms = int((time.time() if now is None else now) * 1000)
     partition = records.stream_partition(stream_id)
     lo, hi = records.index_range(stream_id, start)
-    previous_size = None
+    slices = []
     async for rec in storage.meta.range_scan(lo, hi, partition_key=partition):
-        entry = IndexEntry.from_json(records.decode(rec.value))
-        slice_start_size = entry.size - entry.length if previous_size is None else previous_size
-        previous_size = entry.size
-        too_big = policy.max_bytes is not None and tail.size - slice_start_size > policy.max_bytes
+        slices += [e for e in records.decode_group(rec.value) if e.last >= start]
+        if len(slices) > 1024:
+            break  # enough to decide this round; the next pass continues
+    seen = {e.base for e in slices}
+    slices += [e for e in tail.pending if e.last >= start and e.base not in seen]
+    for entry in slices:
+        too_big = policy.max_bytes is not None and tail.size - (entry.size - entry.length) > policy.max_bytes
         too_old = policy.max_age_seconds is not None and now_ms - entry.timestamp > policy.max_age_seconds * 1000
         if not (too_big or too_old):
             break

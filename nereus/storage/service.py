@@ -99,12 +99,12 @@ class StreamStorage:
         partition = records.stream_partition(stream_id)
         await acquire(self.meta, stream_id, f"{self.node_id}-delete")
         await self.meta.delete(records.name_key(name))
-        tail_rec = await self.meta.get(records.tail_key(stream_id), partition_key=partition)
-        released = await self._release_index(stream_id, 10**records.OFFSET_WIDTH - 1)
-        if tail_rec is not None:
-            last = Tail.decode(tail_rec.value).last
-            if last is not None and (last.object, last.base) not in released:
-                await gc.release(self.meta, last.object, [(stream_id, last.base)])
+        tail = await self.tail(stream_id)
+        await self._release_index(stream_id, 10**records.OFFSET_WIDTH - 1)
+        by_object: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for entry in tail.pending:  # releases are idempotent: overlap with idx groups is fine
+            by_object[entry.object].append((stream_id, entry.base))
+        await asyncio.gather(*(gc.release(self.meta, key, pairs) for key, pairs in by_object.items()))
         for lo, hi in records.subtree_ranges(partition):
             await self.meta.delete_range(lo, hi, partition_key=partition)
         self.tail_cache.drop(stream_id)
@@ -112,7 +112,7 @@ class StreamStorage:
     # -- shared by handles ---------------------------------------------------------------
     async def tail(self, stream_id: int) -> Tail:
         rec = await self.meta.get(records.tail_key(stream_id), partition_key=records.stream_partition(stream_id))
-        return Tail.decode(rec.value) if rec is not None else Tail(0, 0, 0, None)
+        return Tail.decode(rec.value) if rec is not None else Tail(0, 0, 0)
 
     async def start(self, stream_id: int) -> int:
         rec = await self.meta.get(records.start_key(stream_id), partition_key=records.stream_partition(stream_id))
@@ -130,14 +130,14 @@ class StreamStorage:
             partition_key=records.stream_partition(stream_id),
         )
         start = records.decode(result.value)["start"]
-        # The tail's last slice keeps its idx key: a pending or repairing index write
-        # could otherwise resurrect it after release (see session._repair_index).
-        limit = min(start, tail.last.base if tail.last else tail.next)
+        # Groups overlapping tail.pending stay: a group write in flight (or one a new
+        # session makes from the tail) could otherwise resurrect them after release.
+        limit = min(start, tail.pending[0].base if tail.pending else tail.next)
         await self._release_index(stream_id, limit - 1)
         return start
 
     async def _release_index(self, stream_id: int, last_offset: int) -> set[tuple[str, int]]:
-        """Delete idx keys whose range ends at or below ``last_offset``; release their objects."""
+        """Delete idx groups ending at or below ``last_offset``; release their objects."""
         if last_offset < 0:
             return set()
         partition = records.stream_partition(stream_id)
@@ -145,13 +145,13 @@ class StreamStorage:
         by_object: dict[str, list[tuple[int, int]]] = defaultdict(list)
         released: set[tuple[str, int]] = set()
         async for rec in self.meta.range_scan(lo, hi, partition_key=partition):
-            entry = IndexEntry.from_json(records.decode(rec.value))
             try:
                 await self.meta.delete(rec.key, expected_version_id=rec.version.version_id, partition_key=partition)
             except UnexpectedVersion:
                 continue  # replaced concurrently; its new owner releases it
-            by_object[entry.object].append((stream_id, entry.base))
-            released.add((entry.object, entry.base))
+            for entry in records.decode_group(rec.value):
+                by_object[entry.object].append((stream_id, entry.base))
+                released.add((entry.object, entry.base))
         await asyncio.gather(*(gc.release(self.meta, key, pairs) for key, pairs in by_object.items()))
         return released
 

@@ -5,14 +5,16 @@ Rules (invariants 2 and 3 of ARCHITECTURE.md):
 1. Acquire bumps ``session.token`` (CAS), then stamps the new token into ``tail``
    (CAS). From that moment every CAS on ``tail`` by an older session fails,
    because it expects a version of ``tail`` that no longer exists.
-2. A slice commits by a CAS on ``tail`` with the version this session last wrote.
-   Success is the linearization point: the offsets ``[next, next + records)``
-   belong to the slice. Any other outcome (the tail changed under us) means another
-   session took over: this session is fenced for good and its slice never becomes
-   visible.
-3. After the commit the slice's ``idx`` key is written; the next commit of the
-   same session waits for it, so at most the tail's last slice lacks an idx key.
-   A new session repairs that key on acquire.
+2. A slice commits by a CAS on ``tail`` with the version this session last wrote,
+   appending the slice to ``tail.pending``. Success is the linearization point: the
+   offsets ``[next, next + records)`` belong to the slice. Any other outcome (the
+   tail changed under us) means another session took over: this session is fenced
+   for good and its slice never becomes visible.
+3. When ``pending`` holds ``GROUP_SIZE`` slices, the next commit also writes them as
+   one ``idx`` group (in the same batch, before its tail CAS) and drops them from
+   ``pending`` only once that write succeeded. So every committed slice is always
+   in an ``idx`` group or in ``tail.pending`` (possibly both). Acquire
+   writes whatever ``pending`` a previous session left and starts an empty group.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import asyncio
 import logging
 import time
 
-from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..meta import EXPECT_ABSENT, MetadataStore, PutOp, UnexpectedVersion
 from ..meta import cas
 from . import records
 from .errors import StreamFenced
@@ -30,8 +32,18 @@ from .records import IndexEntry, Tail
 log = logging.getLogger(__name__)
 
 
+#: Slices per idx group: one idx write per this many commits.
+GROUP_SIZE = 8
+
+
 class AppendSession:
-    """The writer-side state of one stream, valid while not fenced."""
+    """The writer-side state of one stream, valid while not fenced.
+
+    A commit is split in two so the WAL writer can send every stream's commit of a
+    flush in one ``put_many``: ``prepare`` gives the metadata writes (the tail CAS,
+    preceded by an idx group write when a group is full), ``finish`` applies their
+    results. One commit per session at a time (the writer commits flushes in order).
+    """
 
     def __init__(self, meta: MetadataStore, stream_id: int, token: int, tail: Tail, tail_version: int):
         self.meta = meta
@@ -39,36 +51,49 @@ class AppendSession:
         self.token = token
         self.next_offset = tail.next
         self.size = tail.size
-        self.last = tail.last
         self.fenced = False
+        self._pending = [(e, records.encode_entry_json(e)) for e in tail.pending]
         self._tail_version = tail_version
         self._partition = records.stream_partition(stream_id)
-        self._pending_index: asyncio.Task | None = None
 
-    async def commit(self, object_key: str, position: int, length: int, entries: int, record_count: int) -> IndexEntry:
-        """Commit one slice; returns its index entry (with the assigned base offset)."""
+    def prepare(self, object_key: str, position: int, length: int, entries: int,
+                record_count: int) -> tuple[list[PutOp], IndexEntry]:
+        """The writes that commit one slice, and its index entry (base offset assigned)."""
         if self.fenced:
             raise StreamFenced(f"stream {self.stream_id}: session {self.token} is fenced")
-        await self._index_written()
+        ops = []
+        if len(self._pending) >= GROUP_SIZE:
+            # The group's slices stay in tail.pending until the group write is known
+            # to have succeeded (``finish``), so no outcome can lose them.
+            group = self._pending[:GROUP_SIZE]
+            ops.append(PutOp(records.index_key(self.stream_id, group[-1][0].last),
+                             records.encode_group([j for _, j in group]), partition_key=self._partition))
         entry = IndexEntry(object_key, position, length, self.next_offset, record_count, entries, self.size + length,
                            timestamp=int(time.time() * 1000))
-        tail = Tail(entry.base + record_count, entry.size, self.token, entry)
-        try:
-            result = await self.meta.put(
-                records.tail_key(self.stream_id), tail.encode(),
-                expected_version_id=self._tail_version, partition_key=self._partition,
-            )
-        except UnexpectedVersion:
+        entry_json = records.encode_entry_json(entry)
+        tail = Tail(entry.base + record_count, entry.size, self.token)
+        ops.append(PutOp(records.tail_key(self.stream_id), tail.encode([j for _, j in self._pending] + [entry_json]),
+                         expected_version_id=self._tail_version, partition_key=self._partition))
+        self._prepared = (entry, entry_json)
+        return ops, entry
+
+    async def finish(self, results: list) -> IndexEntry:
+        """Apply the results of ``prepare``'s writes; raises StreamFenced if taken over."""
+        entry, entry_json = self._prepared
+        tail_result = results[-1]
+        if isinstance(tail_result, UnexpectedVersion):
             self.fenced = True
-            raise StreamFenced(f"stream {self.stream_id}: taken over by a newer append session") from None
-        except Exception:
+            raise StreamFenced(f"stream {self.stream_id}: taken over by a newer append session")
+        if isinstance(tail_result, Exception):
             # The outcome is unknown (the write may have landed): only the tail can tell.
             if not await self._landed(entry):
-                raise
+                raise tail_result
         else:
-            self._tail_version = result.version.version_id
-        self.next_offset, self.size, self.last = tail.next, tail.size, entry
-        self._pending_index = asyncio.ensure_future(self._write_index(entry))
+            self._tail_version = tail_result.version.version_id
+        if len(results) == 2 and not isinstance(results[0], Exception):
+            del self._pending[:GROUP_SIZE]
+        self._pending.append((entry, entry_json))
+        self.next_offset, self.size = entry.base + entry.records, entry.size
         return entry
 
     async def _landed(self, entry: IndexEntry) -> bool:
@@ -81,23 +106,15 @@ class AppendSession:
             self.fenced = True
             raise StreamFenced(f"stream {self.stream_id}: taken over by a newer append session")
         self._tail_version = current.version.version_id
-        return tail.last == entry
+        return bool(tail.pending) and tail.pending[-1] == entry
 
-    async def _write_index(self, entry: IndexEntry) -> None:
-        await self.meta.put(records.index_key(self.stream_id, entry.last), records.encode(entry.to_json()),
-                            partition_key=self._partition)
-
-    async def _index_written(self) -> None:
-        if self._pending_index is not None:
-            task, self._pending_index = self._pending_index, None
-            await task
+    async def commit(self, object_key: str, position: int, length: int, entries: int, record_count: int) -> IndexEntry:
+        """Commit one slice on its own (the writer batches ``prepare``/``finish`` instead)."""
+        ops, _ = self.prepare(object_key, position, length, entries, record_count)
+        return await self.finish(await self.meta.put_many(ops))
 
     async def close(self) -> None:
-        """Wait for the last index write; the session stays valid for a successor to fence."""
-        try:
-            await self._index_written()
-        except Exception:  # the next session repairs the idx key from the tail
-            log.warning("stream %d: index write failed at close", self.stream_id, exc_info=True)
+        """Nothing to flush: slices not yet grouped stay in the tail for the next session."""
 
 
 async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSession:
@@ -113,13 +130,13 @@ async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSess
     while True:
         current = await meta.get(records.tail_key(stream_id), partition_key=partition)
         if current is None:
-            tail, expected = Tail(0, 0, token, None), EXPECT_ABSENT
+            tail, expected = Tail(0, 0, token), EXPECT_ABSENT
         else:
             tail, expected = Tail.decode(current.value), current.version.version_id
             if tail.token > token:
                 raise StreamFenced(f"stream {stream_id}: a newer session ({tail.token}) exists")
-            await _repair_index(meta, stream_id, tail)
-            tail = Tail(tail.next, tail.size, token, tail.last)
+            await _write_pending_group(meta, stream_id, tail)
+            tail = Tail(tail.next, tail.size, token)
         try:
             result = await meta.put(records.tail_key(stream_id), tail.encode(),
                                     expected_version_id=expected, partition_key=partition)
@@ -129,18 +146,19 @@ async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSess
         return AppendSession(meta, stream_id, token, tail, result.version.version_id)
 
 
-async def _repair_index(meta: MetadataStore, stream_id: int, tail: Tail) -> None:
-    """Write the idx key of the tail's last slice if its writer died before doing so.
+async def _write_pending_group(meta: MetadataStore, stream_id: int, tail: Tail) -> None:
+    """Write the slices a previous session left in ``tail.pending`` as one idx group.
 
-    Trim never deletes the idx key of the tail's last slice (see ``gc``), so an
-    absent key here always means "not written yet", never "released".
+    Only then may the new tail drop them. Trim never deletes an idx group that
+    overlaps ``tail.pending`` (see ``StreamStorage.trim``), and releases are
+    idempotent, so writing a group twice is harmless.
     """
-    last = tail.last
-    if last is None:
+    if not tail.pending:
         return
-    partition = records.stream_partition(stream_id)
+    last = tail.pending[-1]
     try:
-        await meta.put(records.index_key(stream_id, last.last), records.encode(last.to_json()),
-                       expected_version_id=EXPECT_ABSENT, partition_key=partition)
+        await meta.put(records.index_key(stream_id, last.last),
+                       records.encode_group([records.encode_entry_json(e) for e in tail.pending]),
+                       expected_version_id=EXPECT_ABSENT, partition_key=records.stream_partition(stream_id))
     except UnexpectedVersion:
-        pass  # already there
+        pass  # the previous session wrote it already

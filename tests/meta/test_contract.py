@@ -395,3 +395,22 @@ async def test_closed_client(backend):
         await c.get("/closed")
     with pytest.raises(MetadataClosed):
         await c.put("/closed", b"")
+
+
+async def test_put_many_gives_each_op_its_own_result(store):
+    from nereus.meta import EXPECT_ABSENT, PutOp, PutResult, UnexpectedVersion
+    first = await store.put("/batch/a", b"1")
+    ops = [
+        PutOp("/batch/a", b"2", expected_version_id=first.version.version_id),  # CAS succeeds
+        PutOp("/batch/b", b"x", expected_version_id=EXPECT_ABSENT),  # create succeeds
+        PutOp("/batch/a", b"3", expected_version_id=first.version.version_id),  # stale: fails alone
+        PutOp("/batch/p/1", b"g", partition_key="/batch/p"),
+        PutOp("/batch/p/2", b"t", partition_key="/batch/p"),
+    ]
+    results = await store.put_many(ops)
+    assert isinstance(results[0], PutResult) and isinstance(results[1], PutResult)
+    assert isinstance(results[2], UnexpectedVersion)
+    assert all(isinstance(r, PutResult) for r in results[3:])
+    assert (await store.get("/batch/a")).value == b"2"
+    assert (await store.get("/batch/p/2", partition_key="/batch/p")).value == b"t"
+    assert await store.put_many([]) == []

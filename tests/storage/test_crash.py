@@ -83,11 +83,9 @@ async def collect_and_check_references(data_dir: Path) -> tuple[int, int]:
         for lo, hi in records.subtree_ranges("/nereus/s"):
             async for rec in meta.range_scan(lo, hi):
                 if "/idx/" in rec.key:
-                    referenced.add(records.decode(rec.value)["object"])
+                    referenced.update(e.object for e in records.decode_group(rec.value))
                 elif rec.key.endswith("/tail"):
-                    last = records.Tail.decode(rec.value).last
-                    if last is not None:
-                        referenced.add(last.object)
+                    referenced.update(e.object for e in records.Tail.decode(rec.value).pending)
         root = data_dir / "objects"
         stored = {p.relative_to(root).as_posix() for p in root.rglob("*")
                   if p.is_file() and ".tmp-" not in p.as_posix()}

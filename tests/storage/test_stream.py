@@ -89,20 +89,25 @@ async def test_catch_up_reads_come_from_objects(meta, objects, storage):
     await reader.close()
 
 
-async def test_reader_sees_the_last_slice_before_its_index_key_is_written(meta, objects, storage):
-    stream = await storage.open_stream("t", create=True)
-    await stream.append(b"one", 1)
+async def test_recent_slices_are_read_from_the_tail_until_their_group_is_written(meta, objects, storage):
     from nereus.storage import records
-    # Simulate a writer that died between the tail commit and the idx write.
-    await meta.delete(records.index_key(stream.stream_id, 0), partition_key=records.stream_partition(stream.stream_id))
-    reader = StreamStorage(meta, objects, node_id="reader", options=FAST)
+    from nereus.storage.session import GROUP_SIZE
+    stream = await storage.open_stream("t", create=True)
+    partition = records.stream_partition(stream.stream_id)
+    for i in range(GROUP_SIZE + 2):
+        await stream.append(b"%d" % i, 1)
+    await stream.close()
+    groups = [k async for k in meta.list(*records.index_range(stream.stream_id), partition_key=partition)]
+    assert groups == [records.index_key(stream.stream_id, GROUP_SIZE - 1)]  # one full group, 2 slices pending
+    reader = StreamStorage(meta, objects, node_id="reader", options=FAST)  # cold caches
     handle = await reader.open_stream("t")
     await handle.refresh()
-    assert [bytes(e.data) for e in (await handle.fetch(0)).entries] == [b"one"]
-    # a new append session repairs the missing idx key
-    await handle.append(b"two", 1)
-    assert await meta.get(records.index_key(stream.stream_id, 0),
-                          partition_key=records.stream_partition(stream.stream_id)) is not None
+    assert [bytes(e.data) for e in (await handle.fetch(0)).entries] == [b"%d" % i for i in range(GROUP_SIZE + 2)]
+    # a new append session turns what the old one left pending into a group
+    await handle.append(b"next", 1)
+    groups = [k async for k in meta.list(*records.index_range(stream.stream_id), partition_key=partition)]
+    assert groups[-1] == records.index_key(stream.stream_id, GROUP_SIZE + 1)
+    assert [bytes(e.data) for e in (await handle.fetch(GROUP_SIZE)).entries] == [b"8", b"9", b"next"]
     await reader.close()
 
 
@@ -128,23 +133,24 @@ async def test_bad_appends_are_rejected_and_change_nothing(storage, entry, count
 
 async def test_trim_hides_records_and_gc_deletes_released_objects(meta, objects, storage):
     stream = await storage.open_stream("g", create=True)
-    for i in range(6):
+    for i in range(20):  # one object per append (each waited for its flush): groups 0-7, 8-15, pending 16-19
         await stream.append(b"%d" % i, 1)
-    await stream.trim(4)
-    assert stream.start_offset() == 4
+    await stream.trim(12)
+    assert stream.start_offset() == 12
     with pytest.raises(OffsetOutOfRange):
-        await stream.fetch(3)
-    assert [bytes(e.data) for e in (await stream.fetch(4)).entries][:2] == [b"4", b"5"]
+        await stream.fetch(11)
+    assert [bytes(e.data) for e in (await stream.fetch(12)).entries][:2] == [b"12", b"13"]
     await stream.trim(2)  # never lowers the start
-    assert stream.start_offset() == 4
+    assert stream.start_offset() == 12
     with pytest.raises(OffsetOutOfRange):
-        await stream.trim(7)
-    clock = [0.0]
-    collector = GarbageCollector(meta, objects, grace_seconds=10, clock=lambda: clock[0] + 10**10)
+        await stream.trim(21)
+    collector = GarbageCollector(meta, objects, grace_seconds=10, clock=lambda: time.time() + 3600)
     stats = await collector.collect()
-    assert stats.deleted == 4  # one object per append (each waited for its flush)
-    assert objects.calls["delete"] == 4
-    assert [bytes(e.data) for e in (await stream.fetch(4)).entries][:2] == [b"4", b"5"]
+    assert stats.deleted == 8  # the first group; the second still holds readable offsets 12-15
+    assert objects.calls["delete"] == 8
+    assert [bytes(e.data) for e in (await stream.fetch(12)).entries][:2] == [b"12", b"13"]
+    await stream.trim(20)  # everything: only groups clear of the tail's pending slices go
+    assert (await collector.collect()).deleted == 8
 
 
 async def test_failed_object_put_fails_the_appenders_and_is_collected(meta, objects, storage):

@@ -8,7 +8,7 @@ import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
-from ..api import Comparison, MetadataStore, NotificationStream, PutResult, Record
+from ..api import Comparison, MetadataStore, NotificationStream, PutOp, PutResult, Record
 from ..errors import InvalidRequest, MetadataClosed, MetadataError, SessionNotFound
 from ..keys import encode_key, validate_key
 from .shard import Shard
@@ -104,6 +104,30 @@ class EmbeddedMetadataStore(MetadataStore):
         except SessionNotFound:
             self._sessions.pop(shard, None)  # expired under us: next ephemeral put opens a new one
             raise
+
+    async def put_many(self, ops: Sequence[PutOp]) -> list[PutResult | Exception]:
+        """One queue submission per op and one wait for all: no coroutine per op."""
+        self._check()
+        futures: list[asyncio.Future] = []
+        results: list[PutResult | Exception | None] = [None] * len(ops)
+        for i, op in enumerate(ops):
+            try:
+                ekey = _ekey(op.key)
+                value = op.value if isinstance(op.value, bytes) else bytes(op.value)
+                if len(value) > MAX_VALUE:
+                    raise InvalidRequest(f"value too large ({len(value)} > {MAX_VALUE} bytes)")
+                futures.append(self._route(op.key, op.partition_key).call(
+                    PUT, op.key, ekey, value, _version_arg(op.expected_version_id), 0, self.identity, None))
+            except MetadataError as e:
+                results[i] = e
+                futures.append(None)  # type: ignore[arg-type]
+        pending = [f for f in futures if f is not None]
+        if pending:
+            await asyncio.wait(pending)
+        for i, fut in enumerate(futures):
+            if fut is not None:
+                results[i] = fut.exception() or fut.result()
+        return results  # type: ignore[return-value]
 
     async def delete(self, key: str, *, expected_version_id: int | None = None,
                      partition_key: str | None = None) -> bool:
