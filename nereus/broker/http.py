@@ -1,9 +1,11 @@
-"""The broker's HTTP listener: health check, Prometheus metrics (admin API grows here)."""
+"""The broker's HTTP listener: health check, Prometheus metrics and the admin API (``admin/``)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from . import admin
 
 
 async def _health(_request: web.Request) -> web.Response:
@@ -19,12 +21,21 @@ def build_app() -> web.Application:
     app = web.Application()
     app.router.add_get("/admin/v2/brokers/health", _health)
     app.router.add_get("/metrics", _metrics)
+    admin.register(app)
     return app
 
 
 async def start_http(host: str, port: int) -> web.AppRunner:
-    """Start serving; returns the runner to ``cleanup()`` at shutdown."""
+    """Start serving; returns the runner to ``cleanup()`` at shutdown.
+
+    The admin API answers 503 until ``attach_admin`` gives it the running services.
+    """
     runner = web.AppRunner(build_app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
+
+
+async def attach_admin(runner: web.AppRunner, *, storage, meta, pulsar) -> None:
+    """Serve the admin API over the running storage, metadata store and PulsarService."""
+    await admin.attach(runner.app, storage=storage, meta=meta, pulsar=pulsar)

@@ -15,7 +15,7 @@ from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
 from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
-from .http import start_http
+from .http import attach_admin, start_http
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         pulsar = PulsarService(storage, meta, host=config.bind, port=config.pulsar_port)
         await pulsar.start()
         stack.push_async_callback(pulsar.stop)
+        await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar)
         log.info("kafka listener (port %d) is not part of this build yet", config.kafka_port)
         log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s", config.bind,
                  config.http_port, config.pulsar_port, config.kafka_port, config.oxia_port, config.data_dir,

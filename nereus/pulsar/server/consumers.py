@@ -12,7 +12,7 @@ import logging
 
 from ...ledger.subscription import ConsumerBusy, ConsumerSlot, SubType
 from ..codec import pb, wrap
-from . import positions
+from . import positions, schemas
 from .lookup import parse_topic
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,8 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         conn.send_error(cmd.request_id, pb.UnknownError, "empty subscription name")
         return
     topic = await conn.service.get_topic(name)
+    if not await _consumer_schema(conn, cmd, topic):
+        return
     sub_type = SubType(cmd.subType)
     durable = cmd.durable if cmd.HasField("durable") else True
     await topic.handle.refresh()
@@ -97,6 +99,29 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     notify(notices)
     dispatcher.wake()
     log.debug("consumer %s subscribed to %s/%s (%s)", consumer.slot.name, name, cmd.subscription, sub_type.name)
+
+
+async def _consumer_schema(conn, cmd: pb.CommandSubscribe, topic) -> bool:
+    """Check (or, on an idle topic without one, register) the consumer's schema; False after an error."""
+    if not cmd.HasField("schema") or cmd.schema.type in (0, pb.Schema.Type.Value("AutoConsume")):
+        return True
+    type_, data, props = schemas.from_proto(cmd.schema)
+    meta = conn.service.meta
+    try:
+        if await schemas.get(meta, topic.name) is None and _idle(topic):
+            await schemas.put_if_absent(meta, topic.name, type_, data, props)
+        else:
+            await schemas.check_for_consumer(meta, topic.name, type_, data)
+    except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:
+        conn.send_error(cmd.request_id, pb.IncompatibleSchema, str(exc))
+        return False
+    return True
+
+
+def _idle(topic) -> bool:
+    """No producer, no consumer and no data: a consumer's schema may become the topic's (as in Pulsar)."""
+    return (not topic.producers and topic.handle.next_offset() == 0
+            and not any(d.sub.consumers for d in topic.dispatchers.values()))
 
 
 def handle_flow(conn, frame) -> None:

@@ -1,4 +1,4 @@
-"""Topic discovery: LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, schemas.
+"""Topic discovery: LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA.
 
 This broker serves every topic itself, so a lookup always answers ``Connect`` to
 its own service URL (authoritative). Topics are auto-created on first PRODUCER or
@@ -11,6 +11,7 @@ import re
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ..codec import pb, wrap
+from . import schemas
 from .topics import list_partitioned_topics, partitions_of
 
 _Lookup = pb.CommandLookupTopicResponse
@@ -70,13 +71,29 @@ async def handle_get_topics(conn, cmd: pb.CommandGetTopicsOfNamespace) -> None:
 
 
 async def handle_get_schema(conn, cmd: pb.CommandGetSchema) -> None:
-    # Schemas are not stored yet: every topic behaves as schema-less (bytes).
-    conn.send(wrap(pb.CommandGetSchemaResponse(request_id=cmd.request_id, error_code=pb.TopicNotFound,
-                                               error_message="no schema stored for this topic")))
+    topic = parse_topic(cmd.topic)
+    version = schemas.version_from_bytes(cmd.schema_version) if cmd.HasField("schema_version") else None
+    info = await schemas.get(conn.service.meta, topic, version) if topic is not None else None
+    if info is None or info.deleted:
+        conn.send(wrap(pb.CommandGetSchemaResponse(request_id=cmd.request_id, error_code=pb.TopicNotFound,
+                                                   error_message="Topic not found or no-schema")))
+        return
+    conn.send(wrap(pb.CommandGetSchemaResponse(request_id=cmd.request_id, schema=info.to_proto(str(topic.base)),
+                                               schema_version=schemas.version_bytes(info.version))))
 
 
 async def handle_get_or_create_schema(conn, cmd: pb.CommandGetOrCreateSchema) -> None:
-    conn.send(wrap(pb.CommandGetOrCreateSchemaResponse(request_id=cmd.request_id, schema_version=b"")))
+    topic = parse_topic(cmd.topic)
+    response = pb.CommandGetOrCreateSchemaResponse(request_id=cmd.request_id)
+    if topic is None:
+        response.error_code, response.error_message = pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}"
+    else:
+        try:
+            version = await schemas.put_if_absent(conn.service.meta, topic, *schemas.from_proto(cmd.schema))
+            response.schema_version = schemas.version_bytes(version)
+        except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:
+            response.error_code, response.error_message = pb.IncompatibleSchema, str(exc)
+    conn.send(wrap(response))
 
 
 __all__ = ["handle_get_or_create_schema", "handle_get_schema", "handle_get_topics", "handle_lookup",

@@ -15,7 +15,7 @@ import logging
 from collections import deque
 
 from ..codec import pb, wrap
-from . import entries, metrics
+from . import entries, metrics, schemas
 from .errors import ProtocolViolation
 from .lookup import parse_topic
 
@@ -44,6 +44,7 @@ class Producer:
         self.name = name
         self.access_mode = access_mode
         self.token = conn.service.next_token()
+        self.schema_version = b""
         self._queue: deque[_Pending] = deque()
 
     @property
@@ -118,23 +119,42 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
         await asyncio.sleep(_WAIT_FOR_EXCLUSIVE_POLL)
         if conn.closed:
             return
+    schema_version = await _producer_schema(conn, cmd, name)
+    if schema_version is None:
+        return
     if mode != pb.Shared:
         topic.epoch += 1
     await topic.ensure_writer()
     if conn.closed:
         return
     producer = Producer(conn, cmd.producer_id, topic, producer_name or conn.service.producer_name(), mode)
+    producer.schema_version = schema_version
     conn.producers[cmd.producer_id] = producer
     topic.producers[producer.token] = producer
     log.debug("producer %s created on %s", producer.name, name)
     _success(conn, cmd.request_id, producer)
 
 
+async def _producer_schema(conn, cmd: pb.CommandProducer, name) -> bytes | None:
+    """Register the producer's schema; its version (b"" without one), None after an error was sent."""
+    if not cmd.HasField("schema") or cmd.schema.type == 0:
+        return b""  # a bytes producer is accepted on any topic (Pulsar's schemaValidationEnforced=false)
+    try:
+        version = await schemas.put_if_absent(conn.service.meta, name, *schemas.from_proto(cmd.schema))
+    except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:
+        conn.send_error(cmd.request_id, pb.IncompatibleSchema, str(exc))
+        return None
+    return schemas.version_bytes(version)
+
+
 def _success(conn, request_id: int, producer: Producer) -> None:
-    conn.send(wrap(pb.CommandProducerSuccess(
+    response = pb.CommandProducerSuccess(
         request_id=request_id, producer_name=producer.name,
         last_sequence_id=producer.topic.dedup.last_sequence(producer.name),
-        topic_epoch=producer.topic.epoch, producer_ready=True)))
+        topic_epoch=producer.topic.epoch, producer_ready=True)
+    if producer.schema_version:
+        response.schema_version = producer.schema_version
+    conn.send(wrap(response))
 
 
 def handle_send(conn, frame) -> None:
@@ -155,6 +175,9 @@ def handle_send(conn, frame) -> None:
     seq = cmd.sequence_id
     highest = max(seq, cmd.highest_sequence_id)
     dedup = topic.dedup
+    if _leading_chunk(meta):
+        _append_chunk(conn, producer, frame, meta, seq, highest)
+        return
     if dedup.is_duplicate(name, seq):
         metrics.DUPLICATES.labels(str(topic.name)).inc()
         original = dedup.inflight.get((name, seq))
@@ -188,6 +211,41 @@ def handle_send(conn, frame) -> None:
 
     task.add_done_callback(done)
     result.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)  # mark retrieved
+    producer.enqueue(_Pending(seq, highest, result))
+
+
+def _leading_chunk(meta) -> bool:
+    """A chunk other than the last of a chunked message.
+
+    Every chunk carries the message's sequence id, so (as Pulsar does) only the
+    last chunk takes part in deduplication; the others are always stored.
+    """
+    return meta.num_chunks_from_msg > 1 and meta.chunk_id < meta.num_chunks_from_msg - 1
+
+
+def _append_chunk(conn, producer: Producer, frame, meta, seq: int, highest: int) -> None:
+    topic = producer.topic
+    # Stored with no sequence id: a restart must not count the message as persisted
+    # before its last chunk is.
+    data, count = entries.stored_entry(frame, meta, -1)
+    task = topic.append(data, count)
+    result: asyncio.Future = asyncio.get_running_loop().create_future()
+    conn.send_started()
+
+    def done(t: asyncio.Task) -> None:
+        conn.send_finished()
+        if t.cancelled() or t.exception() is not None:
+            result.set_exception(t.exception() if not t.cancelled() else asyncio.CancelledError())
+            return
+        base = t.result().base_offset
+        topic.dedup.committed(producer.name, -1, base + count)
+        metrics.IN_MESSAGES.labels(str(topic.name)).inc(count)
+        metrics.IN_BYTES.labels(str(topic.name)).inc(len(data))
+        result.set_result((topic.stream_id, base))
+        topic.appended()
+
+    task.add_done_callback(done)
+    result.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
     producer.enqueue(_Pending(seq, highest, result))
 
 

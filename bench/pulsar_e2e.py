@@ -1,0 +1,234 @@
+"""Pulsar end to end with the official client: nereus standalone vs. Redis Streams (reference).
+
+Measures against a nereus standalone started here on free ports (same machine):
+
+* producer throughput with batching, 1 KiB and 100-byte messages, on 1 topic and on
+  a topic with 8 partitions (created through the admin REST API);
+* consumer throughput reading back the 1 KiB single-topic messages (acks cumulative);
+* publish latency p50/p99 at a steady 10,000 msgs/s (1 KiB, 1 topic, batching 1 ms).
+
+Reference: ``redis-server`` (Debian package) started here on a free port with
+``--appendonly yes --appendfsync everysec``, loaded with
+``redis-benchmark -P 16 ... XADD`` with the same payload sizes. Redis syncs its log
+once a second; nereus acknowledges a message only after its WAL object is written
+and the index committed. Without ``redis-server`` only nereus is measured.
+
+Usage: .venv/bin/python bench/pulsar_e2e.py [--messages 100000] [--latency-seconds 10]
+The last line is ``key=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pulsar
+
+SIZES = {"1k": 1024, "100b": 100}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("process exited early")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def start_nereus(workdir: Path) -> tuple[subprocess.Popen, dict]:
+    ports = {n: free_port() for n in ("http", "pulsar", "kafka", "oxia")}
+    args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
+            str(workdir / "nereus")]
+    for name, port in ports.items():
+        args += [f"--{name}-port", str(port)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"))
+    wait_port(ports["pulsar"], proc)
+    wait_port(ports["http"], proc)
+    return proc, ports
+
+
+def create_partitioned(http_port: int, topic: str, partitions: int) -> None:
+    path = topic.replace("://", "/", 1)
+    request = urllib.request.Request(f"http://127.0.0.1:{http_port}/admin/v2/{path}/partitions",
+                                     data=json.dumps(partitions).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def produce(client: pulsar.Client, topic: str, payload: bytes, count: int) -> float:
+    """Messages per second, from the first send to the last receipt."""
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
+                                      batching_max_allowed_size_in_bytes=128 * 1024,
+                                      batching_max_publish_delay_ms=5, max_pending_messages=20000,
+                                      block_if_queue_full=True)
+    errors = []
+    done = threading.Event()
+    remaining = [count]
+    lock = threading.Lock()
+
+    def receipt(result, _msg_id) -> None:
+        if result != pulsar.Result.Ok:
+            errors.append(result)
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                done.set()
+
+    start = time.perf_counter()
+    for _ in range(count):
+        producer.send_async(payload, receipt)
+    producer.flush()
+    done.wait(120)
+    elapsed = time.perf_counter() - start
+    producer.close()
+    if errors or remaining[0]:
+        raise RuntimeError(f"{len(errors)} send errors, {remaining[0]} receipts missing on {topic}")
+    return count / elapsed
+
+
+def consume(client: pulsar.Client, topic: str, count: int) -> float:
+    consumer = client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest,
+                                receiver_queue_size=10000)
+    start = time.perf_counter()
+    last = None
+    for i in range(count):
+        last = consumer.receive(timeout_millis=30000)
+        if i % 1000 == 999:
+            consumer.acknowledge_cumulative(last)
+    consumer.acknowledge_cumulative(last)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return count / elapsed
+
+
+def latency(client: pulsar.Client, topic: str, payload: bytes, rate: int, seconds: float) -> dict:
+    """Send at a steady ``rate``; p50/p99 of send -> receipt in ms, and the rate achieved."""
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
+                                      max_pending_messages=50000, block_if_queue_full=True)
+    total = int(rate * seconds)
+    sent = [0.0] * total
+    acked = [0.0] * total
+    failures = []
+
+    def receipt_for(i: int):
+        def receipt(result, _msg_id) -> None:
+            acked[i] = time.perf_counter()
+            if result != pulsar.Result.Ok:
+                failures.append(result)
+        return receipt
+
+    start = time.perf_counter()
+    i = 0
+    while i < total:
+        due = min(total, int((time.perf_counter() - start) * rate) + 1)
+        while i < due:
+            sent[i] = time.perf_counter()
+            producer.send_async(payload, receipt_for(i))
+            i += 1
+        time.sleep(0.0005)
+    producer.flush()
+    elapsed = time.perf_counter() - start
+    deadline = time.monotonic() + 30
+    while not all(acked) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    producer.close()
+    if failures:
+        raise RuntimeError(f"{len(failures)} sends failed during the latency run")
+    lat = sorted((a - s) * 1000 for s, a in zip(sent, acked) if a)
+    return {"p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)], "rate": total / elapsed}
+
+
+def redis_xadd(workdir: Path, count: int) -> dict[str, float] | None:
+    server, bench = shutil.which("redis-server"), shutil.which("redis-benchmark")
+    if server is None or bench is None:
+        print("reference: redis-server/redis-benchmark not found; install them with "
+              "`apt-get update && apt-get install -y redis-server redis-tools` to compare. Measuring nereus only.")
+        return None
+    port = free_port()
+    data = workdir / "redis"
+    data.mkdir()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+                             "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, proc)
+        results = {}
+        for label, size in SIZES.items():
+            out = subprocess.run([bench, "-h", "127.0.0.1", "-p", str(port), "-P", "16", "-n", str(count),
+                                  "--csv", "XADD", f"bench-{label}", "*", "v", "x" * size],
+                                 capture_output=True, text=True, check=True, timeout=600).stdout
+            row = [line for line in out.splitlines() if line.startswith('"XADD')][-1]
+            results[label] = float(row.split(",")[1].strip('"'))
+        return results
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000, help="messages per throughput case")
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=int, default=10_000, help="steady rate of the latency run (msgs/s)")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="pulsar-e2e-"))
+    proc, ports = start_nereus(workdir)
+    figures: dict[str, float] = {}
+    try:
+        client = pulsar.Client(f"pulsar://127.0.0.1:{ports['pulsar']}", io_threads=1, operation_timeout_seconds=30,
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        for label, size in SIZES.items():
+            payload = b"x" * size
+            single = f"persistent://public/default/bench-{label}"
+            figures[f"produce_{label}_1p_msgs_s"] = produce(client, single, payload, args.messages)
+            print(f"nereus produce {label} x1 topic: {figures[f'produce_{label}_1p_msgs_s']:,.0f} msgs/s")
+            parted = f"persistent://public/default/bench-{label}-p8"
+            create_partitioned(ports["http"], parted, 8)
+            figures[f"produce_{label}_8p_msgs_s"] = produce(client, parted, payload, args.messages)
+            print(f"nereus produce {label} x8 partitions: {figures[f'produce_{label}_8p_msgs_s']:,.0f} msgs/s")
+        figures["consume_1k_msgs_s"] = consume(client, "persistent://public/default/bench-1k", args.messages)
+        print(f"nereus consume 1k: {figures['consume_1k_msgs_s']:,.0f} msgs/s")
+        lat = latency(client, "persistent://public/default/bench-latency", b"x" * 1024, args.rate,
+                      args.latency_seconds)
+        figures.update(latency_p50_ms=lat["p50"], latency_p99_ms=lat["p99"], latency_rate_msgs_s=lat["rate"])
+        print(f"nereus publish latency at {lat['rate']:,.0f} msgs/s: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms")
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+    redis = redis_xadd(workdir, args.messages)
+    if redis is not None:
+        for label, rps in redis.items():
+            figures[f"redis_xadd_{label}_rps"] = rps
+            figures[f"ratio_{label}"] = figures[f"produce_{label}_1p_msgs_s"] / rps
+            print(f"redis XADD {label} (-P 16): {rps:,.0f} msgs/s; nereus/redis (1 topic) = "
+                  f"{figures[f'ratio_{label}']:.2f}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) and v < 100 else f"{k}={v:.0f}"
+                   for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()

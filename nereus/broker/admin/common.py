@@ -1,0 +1,173 @@
+"""Shared pieces of the admin API: context, errors as Pulsar's ``{"reason": ...}``, names, lookups."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from ...ledger.naming import InvalidTopicName, TopicName
+from ...meta import MetadataStore
+from ...pulsar.server.schemas import POLICIES_ROOT, policies_key
+from ...pulsar.server.topics import partitions_of
+from ...storage import StreamNotFound, StreamStorage
+
+log = logging.getLogger(__name__)
+
+TENANTS_ROOT = "/nereus/pulsar/tenants"
+DEFAULT_CLUSTER = "standalone"
+_NAME = re.compile(r"^[A-Za-z0-9_=:.\-]+$")
+_TOP = "\U0010ffff"
+
+
+class AdminError(Exception):
+    """Answered as ``{"reason": reason}`` with ``status``."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class AdminContext:
+    """What the admin handlers work with; ``pulsar`` is set once the broker runs."""
+
+    storage: StreamStorage | None = None
+    meta: MetadataStore | None = None
+    pulsar: object | None = None
+    tasks: list = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return self.pulsar is not None
+
+
+CONTEXT = web.AppKey("nereus_admin", AdminContext)
+
+
+def context(request: web.Request) -> AdminContext:
+    ctx = request.app[CONTEXT]
+    if not ctx.ready:
+        raise AdminError(503, "The broker is not ready")
+    return ctx
+
+
+@web.middleware
+async def errors(request: web.Request, handler):
+    """Every failure of an admin path becomes Pulsar's JSON error body."""
+    try:
+        return await handler(request)
+    except AdminError as exc:
+        return web.json_response({"reason": exc.reason}, status=exc.status)
+    except web.HTTPException as exc:
+        if not request.path.startswith("/admin/") or exc.status < 400:
+            raise
+        return web.json_response({"reason": exc.reason}, status=exc.status)
+    except Exception as exc:
+        log.exception("admin %s %s failed", request.method, request.path)
+        return web.json_response({"reason": f"{type(exc).__name__}: {exc}"}, status=500)
+
+
+def no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+async def body(request: web.Request, default=None):
+    """The JSON body, ``default`` when there is none; 400 when it is not JSON."""
+    raw = await request.read()
+    if not raw.strip():
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise AdminError(400, "The request body is not valid JSON") from None
+
+
+def flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "false").lower() == "true"
+
+
+def check_name(name: str, what: str) -> str:
+    if not _NAME.match(name):
+        raise AdminError(412, f"{what} name is not valid")
+    return name
+
+
+def topic_name(request: web.Request) -> TopicName:
+    m = request.match_info
+    try:
+        return TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+    except InvalidTopicName:
+        raise AdminError(412, "Topic name is not valid") from None
+
+
+def children_range(prefix: str) -> tuple[str, str]:
+    """Keys directly below ``prefix`` (hierarchical key order: deeper keys sort after)."""
+    return f"{prefix}/", f"{prefix}/{_TOP}"
+
+
+def tenant_key(tenant: str) -> str:
+    return f"{TENANTS_ROOT}/{tenant}"
+
+
+async def list_children(meta: MetadataStore, prefix: str) -> list[str]:
+    lo, hi = children_range(prefix)
+    return [k[len(lo):] async for k in meta.list(lo, hi)]
+
+
+async def require_tenant(meta: MetadataStore, tenant: str) -> dict:
+    rec = await meta.get(tenant_key(tenant))
+    if rec is None:
+        raise AdminError(404, "Tenant does not exist")
+    return json.loads(rec.value)
+
+
+async def namespace_policies(meta: MetadataStore, tenant: str, namespace: str) -> dict | None:
+    rec = await meta.get(policies_key(tenant, namespace))
+    return json.loads(rec.value) if rec is not None else None
+
+
+async def require_namespace(meta: MetadataStore, tenant: str, namespace: str) -> dict:
+    policies = await namespace_policies(meta, tenant, namespace)
+    if policies is None:
+        await require_tenant(meta, tenant)
+        raise AdminError(404, "Namespace does not exist")
+    return policies
+
+
+async def namespaces_of(meta: MetadataStore, tenant: str) -> list[str]:
+    return sorted(f"{tenant}/{ns}" for ns in await list_children(meta, f"{POLICIES_ROOT}/{tenant}"))
+
+
+async def stream_exists(storage: StreamStorage, name: TopicName) -> bool:
+    try:
+        await storage.stream_id(str(name))
+    except StreamNotFound:
+        return False
+    return True
+
+
+async def require_topic(ctx: AdminContext, name: TopicName):
+    """The loaded (non-partitioned or partition) topic; 404 when it does not exist."""
+    key = str(name)
+    topic = ctx.pulsar.topics.get(key)
+    if topic is not None:
+        return topic
+    if not await stream_exists(ctx.storage, name):
+        raise AdminError(404, "Topic not found")
+    return await ctx.pulsar.get_topic(name)
+
+
+async def partitions(ctx: AdminContext, name: TopicName) -> list[TopicName]:
+    """The partitions of a partitioned topic, else ``[name]``."""
+    count = await partitions_of(ctx.meta, name)
+    return [name.partition(i) for i in range(count)] if count else [name]
+
+
+__all__ = ["AdminContext", "AdminError", "CONTEXT", "TENANTS_ROOT", "body", "check_name", "context", "errors",
+           "flag", "list_children", "namespace_policies", "namespaces_of", "no_content", "partitions",
+           "require_namespace", "require_tenant", "require_topic", "stream_exists", "tenant_key", "topic_name"]

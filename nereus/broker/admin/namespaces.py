@@ -1,0 +1,199 @@
+"""``/admin/v2/namespaces``: list, create, get, delete, and the policies users set daily.
+
+Policies are one JSON record per namespace (``schemas.policies_key``), shaped like
+Pulsar's ``Policies``: ``retention_policies`` (applied by ``retention.py``),
+``deduplicationEnabled`` and ``schema_compatibility_strategy`` (read by the schema
+registry when a producer or ``POST .../schema`` registers a schema).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp import web
+
+from ...meta import EXPECT_ABSENT, UnexpectedVersion
+from ...meta import cas
+from ...pulsar.server.schemas import STRATEGIES, policies_key
+from . import retention, topics
+from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
+                     require_namespace, require_tenant)
+
+_PUBLIC_FIELDS = ("retention_policies", "deduplicationEnabled", "schema_compatibility_strategy")
+
+
+def _policies(stored: dict) -> dict:
+    """Pulsar's Policies JSON (the subset this broker keeps) from the stored record."""
+    return {
+        "replication_clusters": [DEFAULT_CLUSTER],
+        "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
+        "retention_policies": stored.get("retention_policies"),
+        "deduplicationEnabled": stored.get("deduplicationEnabled"),
+        "schema_compatibility_strategy": stored.get("schema_compatibility_strategy") or "UNDEFINED",
+        "is_allow_auto_update_schema": True,
+        "deleted": False,
+    }
+
+
+def _names(request: web.Request) -> tuple[str, str]:
+    return request.match_info["tenant"], request.match_info["namespace"]
+
+
+async def list_namespaces(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant = request.match_info["tenant"]
+    await require_tenant(ctx.meta, tenant)
+    return web.json_response(await namespaces_of(ctx.meta, tenant))
+
+
+async def create_namespace(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant, namespace = _names(request)
+    check_name(namespace, "Namespace")
+    await require_tenant(ctx.meta, tenant)
+    given = await body(request, {}) or {}
+    if not isinstance(given, dict):
+        raise AdminError(400, "The policies must be a JSON object")
+    stored = {k: given[k] for k in _PUBLIC_FIELDS if given.get(k) is not None}
+    if "retention_policies" in stored:
+        stored["retention_policies"] = _retention(stored["retention_policies"])
+    try:
+        await ctx.meta.put(policies_key(tenant, namespace), json.dumps(stored).encode(),
+                           expected_version_id=EXPECT_ABSENT)
+    except UnexpectedVersion:
+        raise AdminError(409, "Namespace already exists") from None
+    return no_content()
+
+
+async def ensure_namespace(meta, tenant: str, namespace: str) -> None:
+    try:
+        await meta.put(policies_key(tenant, namespace), b"{}", expected_version_id=EXPECT_ABSENT)
+    except UnexpectedVersion:
+        pass
+
+
+async def get_namespace(request: web.Request) -> web.Response:
+    ctx = context(request)
+    return web.json_response(_policies(await require_namespace(ctx.meta, *_names(request))))
+
+
+async def delete_namespace(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant, namespace = _names(request)
+    await require_namespace(ctx.meta, tenant, namespace)
+    names = await topics.namespace_topics(ctx, tenant, namespace)
+    if names and not flag(request, "force"):
+        raise AdminError(409, "Cannot delete non empty namespace")
+    for name in await topics.partitioned_topics(ctx, tenant, namespace):
+        await topics.delete_partitioned(ctx, name, force=True)
+    for name in await topics.namespace_topics(ctx, tenant, namespace):
+        await topics.delete_topic(ctx, name, force=True)
+    await ctx.meta.delete(policies_key(tenant, namespace))
+    return no_content()
+
+
+async def _update(ctx, tenant: str, namespace: str, field: str, value) -> None:
+    def change(old: bytes | None) -> bytes:
+        if old is None:
+            raise AdminError(404, "Namespace does not exist")
+        stored = json.loads(old)
+        if value is None:
+            stored.pop(field, None)
+        else:
+            stored[field] = value
+        return json.dumps(stored).encode()
+
+    await require_tenant(ctx.meta, tenant)
+    await cas.update(ctx.meta, policies_key(tenant, namespace), change)
+
+
+def _field_getter(field: str):
+    async def get(request: web.Request) -> web.Response:
+        ctx = context(request)
+        stored = await require_namespace(ctx.meta, *_names(request))
+        if stored.get(field) is None:
+            return no_content()  # Pulsar answers an unset policy with an empty body
+        return web.json_response(stored[field])
+    return get
+
+
+def _field_remover(field: str):
+    async def remove(request: web.Request) -> web.Response:
+        ctx = context(request)
+        await _update(ctx, *_names(request), field, None)
+        return no_content()
+    return remove
+
+
+def _retention(value) -> dict:
+    if not isinstance(value, dict):
+        raise AdminError(400, "The retention policies must be a JSON object")
+    try:
+        minutes = int(value.get("retentionTimeInMinutes", 0))
+        size_mb = int(value.get("retentionSizeInMB", 0))
+    except (TypeError, ValueError):
+        raise AdminError(400, "retentionTimeInMinutes and retentionSizeInMB must be integers") from None
+    if minutes < -1 or size_mb < -1:
+        raise AdminError(412, "Invalid retention policy: values must be >= -1 (-1 is unlimited)")
+    return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
+
+
+async def set_retention(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant, namespace = _names(request)
+    value = _retention(await body(request))
+    await _update(ctx, tenant, namespace, "retention_policies", value)
+    # Applied at once in the background, then by the periodic pass.
+    task = asyncio.ensure_future(retention.enforce_namespace(ctx, tenant, namespace))
+    ctx.tasks.append(task)
+    task.add_done_callback(lambda t: ctx.tasks.remove(t) if t in ctx.tasks else None)
+    return no_content()
+
+
+async def set_deduplication(request: web.Request) -> web.Response:
+    ctx = context(request)
+    value = await body(request)
+    if not isinstance(value, bool):
+        raise AdminError(400, "The deduplication policy must be true or false")
+    await _update(ctx, *_names(request), "deduplicationEnabled", value)
+    return no_content()
+
+
+async def get_strategy(request: web.Request) -> web.Response:
+    ctx = context(request)
+    stored = await require_namespace(ctx.meta, *_names(request))
+    return web.json_response(stored.get("schema_compatibility_strategy") or "UNDEFINED")
+
+
+async def set_strategy(request: web.Request) -> web.Response:
+    ctx = context(request)
+    value = await body(request)
+    if value not in STRATEGIES + ("UNDEFINED",):
+        raise AdminError(400, f"Unknown schema compatibility strategy {value!r}")
+    await _update(ctx, *_names(request), "schema_compatibility_strategy", None if value == "UNDEFINED" else value)
+    return no_content()
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant, namespace = _names(request)
+    await require_namespace(ctx.meta, tenant, namespace)
+    return web.json_response([str(n) for n in await topics.namespace_topics(ctx, tenant, namespace)])
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    ns = "/admin/v2/namespaces/{tenant}/{namespace}"
+    router.add_get("/admin/v2/namespaces/{tenant}", list_namespaces)
+    router.add_put(ns, create_namespace)
+    router.add_get(ns, get_namespace)
+    router.add_delete(ns, delete_namespace)
+    router.add_get(ns + "/topics", list_topics)
+    router.add_get(ns + "/retention", _field_getter("retention_policies"))
+    router.add_post(ns + "/retention", set_retention)
+    router.add_delete(ns + "/retention", _field_remover("retention_policies"))
+    router.add_get(ns + "/deduplication", _field_getter("deduplicationEnabled"))
+    router.add_post(ns + "/deduplication", set_deduplication)
+    router.add_delete(ns + "/deduplication", _field_remover("deduplicationEnabled"))
+    router.add_get(ns + "/schemaCompatibilityStrategy", get_strategy)
+    router.add_put(ns + "/schemaCompatibilityStrategy", set_strategy)

@@ -1,0 +1,79 @@
+"""``/admin/v2/tenants``: list, create, get, update, delete (``public`` always exists)."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from ...meta import EXPECT_ABSENT, UnexpectedVersion
+from .common import (DEFAULT_CLUSTER, TENANTS_ROOT, AdminError, body, check_name, context, list_children,
+                     namespaces_of, no_content, require_tenant, tenant_key)
+
+
+def _tenant_info(value) -> dict:
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise AdminError(400, "The tenant info must be a JSON object")
+    roles = value.get("adminRoles") or []
+    clusters = value.get("allowedClusters") or [DEFAULT_CLUSTER]
+    if not all(isinstance(x, str) for x in list(roles) + list(clusters)):
+        raise AdminError(400, "adminRoles and allowedClusters must be lists of strings")
+    return {"adminRoles": sorted(set(roles)), "allowedClusters": sorted(set(clusters))}
+
+
+async def list_tenants(request: web.Request) -> web.Response:
+    ctx = context(request)
+    return web.json_response(sorted(await list_children(ctx.meta, TENANTS_ROOT)))
+
+
+async def get_tenant(request: web.Request) -> web.Response:
+    ctx = context(request)
+    return web.json_response(await require_tenant(ctx.meta, request.match_info["tenant"]))
+
+
+async def create_tenant(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant = check_name(request.match_info["tenant"], "Tenant")
+    info = _tenant_info(await body(request))
+    try:
+        await ctx.meta.put(tenant_key(tenant), json.dumps(info).encode(), expected_version_id=EXPECT_ABSENT)
+    except UnexpectedVersion:
+        raise AdminError(409, "Tenant already exists") from None
+    return no_content()
+
+
+async def update_tenant(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant = request.match_info["tenant"]
+    await require_tenant(ctx.meta, tenant)
+    info = _tenant_info(await body(request))
+    await ctx.meta.put(tenant_key(tenant), json.dumps(info).encode())
+    return no_content()
+
+
+async def delete_tenant(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant = request.match_info["tenant"]
+    await require_tenant(ctx.meta, tenant)
+    if await namespaces_of(ctx.meta, tenant):
+        raise AdminError(409, "The tenant still has active namespaces")
+    await ctx.meta.delete(tenant_key(tenant))
+    return no_content()
+
+
+async def ensure_tenant(meta, tenant: str) -> None:
+    """Create ``tenant`` if absent (the standalone's ``public``)."""
+    try:
+        await meta.put(tenant_key(tenant), json.dumps(_tenant_info(None)).encode(), expected_version_id=EXPECT_ABSENT)
+    except UnexpectedVersion:
+        pass
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/admin/v2/tenants", list_tenants)
+    router.add_get("/admin/v2/tenants/{tenant}", get_tenant)
+    router.add_put("/admin/v2/tenants/{tenant}", create_tenant)
+    router.add_post("/admin/v2/tenants/{tenant}", update_tenant)
+    router.add_delete("/admin/v2/tenants/{tenant}", delete_tenant)

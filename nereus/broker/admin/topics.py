@@ -1,0 +1,232 @@
+"""``/admin/v2/persistent/{tenant}/{namespace}[/{topic}]``: list, create, delete, partitions, trim.
+
+A non-partitioned topic (or a partition) is one stream; a partitioned topic is the
+``/nereus/pulsar/partitioned`` record plus its partitions, created eagerly here so
+that listings and stats show them at once (as Pulsar does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import web
+
+from ...ledger.naming import TopicName
+from ...meta import cas
+from ...pulsar.codec import pb, wrap
+from ...pulsar.server import schemas
+from ...pulsar.server.topics import (create_partitioned_topic, list_partitioned_topics, partitioned_key,
+                                     partitions_of)
+from ...storage import StreamExists, StreamNotFound
+from . import retention
+from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
+                     require_topic, stream_exists, topic_name)
+
+log = logging.getLogger(__name__)
+
+
+async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str) -> list[TopicName]:
+    """Non-partitioned topics and partitions of a namespace (partitions listed one by one, as Pulsar does)."""
+    prefix = f"persistent://{tenant}/{namespace}/"
+    names = {TopicName.parse(n) for n in await ctx.storage.list_streams() if n.startswith(prefix)}
+    for base in await partitioned_topics(ctx, tenant, namespace):
+        names.update(base.partition(i) for i in range(await partitions_of(ctx.meta, base)))
+    return sorted(names, key=str)
+
+
+async def partitioned_topics(ctx: AdminContext, tenant: str, namespace: str) -> list[TopicName]:
+    prefix = f"persistent://{tenant}/{namespace}/"
+    return [TopicName.parse(n) for n in await list_partitioned_topics(ctx.meta) if n.startswith(prefix)]
+
+
+def close_producers(topic) -> None:
+    """Disconnect the topic's producers (they reconnect, as after a Pulsar topic unload)."""
+    for producer in list(topic.producers.values()):
+        producer.conn.send(wrap(pb.CommandCloseProducer(producer_id=producer.producer_id, request_id=0)))
+        producer.conn.producers.pop(producer.producer_id, None)
+        producer.detach()
+
+
+def close_consumers(dispatcher) -> None:
+    """Disconnect a subscription's consumers; their unacked entries are dropped with them."""
+    for slot in list(dispatcher.sub.consumers.values()):
+        consumer = slot.handle
+        consumer.conn.consumers.pop(consumer.consumer_id, None)
+        dispatcher.sub.remove(slot.token)
+        consumer.conn.send(wrap(pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=0)))
+
+
+def _connected(topic) -> bool:
+    return bool(topic.producers) or any(d.sub.consumers for d in topic.dispatchers.values())
+
+
+async def delete_topic(ctx: AdminContext, name: TopicName, *, force: bool) -> None:
+    """Delete one stream-backed topic with its subscriptions (412 while clients are connected)."""
+    topic = ctx.pulsar.topics.get(str(name))
+    if topic is not None:
+        if _connected(topic) and not force:
+            raise AdminError(412, "Topic has active producers/subscriptions")
+        close_producers(topic)
+        for dispatcher in list(topic.dispatchers.values()):
+            close_consumers(dispatcher)
+        ctx.pulsar.topics.pop(str(name), None)
+        await topic.close()
+    try:
+        await ctx.storage.delete_stream(str(name))
+    except StreamNotFound:
+        if topic is None:
+            raise AdminError(404, "Topic not found") from None
+    log.info("topic %s deleted", name)
+
+
+async def delete_partitioned(ctx: AdminContext, name: TopicName, *, force: bool) -> None:
+    count = await partitions_of(ctx.meta, name)
+    if not count:
+        raise AdminError(404, "Partitioned topic does not exist")
+    parts = [name.partition(i) for i in range(count)]
+    if not force:
+        for part in parts:
+            topic = ctx.pulsar.topics.get(str(part))
+            if topic is not None and _connected(topic):
+                raise AdminError(412, "Topic has active producers/subscriptions")
+    for part in parts:
+        try:
+            await delete_topic(ctx, part, force=force)
+        except AdminError as exc:
+            if exc.status != 404:
+                raise
+    await ctx.meta.delete(partitioned_key(name))
+    await schemas.delete(ctx.meta, name, force=True)
+
+
+async def _create_streams(ctx: AdminContext, names: list[TopicName]) -> None:
+    for name in names:
+        try:
+            await ctx.storage.create_stream(str(name))
+        except StreamExists:
+            pass
+
+
+def _partition_count(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AdminError(400, "The body must be the number of partitions")
+    if value <= 0:
+        raise AdminError(406, "Number of partitions should be more than 0")
+    return value
+
+
+# -- handlers -----------------------------------------------------------------------------
+async def list_topics(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant, namespace = request.match_info["tenant"], request.match_info["namespace"]
+    await require_namespace(ctx.meta, tenant, namespace)
+    return web.json_response([str(n) for n in await namespace_topics(ctx, tenant, namespace)])
+
+
+async def list_partitioned(request: web.Request) -> web.Response:
+    ctx = context(request)
+    tenant, namespace = request.match_info["tenant"], request.match_info["namespace"]
+    await require_namespace(ctx.meta, tenant, namespace)
+    return web.json_response([str(n) for n in await partitioned_topics(ctx, tenant, namespace)])
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = topic_name(request)
+    await require_namespace(ctx.meta, name.tenant, name.namespace)
+    if await partitions_of(ctx.meta, name):
+        raise AdminError(409, "This topic already exists")
+    try:
+        await ctx.storage.create_stream(str(name))
+    except StreamExists:
+        raise AdminError(409, "This topic already exists") from None
+    return no_content()
+
+
+async def delete(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = topic_name(request)
+    if await partitions_of(ctx.meta, name):
+        raise AdminError(409, "Topic is partitioned: delete it with DELETE .../partitions")
+    await delete_topic(ctx, name, force=flag(request, "force"))
+    if name.partition_index < 0:  # a partition shares its partitioned topic's schema
+        await schemas.delete(ctx.meta, name, force=True)
+    return no_content()
+
+
+async def create_partitioned(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = topic_name(request)
+    count = _partition_count(await body(request))
+    if name.partition_index >= 0:
+        raise AdminError(412, "A partition cannot itself be partitioned")
+    await require_namespace(ctx.meta, name.tenant, name.namespace)
+    if await stream_exists(ctx.storage, name):
+        raise AdminError(409, "This topic already exists")
+    if not await create_partitioned_topic(ctx.meta, name, count):
+        raise AdminError(409, "Partitioned topic already exists")
+    await _create_streams(ctx, [name.partition(i) for i in range(count)])
+    return no_content()
+
+
+async def update_partitioned(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = topic_name(request)
+    count = _partition_count(await body(request))
+    current = await partitions_of(ctx.meta, name)
+    if not current:
+        raise AdminError(404, "Partitioned topic does not exist")
+    if count <= current:
+        raise AdminError(422, "Number of new partitions must be greater than existing number of partitions")
+
+    def grow(old: bytes | None) -> bytes:
+        if old is None:
+            raise AdminError(404, "Partitioned topic does not exist")
+        value = json.loads(old)
+        value["partitions"] = max(value["partitions"], count)
+        return json.dumps(value).encode()
+
+    # Streams first: a client that sees the new count finds its partitions.
+    await _create_streams(ctx, [name.partition(i) for i in range(current, count)])
+    await cas.update(ctx.meta, partitioned_key(name), grow)
+    return no_content()
+
+
+async def get_partitions(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = topic_name(request)
+    return web.json_response({"partitions": await partitions_of(ctx.meta, name), "deleted": False})
+
+
+async def delete_partitioned_topic(request: web.Request) -> web.Response:
+    ctx = context(request)
+    await delete_partitioned(ctx, topic_name(request), force=flag(request, "force"))
+    return no_content()
+
+
+async def trim(request: web.Request) -> web.Response:
+    """Apply the namespace's retention to the topic now (Pulsar's ``trimTopic``)."""
+    ctx = context(request)
+    name = topic_name(request)
+    policies = await require_namespace(ctx.meta, name.tenant, name.namespace)
+    policy = retention.policy_of(policies)
+    for part in await partitions(ctx, name):
+        topic = await require_topic(ctx, part)
+        if policy is not None:
+            await retention.apply(ctx, topic.name, policy)
+    return no_content()
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    ns = "/admin/v2/persistent/{tenant}/{namespace}"
+    t = ns + "/{topic}"
+    router.add_get(ns, list_topics)
+    router.add_get(ns + "/partitioned", list_partitioned)
+    router.add_put(t, create_topic)
+    router.add_delete(t, delete)
+    router.add_put(t + "/partitions", create_partitioned)
+    router.add_post(t + "/partitions", update_partitioned)
+    router.add_get(t + "/partitions", get_partitions)
+    router.add_delete(t + "/partitions", delete_partitioned_topic)
+    router.add_post(t + "/trim", trim)
