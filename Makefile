@@ -21,9 +21,14 @@ run: install
 test: install
 	$(VENV)/bin/python -m pytest -q
 
+# Benchmarks (not part of the tests). The Pulsar reference needs Redis from Debian.
 bench: install
+	@command -v redis-server >/dev/null || { apt-get update -q && apt-get install -y -q redis-server redis-tools; }
+	$(VENV)/bin/python bench/meta_storage_choice.py
 	$(VENV)/bin/python bench/meta_topics.py
+	$(VENV)/bin/python bench/oxia_server.py
 	$(VENV)/bin/python bench/storage_append.py
+	$(VENV)/bin/python bench/pulsar_e2e.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
