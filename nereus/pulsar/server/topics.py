@@ -103,7 +103,7 @@ class Topic:
                 return dispatcher
             if durable:
                 cursor, created = await Cursor.open(self.service.meta, self.stream_id, name, initial=initial,
-                                                    properties=properties)
+                                                    properties=properties, objects=self.service.storage.objects)
                 if created:
                     log.info("%s: subscription %s created at offset %d", self.name, name, initial)
             else:
