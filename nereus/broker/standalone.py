@@ -13,6 +13,7 @@ from pathlib import Path
 from ..meta import open_engine
 from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
+from ..kafka.server import KafkaService
 from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
 from .http import attach_admin, start_http
@@ -74,7 +75,9 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         await pulsar.start()
         stack.push_async_callback(pulsar.stop)
         await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar)
-        log.info("kafka listener (port %d) is not part of this build yet", config.kafka_port)
+        kafka = KafkaService(storage, meta, pulsar, host=config.bind, port=config.kafka_port)
+        await kafka.start()
+        stack.push_async_callback(kafka.stop)
         log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s", config.bind,
                  config.http_port, config.pulsar_port, config.kafka_port, config.oxia_port, config.data_dir,
                  objects_url)

@@ -12,7 +12,8 @@ import time
 
 from google.protobuf.message import DecodeError
 
-from ...ledger.entry import HEADER_SIZE, EntryFlags, EntryFormat, EntryHeader, decode_entry
+from ...ledger.convert import pulsar_body
+from ...ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
 from ...ledger.subscription import sticky_hash
 from ..codec import Frame, MalformedBatch, iter_batch, pb
 
@@ -43,12 +44,13 @@ def stored_entry(frame: Frame, meta: pb.MessageMetadata, highest_sequence: int) 
 
 
 def split(data: bytes | memoryview) -> tuple[EntryHeader, memoryview]:
-    """(header, Pulsar entry from the 0x0e01 magic) of a stored entry."""
-    return decode_entry(data)
+    """(header, Pulsar entry from the 0x0e01 magic) of a stored entry (Kafka entries converted)."""
+    header, body = decode_entry(data)
+    return header, (pulsar_body(data) if header.format == EntryFormat.KAFKA else body)
 
 
 def body_of(data: bytes | memoryview) -> memoryview:
-    return memoryview(data)[HEADER_SIZE:]
+    return pulsar_body(data)
 
 
 def metadata_of(body: memoryview) -> pb.MessageMetadata:

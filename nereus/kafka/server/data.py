@@ -1,0 +1,281 @@
+"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch.
+
+Produce checks each batch's CRC and producer sequence, then starts the appends
+before the next request is read; the response waits for them (acks=1 and
+acks=all both mean durable here; acks=0 gets no response). Fetch serves stored
+batches with only the base offset and leader epoch rewritten, and long-polls
+until ``min_bytes`` are there or ``max_wait`` passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from kio.schema.errors import ErrorCode
+
+from ...ledger.entry import decode_entry
+from ...storage import OffsetOutOfRange, StorageError
+from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
+from ..codec.protocol import response_schema
+from ..codec.records import decode_records
+from ..convert import ConversionError
+from .cluster import NO_THROTTLE
+from .partition import DUPLICATE, NONE
+
+log = logging.getLogger(__name__)
+
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+# -- produce ---------------------------------------------------------------------------------
+async def handle_produce(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    topic_cls, part_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
+    results: list[tuple[str, list]] = []
+    for topic in req.topic_data:
+        parts = []
+        results.append((topic.name, parts))
+        for pdata in topic.partition_data:
+            parts.append((pdata.index, await _produce_partition(service, topic.name, pdata, req.acks)))
+    if req.acks == 0:
+        return None
+
+    async def respond():
+        topics = []
+        for name, parts in results:
+            responses = []
+            for index, outcome in parts:
+                code, base, start, message = await _outcome(outcome)
+                responses.append(make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=None,
+                                      log_start_offset=start, record_errors=(), error_message=message))
+            topics.append(make(topic_cls, name=name, partition_responses=tuple(responses)))
+        return make(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+    return respond()
+
+
+async def _outcome(outcome):
+    """(error code, base offset, log start offset, message) of a partition's produce."""
+    if len(outcome) == 4:
+        return outcome  # failed before appending
+    part, futures = outcome
+    base = None
+    for fut in futures:
+        try:
+            offset = await fut if isinstance(fut, asyncio.Future) else fut
+            offset = offset.base_offset if hasattr(offset, "base_offset") else offset
+        except Exception as exc:
+            log.warning("kafka: append to %s-%d failed: %s", part.name, part.index, exc)
+            return ErrorCode.kafka_storage_error, -1, -1, str(exc)
+        base = offset if base is None else base
+    return ErrorCode.none, base, part.handle.start_offset(), None
+
+
+async def _produce_partition(service, topic: str, pdata, acks: int):
+    if acks not in (0, 1, -1):
+        return ErrorCode.invalid_required_acks, -1, -1, "acks must be 0, 1 or -1"
+    part = await service.catalog.partition(topic, pdata.index)
+    if part is None:
+        return ErrorCode.unknown_topic_or_partition, -1, -1, None
+    records = pdata.records or b""
+    if len(records) > service.max_message_bytes:
+        return ErrorCode.message_too_large, -1, -1, None
+    try:
+        batches = split_batches(records)
+    except UnsupportedMagic as exc:
+        return ErrorCode.unsupported_for_message_format, -1, -1, str(exc)
+    except InvalidBatch as exc:
+        log.info("kafka: corrupt batch for %s-%d: %s", topic, pdata.index, exc)
+        return ErrorCode.corrupt_message, -1, -1, str(exc)
+    for batch, _ in batches:
+        if batch.transactional or batch.control:
+            return ErrorCode.invalid_record, -1, -1, "transactional and control batches are not supported"
+        code, _ = part.check_sequence(batch)
+        if code not in (NONE, DUPLICATE):
+            return ErrorCode(code), -1, -1, None
+    futures = []
+    for batch, data in batches:
+        code, original = part.check_sequence(batch)
+        if code == DUPLICATE:
+            if original is None:
+                return ErrorCode.duplicate_sequence_number, -1, -1, None
+            futures.append(original)
+            continue
+        fut = part.append(batch, data)
+        part.accept(batch, fut)
+        fut.add_done_callback(lambda f, b=batch: part.forget_failed(b, f) if f.cancelled() or f.exception() else None)
+        futures.append(fut)
+    return part, futures
+
+
+# -- fetch -----------------------------------------------------------------------------------
+async def handle_fetch(conn, head, req):
+    return _fetch(conn.service, head, req)
+
+
+async def _fetch(service, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    deadline = time.monotonic() + req.max_wait.total_seconds()
+    max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF
+    while True:
+        total, topics, waits = 0, [], []
+        for ftopic in req.topics:
+            parts = []
+            for fp in ftopic.partitions:
+                data, part = await _fetch_partition(service, cls, ftopic.topic, fp, max(max_bytes - total, 0),
+                                                    first=total == 0)
+                size = len(data.records or b"")
+                total += size
+                parts.append(data)
+                if part is not None and size == 0 and data.error_code == ErrorCode.none:
+                    waits.append((part, fp.fetch_offset))
+            topics.append(make(nested(cls, "FetchableTopicResponse"), topic=ftopic.topic, partitions=tuple(parts)))
+        remaining = deadline - time.monotonic()
+        if total >= req.min_bytes or remaining <= 0 or not waits:
+            return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
+                        responses=tuple(topics))
+        # Long poll: wake on the first append to any of the partitions.
+        tasks = [asyncio.ensure_future(p.handle.wait_for(offset, remaining)) for p, offset in waits]
+        try:
+            await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+
+async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: bool):
+    pcls = nested(cls, "PartitionData")
+
+    def reply(code, hw=-1, start=-1, records=None):
+        return make(pcls, partition_index=fp.partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
+                    log_start_offset=start, aborted_transactions=None if code else (), preferred_read_replica=-1,
+                    records=records)
+
+    part = await service.catalog.partition(topic, fp.partition)
+    if part is None:
+        return reply(ErrorCode.unknown_topic_or_partition), None
+    handle = part.handle
+    limit = min(fp.partition_max_bytes, budget)
+    if fp.fetch_offset == handle.next_offset() and handle.start_offset() <= fp.fetch_offset:
+        return reply(ErrorCode.none, handle.next_offset(), handle.start_offset(), b""), part  # at the end
+    try:
+        result = await handle.fetch(fp.fetch_offset, max_bytes=max(limit, 1))
+    except OffsetOutOfRange:
+        return reply(ErrorCode.offset_out_of_range, handle.next_offset(), handle.start_offset()), part
+    except StorageError as exc:
+        log.warning("kafka: fetch %s-%d@%d failed: %s", topic, fp.partition, fp.fetch_offset, exc)
+        return reply(ErrorCode.kafka_storage_error, handle.next_offset(), handle.start_offset()), part
+    chunks, size = [], 0
+    for entry in result.entries:
+        if entry.end_offset <= fp.fetch_offset:
+            continue
+        try:
+            batch = part.served(entry)
+        except ConversionError as exc:
+            log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, topic, fp.partition, exc)
+            continue
+        if batch is None:
+            continue
+        # At least one batch even past the limits (KIP-74), else stop at the limit.
+        if chunks and size + len(batch) > limit or (not first and not chunks and len(batch) > limit):
+            break
+        chunks.append(batch)
+        size += len(batch)
+    return reply(ErrorCode.none, result.next_offset, result.start_offset, b"".join(chunks)), part
+
+
+# -- offsets ---------------------------------------------------------------------------------
+async def offset_for_timestamp(part, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) of the first record at or after ``timestamp``; (-1, -1) if none."""
+    handle = part.handle
+    await handle.refresh()
+    offset, end = handle.start_offset(), handle.next_offset()
+    best = (-1, -1)
+    while offset < end:
+        result = await handle.fetch(offset, end, max_bytes=4 << 20)
+        if not result.entries:
+            break
+        for entry in result.entries:
+            header, _ = decode_entry(entry.data)
+            if header.max_timestamp < timestamp and header.max_timestamp >= 0:
+                continue
+            batch = part.served(entry)
+            if batch is None:
+                continue
+            bheader, records = decode_records(batch)
+            for record in records:
+                if record.timestamp >= timestamp and bheader.base_offset + record.offset_delta >= offset:
+                    return bheader.base_offset + record.offset_delta, record.timestamp
+        offset = result.entries[-1].end_offset
+    return best
+
+
+async def max_timestamp(part) -> tuple[int, int]:
+    handle = part.handle
+    offset, end = handle.start_offset(), handle.next_offset()
+    best = (-1, -1)
+    while offset < end:
+        result = await handle.fetch(offset, end, max_bytes=4 << 20)
+        if not result.entries:
+            break
+        for entry in result.entries:
+            header, _ = decode_entry(entry.data)
+            if header.max_timestamp > best[1]:
+                best = (entry.end_offset - 1, header.max_timestamp)
+        offset = result.entries[-1].end_offset
+    return best
+
+
+async def handle_list_offsets(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    tcls, pcls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic in req.topics:
+        parts = []
+        for p in topic.partitions:
+            part = await service.catalog.partition(topic.name, p.partition_index)
+            if part is None:
+                parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.unknown_topic_or_partition,
+                                  timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
+            await part.handle.refresh()
+            ts = -1
+            if p.timestamp == EARLIEST:
+                offset = part.handle.start_offset()
+            elif p.timestamp == LATEST:
+                offset = part.handle.next_offset()
+            elif p.timestamp == MAX_TIMESTAMP:
+                offset, ts = await max_timestamp(part)
+            else:
+                offset, ts = await offset_for_timestamp(part, p.timestamp)
+            parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.none, timestamp=ts,
+                              offset=offset, leader_epoch=part.leader_epoch))
+        topics.append(make(tcls, name=topic.name, partitions=tuple(parts)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_offset_for_leader_epoch(conn, head, req):
+    # Our logs are never truncated: the end offset of any epoch a client knows is the current end.
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    topics = []
+    for topic in req.topics:
+        parts = []
+        for p in topic.partitions:
+            part = await service.catalog.partition(topic.topic, p.partition)
+            if part is None:
+                parts.append(make(nested(cls, "EpochEndOffset"), error_code=ErrorCode.unknown_topic_or_partition,
+                                  partition=p.partition, leader_epoch=-1, end_offset=-1))
+                continue
+            parts.append(make(nested(cls, "EpochEndOffset"), error_code=ErrorCode.none, partition=p.partition,
+                              leader_epoch=min(p.leader_epoch, part.leader_epoch) if p.leader_epoch >= 0
+                              else part.leader_epoch, end_offset=part.handle.next_offset()))
+        topics.append(make(nested(cls, "OffsetForLeaderTopicResult"), topic=topic.topic, partitions=tuple(parts)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+__all__ = ["handle_fetch", "handle_list_offsets", "handle_offset_for_leader_epoch", "handle_produce"]

@@ -1,0 +1,202 @@
+"""Group requests: Join/Sync/Heartbeat/Leave, OffsetCommit/OffsetFetch, Describe/List/DeleteGroups."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import make, nested
+from ..codec.protocol import response_schema
+from .cluster import NO_THROTTLE
+from .groups import GroupError, JoinResult
+
+log = logging.getLogger(__name__)
+
+MIN_SESSION, MAX_SESSION = 1.0, 1800.0
+
+
+async def handle_join_group(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+
+    def reply(result: JoinResult):
+        members = tuple(make(nested(cls, "JoinGroupResponseMember"), member_id=m, group_instance_id=i, metadata=md)
+                        for m, i, md in result.members)
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(result.error), generation_id=result.generation,
+                    protocol_type=result.protocol_type, protocol_name=result.protocol, leader=result.leader,
+                    skip_assignment=False, member_id=result.member_id, members=members)
+
+    session = req.session_timeout.total_seconds()
+    rebalance = getattr(req, "rebalance_timeout", req.session_timeout).total_seconds()
+    if not req.group_id:
+        return reply(JoinResult(ErrorCode.invalid_group_id.value, member_id=req.member_id))
+    if not MIN_SESSION <= session <= MAX_SESSION:
+        return reply(JoinResult(ErrorCode.invalid_session_timeout.value, member_id=req.member_id))
+    group = await conn.service.coordinator.group(req.group_id)
+    try:
+        fut = group.join(req.member_id, head.client_id or "", conn.peer.rsplit(":", 1)[0], session,
+                         rebalance if rebalance > 0 else session, req.protocol_type,
+                         [(p.name, bytes(p.metadata)) for p in req.protocols],
+                         getattr(req, "group_instance_id", None))
+    except GroupError as exc:
+        return reply(JoinResult(exc.code, member_id=req.member_id))
+
+    async def wait():
+        return reply(await fut)
+
+    return wait()
+
+
+async def handle_sync_group(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+
+    def reply(code, assignment=b"", group=None):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(code),
+                    protocol_type=group.protocol_type if group else None,
+                    protocol_name=group.protocol if group else None, assignment=assignment)
+
+    group = await conn.service.coordinator.group(req.group_id, create=False)
+    if group is None:
+        return reply(ErrorCode.unknown_member_id.value)
+    try:
+        fut = group.sync(req.member_id, req.generation_id,
+                         {a.member_id: bytes(a.assignment) for a in req.assignments})
+    except GroupError as exc:
+        return reply(exc.code)
+
+    async def wait():
+        code, assignment = await fut
+        return reply(code, assignment, group)
+
+    return wait()
+
+
+async def handle_heartbeat(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    group = await conn.service.coordinator.group(req.group_id, create=False)
+    code = ErrorCode.unknown_member_id.value
+    if group is not None:
+        try:
+            code = group.heartbeat(req.member_id, req.generation_id)
+        except GroupError as exc:
+            code = exc.code
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(code))
+
+
+async def handle_leave_group(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    group = await conn.service.coordinator.group(req.group_id, create=False)
+    ids = [m.member_id for m in req.members] if hasattr(req, "members") else [req.member_id]
+    codes = [group.leave(mid) if group is not None else ErrorCode.unknown_member_id.value for mid in ids]
+    members = tuple(make(nested(cls, "MemberResponse"), member_id=mid, group_instance_id=None,
+                         error_code=ErrorCode(code)) for mid, code in zip(ids, codes)) if hasattr(req, "members") else ()
+    top = codes[0] if len(codes) == 1 and not hasattr(req, "members") else 0
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(top), members=members)
+
+
+async def handle_offset_commit(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
+    group = await service.coordinator.group(req.group_id)
+    code = group.check_commit(req.member_id, generation) if req.group_id else ErrorCode.invalid_group_id.value
+    writes, topics = [], []
+    for topic in req.topics:
+        parts = []
+        count = await service.catalog.partition_count(topic.name)
+        for p in topic.partitions:
+            pcode = code
+            if pcode == 0 and (count is None or not 0 <= p.partition_index < count):
+                pcode = ErrorCode.unknown_topic_or_partition.value
+            elif pcode == 0 and p.committed_metadata is not None and len(p.committed_metadata) > 4096:
+                pcode = ErrorCode.offset_metadata_too_large.value
+            if pcode == 0:
+                writes.append(service.coordinator.commit(req.group_id, topic.name, p.partition_index,
+                                                         p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                                                         p.committed_metadata))
+            parts.append([p.partition_index, pcode, len(writes) - 1 if pcode == 0 else None])
+        topics.append((topic.name, parts))
+    # Start the writes now (call order), acknowledge when they are durable.
+    tasks = [asyncio.ensure_future(w) for w in writes]
+
+    async def wait():
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        out = []
+        for name, parts in topics:
+            rows = []
+            for index, pcode, w in parts:
+                if w is not None and isinstance(outcomes[w], Exception):
+                    log.warning("kafka: offset commit of %s failed: %s", req.group_id, outcomes[w])
+                    pcode = ErrorCode.coordinator_not_available.value
+                rows.append(make(nested(cls, "OffsetCommitResponsePartition"), partition_index=index,
+                                 error_code=ErrorCode(pcode)))
+            out.append(make(nested(cls, "OffsetCommitResponseTopic"), name=name, partitions=tuple(rows)))
+        return make(cls, throttle_time=NO_THROTTLE, topics=tuple(out))
+
+    return wait()
+
+
+async def handle_offset_fetch(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    tcls, pcls = nested(cls, "OffsetFetchResponseTopic"), nested(cls, "OffsetFetchResponsePartition")
+    committed = await service.coordinator.fetch_offsets(req.group_id)
+    if req.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in req.topics}
+    topics = []
+    for name, partitions in wanted.items():
+        rows = []
+        for index in partitions:
+            value = committed.get((name, index))
+            rows.append(make(pcls, partition_index=index, committed_offset=value["offset"] if value else -1,
+                             committed_leader_epoch=value.get("epoch", -1) if value else -1,
+                             metadata=value.get("metadata") if value else "", error_code=ErrorCode.none))
+        topics.append(make(tcls, name=name, partitions=tuple(rows)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=ErrorCode.none)
+
+
+async def handle_describe_groups(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    gcls, mcls = nested(cls, "DescribedGroup"), nested(cls, "DescribedGroupMember")
+    out = []
+    for group_id in req.groups:
+        group = await conn.service.coordinator.group(group_id, create=False)
+        if group is None:
+            out.append(make(gcls, error_code=ErrorCode.none, group_id=group_id, group_state="Dead", protocol_type="",
+                            protocol_data="", members=(), authorized_operations=-2147483648))
+            continue
+        members = tuple(make(mcls, member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+                             client_host=m.client_host, member_metadata=m.metadata_for(group.protocol or ""),
+                             member_assignment=m.assignment) for m in group.members.values())
+        out.append(make(gcls, error_code=ErrorCode.none, group_id=group_id, group_state=group.state,
+                        protocol_type=group.protocol_type or "", protocol_data=group.protocol or "", members=members,
+                        authorized_operations=-2147483648))
+    return make(cls, throttle_time=NO_THROTTLE, groups=tuple(out))
+
+
+async def handle_list_groups(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    states = set(getattr(req, "states_filter", ()) or ())
+    groups = [g for g in await conn.service.coordinator.list_groups() if not states or g.state in states]
+    listed = tuple(make(nested(cls, "ListedGroup"), group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
+                        group_state=g.state, group_type="classic") for g in groups)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
+
+
+async def handle_delete_groups(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    results = []
+    for group_id in req.groups_names:
+        code = await conn.service.coordinator.delete_group(group_id)
+        results.append(make(nested(cls, "DeletableGroupResult"), group_id=group_id, error_code=ErrorCode(code)))
+    return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+__all__ = ["handle_delete_groups", "handle_describe_groups", "handle_heartbeat", "handle_join_group",
+           "handle_leave_group", "handle_list_groups", "handle_offset_commit", "handle_offset_fetch",
+           "handle_sync_group"]

@@ -1,0 +1,307 @@
+"""The group coordinator (Kafka's classic protocol) with its state in the metadata plane.
+
+States: Empty -> PreparingRebalance -> CompletingRebalance -> Stable. A join, a
+leave or a member whose session timed out starts a rebalance; it completes when
+every known member has rejoined or the rebalance timeout passed (members that did
+not rejoin are dropped), bumping the generation. The leader's SyncGroup hands out
+the assignments. The group (generation, members, assignments) is written to
+``/nereus/kafka/groups/{group}`` when it becomes Stable or Empty, so a restarted
+broker recognises the members' next heartbeats; committed offsets are separate
+records (``store.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+log = logging.getLogger(__name__)
+
+GROUPS_ROOT = "/nereus/kafka/groups/"
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+INITIAL_REBALANCE_DELAY = 0.3  # lets consumers started together land in one generation
+
+# Kafka error codes used here
+NONE, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, UNKNOWN_MEMBER = 0, 22, 23, 25
+INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, NOT_COORDINATOR = 26, 27, 16
+
+
+class GroupError(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout: float
+    rebalance_timeout: float
+    protocols: list[tuple[str, bytes]]
+    instance_id: str | None = None
+    assignment: bytes = b""
+    last_seen: float = field(default_factory=time.monotonic)
+    join: asyncio.Future | None = None
+    sync: asyncio.Future | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+    def to_json(self) -> dict:
+        return {"id": self.member_id, "client": self.client_id, "host": self.client_host,
+                "session": self.session_timeout, "rebalance": self.rebalance_timeout, "instance": self.instance_id,
+                "protocols": [[n, base64.b64encode(m).decode()] for n, m in self.protocols],
+                "assignment": base64.b64encode(self.assignment).decode()}
+
+    @classmethod
+    def from_json(cls, v: dict) -> "Member":
+        return cls(v["id"], v["client"], v["host"], v["session"], v["rebalance"],
+                   [(n, base64.b64decode(m)) for n, m in v["protocols"]], v.get("instance"),
+                   base64.b64decode(v["assignment"]))
+
+
+@dataclass
+class JoinResult:
+    error: int
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+def group_key(group_id: str) -> str:
+    return GROUPS_ROOT + quote(group_id, safe="")
+
+
+class Group:
+    def __init__(self, coordinator, group_id: str) -> None:
+        self.coordinator = coordinator
+        self.group_id = group_id
+        self.state = EMPTY
+        self.generation = 0
+        self.protocol_type: str | None = None
+        self.protocol: str | None = None
+        self.leader: str | None = None
+        self.members: dict[str, Member] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- rebalancing ------------------------------------------------------------------------
+    def join(self, member_id: str, client_id: str, host: str, session: float, rebalance: float, protocol_type: str,
+             protocols: list[tuple[str, bytes]], instance_id: str | None) -> asyncio.Future:
+        if self.members and protocol_type != self.protocol_type:
+            raise GroupError(INCONSISTENT_PROTOCOL)
+        if self.members and not {n for n, _ in protocols} & self._common_protocols():
+            raise GroupError(INCONSISTENT_PROTOCOL)
+        if member_id and member_id not in self.members:
+            raise GroupError(UNKNOWN_MEMBER)
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        member = self.members.get(member_id)
+        fut = asyncio.get_running_loop().create_future()
+        if member is None:
+            member = self.members[member_id] = Member(member_id, client_id, host, session, rebalance, protocols,
+                                                     instance_id)
+        elif self.state == STABLE and member.protocols == protocols and member.member_id != self.leader:
+            # A follower rejoining with unchanged metadata: no rebalance needed.
+            member.last_seen = time.monotonic()
+            fut.set_result(self._join_result(member_id))
+            return fut
+        member.protocols, member.session_timeout, member.rebalance_timeout = protocols, session, rebalance
+        member.last_seen = time.monotonic()
+        if member.join is not None and not member.join.done():
+            member.join.set_result(JoinResult(UNKNOWN_MEMBER))
+        member.join = fut
+        self.protocol_type = protocol_type
+        self._prepare(initial=self.state == EMPTY)
+        self._maybe_complete()
+        return fut
+
+    def _common_protocols(self) -> set[str]:
+        sets = [{n for n, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def _prepare(self, initial: bool = False) -> None:
+        if self.state == PREPARING:
+            return
+        if self.state == COMPLETING:
+            for m in self.members.values():
+                if m.sync is not None and not m.sync.done():
+                    m.sync.set_result((REBALANCE_IN_PROGRESS, b""))
+        self.state = PREPARING
+        timeout = max((m.rebalance_timeout for m in self.members.values()), default=1.0)
+        self._arm(INITIAL_REBALANCE_DELAY if initial else timeout, self._rebalance_deadline)
+        self._initial_until = time.monotonic() + (INITIAL_REBALANCE_DELAY if initial else 0)
+
+    def _arm(self, delay: float, callback) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(delay, callback)
+
+    def _rebalance_deadline(self) -> None:
+        self._timer = None
+        if self.state != PREPARING:
+            return
+        for member_id in [m for m, v in self.members.items() if v.join is None or v.join.done()]:
+            log.info("kafka group %s: member %s did not rejoin in time", self.group_id, member_id)
+            del self.members[member_id]
+        self._initial_until = 0
+        self._complete()
+
+    def _maybe_complete(self) -> None:
+        if self.state != PREPARING or time.monotonic() < getattr(self, "_initial_until", 0):
+            return
+        if all(m.join is not None and not m.join.done() for m in self.members.values()):
+            self._complete()
+
+    def _complete(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.generation += 1
+        if not self.members:
+            self.state, self.protocol, self.leader = EMPTY, None, None
+            self.coordinator.persist(self)
+            return
+        self.state = COMPLETING
+        self.protocol = self._choose_protocol()
+        if self.leader not in self.members:
+            self.leader = next(iter(self.members))
+        now = time.monotonic()
+        for member_id, member in self.members.items():
+            member.last_seen = now
+            member.assignment = b""
+            if member.join is not None and not member.join.done():
+                member.join.set_result(self._join_result(member_id))
+            member.join = None
+        log.info("kafka group %s: generation %d with %d member(s), protocol %s", self.group_id, self.generation,
+                 len(self.members), self.protocol)
+
+    def _choose_protocol(self) -> str:
+        common = self._common_protocols()
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            choice = next(n for n, _ in member.protocols if n in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        leader = self.members.get(self.leader) or next(iter(self.members.values()))
+        order = [n for n, _ in leader.protocols if n in common]
+        return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
+
+    def _join_result(self, member_id: str) -> JoinResult:
+        members = []
+        if member_id == self.leader:
+            members = [(m.member_id, m.instance_id, m.metadata_for(self.protocol)) for m in self.members.values()]
+        return JoinResult(NONE, self.generation, self.protocol_type, self.protocol, self.leader, member_id, members)
+
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes]) -> asyncio.Future:
+        member = self._check(member_id, generation)
+        fut = asyncio.get_running_loop().create_future()
+        if self.state == PREPARING:
+            fut.set_result((REBALANCE_IN_PROGRESS, b""))
+            return fut
+        member.last_seen = time.monotonic()
+        if self.state == STABLE:
+            fut.set_result((NONE, member.assignment))
+            return fut
+        member.sync = fut
+        if member_id == self.leader:
+            for mid, m in self.members.items():
+                m.assignment = assignments.get(mid, b"")
+            self.state = STABLE
+            self.coordinator.persist(self)
+            for m in self.members.values():
+                if m.sync is not None and not m.sync.done():
+                    m.sync.set_result((NONE, m.assignment))
+                m.sync = None
+        return fut
+
+    def heartbeat(self, member_id: str, generation: int) -> int:
+        member = self._check(member_id, generation)
+        member.last_seen = time.monotonic()
+        return REBALANCE_IN_PROGRESS if self.state == PREPARING else NONE
+
+    def leave(self, member_id: str) -> int:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return UNKNOWN_MEMBER
+        for fut in (member.join, member.sync):
+            if fut is not None and not fut.done():
+                fut.set_result(JoinResult(UNKNOWN_MEMBER) if fut is member.join else (UNKNOWN_MEMBER, b""))
+        log.info("kafka group %s: member %s left", self.group_id, member_id)
+        self._member_gone()
+        return NONE
+
+    def _member_gone(self) -> None:
+        if not self.members:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self.generation += 1
+            self.state, self.protocol, self.leader = EMPTY, None, None
+            self.coordinator.persist(self)
+        elif self.state == PREPARING:
+            self._maybe_complete()
+        else:
+            self._prepare()
+
+    def _check(self, member_id: str, generation: int) -> Member:
+        member = self.members.get(member_id)
+        if member is None:
+            raise GroupError(UNKNOWN_MEMBER)
+        if generation != self.generation:
+            raise GroupError(ILLEGAL_GENERATION)
+        return member
+
+    def check_commit(self, member_id: str, generation: int) -> int:
+        if generation < 0 and not member_id:
+            return NONE if not self.members else ILLEGAL_GENERATION  # a simple (standalone) commit
+        member = self.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER
+        if generation != self.generation:
+            return ILLEGAL_GENERATION
+        if self.state == COMPLETING:
+            return REBALANCE_IN_PROGRESS
+        member.last_seen = time.monotonic()
+        return NONE
+
+    def expire(self, now: float) -> None:
+        """Drop members whose session timed out (not those waiting in a join)."""
+        expired = [m.member_id for m in self.members.values()
+                   if (m.join is None or m.join.done()) and now - m.last_seen > m.session_timeout]
+        for member_id in expired:
+            log.info("kafka group %s: member %s session timed out", self.group_id, member_id)
+            member = self.members.pop(member_id)
+            if member.sync is not None and not member.sync.done():
+                member.sync.set_result((UNKNOWN_MEMBER, b""))
+        if expired:
+            self._member_gone()
+
+    # -- persistence ----------------------------------------------------------------------
+    def to_json(self) -> bytes:
+        return json.dumps({"state": self.state, "generation": self.generation, "protocol_type": self.protocol_type,
+                           "protocol": self.protocol, "leader": self.leader,
+                           "members": [m.to_json() for m in self.members.values()]}).encode()
+
+    def restore(self, value: bytes) -> None:
+        v = json.loads(value)
+        self.generation, self.protocol_type, self.protocol = v["generation"], v["protocol_type"], v["protocol"]
+        self.leader = v["leader"]
+        self.members = {m["id"]: Member.from_json(m) for m in v["members"]}
+        self.state = STABLE if self.members and v["state"] == STABLE else (EMPTY if not self.members else STABLE)
+        now = time.monotonic()
+        for m in self.members.values():
+            m.last_seen = now  # give members a full session to come back after a restart
+
+
+__all__ = ["COMPLETING", "DEAD", "EMPTY", "GROUPS_ROOT", "Group", "GroupError", "JoinResult", "Member", "PREPARING",
+           "STABLE", "group_key"]

@@ -1,0 +1,33 @@
+"""API key -> handler. A handler returns a response, None (no response), or an awaitable of one."""
+
+from __future__ import annotations
+
+from . import admin, cluster, data, group_api
+from .cluster import api_versions_response
+
+HANDLERS = {
+    0: data.handle_produce,
+    1: data.handle_fetch,
+    2: data.handle_list_offsets,
+    3: cluster.handle_metadata,
+    8: group_api.handle_offset_commit,
+    9: group_api.handle_offset_fetch,
+    10: cluster.handle_find_coordinator,
+    11: group_api.handle_join_group,
+    12: group_api.handle_heartbeat,
+    13: group_api.handle_leave_group,
+    14: group_api.handle_sync_group,
+    15: group_api.handle_describe_groups,
+    16: group_api.handle_list_groups,
+    18: cluster.handle_api_versions,
+    19: admin.handle_create_topics,
+    20: admin.handle_delete_topics,
+    22: cluster.handle_init_producer_id,
+    23: data.handle_offset_for_leader_epoch,
+    32: cluster.handle_describe_configs,
+    37: admin.handle_create_partitions,
+    42: group_api.handle_delete_groups,
+    60: cluster.handle_describe_cluster,
+}
+
+__all__ = ["HANDLERS", "api_versions_response"]

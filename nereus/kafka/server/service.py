@@ -1,0 +1,82 @@
+"""The Kafka listener: one broker (node 0) that leads every partition.
+
+``KafkaService(storage, meta, pulsar, host=..., port=...)``; ``await start()``
+binds the port, ``await stop()`` closes connections and flushes group state.
+Partitions share the Pulsar service's loaded topics, so one stream has one
+append session in this process whichever protocol writes to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ...storage import StreamStorage
+from .catalog import Catalog
+from .cluster import ProducerIds
+from .store import Coordinator
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ID_KEY = "/nereus/kafka/cluster-id"
+
+
+class KafkaService:
+    """One Kafka protocol endpoint over a StreamStorage, next to a PulsarService."""
+
+    def __init__(self, storage: StreamStorage, meta: MetadataStore, pulsar, *, host: str = "127.0.0.1",
+                 port: int = 9092, advertised_host: str | None = None, node_id: int = 0,
+                 max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
+                 auto_create: bool = True, default_partitions: int = 1) -> None:
+        self.storage = storage
+        self.meta = meta
+        self.pulsar = pulsar
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+        self.node_id = node_id
+        self.max_request_size = max_request_size
+        self.max_message_bytes = max_message_bytes
+        self.auto_create = auto_create
+        self.default_partitions = default_partitions
+        self.cluster_id = ""
+        self.connections: set = set()
+        self.catalog = Catalog(self)
+        self.coordinator = Coordinator(meta)
+        self.producer_ids = ProducerIds(meta)
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        from .connection import KafkaConnection
+
+        self.cluster_id = await self._cluster_id()
+        self.coordinator.start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port)
+        if self.port == 0:
+            self.port = self._server.sockets[0].getsockname()[1]
+        log.info("kafka listener on %s:%d (cluster %s)", self.host, self.port, self.cluster_id)
+
+    async def _cluster_id(self) -> str:
+        rec = await self.meta.get(CLUSTER_ID_KEY)
+        if rec is None:
+            try:
+                await self.meta.put(CLUSTER_ID_KEY, uuid.uuid4().hex[:22].encode(), expected_version_id=EXPECT_ABSENT)
+            except UnexpectedVersion:
+                pass
+            rec = await self.meta.get(CLUSTER_ID_KEY)
+        return rec.value.decode()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        await self.coordinator.stop()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+__all__ = ["KafkaService"]

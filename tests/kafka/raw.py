@@ -1,0 +1,73 @@
+"""A minimal blocking Kafka client for bad-input and protocol-level tests (built on the codec)."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import socket
+import struct
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+from kio.serial import entity_reader, entity_writer
+
+from nereus.kafka.codec import make, nested
+
+
+class RawKafka:
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes:
+        size = struct.unpack(">i", self._read(4))[0]
+        return self._read(size)
+
+    def _read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            out += chunk
+        return out
+
+    def request(self, api_key: int, version: int, **fields):
+        cls = load_request_schema(api_key, version)
+        self.corr += 1
+        buf = io.BytesIO()
+        header_cls = HeaderV2 if cls.__flexible__ else HeaderV1
+        entity_writer(header_cls)(buf, header_cls(request_api_key=api_key, request_api_version=version,
+                                                  correlation_id=self.corr, client_id="raw"))
+        entity_writer(cls)(buf, make(cls, **fields))
+        body = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(body)) + body)
+        frame = self.recv_frame()
+        resp_cls = load_response_schema(api_key, version)
+        corr = struct.unpack_from(">i", frame, 0)[0]
+        assert corr == self.corr
+        pos = 4 + (1 if resp_cls.__flexible__ and api_key != 18 else 0)  # empty tagged fields
+        return entity_reader(resp_cls)(frame, pos)[0]
+
+    def produce(self, topic: str, partition: int, records: bytes, acks: int = -1, version: int = 9):
+        cls = load_request_schema(0, version)
+        pdata = nested(cls, "PartitionProduceData")(index=partition, records=records)
+        tdata = nested(cls, "TopicProduceData")(name=topic, partition_data=(pdata,))
+        resp = self.request(0, version, transactional_id=None, acks=acks,
+                            timeout=datetime.timedelta(seconds=10), topic_data=(tdata,))
+        return resp.responses[0].partition_responses[0]
+
+    def metadata(self, topics: list[str] | None, version: int = 9):
+        cls = load_request_schema(3, version)
+        req_topics = None if topics is None else tuple(
+            make(nested(cls, "MetadataRequestTopic"), name=t, topic_id=None) for t in topics)
+        return self.request(3, version, topics=req_topics, allow_auto_topic_creation=True,
+                            include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
