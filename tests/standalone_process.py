@@ -1,0 +1,90 @@
+"""A real `nereus standalone` process on free ports, for end-to-end and failure tests."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+NEREUS = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone"]
+LISTENERS = ("http", "pulsar", "kafka", "oxia")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Standalone:
+    """One standalone process; restartable (also after SIGKILL) on the same data dir and ports."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.ports = {name: free_port() for name in LISTENERS}
+        self.proc: subprocess.Popen | None = None
+        self.log = data_dir.parent / f"{data_dir.name}.log"
+
+    @property
+    def http_port(self) -> int:
+        return self.ports["http"]
+
+    @property
+    def pulsar_port(self) -> int:
+        return self.ports["pulsar"]
+
+    @property
+    def url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.pulsar_port}"
+
+    pulsar_url = url
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ports['kafka']}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start and wait until the Pulsar and Kafka listeners accept connections."""
+        args = ["--data-dir", str(self.data_dir)]
+        for name, port in self.ports.items():
+            args += [f"--{name}-port", str(port)]
+        self.proc = subprocess.Popen(NEREUS + args, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+        deadline = time.monotonic() + timeout
+        waiting = ["pulsar", "kafka"]
+        while waiting and time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"standalone exited early:\n{self.log.read_text()[-3000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.ports[waiting[0]]), timeout=0.5):
+                    waiting.pop(0)
+            except OSError:
+                time.sleep(0.1)
+        if waiting:
+            raise AssertionError(f"the {waiting[0]} port did not open:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.http}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
