@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
-from tests.standalone_process import Standalone, free_port  # noqa: F401  (re-exported for tests)
+from tests.standalone_process import Standalone
 
 
 @pytest.fixture(scope="session")
