@@ -7,12 +7,15 @@ Appends are buffered per stream and flushed as ONE object when the buffer reache
    beforehand (so a crash leaves a trace for GC without a metadata write per object),
 2. puts the object (put-if-absent; durable when it returns),
 3. waits until the previous flush finished committing (per-stream commit order
-   must follow append order), then commits every stream's slice concurrently
-   (one tail CAS each; the metadata engine group-commits them per shard),
+   must follow append order), then commits every stream's slice with ONE
+   ``put_many`` (a tail CAS per stream, plus an idx group write every 8th commit;
+   the metadata engine applies them in one synced transaction per shard),
 4. completes each appender with its base offset, or with the error of its slice,
-5. seals the object record with the slices that committed.
+5. seals the object record with the slices that committed (off the ack path).
 
-Uploads of successive flushes overlap; commits are strictly in flush order.
+Uploads of successive flushes overlap; commits are strictly in flush order. At most
+``max_inflight_flushes`` run at once; while they are busy the buffer keeps growing
+into the next flush (group commit under load), up to ``max_buffered_bytes``.
 """
 
 from __future__ import annotations
