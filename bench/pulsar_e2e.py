@@ -3,7 +3,10 @@
 Measures against a nereus standalone started here on free ports (same machine):
 
 * producer throughput with batching, 1 KiB and 100-byte messages, on 1 topic and on
-  a topic with 8 partitions (created through the admin REST API);
+  a topic with 8 partitions (created through the admin REST API): ``--producers``
+  processes (default 4), each with its own client and producer, send concurrently;
+  the figure is the messages acknowledged over the common wall time (first send to
+  last receipt), so one Python client's per-message cost does not cap it;
 * consumer throughput reading back the 1 KiB single-topic messages (acks cumulative);
 * publish latency p50/p99 at a steady 10,000 msgs/s (1 KiB, 1 topic, batching 1 ms).
 
@@ -13,7 +16,7 @@ Reference: ``redis-server`` (Debian package) started here on a free port with
 once a second; nereus acknowledges a message only after its WAL object is written
 and the index committed. Without ``redis-server`` only nereus is measured.
 
-Usage: .venv/bin/python bench/pulsar_e2e.py [--messages 100000] [--latency-seconds 10]
+Usage: .venv/bin/python bench/pulsar_e2e.py [--messages 100000] [--latency-seconds 10] [--producers 4]
 The last line is ``key=value`` pairs.
 """
 
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import shutil
 import socket
 import subprocess
@@ -67,6 +72,13 @@ def start_nereus(workdir: Path) -> tuple[subprocess.Popen, dict]:
     return proc, ports
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc), all threads."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def create_partitioned(http_port: int, topic: str, partitions: int) -> None:
     path = topic.replace("://", "/", 1)
     request = urllib.request.Request(f"http://127.0.0.1:{http_port}/admin/v2/{path}/partitions",
@@ -75,8 +87,10 @@ def create_partitioned(http_port: int, topic: str, partitions: int) -> None:
     urllib.request.urlopen(request, timeout=10).close()
 
 
-def produce(client: pulsar.Client, topic: str, payload: bytes, count: int) -> float:
-    """Messages per second, from the first send to the last receipt."""
+def _produce_worker(url: str, topic: str, payload: bytes, count: int, barrier, results) -> None:
+    """One producer process (its own client): send ``count`` messages, report (start, end, acked, errors)."""
+    client = pulsar.Client(url, io_threads=1, operation_timeout_seconds=30,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
                                       batching_max_allowed_size_in_bytes=128 * 1024,
                                       batching_max_publish_delay_ms=5, max_pending_messages=20000,
@@ -94,16 +108,40 @@ def produce(client: pulsar.Client, topic: str, payload: bytes, count: int) -> fl
             if remaining[0] == 0:
                 done.set()
 
-    start = time.perf_counter()
+    barrier.wait(60)
+    start = time.time()
     for _ in range(count):
         producer.send_async(payload, receipt)
     producer.flush()
     done.wait(120)
-    elapsed = time.perf_counter() - start
+    end = time.time()
     producer.close()
-    if errors or remaining[0]:
-        raise RuntimeError(f"{len(errors)} send errors, {remaining[0]} receipts missing on {topic}")
-    return count / elapsed
+    client.close()
+    results.put((start, end, count - remaining[0] - len(errors), len(errors)))
+
+
+def produce(url: str, topic: str, payload: bytes, count: int, processes: int) -> float:
+    """Messages per second acknowledged by the broker, over the wall time from the first
+    producer's first send to the last producer's last receipt; ``processes`` producer
+    processes, each with its own client, send ``count / processes`` messages concurrently."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    results = ctx.Queue()
+    share = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+    workers = [ctx.Process(target=_produce_worker, args=(url, topic, payload, n, barrier, results))
+               for n in share]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [results.get(timeout=300) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(60)
+    acked = sum(r[2] for r in reports)
+    failed = sum(r[3] for r in reports)
+    if failed or acked != count:
+        raise RuntimeError(f"{failed} send errors, {count - acked - failed} receipts missing on {topic}")
+    return acked / (max(r[1] for r in reports) - min(r[0] for r in reports))
 
 
 def consume(client: pulsar.Client, topic: str, count: int) -> float:
@@ -190,23 +228,32 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000, help="messages per throughput case")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=10_000, help="steady rate of the latency run (msgs/s)")
+    parser.add_argument("--producers", type=int, default=4,
+                        help="producer processes per throughput case, each with its own client")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="pulsar-e2e-"))
     proc, ports = start_nereus(workdir)
     figures: dict[str, float] = {}
+    url = f"pulsar://127.0.0.1:{ports['pulsar']}"
     try:
-        client = pulsar.Client(f"pulsar://127.0.0.1:{ports['pulsar']}", io_threads=1, operation_timeout_seconds=30,
+        client = pulsar.Client(url, io_threads=1, operation_timeout_seconds=30,
                                logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         for label, size in SIZES.items():
             payload = b"x" * size
-            single = f"persistent://public/default/bench-{label}"
-            figures[f"produce_{label}_1p_msgs_s"] = produce(client, single, payload, args.messages)
-            print(f"nereus produce {label} x1 topic: {figures[f'produce_{label}_1p_msgs_s']:,.0f} msgs/s")
             parted = f"persistent://public/default/bench-{label}-p8"
             create_partitioned(ports["http"], parted, 8)
-            figures[f"produce_{label}_8p_msgs_s"] = produce(client, parted, payload, args.messages)
-            print(f"nereus produce {label} x8 partitions: {figures[f'produce_{label}_8p_msgs_s']:,.0f} msgs/s")
+            for case, topic in (("1p", f"persistent://public/default/bench-{label}"), ("8p", parted)):
+                before = cpu_seconds(proc.pid)
+                rate = figures[f"produce_{label}_{case}_msgs_s"] = produce(url, topic, payload, args.messages,
+                                                                          args.producers)
+                # Broker CPU per message (includes producer connect/lookup, a few ms): what one
+                # broker core could sustain if the clients were free.
+                per_msg = (cpu_seconds(proc.pid) - before) / args.messages
+                figures[f"broker_cpu_us_per_msg_{label}_{case}"] = per_msg * 1e6
+                print(f"nereus produce {label} {'x1 topic' if case == '1p' else 'x8 partitions'}: {rate:,.0f} msgs/s "
+                      f"({args.producers} producer processes); broker CPU {per_msg * 1e6:.2f} us/msg "
+                      f"(~{1 / per_msg:,.0f} msgs/s per broker core)")
         figures["consume_1k_msgs_s"] = consume(client, "persistent://public/default/bench-1k", args.messages)
         print(f"nereus consume 1k: {figures['consume_1k_msgs_s']:,.0f} msgs/s")
         lat = latency(client, "persistent://public/default/bench-latency", b"x" * 1024, args.rate,

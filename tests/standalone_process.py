@@ -20,6 +20,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(Exception):
+    """Another process bound one of the chosen ports first."""
+
+
 class Standalone:
     """One standalone process; restartable (also after SIGKILL) on the same data dir and ports."""
 
@@ -52,16 +56,34 @@ class Standalone:
         return f"127.0.0.1:{self.ports['kafka']}"
 
     def start(self, timeout: float = 30.0) -> None:
-        """Start and wait until the Pulsar and Kafka listeners accept connections."""
+        """Start and wait until the Pulsar and Kafka listeners accept connections.
+
+        A free port can be taken by another process between ``free_port()`` and the
+        bind; the first start then retries on new ports (a restart keeps its ports).
+        """
+        first_start = self.proc is None
+        for attempt in range(3):
+            try:
+                return self._start_once(timeout)
+            except PortTaken:
+                if not first_start or attempt == 2:
+                    raise
+                self.ports = {name: free_port() for name in LISTENERS}
+
+    def _start_once(self, timeout: float) -> None:
         args = ["--data-dir", str(self.data_dir)]
         for name, port in self.ports.items():
             args += [f"--{name}-port", str(port)]
+        log_start = self.log.stat().st_size if self.log.exists() else 0
         self.proc = subprocess.Popen(NEREUS + args, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
         deadline = time.monotonic() + timeout
         waiting = ["pulsar", "kafka"]
         while waiting and time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"standalone exited early:\n{self.log.read_text()[-3000:]}")
+                text = self.log.read_text()[log_start:]
+                if "address already in use" in text.lower() or "errno 98" in text.lower():
+                    raise PortTaken(text[-500:])
+                raise AssertionError(f"standalone exited early:\n{text[-3000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.ports[waiting[0]]), timeout=0.5):
                     waiting.pop(0)

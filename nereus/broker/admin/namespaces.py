@@ -2,7 +2,9 @@
 
 Policies are one JSON record per namespace (``schemas.policies_key``), shaped like
 Pulsar's ``Policies``: ``retention_policies`` (applied by ``retention.py``),
-``deduplicationEnabled`` and ``schema_compatibility_strategy`` (read by the schema
+``deduplicationEnabled`` (applied by the Pulsar broker's topics: re-read by the loaded
+topics of the namespace whenever it is set or removed here, and at every topic load;
+unset means the broker default, enabled) and ``schema_compatibility_strategy`` (read by the schema
 registry when a producer or ``POST .../schema`` registers a schema).
 """
 
@@ -16,6 +18,7 @@ from aiohttp import web
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...meta import cas
 from ...pulsar.server.schemas import STRATEGIES, policies_key
+from ...pulsar.server.topics import refresh_policies
 from . import retention, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant)
@@ -63,6 +66,8 @@ async def create_namespace(request: web.Request) -> web.Response:
                            expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
         raise AdminError(409, "Namespace already exists") from None
+    if "deduplicationEnabled" in stored:
+        await refresh_policies(ctx.pulsar, tenant, namespace)
     return no_content()
 
 
@@ -122,6 +127,8 @@ def _field_remover(field: str):
     async def remove(request: web.Request) -> web.Response:
         ctx = context(request)
         await _update(ctx, *_names(request), field, None)
+        if field == "deduplicationEnabled":
+            await refresh_policies(ctx.pulsar, *_names(request))
         return no_content()
     return remove
 
@@ -157,6 +164,7 @@ async def set_deduplication(request: web.Request) -> web.Response:
     if not isinstance(value, bool):
         raise AdminError(400, "The deduplication policy must be true or false")
     await _update(ctx, *_names(request), "deduplicationEnabled", value)
+    await refresh_policies(ctx.pulsar, *_names(request))  # loaded topics apply it at once
     return no_content()
 
 

@@ -80,6 +80,11 @@ class ServerConnection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.transport.write(encode_command(command))
 
+    def send_many(self, commands: list) -> None:
+        """Several commands in one write (receipts drained together)."""
+        if not self.closed and self.transport is not None:
+            self.transport.write(b"".join([encode_command(c) for c in commands]))
+
     def send_entry(self, command: pb.BaseCommand, entry: memoryview) -> None:
         if not self.closed and self.transport is not None:
             self.transport.writelines(encode_entry_command(command, entry))

@@ -5,6 +5,14 @@ metadata plane every ``SNAPSHOT_EVERY`` entries (``{stream}/pulsar-dedup``: the 
 and the offset it covers). On load the entries after the snapshot are replayed
 (their stored header carries the sequence ids, the metadata the producer name), so
 the state survives a crash without a metadata write per message.
+
+Whether duplicates are dropped is the namespace policy ``deduplicationEnabled``
+(``POST /admin/v2/namespaces/{tenant}/{ns}/deduplication``), read when a topic is
+loaded and again whenever the policy is changed or removed through the admin API.
+Without a policy the broker default ``BROKER_DEDUPLICATION_ENABLED`` applies: True
+here, where Pulsar's ``brokerDeduplicationEnabled`` defaults to false. With
+deduplication disabled every SEND is stored, but the sequence ids are still
+tracked, so enabling it again takes effect at once with an accurate state.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from . import entries
 log = logging.getLogger(__name__)
 
 SNAPSHOT_EVERY = 256
+# Broker default for namespaces without a deduplication policy (Pulsar: false).
+BROKER_DEDUPLICATION_ENABLED = True
 
 
 def snapshot_key(stream_id: int) -> str:
@@ -34,9 +44,10 @@ class Dedup:
     def __init__(self, meta: MetadataStore, stream_id: int) -> None:
         self.meta = meta
         self.stream_id = stream_id
+        self.enabled = BROKER_DEDUPLICATION_ENABLED
         self.persisted: dict[str, int] = {}
         self.pushed: dict[str, int] = {}
-        # (producer name, sequence id) -> future of the MessageId of an append in flight
+        # (producer name, sequence id) -> the append task in flight (its result has the base offset)
         self.inflight: dict[tuple[str, int], asyncio.Future] = {}
         self._covered = 0  # offset the persisted map is complete up to
         self._since_snapshot = 0
@@ -72,10 +83,11 @@ class Dedup:
             log.info("stream %d: dedup state rebuilt, %d entries replayed after the snapshot", self.stream_id, replayed)
 
     def last_sequence(self, name: str) -> int:
-        return self.persisted.get(name, -1)
+        """What PRODUCER_SUCCESS reports: -1 while deduplication is disabled, as Pulsar does."""
+        return self.persisted.get(name, -1) if self.enabled else -1
 
     def is_duplicate(self, name: str, sequence: int) -> bool:
-        return sequence <= self.pushed.get(name, -1)
+        return self.enabled and sequence <= self.pushed.get(name, -1)
 
     def accept(self, name: str, highest: int) -> None:
         if highest > self.pushed.get(name, -1):
@@ -111,4 +123,4 @@ class Dedup:
                          partition_key=stream_partition(self.stream_id))
 
 
-__all__ = ["Dedup", "snapshot_key"]
+__all__ = ["BROKER_DEDUPLICATION_ENABLED", "Dedup", "snapshot_key"]

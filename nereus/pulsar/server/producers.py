@@ -26,13 +26,16 @@ _WAIT_FOR_EXCLUSIVE_POLL = 0.2
 
 
 class _Pending:
+    """A SEND awaiting its receipt: ``future`` is the append task (or that of the original
+    of a duplicate still in flight), ``result`` the (ledger id, entry id) once known."""
+
     __slots__ = ("seq", "highest", "future", "result", "error")
 
     def __init__(self, seq: int, highest: int, future: asyncio.Future | None, result=None) -> None:
         self.seq = seq
         self.highest = highest
         self.future = future
-        self.result = result  # (ledger id, entry id) once known
+        self.result = result
         self.error: str | None = None
 
 
@@ -58,32 +61,42 @@ class Producer:
     def enqueue(self, item: _Pending) -> None:
         self._queue.append(item)
         if item.future is None:
-            self.drain()
+            if len(self._queue) == 1:
+                self.drain()
         else:
-            item.future.add_done_callback(lambda _f: self.drain())
+            item.future.add_done_callback(self._future_done)
+
+    def _future_done(self, _future: asyncio.Future) -> None:
+        self.drain()
 
     def drain(self) -> None:
         """Send the receipts (or errors) at the head of the queue whose appends are done."""
-        while self._queue:
-            head = self._queue[0]
-            if head.future is not None and not head.future.done():
-                return
-            self._queue.popleft()
-            if head.future is not None and head.result is None:
-                exc = head.future.exception() if not head.future.cancelled() else asyncio.CancelledError()
+        queue = self._queue
+        out = []
+        stream_id = self.topic.stream_id
+        while queue:
+            head = queue[0]
+            future = head.future
+            if future is not None and not future.done():
+                break
+            queue.popleft()
+            if head.result is None and future is not None:
+                exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
                 if exc is None:
-                    head.result = head.future.result()
+                    head.result = (stream_id, future.result().base_offset)
                 else:
                     head.error = f"{type(exc).__name__}: {exc}"
             if head.error is not None:
                 metrics.SEND_ERRORS.labels("persistence").inc()
-                self.conn.send(wrap(pb.CommandSendError(producer_id=self.producer_id, sequence_id=head.seq,
-                                                        error=pb.PersistenceError, message=head.error)))
+                out.append(wrap(pb.CommandSendError(producer_id=self.producer_id, sequence_id=head.seq,
+                                                    error=pb.PersistenceError, message=head.error)))
                 continue
             ledger, entry = head.result
-            self.conn.send(wrap(pb.CommandSendReceipt(
+            out.append(wrap(pb.CommandSendReceipt(
                 producer_id=self.producer_id, sequence_id=head.seq, highest_sequence_id=head.highest,
                 message_id=pb.MessageIdData(ledgerId=ledger, entryId=entry))))
+        if out:
+            self.conn.send_many(out)
 
 
 async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
@@ -173,80 +186,59 @@ def handle_send(conn, frame) -> None:
     meta = frame.metadata
     topic, name = producer.topic, producer.name
     seq = cmd.sequence_id
-    highest = max(seq, cmd.highest_sequence_id)
-    dedup = topic.dedup
-    if _leading_chunk(meta):
-        _append_chunk(conn, producer, frame, meta, seq, highest)
+    highest = cmd.highest_sequence_id
+    if highest < seq:
+        highest = seq
+    if meta.num_chunks_from_msg > 1 and meta.chunk_id < meta.num_chunks_from_msg - 1:
+        # A chunk other than the last: every chunk carries the message's sequence id, so
+        # (as Pulsar does) only the last chunk takes part in deduplication. Stored with no
+        # sequence id: a restart must not count the message as persisted before its last
+        # chunk is.
+        _append(conn, producer, frame, meta, seq, highest, None, -1)
         return
-    if dedup.is_duplicate(name, seq):
-        metrics.DUPLICATES.labels(str(topic.name)).inc()
+    dedup = topic.dedup
+    if dedup.enabled and seq <= dedup.pushed.get(name, -1):  # Dedup.is_duplicate, inlined
+        topic.duplicates.inc()
         original = dedup.inflight.get((name, seq))
         if original is not None:
             producer.enqueue(_Pending(seq, highest, original))
         else:
             producer.enqueue(_Pending(seq, highest, None, (_NO_ID, _NO_ID)))
         return
-    data, count = entries.stored_entry(frame, meta, highest)
     dedup.accept(name, highest)
+    _append(conn, producer, frame, meta, seq, highest, dedup, highest)
+
+
+def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup, stored_highest: int) -> None:
+    """Append a SEND now (call order is offset order) and queue its receipt.
+
+    ``dedup`` is the topic's state for a SEND that takes part in deduplication (None
+    for a leading chunk): the append is registered in flight under its sequence id.
+    """
+    topic, name = producer.topic, producer.name
+    data, count = entries.stored_entry(frame, meta, stored_highest)
     task = topic.append(data, count)
-    result: asyncio.Future = asyncio.get_running_loop().create_future()
-    dedup.inflight[(name, seq)] = result
+    key = (name, seq)
+    if dedup is not None:
+        dedup.inflight[key] = task
     conn.send_started()
     size = len(data)
 
     def done(t: asyncio.Task) -> None:
         conn.send_finished()
-        dedup.inflight.pop((name, seq), None)
-        if t.cancelled() or t.exception() is not None:
-            dedup.failed(name)
-            result.set_exception(t.exception() if not t.cancelled() else asyncio.CancelledError())
+        if dedup is not None and dedup.inflight.get(key) is t:  # a disabled dedup lets ids repeat
+            del dedup.inflight[key]
+        if t.cancelled() or t.exception() is not None:  # (also marks the exception retrieved)
+            if dedup is not None:
+                dedup.failed(name)
             return
-        base = t.result().base_offset
-        dedup.committed(name, highest, base + count)
-        label = str(topic.name)
-        metrics.IN_MESSAGES.labels(label).inc(count)
-        metrics.IN_BYTES.labels(label).inc(size)
-        result.set_result((topic.stream_id, base))
+        topic.dedup.committed(name, stored_highest, t.result().base_offset + count)
+        topic.in_messages.inc(count)
+        topic.in_bytes.inc(size)
         topic.appended()
 
     task.add_done_callback(done)
-    result.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)  # mark retrieved
-    producer.enqueue(_Pending(seq, highest, result))
-
-
-def _leading_chunk(meta) -> bool:
-    """A chunk other than the last of a chunked message.
-
-    Every chunk carries the message's sequence id, so (as Pulsar does) only the
-    last chunk takes part in deduplication; the others are always stored.
-    """
-    return meta.num_chunks_from_msg > 1 and meta.chunk_id < meta.num_chunks_from_msg - 1
-
-
-def _append_chunk(conn, producer: Producer, frame, meta, seq: int, highest: int) -> None:
-    topic = producer.topic
-    # Stored with no sequence id: a restart must not count the message as persisted
-    # before its last chunk is.
-    data, count = entries.stored_entry(frame, meta, -1)
-    task = topic.append(data, count)
-    result: asyncio.Future = asyncio.get_running_loop().create_future()
-    conn.send_started()
-
-    def done(t: asyncio.Task) -> None:
-        conn.send_finished()
-        if t.cancelled() or t.exception() is not None:
-            result.set_exception(t.exception() if not t.cancelled() else asyncio.CancelledError())
-            return
-        base = t.result().base_offset
-        topic.dedup.committed(producer.name, -1, base + count)
-        metrics.IN_MESSAGES.labels(str(topic.name)).inc(count)
-        metrics.IN_BYTES.labels(str(topic.name)).inc(len(data))
-        result.set_result((topic.stream_id, base))
-        topic.appended()
-
-    task.add_done_callback(done)
-    result.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
-    producer.enqueue(_Pending(seq, highest, result))
+    producer.enqueue(_Pending(seq, highest, task))
 
 
 async def handle_close_producer(conn, cmd: pb.CommandCloseProducer) -> None:

@@ -6,6 +6,9 @@ subscription) and the dedup state. Partitioned topics exist only as metadata::
     /nereus/pulsar/partitioned/{quoted topic}  ->  {"partitions": n}
 
 Their partitions are ordinary topics (``...-partition-i``), created on first use.
+
+A loaded topic applies its namespace's deduplication policy; ``refresh_policies``
+re-reads it for the loaded topics of a namespace after the admin API changed it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from ...ledger.naming import TopicName
 from ...ledger.subscription import Subscription, SubType
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...storage import StreamHandle
+from . import dedup as _dedup
+from . import metrics
 from .dedup import Dedup
+from .schemas import policies_key
 from .dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -69,6 +75,11 @@ class Topic:
         self.dispatchers: dict[str, Dispatcher] = {}
         self.dedup = Dedup(service.meta, handle.stream_id)
         self.epoch = 0  # bumped each time an exclusive producer takes the topic
+        label = str(name)  # the labelled counters, looked up once (not per SEND)
+        self.in_messages = metrics.IN_MESSAGES.labels(label)
+        self.in_bytes = metrics.IN_BYTES.labels(label)
+        self.duplicates = metrics.DUPLICATES.labels(label)
+        self._loop = asyncio.get_running_loop()
         self._writer_ready = False
         self._sub_lock = asyncio.Lock()
 
@@ -78,6 +89,16 @@ class Topic:
 
     async def load(self) -> None:
         await self.dedup.restore(self.handle)
+        await self.read_policies()
+
+    async def read_policies(self) -> None:
+        """Apply the namespace's deduplication policy (the broker default when unset)."""
+        rec = await self.service.meta.get(policies_key(self.name.tenant, self.name.namespace))
+        value = json.loads(rec.value).get("deduplicationEnabled") if rec is not None else None
+        enabled = value if isinstance(value, bool) else _dedup.BROKER_DEDUPLICATION_ENABLED
+        if enabled != self.dedup.enabled:
+            log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
+        self.dedup.enabled = enabled
 
     async def ensure_writer(self) -> None:
         """Take the stream's append session before the first SEND (keeps appends in call order)."""
@@ -87,7 +108,7 @@ class Topic:
 
     def append(self, data: bytes, count: int) -> asyncio.Task:
         """Start an append now (call order = offset order); the task yields the base offset."""
-        return asyncio.ensure_future(self.handle.append(data, count))
+        return self._loop.create_task(self.handle.append(data, count))
 
     def appended(self) -> None:
         for dispatcher in self.dispatchers.values():
@@ -132,5 +153,15 @@ class Topic:
         await self.handle.close()
 
 
+async def refresh_policies(service, tenant: str, namespace: str) -> None:
+    """Re-read the namespace policies of ``tenant/namespace``'s loaded (and loading) topics."""
+    loading = list(service._loading.values())
+    if loading:  # a topic that read the policy before the change is registered once loaded
+        await asyncio.gather(*(asyncio.shield(f) for f in loading), return_exceptions=True)
+    for topic in list(service.topics.values()):
+        if topic.name.tenant == tenant and topic.name.namespace == namespace:
+            await topic.read_policies()
+
+
 __all__ = ["PARTITIONED_ROOT", "Topic", "create_partitioned_topic", "list_partitioned_topics",
-           "partitioned_key", "partitions_of"]
+           "partitioned_key", "partitions_of", "refresh_policies"]
