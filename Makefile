@@ -10,6 +10,8 @@ install: $(STAMP)
 
 # Re-run the install only when the dependency pins change; pip itself is idempotent.
 $(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "installing a Java runtime for Spark"; \
+		apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; }
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -e '.[test]'

@@ -14,9 +14,7 @@ import base64
 import logging
 import struct
 
-from google.protobuf.message import DecodeError
-
-from ..pulsar.codec import MalformedBatch, decompress, encode_entry, iter_batch, pb
+from ..pulsar.codec import encode_entry, entry_messages, pb, split_entry
 from ..pulsar.codec.errors import PulsarCodecError
 from .codec.batch import InvalidBatch
 from .codec.records import Record, build_batch, decode_records
@@ -65,7 +63,7 @@ def kafka_to_pulsar(batch: bytes | memoryview) -> bytes:
     return b"".join(bytes(p) for p in encode_entry(meta, parts))
 
 
-def _key_from_pulsar(meta) -> bytes | None:
+def key_from_pulsar(meta) -> bytes | None:
     if not meta.HasField("partition_key") or meta.null_partition_key:
         return None
     if meta.partition_key_b64_encoded:
@@ -77,30 +75,21 @@ def _record(index: int, meta, payload: bytes, publish_time: int) -> Record:
     headers = [(p.key, p.value.encode("utf-8")) for p in meta.properties]
     timestamp = meta.event_time or publish_time
     value = None if meta.null_value else bytes(payload)
-    return Record(index, timestamp, _key_from_pulsar(meta), value, headers)
+    return Record(index, timestamp, key_from_pulsar(meta), value, headers)
 
 
 def pulsar_to_kafka(body: bytes | memoryview, base_offset: int, leader_epoch: int = -1) -> bytes | None:
     """A stored Pulsar entry as one Kafka batch; None for entries Kafka cannot show (markers)."""
-    view = memoryview(body)
-    pos = 6 if bytes(view[:2]) == b"\x0e\x01" else 0
     try:
-        size = _U32.unpack_from(view, pos)[0]
-        meta = pb.MessageMetadata()
-        meta.ParseFromString(view[pos + 4:pos + 4 + size])
+        meta, payload = split_entry(body)
         if meta.HasField("marker_type") or meta.encryption_keys:
             return None
-        payload = decompress(meta.compression, view[pos + 4 + size:], meta.uncompressed_size)
-        if meta.HasField("num_messages_in_batch"):
-            records = [_record(m.index, m.metadata, m.payload, meta.publish_time)
-                       for m in iter_batch(payload, meta.num_messages_in_batch)]
-        else:
-            records = [_record(0, meta, payload, meta.publish_time)]
-    except (DecodeError, PulsarCodecError, MalformedBatch, struct.error) as exc:
+        records = [_record(m.index, m.metadata, m.payload, meta.publish_time) for m in entry_messages(meta, payload)]
+    except (PulsarCodecError, struct.error) as exc:
         raise ConversionError(f"undecodable Pulsar entry: {exc}") from None
     if not records:
         return None
     return build_batch(records, base_offset=base_offset, leader_epoch=leader_epoch)
 
 
-__all__ = ["ConversionError", "kafka_to_pulsar", "pulsar_to_kafka"]
+__all__ = ["ConversionError", "kafka_to_pulsar", "key_from_pulsar", "pulsar_to_kafka"]

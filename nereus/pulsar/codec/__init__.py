@@ -25,6 +25,7 @@ from .batch import BatchBuilder, BatchMessage, build_batch, iter_batch, parse_ba
 from .commands import body, type_name, wrap
 from .compression import compress, decompress
 from .decoder import FrameDecoder
+from .entry import EntryMessage, entry_messages, split_entry
 from .errors import (
     ChecksumMismatch,
     CorruptStream,
@@ -59,6 +60,7 @@ __all__ = [
     "ChecksumMismatch",
     "CorruptStream",
     "DecompressionFailed",
+    "EntryMessage",
     "Frame",
     "FrameDecoder",
     "FrameTooLarge",
@@ -76,9 +78,11 @@ __all__ = [
     "encode_entry",
     "encode_entry_command",
     "encode_payload_command",
+    "entry_messages",
     "iter_batch",
     "parse_batch",
     "pb",
+    "split_entry",
     "type_name",
     "wrap",
 ]
