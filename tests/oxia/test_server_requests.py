@@ -7,7 +7,7 @@ import pytest
 from grpc import aio
 
 from nereus.meta.oxia.proto import client_pb2 as pb
-from nereus.meta.oxia.proto import client_pb2_grpc as pbg
+from nereus.meta.oxia.proto import service as pbg
 
 
 @pytest.fixture

@@ -11,33 +11,17 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 from ..api import Comparison, MetadataStore, NotificationStream, PutOp, PutResult, Record
 from ..errors import InvalidRequest, MetadataClosed, MetadataError, SessionNotFound
 from ..keys import encode_key, validate_key
+from ..validation import check_deltas, check_expected, check_key, check_page_size, check_value
 from .shard import Shard
-from .store import (CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, LIST,
-                    MAX_ENCODED_KEY, PUT)
+from .store import CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, LIST, PUT
 
 if TYPE_CHECKING:
     from .engine import Engine, Namespace
 
 log = logging.getLogger(__name__)
 
-MAX_VALUE = 8 << 20
 _NEAREST_IS_MIN = {Comparison.CEILING: True, Comparison.HIGHER: True,
                    Comparison.FLOOR: False, Comparison.LOWER: False}
-
-
-def _ekey(key: object) -> bytes:
-    ekey = encode_key(validate_key(key))  # type: ignore[arg-type]
-    if len(ekey) > MAX_ENCODED_KEY:
-        raise InvalidRequest(f"key too long ({len(ekey)} encoded bytes > {MAX_ENCODED_KEY})")
-    return ekey
-
-
-def _version_arg(v: object) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < -1:
-        raise InvalidRequest(f"invalid expected_version_id {v!r}")
-    return v
 
 
 class EmbeddedMetadataStore(MetadataStore):
@@ -80,23 +64,10 @@ class EmbeddedMetadataStore(MetadataStore):
                   partition_key: str | None = None, sequence_key_deltas: Sequence[int] | None = None,
                   ephemeral: bool = False) -> PutResult:
         self._check()
-        ekey = _ekey(key)
-        if not isinstance(value, bytes):
-            if not isinstance(value, (bytearray, memoryview)):
-                raise InvalidRequest(f"value must be bytes, not {type(value).__name__}")
-            value = bytes(value)
-        if len(value) > MAX_VALUE:
-            raise InvalidRequest(f"value too large ({len(value)} > {MAX_VALUE} bytes)")
-        expected = _version_arg(expected_version_id)
-        deltas = None
-        if sequence_key_deltas is not None:
-            deltas = tuple(sequence_key_deltas)
-            if partition_key is None or expected is not None:
-                raise InvalidRequest("sequence keys need a partition key and no expected version")
-            if not deltas or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in deltas):
-                raise InvalidRequest("sequence_key_deltas must be non-negative ints")
-            if deltas[0] == 0:
-                raise InvalidRequest("the first sequence key delta must be > 0")
+        ekey = check_key(key)
+        value = check_value(value)
+        expected = check_expected(expected_version_id)
+        deltas = check_deltas(sequence_key_deltas, partition_key, expected)
         shard = self._route(key, partition_key)
         sid = await self._session(shard) if ephemeral else 0
         try:
@@ -112,12 +83,9 @@ class EmbeddedMetadataStore(MetadataStore):
         results: list[PutResult | Exception | None] = [None] * len(ops)
         for i, op in enumerate(ops):
             try:
-                ekey = _ekey(op.key)
-                value = op.value if isinstance(op.value, bytes) else bytes(op.value)
-                if len(value) > MAX_VALUE:
-                    raise InvalidRequest(f"value too large ({len(value)} > {MAX_VALUE} bytes)")
                 futures.append(self._route(op.key, op.partition_key).call(
-                    PUT, op.key, ekey, value, _version_arg(op.expected_version_id), 0, self.identity, None))
+                    PUT, op.key, check_key(op.key), check_value(op.value), check_expected(op.expected_version_id), 0,
+                    self.identity, None))
             except MetadataError as e:
                 results[i] = e
                 futures.append(None)  # type: ignore[arg-type]
@@ -132,8 +100,8 @@ class EmbeddedMetadataStore(MetadataStore):
     async def delete(self, key: str, *, expected_version_id: int | None = None,
                      partition_key: str | None = None) -> bool:
         self._check()
-        ekey = _ekey(key)
-        expected = _version_arg(expected_version_id)
+        ekey = check_key(key)
+        expected = check_expected(expected_version_id)
         return await self._route(key, partition_key).call(DELETE, key, ekey, expected)
 
     async def delete_range(self, min_key_inclusive: str, max_key_exclusive: str, *,
@@ -149,7 +117,7 @@ class EmbeddedMetadataStore(MetadataStore):
     async def get(self, key: str, *, comparison: Comparison = Comparison.EQUAL,
                   partition_key: str | None = None, include_value: bool = True) -> Record | None:
         self._check()
-        ekey = _ekey(key)
+        ekey = check_key(key)
         if not isinstance(comparison, Comparison):
             raise InvalidRequest(f"invalid comparison {comparison!r}")
         if comparison is Comparison.EQUAL or partition_key is not None:
@@ -173,8 +141,7 @@ class EmbeddedMetadataStore(MetadataStore):
                     with_values: bool) -> AsyncIterator[Any]:
         self._check()
         elo, ehi = encode_key(validate_key(lo)), encode_key(validate_key(hi))
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise InvalidRequest("page_size must be a positive int")
+        check_page_size(page_size)
         shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
         # One cursor per shard, refilled a page at a time; merged by encoded key,
         # which orders exactly as Oxia's key order.

@@ -18,7 +18,7 @@ from ..errors import (InvalidRequest, MetadataClosed, MetadataError, MetadataUna
 from ..keys import key_hash
 from . import convert as cv
 from .proto import client_pb2 as pb
-from .proto import client_pb2_grpc as pbg
+from .proto import service as pbg
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

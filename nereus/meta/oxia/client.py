@@ -195,8 +195,7 @@ class OxiaMetadataStore(MetadataStore):
         self._check()
         cv.check_key(lo, "range start")
         cv.check_key(hi, "range end")
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise InvalidRequest("page_size must be a positive int")
+        cv.check_page_size(page_size)
         # The server streams each shard's range in chunks (its own page size); the
         # shards are merged here by encoded key, which orders as Oxia's key order.
         its = [self._shard_scan(s, lo, hi, with_values) for s in await self._shards(partition_key)]

@@ -6,13 +6,11 @@ and agree on what every status means.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from ..api import Comparison, Notification, NotificationType, Record, Version
-from ..embedded.client import MAX_VALUE
-from ..embedded.store import MAX_ENCODED_KEY
 from ..errors import InvalidRequest
 from ..keys import decode_key, encode_key  # noqa: F401 - decode_key re-exported for the client
+from ..validation import (MAX_VALUE, check_deltas, check_expected, check_key,  # noqa: F401 - re-exported
+                          check_page_size, check_value)
 from .proto import client_pb2 as pb
 
 #: gRPC metadata keys Oxia clients send along with their calls.
@@ -45,18 +43,6 @@ NOTIFICATION_TO_PB = {
 PB_TO_NOTIFICATION = {v: k for k, v in NOTIFICATION_TO_PB.items()}
 
 
-def check_key(key: object, what: str = "key") -> bytes:
-    """Validate a key and return its order-preserving encoding."""
-    if not isinstance(key, str):
-        raise InvalidRequest(f"{what} must be a str, not {type(key).__name__}")
-    if "\x00" in key:
-        raise InvalidRequest(f"{what} must not contain NUL characters")
-    ekey = encode_key(key)
-    if len(ekey) > MAX_ENCODED_KEY:
-        raise InvalidRequest(f"{what} too long ({len(ekey)} encoded bytes > {MAX_ENCODED_KEY})")
-    return ekey
-
-
 def check_range_bound(key: object) -> bytes:
     """Range bounds may be longer than stored keys: only their type and NULs matter."""
     if not isinstance(key, str):
@@ -64,38 +50,6 @@ def check_range_bound(key: object) -> bytes:
     if "\x00" in key:
         raise InvalidRequest("range bound must not contain NUL characters")
     return encode_key(key)
-
-
-def check_value(value: object) -> bytes:
-    if not isinstance(value, bytes):
-        if not isinstance(value, (bytearray, memoryview)):
-            raise InvalidRequest(f"value must be bytes, not {type(value).__name__}")
-        value = bytes(value)
-    if len(value) > MAX_VALUE:
-        raise InvalidRequest(f"value too large ({len(value)} > {MAX_VALUE} bytes)")
-    return value
-
-
-def check_expected(v: object) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < -1:
-        raise InvalidRequest(f"invalid expected_version_id {v!r}")
-    return v
-
-
-def check_deltas(deltas: Sequence[int] | None, partition_key: str | None,
-                 expected: int | None) -> tuple[int, ...] | None:
-    if deltas is None:
-        return None
-    out = tuple(deltas)
-    if partition_key is None or expected is not None:
-        raise InvalidRequest("sequence keys need a partition key and no expected version")
-    if not out or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in out):
-        raise InvalidRequest("sequence_key_deltas must be non-negative ints")
-    if out[0] == 0:
-        raise InvalidRequest("the first sequence key delta must be > 0")
-    return out
 
 
 # --------------------------------------------------------------- versions

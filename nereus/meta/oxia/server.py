@@ -36,7 +36,7 @@ from ..keys import encode_key
 from . import convert as cv
 from .directory import ShardDirectory
 from .proto import client_pb2 as pb
-from .proto import client_pb2_grpc as pbg
+from .proto import service as pbg
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _opt(msg: Any, field: str) -> Any:
     return getattr(msg, field) if msg.HasField(field) else None
 
 
-class OxiaServicer(pbg.OxiaClientServicer):
+class OxiaServicer:
     """Oxia's ``OxiaClient`` service on top of an ``Engine``."""
 
     def __init__(self, engine: Engine, leader: str):
@@ -394,7 +394,7 @@ async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int =
         adv_host = socket.gethostname() if host in ("", "0.0.0.0", "::", "[::]") else host
         advertised_address = _host_port(adv_host, bound)
     servicer = OxiaServicer(engine, advertised_address)
-    pbg.add_OxiaClientServicer_to_server(servicer, server)
+    pbg.add_to_server(servicer, server)
     await server.start()
     log.info("oxia protocol listening on %s (advertised as %s)", _host_port(host, bound), advertised_address)
     return OxiaServer(server, servicer, bound, advertised_address)
