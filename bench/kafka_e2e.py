@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -29,36 +27,14 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from _procs import free_port, wait_port  # bench/ is on sys.path
+from _procs import start_nereus as start_standalone
+
 VALUE = b"x" * 1024
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("broker exited early")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("broker port did not open")
-
-
 def start_nereus(workdir: Path) -> tuple[subprocess.Popen, str]:
-    ports = {n: free_port() for n in ("http", "pulsar", "kafka", "oxia")}
-    args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
-            str(workdir / "nereus")]
-    for name, port in ports.items():
-        args += [f"--{name}-port", str(port)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"))
-    wait_port(ports["kafka"], proc)
+    proc, ports = start_standalone(workdir)
     return proc, f"127.0.0.1:{ports['kafka']}"
 
 

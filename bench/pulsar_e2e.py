@@ -27,9 +27,7 @@ import json
 import multiprocessing
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -38,38 +36,9 @@ from pathlib import Path
 
 import pulsar
 
+from _procs import free_port, start_nereus, wait_port  # bench/ is on sys.path
+
 SIZES = {"1k": 1024, "100b": 100}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("process exited early")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"port {port} did not open")
-
-
-def start_nereus(workdir: Path) -> tuple[subprocess.Popen, dict]:
-    ports = {n: free_port() for n in ("http", "pulsar", "kafka", "oxia")}
-    args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
-            str(workdir / "nereus")]
-    for name, port in ports.items():
-        args += [f"--{name}-port", str(port)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"))
-    wait_port(ports["pulsar"], proc)
-    wait_port(ports["http"], proc)
-    return proc, ports
 
 
 def cpu_seconds(pid: int) -> float:

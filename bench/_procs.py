@@ -1,0 +1,41 @@
+"""Processes the benchmarks start: free ports, a `nereus standalone`, waiting for listeners."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process {proc.args[0]} exited early")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def start_nereus(workdir: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+    """A standalone on free ports with its data under ``workdir``; returns (process, ports)."""
+    ports = {n: free_port() for n in ("http", "pulsar", "kafka", "oxia")}
+    args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
+            str(workdir / "nereus")]
+    for name, port in ports.items():
+        args += [f"--{name}-port", str(port)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"))
+    for name in ("http", "pulsar", "kafka"):
+        wait_port(ports[name], proc)
+    return proc, ports
