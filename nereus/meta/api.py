@@ -18,7 +18,7 @@ import abc
 import asyncio
 import enum
 from dataclasses import dataclass
-from typing import AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 #: ``expected_version_id`` value meaning "the record must not exist yet".
 EXPECT_ABSENT = -1
@@ -172,7 +172,6 @@ class MetadataStore(abc.ABC):
         return the nearest match overall.
         """
 
-    @abc.abstractmethod
     def list(
         self,
         min_key_inclusive: str,
@@ -182,8 +181,8 @@ class MetadataStore(abc.ABC):
         page_size: int = 1000,
     ) -> AsyncIterator[str]:
         """Keys in ``[min, max)`` in key order, fetched page by page."""
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False)
 
-    @abc.abstractmethod
     def range_scan(
         self,
         min_key_inclusive: str,
@@ -193,6 +192,12 @@ class MetadataStore(abc.ABC):
         page_size: int = 1000,
     ) -> AsyncIterator[Record]:
         """Records in ``[min, max)`` in key order, fetched page by page."""
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, True)
+
+    @abc.abstractmethod
+    def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
+              with_values: bool) -> AsyncIterator[Any]:
+        """Backend part of ``list`` (keys) and ``range_scan`` (Records when ``with_values``)."""
 
     @abc.abstractmethod
     def notifications(self) -> NotificationStream:

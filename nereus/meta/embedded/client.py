@@ -129,14 +129,6 @@ class EmbeddedMetadataStore(MetadataStore):
         pick = min if _NEAREST_IS_MIN[comparison] else max
         return pick(found, key=lambda r: encode_key(r.key))
 
-    def list(self, min_key_inclusive: str, max_key_exclusive: str, *,
-             partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[str]:
-        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False)
-
-    def range_scan(self, min_key_inclusive: str, max_key_exclusive: str, *,
-                   partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[Record]:
-        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, True)
-
     async def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
                     with_values: bool) -> AsyncIterator[Any]:
         self._check()

@@ -182,14 +182,6 @@ class OxiaMetadataStore(MetadataStore):
             raise _status_error(res.status, req.key)
         return cv.record_from_pb(res, req.key, req.include_value)
 
-    def list(self, min_key_inclusive: str, max_key_exclusive: str, *,
-             partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[str]:
-        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False)
-
-    def range_scan(self, min_key_inclusive: str, max_key_exclusive: str, *,
-                   partition_key: str | None = None, page_size: int = 1000) -> AsyncIterator[Record]:
-        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, True)
-
     async def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
                     with_values: bool) -> AsyncIterator[Any]:
         self._check()
