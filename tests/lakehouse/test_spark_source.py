@@ -3,8 +3,6 @@ then batch reads in a local Spark session (one per module)."""
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 
 import pytest
@@ -25,25 +23,6 @@ def standalone(tmp_path_factory):
     node.start()
     yield node
     node.stop()
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from nereus.lakehouse.spark import register
-
-    session = (SparkSession.builder.master("local[2]").appName("nereus-test")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    register(session)
-    yield session
-    session.stop()
 
 
 def _source(spark, node: Standalone, topic: str, **options: str):
