@@ -17,6 +17,12 @@ marker is written; the collector deletes the object once the marker is older tha
 the grace period (which protects readers that resolved an index entry just before
 it was released), then the record.
 
+Compaction (``storage.compaction``) writes a pending marker of kind "compaction"
+that describes its change; for a dead compactor the collector either finishes
+the change (it landed) or frees the new object (it never became visible). A pin
+(``/nereus/gc/pins/{key}/{holder}``: a table listing the object as a data file,
+a job reading it) keeps a freed object until it is unpinned or expires.
+
 The collector never lists the object store: it scans the pending and free markers.
 A pending marker older than the timeout belongs to a dead (or hopelessly slow)
 writer: each unsealed name of its block is resolved from the object's own slice
@@ -101,6 +107,16 @@ async def release(meta: MetadataStore, object_key: str, slices: Iterable[tuple[i
         await _mark_free(meta, object_key)
 
 
+async def pin(meta: MetadataStore, object_key: str, holder: str, ttl_seconds: float | None = None) -> None:
+    """Keep ``object_key`` from deletion while ``holder`` uses it (until unpinned or expired)."""
+    expires = _now_ms() + int(ttl_seconds * 1000) if ttl_seconds else 0
+    await meta.put(records.pin_key(object_key, holder), records.encode({"expires": expires}))
+
+
+async def unpin(meta: MetadataStore, object_key: str, holder: str) -> None:
+    await meta.delete(records.pin_key(object_key, holder))
+
+
 async def _mark_free(meta: MetadataStore, object_key: str) -> None:
     try:
         await meta.put(records.gc_free_key(object_key), records.encode({"ts": _now_ms()}),
@@ -133,12 +149,15 @@ class GarbageCollector:
         async for marker in self.meta.range_scan(records.GC_PENDING_ROOT + "/", records.GC_PENDING_ROOT + "/\U0010ffff"):
             value = records.decode(marker.value)
             if now - value["ts"] >= self.pending_timeout_ms:
-                await self._resolve(marker.key, value)
+                if value.get("kind") == "compaction":
+                    await self._resolve_compaction(marker.key, value)
+                else:
+                    await self._resolve(marker.key, value)
                 stats.resolved += 1
         async for marker in self.meta.range_scan(records.GC_FREE_ROOT + "/", records.GC_FREE_ROOT + "/\U0010ffff"):
             if now - records.decode(marker.value)["ts"] >= self.grace_ms:
-                await self._delete(records.object_from_marker(marker.key), marker.key)
-                stats.deleted += 1
+                if await self._delete(records.object_from_marker(marker.key), marker.key):
+                    stats.deleted += 1
         return stats
 
     async def _resolve(self, marker_key: str, value: dict) -> None:
@@ -166,6 +185,38 @@ class GarbageCollector:
             await seal(self.meta, name, committed)
         await self.meta.delete(marker_key)
 
+    async def _resolve_compaction(self, marker_key: str, value: dict) -> None:
+        """Finish or undo a compaction whose compactor died (see ``storage.compaction``).
+
+        The switch landed iff ``idx/{last}`` names the compacted object, or the
+        object's reference was released since (a trim removed the landed group).
+        """
+        from .compaction import finish
+
+        name, stream_id, first = value["object"], value["stream"], value["first"]
+        pair = [stream_id, first]
+        record = await self.meta.get(records.object_key(name))
+        state = records.decode(record.value) if record is not None else {}
+        landed = False
+        if not value.get("aborted"):
+            rec = await self.meta.get(records.index_key(stream_id, value["last"]),
+                                      partition_key=records.stream_partition(stream_id))
+            if rec is not None and any(e.object == name for e in records.decode_group(rec.value)):
+                landed = True
+            elif state.get("state") == "sealed" and pair not in state["live"]:
+                landed = True
+        if landed:
+            log.info("gc: finishing the compaction of stream %d into %s", stream_id, name)
+            await finish(self.meta, stream_id, [(k, None) for k in value["groups"][:-1]],
+                         [tuple(r) for r in value["replaced"]], marker_key)
+            return
+        log.info("gc: undoing the compaction of stream %d into %s (it never became visible)", stream_id, name)
+        if state.get("state") == "sealed":
+            await release(self.meta, name, [tuple(pair)])
+        else:
+            await seal(self.meta, name, [])  # never sealed: nothing refers to it
+        await self.meta.delete(marker_key)
+
     async def _committed_slices(self, stream_id: int, hint: int, object_key: str) -> list[tuple[int, int]]:
         """Slices of ``object_key`` in the stream's index, looking from the writer's hint on."""
         partition = records.stream_partition(stream_id)
@@ -186,13 +237,23 @@ class GarbageCollector:
                     found.add((stream_id, entry.base))
         return sorted(found)
 
-    async def _delete(self, object_key: str, marker_key: str) -> None:
+    async def _pinned(self, object_key: str, now_ms: int) -> bool:
+        lo, hi = records.pins_range(object_key)
+        async for pin in self.meta.range_scan(lo, hi):
+            expires = records.decode(pin.value).get("expires", 0)
+            if not expires or expires > now_ms:
+                return True
+        return False
+
+    async def _delete(self, object_key: str, marker_key: str) -> bool:
+        if await self._pinned(object_key, int(self.clock() * 1000)):
+            return False  # a table or a job still reads it: keep the free marker, look again later
         record = await self.meta.get(records.object_key(object_key))
         if record is not None:
             value = records.decode(record.value)
             if value.get("state") != "sealed" or value["live"]:
                 await self.meta.delete(marker_key)  # referenced again (cannot happen today); keep it
-                return
+                return False
         await self.objects.delete(object_key)
         metrics.GC_DELETED_OBJECTS.inc()
         if record is not None:
@@ -202,3 +263,4 @@ class GarbageCollector:
                 pass
         await self.meta.delete(marker_key)
         log.debug("gc: deleted object %s", object_key)
+        return True

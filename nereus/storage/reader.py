@@ -5,6 +5,12 @@ range scan starting at the requested offset (the ``idx`` keys are named after ea
 group's last offset, so the first key >= offset is the group that contains it), then fetch the slices they point to concurrently (read-ahead up to
 ``max_bytes``) with one ranged GET each, verify their checksums and cache them.
 Slices not yet in an ``idx`` group are listed in the tail record (``pending``).
+
+After compaction an ``idx`` key may hold one compacted entry (a Parquet object,
+generation > 0) for a run of offsets whose older groups are still being removed:
+the scan then meets both, and whole entries line up across generations, so the
+reader skips what it already has. A compacted object that is missing falls back
+to the slices it replaced (listed beside it) while they exist.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import asyncio
 
 from ..meta import MetadataStore
 from ..objstore import ObjectNotFound, ObjectStore
-from . import metrics, records, wal_format
+from . import compacted_format, metrics, records, wal_format
 from .api import FetchedEntry
 from .cache import BlockCache, TailCache
 from .errors import CorruptObject, ObjectMissing, StorageError
@@ -51,13 +57,20 @@ class StreamReader:
         return out
 
     async def _read_objects(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[FetchedEntry]:
-        index = await self.resolve(stream_id, offset, end, max_bytes)
-        blocks = await asyncio.gather(*(self._load(stream_id, e) for e in index))
+        try:
+            index = await self.resolve(stream_id, offset, end, max_bytes)
+            blocks = await asyncio.gather(*(self._load(stream_id, e) for e in index))
+        except ObjectMissing:
+            # The index moved under us (compaction replaced what we resolved, and the
+            # replaced object is gone): resolve once more against the current index.
+            index = await self.resolve(stream_id, offset, end, max_bytes)
+            blocks = await asyncio.gather(*(self._load(stream_id, e) for e in index))
         out: list[FetchedEntry] = []
         for entry, block in zip(index, blocks):
             base = entry.base
             for count, data in block:
-                if base + count > offset and base < end:
+                # Entries of overlapping generations line up: skip what was emitted already.
+                if base + count > offset and base < end and (not out or base >= out[-1].end_offset):
                     out.append(FetchedEntry(base, count, data))
                 base += count
         return out
@@ -98,6 +111,10 @@ class StreamReader:
         rec = await self.meta.get(records.tail_key(stream_id), partition_key=records.stream_partition(stream_id))
         return Tail.decode(rec.value) if rec is not None else Tail(0, 0, 0)
 
+    async def load_slices(self, stream_id: int, entries: list[IndexEntry]) -> list[list[tuple[int, memoryview]]]:
+        """The entries of each given slice (checked), e.g. for compaction."""
+        return list(await asyncio.gather(*(self._load(stream_id, e) for e in entries)))
+
     async def _load(self, stream_id: int, entry: IndexEntry) -> list[tuple[int, memoryview]]:
         key = (entry.object, entry.position)
         block = self.block_cache.get(key)
@@ -106,10 +123,16 @@ class StreamReader:
         try:
             data = await self.objects.get(entry.object, entry.position, entry.position + entry.length)
         except ObjectNotFound:
+            if entry.fallback:  # a compacted object is missing: read the slices it replaced
+                blocks = await self.load_slices(stream_id, list(entry.fallback))
+                return [item for block in blocks for item in block]
             raise ObjectMissing(f"object {entry.object} of stream {stream_id} is missing") from None
         if len(data) != entry.length:
             raise CorruptObject(f"object {entry.object} is shorter than its index entry says")
-        if entry.length > _INLINE_DECODE_BYTES:
+        if entry.compacted:
+            block = await asyncio.get_running_loop().run_in_executor(
+                None, compacted_format.decode_entries, data, stream_id, entry.base, entry.records)
+        elif entry.length > _INLINE_DECODE_BYTES:
             block = await asyncio.get_running_loop().run_in_executor(None, wal_format.decode_slice, data, stream_id)
         else:
             block = wal_format.decode_slice(data, stream_id)

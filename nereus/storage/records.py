@@ -9,6 +9,8 @@ Per stream ``s`` (all under partition key ``/nereus/s/{s:020d}``, so on one shar
     start          {start}                               first readable offset (trim)
     idx/{last:020d} {slices: [IndexEntry...]}            offset index: a group of contiguous
                                                          slices, keyed by its last offset
+                    {slices: [compacted], replaced: [...]}  after compaction (generation > 0)
+    compaction     {owner, expires}                      lease of the one compactor at a time
 
 The CAS on ``tail`` is the commit point of a slice: the slice joins ``tail.pending``.
 When ``pending`` holds a full group, the group is written as one ``idx`` key and the
@@ -18,7 +20,8 @@ fraction of one. The offset index is the ``idx`` groups plus ``tail.pending``.
 Objects: ``/nereus/objects/{key}`` holds the reference count of one object; a
 ``/nereus/gc/pending/{key}`` marker exists while an object's slices are being
 committed (so a crash leaves a metadata trace), ``/nereus/gc/free/{key}`` once no
-index entry refers to it.
+index entry refers to it. ``/nereus/gc/pins/{key}/{holder}`` pins an object (a table
+that lists it as a data file, a job reading it): it is not deleted while pinned.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ NEXT_STREAM_ID_KEY = f"{STREAMS_ROOT}/next-id"
 OBJECTS_ROOT = "/nereus/objects"
 GC_PENDING_ROOT = "/nereus/gc/pending"
 GC_FREE_ROOT = "/nereus/gc/free"
+GC_PINS_ROOT = "/nereus/gc/pins"
 OFFSET_WIDTH = 20
 
 
@@ -127,6 +131,9 @@ class IndexEntry:
     size: int  # cumulative stream size in bytes at the end of this slice
     generation: int = 0  # 0 for WAL slices; compaction writes higher generations
     timestamp: int = 0  # commit time, ms since the epoch (time-based retention)
+    # The lower-generation slices a compacted entry replaced: what a reader falls back
+    # to if the compacted object is missing (kept in the idx value, not in this JSON).
+    fallback: tuple["IndexEntry", ...] = ()
 
     @property
     def last(self) -> int:
@@ -142,6 +149,10 @@ class IndexEntry:
     def from_json(cls, value: dict[str, Any]) -> "IndexEntry":
         return cls(**value)
 
+    @property
+    def compacted(self) -> bool:
+        return self.generation > 0
+
 
 def encode_entry_json(entry: IndexEntry) -> str:
     return json.dumps(entry.to_json(), separators=(",", ":"))
@@ -153,7 +164,32 @@ def encode_group(entries_json: list[str]) -> bytes:
 
 
 def decode_group(data: bytes) -> list[IndexEntry]:
-    return [IndexEntry.from_json(e) for e in json.loads(data)["slices"]]
+    value = json.loads(data)
+    replaced = value.get("replaced")
+    if not replaced:
+        return [IndexEntry.from_json(e) for e in value["slices"]]
+    fallback = tuple(IndexEntry.from_json(e) for e in replaced)
+    return [IndexEntry(**e, fallback=fallback) for e in value["slices"]]
+
+
+def encode_compacted_group(entry: IndexEntry, replaced: list[IndexEntry]) -> bytes:
+    """The idx value that replaces a run of groups: the compacted entry and what it replaced."""
+    return json.dumps({"slices": [entry.to_json()], "replaced": [e.to_json() for e in replaced]},
+                      separators=(",", ":")).encode()
+
+
+def compaction_lease_key(stream_id: int) -> str:
+    return f"{stream_partition(stream_id)}/compaction"
+
+
+def pin_key(object_key: str, holder: str) -> str:
+    """A pin: while it exists (and has not expired) the collector keeps the object."""
+    return f"{GC_PINS_ROOT}/{quote(object_key, safe='')}/{quote(holder, safe='')}"
+
+
+def pins_range(object_key: str) -> tuple[str, str]:
+    prefix = f"{GC_PINS_ROOT}/{quote(object_key, safe='')}/"
+    return prefix, prefix + "\U0010ffff"
 
 
 @dataclass(frozen=True, slots=True)

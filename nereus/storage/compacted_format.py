@@ -1,0 +1,101 @@
+"""Byte layout of a compacted object: one Parquet file per stream range.
+
+Compaction rewrites a run of committed WAL slices of one stream as one immutable
+Parquet file that serves two readers from the same bytes:
+
+* stream readers (brokers) read only two columns, ``_entries`` (list<binary>) and
+  ``_entry_records`` (list<int64>): concatenated in row order they are the stream's
+  entries, byte for byte, with their record counts, exactly as they were appended;
+* table readers (Spark, pyiceberg, ...) read the record columns the caller put
+  beside them (one row per record, see ``nereus.lakehouse.compaction``).
+
+Each entry sits in the row of its first record (entries without records, such as
+markers, ride along with the row before them, or the first row), so the row count
+is the record count and no row is invented. The footer's key-value metadata names
+the stream and the offsets the file covers, which a reader checks before serving.
+The storage layer knows nothing of the record columns: it only reads and checks
+the entry columns.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import CorruptObject
+
+ENTRIES_COLUMN = "_entries"
+ENTRY_RECORDS_COLUMN = "_entry_records"
+META_KEY = b"nereus.compacted"
+ENTRY_COLUMNS_TYPE = {ENTRIES_COLUMN: pa.list_(pa.binary()), ENTRY_RECORDS_COLUMN: pa.list_(pa.int64())}
+
+
+@dataclass(frozen=True, slots=True)
+class CompactedHeader:
+    """What the footer says a compacted object holds."""
+
+    stream_id: int
+    first: int  # offset of the first record
+    records: int  # record count (offsets first .. first + records - 1)
+    entries: int
+    generation: int
+
+
+def entry_columns(entries_per_row: Sequence[Sequence[tuple[int, bytes | memoryview]]]) -> dict[str, pa.Array]:
+    """The two entry columns for rows that carry ``[(record_count, entry), ...]`` each."""
+    return {
+        ENTRIES_COLUMN: pa.array([[bytes(e) for _, e in row] for row in entries_per_row],
+                                 type=ENTRY_COLUMNS_TYPE[ENTRIES_COLUMN]),
+        ENTRY_RECORDS_COLUMN: pa.array([[c for c, _ in row] for row in entries_per_row],
+                                       type=ENTRY_COLUMNS_TYPE[ENTRY_RECORDS_COLUMN]),
+    }
+
+
+def encode(table: pa.Table, header: CompactedHeader, *, row_group_rows: int = 64 * 1024) -> bytes:
+    """A Parquet file of ``table`` (which must include the entry columns) with ``header``."""
+    for name in (ENTRIES_COLUMN, ENTRY_RECORDS_COLUMN):
+        if name not in table.column_names:
+            raise ValueError(f"a compacted object needs the {name} column")
+    meta = dict(table.schema.metadata or {})
+    meta[META_KEY] = json.dumps({"stream": header.stream_id, "first": header.first, "records": header.records,
+                                 "entries": header.entries, "generation": header.generation}).encode()
+    sink = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(meta), sink, compression="zstd", row_group_size=row_group_rows)
+    return sink.getvalue()
+
+
+def read_header(data: bytes | memoryview) -> CompactedHeader:
+    try:
+        meta = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.metadata or {}
+        value = json.loads(meta[META_KEY])
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        raise CorruptObject(f"not a compacted object: {exc}") from None
+    return CompactedHeader(value["stream"], value["first"], value["records"], value["entries"], value["generation"])
+
+
+def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
+                   records: int) -> list[tuple[int, memoryview]]:
+    """Entries ``[(record_count, bytes), ...]`` of a compacted object, after checking it.
+
+    Raises CorruptObject if the file is unreadable, belongs to another stream or
+    range, or its entries do not add up to the records its index entry promises.
+    """
+    header = read_header(data)
+    if (header.stream_id, header.first, header.records) != (stream_id, first, records):
+        raise CorruptObject(f"compacted object holds stream {header.stream_id} [{header.first}, +{header.records}),"
+                            f" expected stream {stream_id} [{first}, +{records})")
+    try:
+        table = pq.read_table(pa.BufferReader(data), columns=[ENTRIES_COLUMN, ENTRY_RECORDS_COLUMN])
+    except pa.ArrowException as exc:
+        raise CorruptObject(f"unreadable compacted object: {exc}") from None
+    blobs = table.column(ENTRIES_COLUMN).combine_chunks().flatten()
+    counts = table.column(ENTRY_RECORDS_COLUMN).combine_chunks().flatten().to_pylist()
+    if len(counts) != len(blobs) or len(counts) != header.entries or sum(counts) != records:
+        raise CorruptObject("compacted object: entry counts do not match its footer")
+    # as_buffer() is zero-copy: every entry is a view of the column's one data buffer.
+    return [(count, memoryview(blob.as_buffer())) for count, blob in zip(counts, blobs)]

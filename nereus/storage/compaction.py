@@ -1,0 +1,265 @@
+"""Compaction by generation replacement: a run of WAL slices becomes one object.
+
+The protocol for one stream range ``[first, last]`` made of whole ``idx`` groups
+G1..Gk (all below ``tail.pending``, so no writer touches them):
+
+1. take the stream's compaction lease (one compactor per stream at a time);
+2. read the slices of G1..Gk (checked) and encode them as one compacted object
+   (``compacted_format``; the caller adds the table columns), then decode it again
+   and compare: the object must give back every entry byte for byte;
+3. write a pending marker ``/nereus/gc/pending/{object}`` that describes the
+   change (so a crash at any later point leaves a metadata trace), put the object
+   (put-if-absent) and seal its reference record with ``[stream, first]``;
+4. COMMIT: one CAS on ``idx/{last}`` (the key of Gk, expected version as read)
+   to ``{slices: [compacted entry, generation g+1], replaced: [old slices]}``.
+   That single write is the switch: before it readers see only the old slices,
+   after it they meet the compacted entry first or after the leftover G1..Gk-1
+   (whole entries line up across generations, the reader skips what it has);
+5. finish: delete G1..Gk-1 (CAS on their versions), release the replaced
+   slices' references (the WAL objects become collectable when no slice, pin or
+   other generation refers to them), delete the marker.
+
+Offsets never change: the compacted entry covers exactly the offsets of the
+slices it replaces. A crash before 4 leaves no visible change (the collector
+frees the orphan object from the marker); a crash after 4 leaves the complete
+change, and the collector finishes step 5 from the marker (``gc.resolve_compaction``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..meta import MetadataStore, UnexpectedVersion
+from ..meta import cas
+from ..objstore import ObjectStore
+from . import compacted_format, gc, records
+from .errors import StorageError
+from .reader import StreamReader
+from .records import IndexEntry, Tail
+
+log = logging.getLogger(__name__)
+
+#: Default size of the WAL input of one compacted object.
+TARGET_BYTES = 32 << 20
+LEASE_SECONDS = 120.0
+
+Entries = list[tuple[int, memoryview]]
+#: Builds the Parquet bytes of a range: (stream id, first offset, entries, generation) -> bytes.
+Encoder = Callable[[int, int, Entries, int], bytes]
+
+
+class CompactionConflict(StorageError):
+    """The range changed (trim, another compactor) while it was being compacted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    key: str
+    version: int
+    entries: tuple[IndexEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """A run of whole gen-0 ``idx`` groups of one stream, to become one object."""
+
+    stream_id: int
+    groups: tuple[Group, ...]
+
+    @property
+    def first(self) -> int:
+        return self.groups[0].entries[0].base
+
+    @property
+    def last(self) -> int:
+        return self.groups[-1].entries[-1].last
+
+    @property
+    def slices(self) -> list[IndexEntry]:
+        return [e for g in self.groups for e in g.entries]
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(e.length for e in self.slices)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    stream_id: int
+    first: int
+    last: int
+    object: str
+    input_bytes: int
+    output_bytes: int
+    generation: int
+
+
+async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGET_BYTES,
+               min_bytes: int = 1) -> list[CompactionPlan]:
+    """Runs of uncompacted groups below ``tail.pending``, about ``target_bytes`` each.
+
+    A run ends at a compacted group; the last run is kept only if it has at least
+    ``min_bytes`` (small tails wait for more data).
+    """
+    partition = records.stream_partition(stream_id)
+    tail_rec = await meta.get(records.tail_key(stream_id), partition_key=partition)
+    if tail_rec is None:
+        return []
+    tail = Tail.decode(tail_rec.value)
+    limit = tail.pending[0].base if tail.pending else tail.next
+    start_rec = await meta.get(records.start_key(stream_id), partition_key=partition)
+    start = records.decode(start_rec.value).get("start", 0) if start_rec is not None else 0
+    lo, hi = records.index_range(stream_id, start)
+    plans: list[CompactionPlan] = []
+    run: list[Group] = []
+    size = 0
+
+    def close(force: bool) -> None:
+        nonlocal run, size
+        if run and (force or size >= min_bytes):
+            plans.append(CompactionPlan(stream_id, tuple(run)))
+        run, size = [], 0
+
+    async for rec in meta.range_scan(lo, hi, partition_key=partition):
+        entries = records.decode_group(rec.value)
+        if not entries or entries[-1].last >= limit:
+            break
+        if any(e.compacted for e in entries):
+            # Groups it replaced may still be there (a compactor died before removing
+            # them; the collector finishes that): never plan them again.
+            covered = entries[0].base
+            run = [g for g in run if g.entries[-1].last < covered]
+            size = sum(e.length for g in run for e in g.entries)
+            plans[:] = [p for p in plans if p.last < covered]
+            close(True)
+            continue
+        if entries[0].base < start:
+            close(True)  # partly trimmed: a run cannot cross it
+            continue
+        if run and run[-1].entries[-1].last + 1 != entries[0].base:
+            close(True)  # a gap (a concurrent trim): runs must be contiguous
+        run.append(Group(rec.key, rec.version.version_id, tuple(entries)))
+        size += sum(e.length for e in entries)
+        if size >= target_bytes:
+            close(True)
+    close(False)
+    return plans
+
+
+async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, job: CompactionPlan,
+                  encode: Encoder, *, owner: str | None = None,
+                  encode_in: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None) -> CompactionResult:
+    """Carry out one plan (steps 1-5 of the module docstring); raises CompactionConflict."""
+    owner = owner or uuid.uuid4().hex[:12]
+    async with _lease(meta, job.stream_id, owner):
+        await _check_unchanged(meta, job)
+        replaced = job.slices
+        blocks = await reader.load_slices(job.stream_id, replaced)
+        entries: Entries = [item for block in blocks for item in block]
+        generation = max(e.generation for e in replaced) + 1
+        run = encode_in or _in_executor
+        data = await run(lambda: _encode_checked(encode, job, entries, generation))
+        key = (f"compacted/{job.stream_id:0{records.OFFSET_WIDTH}d}/"
+               f"{job.first:0{records.OFFSET_WIDTH}d}-{job.last:0{records.OFFSET_WIDTH}d}"
+               f"-g{generation}-{uuid.uuid4().hex[:8]}.parquet")
+        entry = IndexEntry(key, 0, len(data), job.first, job.last - job.first + 1, len(entries), replaced[-1].size,
+                           generation=generation, timestamp=max(e.timestamp for e in replaced))
+        marker = records.gc_pending_key(key)
+        await meta.put(marker, records.encode({
+            "ts": int(time.time() * 1000), "kind": "compaction", "object": key, "stream": job.stream_id,
+            "first": job.first, "last": job.last, "groups": [g.key for g in job.groups],
+            "replaced": [[e.object, e.base] for e in replaced]}))
+        await objects.put_if_absent(key, data)
+        await gc.seal(meta, key, [(job.stream_id, job.first)])
+        partition = records.stream_partition(job.stream_id)
+        try:
+            await meta.put(job.groups[-1].key, records.encode_compacted_group(entry, replaced),
+                           expected_version_id=job.groups[-1].version, partition_key=partition)
+        except UnexpectedVersion:
+            # Mark the change aborted before freeing the object: a crash in between
+            # must not let the collector take it for a landed change.
+            await meta.put(marker, records.encode({"ts": int(time.time() * 1000), "kind": "compaction",
+                                                   "object": key, "stream": job.stream_id, "first": job.first,
+                                                   "aborted": True}))
+            await gc.release(meta, key, [(job.stream_id, job.first)])
+            await meta.delete(marker)
+            raise CompactionConflict(f"stream {job.stream_id}: [{job.first}, {job.last}] changed") from None
+        await finish(meta, job.stream_id, [(g.key, g.version) for g in job.groups[:-1]],
+                     [(e.object, e.base) for e in replaced], marker)
+        log.info("stream %d: compacted [%d, %d] (%d slices, %d -> %d bytes) into %s", job.stream_id, job.first,
+                 job.last, len(replaced), job.input_bytes, len(data), key)
+        return CompactionResult(job.stream_id, job.first, job.last, key, job.input_bytes, len(data), generation)
+
+
+async def finish(meta: MetadataStore, stream_id: int, leftovers: list[tuple[str, int | None]],
+                 replaced: list[tuple[str, int]], marker: str) -> None:
+    """Step 5: drop the replaced groups and their references, then the marker (idempotent)."""
+    partition = records.stream_partition(stream_id)
+    for key, version in leftovers:
+        try:
+            await meta.delete(key, expected_version_id=version, partition_key=partition)
+        except UnexpectedVersion:
+            pass  # trimmed (or otherwise replaced) meanwhile: its new owner releases it
+    by_object: dict[str, list[tuple[int, int]]] = {}
+    for obj, base in replaced:
+        by_object.setdefault(obj, []).append((stream_id, base))
+    await asyncio.gather(*(gc.release(meta, obj, pairs) for obj, pairs in by_object.items()))
+    await meta.delete(marker)
+
+
+def _encode_checked(encode: Encoder, job: CompactionPlan, entries: Entries, generation: int) -> bytes:
+    data = encode(job.stream_id, job.first, entries, generation)
+    back = compacted_format.decode_entries(data, job.stream_id, job.first, job.last - job.first + 1)
+    if len(back) != len(entries) or any(c1 != c2 or bytes(e1) != bytes(e2)
+                                        for (c1, e1), (c2, e2) in zip(back, entries)):
+        raise StorageError(f"stream {job.stream_id}: the compacted object does not give back its entries")
+    return data
+
+
+async def _in_executor(fn: Callable[[], bytes]) -> bytes:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+async def _check_unchanged(meta: MetadataStore, job: CompactionPlan) -> None:
+    partition = records.stream_partition(job.stream_id)
+    for group in job.groups:
+        rec = await meta.get(group.key, partition_key=partition)
+        if rec is None or rec.version.version_id != group.version:
+            raise CompactionConflict(f"stream {job.stream_id}: group {group.key} changed since planning")
+
+
+class _lease:
+    """The stream's compaction lease, held for one compaction (expires if we die)."""
+
+    def __init__(self, meta: MetadataStore, stream_id: int, owner: str):
+        self.meta, self.stream_id, self.owner = meta, stream_id, owner
+        self.key = records.compaction_lease_key(stream_id)
+        self.partition = records.stream_partition(stream_id)
+
+    async def __aenter__(self) -> None:
+        now = time.time()
+
+        def take(old: bytes | None) -> bytes:
+            value = records.decode(old)
+            if value and value["owner"] != self.owner and value["expires"] > now:
+                raise CompactionConflict(f"stream {self.stream_id} is being compacted by {value['owner']}")
+            return records.encode({"owner": self.owner, "expires": now + LEASE_SECONDS})
+
+        await cas.update(self.meta, self.key, take, partition_key=self.partition)
+
+    async def __aexit__(self, *exc: object) -> None:
+        rec = await self.meta.get(self.key, partition_key=self.partition)
+        if rec is not None and records.decode(rec.value).get("owner") == self.owner:
+            try:
+                await self.meta.delete(self.key, expected_version_id=rec.version.version_id,
+                                       partition_key=self.partition)
+            except UnexpectedVersion:
+                pass
+
+
+__all__ = ["CompactionConflict", "CompactionPlan", "CompactionResult", "TARGET_BYTES", "compact", "finish", "plan"]

@@ -1,0 +1,233 @@
+"""Compaction by generation replacement at the storage layer (no protocol, no Spark).
+
+The encoder here stores only the entry columns (one row per entry); the lakehouse
+adds record columns. What matters here: offsets and bytes never change, the switch
+is atomic, a crash at every step leaves no change or the complete change, GC
+collects exactly what nothing refers to, pins hold objects, readers fall back.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from nereus.storage import compacted_format, compaction, records
+from nereus.storage.compaction import CompactionConflict
+from nereus.storage.errors import CorruptObject
+from nereus.storage.gc import GarbageCollector, pin, unpin
+from nereus.storage.records import Tail
+
+
+def encode(stream_id: int, first: int, entries, generation: int) -> bytes:
+    columns = compacted_format.entry_columns([[e] for e in entries])
+    table = pa.table({"n": pa.array(range(len(entries)), pa.int64()), **columns})
+    header = compacted_format.CompactedHeader(stream_id, first, sum(c for c, _ in entries), len(entries), generation)
+    return compacted_format.encode(table, header)
+
+
+async def fill(storage, name: str, appends: int):
+    """A stream of ``appends`` flushes (one slice each): appends // 8 idx groups, the rest pending."""
+    stream = await storage.open_stream(name, create=True)
+    expected = []
+    for i in range(appends):
+        count = 1 + i % 3
+        data = b"%s-%d-" % (name.encode(), i) + bytes(i % 7) * 50
+        base = (await stream.append(data, count)).base_offset
+        expected.append((base, count, data))
+    return stream, expected
+
+
+async def read_all(stream, start: int = 0):
+    out = []
+    offset = start
+    while offset < stream.next_offset():
+        result = await stream.fetch(offset, max_bytes=300)
+        assert result.entries
+        out += [(e.base_offset, e.record_count, bytes(e.data)) for e in result.entries]
+        offset = result.entries[-1].end_offset
+    return out
+
+
+async def index_of(meta, stream_id):
+    lo, hi = records.index_range(stream_id)
+    part = records.stream_partition(stream_id)
+    return [records.decode_group(r.value) async for r in meta.range_scan(lo, hi, partition_key=part)]
+
+
+def stored(objects) -> set[str]:
+    return set(objects.inner._bucket.objects)
+
+
+async def referenced(meta, stream_ids) -> set[str]:
+    keys = set()
+    for sid in stream_ids:
+        for group in await index_of(meta, sid):
+            keys |= {e.object for e in group}
+        tail = await meta.get(records.tail_key(sid), partition_key=records.stream_partition(sid))
+        keys |= {e.object for e in Tail.decode(tail.value).pending}
+    return keys
+
+
+async def collect_all(meta, objects):
+    """Resolve every marker and delete every freed object now."""
+    collector = GarbageCollector(meta, objects, pending_timeout_seconds=0, grace_seconds=0,
+                                 clock=lambda: time.time() + 3600)
+    await collector.collect()
+    await collector.collect()
+
+
+async def test_compaction_keeps_offsets_and_bytes_and_frees_the_wal(meta, objects, storage):
+    a, expected_a = await fill(storage, "a", 35)  # 4 groups + 3 pending slices
+    b, expected_b = await fill(storage, "b", 17)
+    plans = await compaction.plan(meta, a.stream_id, target_bytes=1)  # one plan per group
+    assert len(plans) == 4
+    plans = await compaction.plan(meta, a.stream_id)
+    assert len(plans) == 1 and plans[0].first == 0 and plans[0].last == expected_a[31][0] + expected_a[31][1] - 1
+    result = await compaction.compact(meta, objects, storage.reader, plans[0], encode)
+    assert result.generation == 1
+    groups = await index_of(meta, a.stream_id)
+    assert len(groups) == 1 and groups[0][0].compacted and groups[0][0].object == result.object
+    assert len(groups[0][0].fallback) == 32
+    storage.reader.block_cache = type(storage.reader.block_cache)(1 << 20)  # no cached WAL slices
+    assert await read_all(a) == expected_a
+    assert await read_all(a, start=expected_a[10][0] + 1) == [e for e in expected_a if e[0] + e[1] > expected_a[10][0] + 1]
+    assert await compaction.plan(meta, a.stream_id) == []  # nothing left below the pending slices
+    await collect_all(meta, objects)
+    assert stored(objects) == await referenced(meta, [a.stream_id, b.stream_id])
+    assert await read_all(a) == expected_a and await read_all(b) == expected_b
+    # appends go on after compaction; the next run compacts the new groups only
+    for i in range(16):
+        expected_a.append((base := (await a.append(b"more-%d" % i, 1)).base_offset, 1, b"more-%d" % i))
+    plans = await compaction.plan(meta, a.stream_id)
+    assert len(plans) == 1 and plans[0].first == result.last + 1
+    await compaction.compact(meta, objects, storage.reader, plans[0], encode)
+    await collect_all(meta, objects)
+    assert await read_all(a) == expected_a
+    assert stored(objects) == await referenced(meta, [a.stream_id, b.stream_id])
+
+
+async def test_trim_after_compaction_releases_the_compacted_object(meta, objects, storage):
+    a, expected = await fill(storage, "t", 24)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    result = await compaction.compact(meta, objects, storage.reader, job, encode)
+    await a.trim(result.last)  # inside the compacted range: the object stays
+    await collect_all(meta, objects)
+    assert result.object in stored(objects)
+    assert (await read_all(a, result.last))[0][0] <= result.last
+    await a.trim(result.last + 1)
+    await collect_all(meta, objects)
+    assert result.object not in stored(objects)
+    assert stored(objects) == await referenced(meta, [a.stream_id])
+
+
+async def test_pins_keep_freed_objects(meta, objects, storage):
+    a, expected = await fill(storage, "p", 16)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    wal = {e.object for e in job.slices}
+    await pin(meta, job.slices[0].object, "reader-1")
+    await pin(meta, job.slices[1].object, "reader-2", ttl_seconds=0.001)  # expired by the collector's clock
+    await compaction.compact(meta, objects, storage.reader, job, encode)
+    await collect_all(meta, objects)
+    assert stored(objects) & wal == {job.slices[0].object}
+    await unpin(meta, job.slices[0].object, "reader-1")
+    await collect_all(meta, objects)
+    assert not stored(objects) & wal
+
+
+async def test_missing_compacted_object_falls_back_to_the_replaced_slices(meta, objects, storage):
+    a, expected = await fill(storage, "m", 16)
+    for e in (await compaction.plan(meta, a.stream_id))[0].slices:
+        await pin(meta, e.object, "test")  # keep the WAL objects although released
+    (job,) = await compaction.plan(meta, a.stream_id)
+    result = await compaction.compact(meta, objects, storage.reader, job, encode)
+    await collect_all(meta, objects)
+    await objects.inner.delete(result.object)
+    storage.reader.block_cache = type(storage.reader.block_cache)(1 << 20)
+    assert await read_all(a) == expected
+
+
+async def test_concurrent_changes_abort_the_compaction(meta, objects, storage):
+    a, expected = await fill(storage, "c", 24)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    await a.trim(expected[8][0])  # deletes the first group under the plan
+    with pytest.raises(CompactionConflict):
+        await compaction.compact(meta, objects, storage.reader, job, encode)
+    (again,) = await compaction.plan(meta, a.stream_id)
+    assert again.first > 0
+    await compaction.compact(meta, objects, storage.reader, again, encode)
+    assert await read_all(a, expected[8][0]) == expected[8:]
+
+
+class Crash(Exception):
+    pass
+
+
+def _raise_after(fn):
+    async def wrapped(*args, **kwargs):
+        await fn(*args, **kwargs)
+        raise Crash()
+    return wrapped
+
+
+@pytest.mark.parametrize("step", ["object-put", "object-put-landed", "seal", "switch", "finish-half", "abort"])
+async def test_a_crash_at_any_step_leaves_no_change_or_the_whole_change(meta, objects, storage, monkeypatch, step):
+    a, expected = await fill(storage, "x", 27)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    before = {e.object for e in job.slices}
+    with monkeypatch.context() as patch:
+        if step == "object-put":
+            objects.fail_puts(lambda key: key.startswith("compacted/"), exc=Crash)
+        elif step == "object-put-landed":
+            objects.fail_puts(lambda key: key.startswith("compacted/"), exc=Crash, after=True)
+        elif step == "seal":
+            patch.setattr(compaction.gc, "seal", _raise_after(compaction.gc.seal))
+        elif step == "switch":
+            patch.setattr(compaction, "finish", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+        elif step == "finish-half":
+            patch.setattr(compaction.gc, "release", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+        elif step == "abort":
+            real_seal = compaction.gc.seal
+
+            async def bump_then_seal(*args, **kwargs):  # a concurrent change just before the switch
+                await meta.put(job.groups[-1].key, records.encode_group(
+                    [records.encode_entry_json(e) for e in job.groups[-1].entries]),
+                    partition_key=records.stream_partition(a.stream_id))
+                await real_seal(*args, **kwargs)
+
+            patch.setattr(compaction.gc, "seal", bump_then_seal)
+            patch.setattr(compaction.gc, "release", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+        with pytest.raises(Crash):
+            await compaction.compact(meta, objects, storage.reader, job, encode)
+        objects.clear_faults()
+    assert await read_all(a) == expected  # whatever state the crash left is readable
+    monkeypatch.setattr(compaction, "LEASE_SECONDS", 0.0)
+    await collect_all(meta, objects)
+    assert await read_all(a) == expected
+    landed = any(e.compacted for g in await index_of(meta, a.stream_id) for e in g)
+    assert landed == (step in ("switch", "finish-half"))
+    assert stored(objects) == await referenced(meta, [a.stream_id])
+    if landed:
+        assert not stored(objects) & before
+        assert len(await index_of(meta, a.stream_id)) == 1  # the leftover groups are gone
+    else:
+        assert before <= stored(objects)
+        (job,) = await compaction.plan(meta, a.stream_id)  # and it can be compacted later
+        await compaction.compact(meta, objects, storage.reader, job, encode)
+        await collect_all(meta, objects)
+        assert await read_all(a) == expected
+        assert stored(objects) == await referenced(meta, [a.stream_id])
+
+
+async def test_corrupt_compacted_object_is_detected():
+    data = encode(7, 100, [(1, memoryview(b"x"))], 1)
+    assert [(c, bytes(e)) for c, e in compacted_format.decode_entries(data, 7, 100, 1)] == [(1, b"x")]
+    with pytest.raises(CorruptObject, match="compacted object holds stream 7"):
+        compacted_format.decode_entries(data, 8, 100, 1)
+    table = pa.table(compacted_format.entry_columns([[(1, b"x")]]))
+    wrong = compacted_format.encode(table, compacted_format.CompactedHeader(7, 100, 1, 2, 1))  # footer lies
+    with pytest.raises(CorruptObject, match="entry counts"):
+        compacted_format.decode_entries(wrong, 7, 100, 1)
+    with pytest.raises(Exception, match="not a compacted object"):
+        compacted_format.read_header(b"garbage" * 10)
