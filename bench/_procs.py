@@ -32,7 +32,7 @@ def start_nereus(workdir: Path) -> tuple[subprocess.Popen, dict[str, int]]:
     """A standalone on free ports with its data under ``workdir``; returns (process, ports)."""
     ports = {n: free_port() for n in ("http", "pulsar", "kafka", "oxia")}
     args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
-            str(workdir / "nereus")]
+            str(workdir / "nereus"), "--compaction-interval", "0"]
     for name, port in ports.items():
         args += [f"--{name}-port", str(port)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 import click
@@ -38,15 +39,32 @@ def main(log_level: str) -> None:
               "Default: file://DATA_DIR/objects")
 @click.option("--metadata-shards", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Shards of a new metadata namespace (one fsync stream each; 1 suits a single machine).")
+@click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
+              help="Seconds between garbage collection passes.")
+@click.option("--gc-grace", type=click.FloatRange(0), default=60, show_default=True,
+              help="Seconds a released object is kept for readers that resolved it just before.")
+@click.option("--gc-pending-timeout", type=click.FloatRange(0), default=60, show_default=True,
+              help="Seconds after which an unfinished write (a writer or compactor that died) is resolved.")
+@click.option("--compaction-interval", type=click.FloatRange(0), default=15, show_default=True,
+              help="Seconds between compaction runs (a Spark worker process; 0: no compaction schedule).")
+@click.option("--compaction-max-age", type=click.FloatRange(0), default=15, show_default=True,
+              help="Compact a stream's newest records once the oldest of them is this many seconds old ...")
+@click.option("--compaction-min-mb", type=click.FloatRange(0), default=8, show_default=True,
+              help="... or once there are this many MB of them.")
 def standalone(data_dir: Path, bind: str, http_port: int, pulsar_port: int, kafka_port: int, oxia_port: int,
-               object_store: str | None, metadata_shards: int) -> None:
+               object_store: str | None, metadata_shards: int, gc_interval: float, gc_grace: float,
+               gc_pending_timeout: float,
+               compaction_interval: float, compaction_max_age: float, compaction_min_mb: float) -> None:
     """Run everything in one process: metadata engine, object store, storage, listeners."""
     from .broker.standalone import StandaloneConfig, run_standalone
     from .objstore.errors import UnsupportedStoreUrl
 
     config = StandaloneConfig(data_dir=data_dir, bind=bind, http_port=http_port, pulsar_port=pulsar_port,
                               kafka_port=kafka_port, oxia_port=oxia_port, object_store=object_store,
-                              metadata_shards=metadata_shards)
+                              metadata_shards=metadata_shards, gc_interval=gc_interval, gc_grace=gc_grace,
+                              gc_pending_timeout=gc_pending_timeout,
+                              compaction_interval=compaction_interval, compaction_max_age=compaction_max_age,
+                              compaction_min_bytes=max(1, int(compaction_min_mb * (1 << 20))))
     try:
         _run(run_standalone(config))
     except UnsupportedStoreUrl as exc:
@@ -73,6 +91,85 @@ def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: 
     except (OSError, RuntimeError) as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
 
+
+@main.command()
+@click.option("--metadata", default="oxia://127.0.0.1:6648", show_default=True,
+              help="The cluster's metadata (Oxia protocol URL).")
+@click.option("--objects", default=None, help="The cluster's object store URL. Default: file://./data/objects")
+@click.option("--topic", "topics", multiple=True, help="Compact these topics only (repeatable). Default: all.")
+@click.option("--target-mb", type=click.FloatRange(0.001), default=32, show_default=True,
+              help="WAL input per compacted object.")
+@click.option("--min-bytes", type=click.IntRange(1), default=1, show_default=True,
+              help="Leave a stream's last range alone while it is smaller than this ...")
+@click.option("--max-age", type=click.FloatRange(0), default=None,
+              help="... unless its oldest record is older than this many seconds.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master.")
+@click.option("--catalog", default=None, help="SBT catalog: sqlite:///path (Iceberg SQL catalog) or "
+              "http(s)://... (Iceberg REST). Default: iceberg/catalog.db beside a file:// object store.")
+@click.option("--sbt/--no-sbt", default=True, show_default=True, help="Sync the topics' built-in Iceberg tables.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when on a terminal).")
+@click.option("--interval", type=click.FloatRange(0), default=0, show_default=True,
+              help="Keep running: compact every this many seconds (0: once).")
+def compact(metadata: str, objects: str | None, topics: tuple[str, ...], target_mb: float, min_bytes: int,
+            max_age: float | None, master: str, catalog: str | None, sbt: bool, progress: bool | None,
+            interval: float) -> None:
+    """Compact committed WAL slices into per-stream Parquet objects (a Spark job), then sync SBT tables."""
+    import sys
+
+    from .meta.errors import MetadataError
+
+    objects = objects or Path("./data/objects").resolve().as_uri()
+    try:
+        from .lakehouse import compaction, sbt as sbt_tables
+        from .lakehouse.session import default_catalog_uri, local_session
+    except ImportError as exc:
+        raise click.ClickException(f"the lakehouse extra is not installed ({exc})") from None
+    table_catalog = None
+    if sbt:
+        catalog = catalog or default_catalog_uri(objects)
+        if catalog is None:
+            raise click.UsageError("--catalog is needed for SBT tables when the object store is not file://")
+        table_catalog = sbt_tables.open_catalog(catalog, objects.rstrip("/") + "/iceberg")
+    spark = local_session("nereus-compact", master)
+    try:
+        while True:
+            try:
+                report = compaction.run_job(spark, metadata, objects, topics=list(topics) or None,
+                                            target_bytes=int(target_mb * (1 << 20)), min_bytes=min_bytes,
+                                            max_age_seconds=max_age, catalog=table_catalog,
+                                            progress=sys.stderr.isatty() if progress is None else progress)
+            except (MetadataError, OSError, ValueError) as exc:
+                if not interval:
+                    raise click.ClickException(str(exc)) from None
+                logging.getLogger("nereus.compact").warning("compaction run failed: %s", exc)
+            else:
+                if report.tasks or not interval:
+                    _report_compaction(report)
+            if not interval:
+                break
+            time.sleep(interval)
+    finally:
+        spark.stop()
+
+
+def _report_compaction(report) -> None:
+    click.echo(f"compacted {report.compacted} of {report.tasks} range(s): {report.input_bytes / 1e6:.1f} MB of WAL "
+               f"-> {report.output_bytes / 1e6:.1f} MB Parquet in {report.seconds:.1f} s"
+               + (f", {report.conflicts} skipped (changed meanwhile)" if report.conflicts else ""))
+    for table in report.tables:
+        if table.added or table.removed:
+            click.echo(f"table {table.table}: +{table.added} -{table.removed} data files, offsets {table.offsets}")
+
+
+def _attach_lakehouse() -> None:
+    try:
+        from .lakehouse.cli import lakehouse
+    except ImportError:  # the lakehouse extra is not installed: no lakehouse commands
+        return
+    main.add_command(lakehouse)
+
+
+_attach_lakehouse()
 
 if __name__ == "__main__":
     main()

@@ -27,8 +27,10 @@ class PortTaken(Exception):
 class Standalone:
     """One standalone process; restartable (also after SIGKILL) on the same data dir and ports."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
+        # No compaction worker unless a test asks for one: it is a Spark process.
+        self.extra_args = extra_args if extra_args is not None else ["--compaction-interval", "0"]
         self.ports = {name: free_port() for name in LISTENERS}
         self.proc: subprocess.Popen | None = None
         self.log = data_dir.parent / f"{data_dir.name}.log"
@@ -71,7 +73,7 @@ class Standalone:
                 self.ports = {name: free_port() for name in LISTENERS}
 
     def _start_once(self, timeout: float) -> None:
-        args = ["--data-dir", str(self.data_dir)]
+        args = ["--data-dir", str(self.data_dir), *self.extra_args]
         for name, port in self.ports.items():
             args += [f"--{name}-port", str(port)]
         log_start = self.log.stat().st_size if self.log.exists() else 0

@@ -32,6 +32,11 @@ class StandaloneConfig:
     object_store: str | None = None  # default: file://{data_dir}/objects
     metadata_shards: int = 1
     gc_interval: float = 30.0
+    gc_grace: float = 60.0
+    gc_pending_timeout: float = 60.0
+    compaction_interval: float = 15.0  # 0: no compaction schedule
+    compaction_max_age: float = 15.0
+    compaction_min_bytes: int = 8 << 20
 
 
 async def _gc_loop(collector: GarbageCollector, interval: float) -> None:
@@ -43,6 +48,16 @@ async def _gc_loop(collector: GarbageCollector, interval: float) -> None:
                 log.info("gc: %d object(s) deleted, %d crashed write(s) resolved", stats.deleted, stats.resolved)
         except Exception:
             log.exception("gc pass failed")
+
+
+def _loopback(bind: str) -> str:
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
+
+
+async def _cancel_and_wait(task: asyncio.Task) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | None = None) -> None:
@@ -67,8 +82,18 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         stack.push_async_callback(meta.close)
         storage = StreamStorage(meta, objects, node_id=f"standalone-{os.getpid()}")
         stack.push_async_callback(storage.close)
-        gc_task = asyncio.ensure_future(_gc_loop(GarbageCollector(meta, objects), config.gc_interval))
+        collector = GarbageCollector(meta, objects, grace_seconds=config.gc_grace,
+                                     pending_timeout_seconds=config.gc_pending_timeout)
+        gc_task = asyncio.ensure_future(_gc_loop(collector, config.gc_interval))
         stack.callback(gc_task.cancel)
+        if config.compaction_interval > 0:
+            from .compaction_schedule import CompactionSchedule, run_schedule
+
+            schedule = CompactionSchedule(config.compaction_interval, config.compaction_max_age,
+                                          config.compaction_min_bytes, f"oxia://{_loopback(config.bind)}:{oxia.port}",
+                                          objects_url)
+            compaction_task = asyncio.ensure_future(run_schedule(meta, schedule))
+            stack.push_async_callback(_cancel_and_wait, compaction_task)
         http = await start_http(config.bind, config.http_port)
         stack.push_async_callback(http.cleanup)
         pulsar = PulsarService(storage, meta, host=config.bind, port=config.pulsar_port)

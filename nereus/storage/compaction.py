@@ -3,7 +3,8 @@
 The protocol for one stream range ``[first, last]`` made of whole ``idx`` groups
 G1..Gk (all below ``tail.pending``, so no writer touches them):
 
-1. take the stream's compaction lease (one compactor per stream at a time);
+1. the caller holds the stream's compaction lease (``lease``: one compactor per
+   stream at a time, from planning to the end of its plans);
 2. read the slices of G1..Gk (checked) and encode them as one compacted object
    (``compacted_format``; the caller adds the table columns), then decode it again
    and compare: the object must give back every entry byte for byte;
@@ -34,8 +35,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..meta import MetadataStore, UnexpectedVersion
-from ..meta import cas
+from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..objstore import ObjectStore
 from . import compacted_format, gc, records
 from .errors import StorageError
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 #: Default size of the WAL input of one compacted object.
 TARGET_BYTES = 32 << 20
-LEASE_SECONDS = 120.0
 
 Entries = list[tuple[int, memoryview]]
 #: Builds the Parquet bytes of a range: (stream id, first offset, entries, generation) -> bytes.
@@ -100,12 +99,14 @@ class CompactionResult:
 
 
 async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGET_BYTES,
-               min_bytes: int = 1) -> list[CompactionPlan]:
+               min_bytes: int = 1, max_age_seconds: float | None = None) -> list[CompactionPlan]:
     """Runs of uncompacted groups below ``tail.pending``, about ``target_bytes`` each.
 
     A run ends at a compacted group; the last run is kept only if it has at least
-    ``min_bytes`` (small tails wait for more data).
+    ``min_bytes``, or its oldest slice was committed ``max_age_seconds`` ago (small
+    tails wait for more data, but not for ever).
     """
+    oldest_ms = None if max_age_seconds is None else time.time() * 1000 - max_age_seconds * 1000
     partition = records.stream_partition(stream_id)
     tail_rec = await meta.get(records.tail_key(stream_id), partition_key=partition)
     if tail_rec is None:
@@ -121,7 +122,8 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
 
     def close(force: bool) -> None:
         nonlocal run, size
-        if run and (force or size >= min_bytes):
+        old = oldest_ms is not None and run and run[0].entries[0].timestamp <= oldest_ms
+        if run and (force or size >= min_bytes or old):
             plans.append(CompactionPlan(stream_id, tuple(run)))
         run, size = [], 0
 
@@ -152,48 +154,46 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
 
 
 async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, job: CompactionPlan,
-                  encode: Encoder, *, owner: str | None = None,
+                  encode: Encoder, *,
                   encode_in: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None) -> CompactionResult:
-    """Carry out one plan (steps 1-5 of the module docstring); raises CompactionConflict."""
-    owner = owner or uuid.uuid4().hex[:12]
-    async with _lease(meta, job.stream_id, owner):
-        await _check_unchanged(meta, job)
-        replaced = job.slices
-        blocks = await reader.load_slices(job.stream_id, replaced)
-        entries: Entries = [item for block in blocks for item in block]
-        generation = max(e.generation for e in replaced) + 1
-        run = encode_in or _in_executor
-        data = await run(lambda: _encode_checked(encode, job, entries, generation))
-        key = (f"compacted/{job.stream_id:0{records.OFFSET_WIDTH}d}/"
-               f"{job.first:0{records.OFFSET_WIDTH}d}-{job.last:0{records.OFFSET_WIDTH}d}"
-               f"-g{generation}-{uuid.uuid4().hex[:8]}.parquet")
-        entry = IndexEntry(key, 0, len(data), job.first, job.last - job.first + 1, len(entries), replaced[-1].size,
-                           generation=generation, timestamp=max(e.timestamp for e in replaced))
-        marker = records.gc_pending_key(key)
-        await meta.put(marker, records.encode({
-            "ts": int(time.time() * 1000), "kind": "compaction", "object": key, "stream": job.stream_id,
-            "first": job.first, "last": job.last, "groups": [g.key for g in job.groups],
-            "replaced": [[e.object, e.base] for e in replaced]}))
-        await objects.put_if_absent(key, data)
-        await gc.seal(meta, key, [(job.stream_id, job.first)])
-        partition = records.stream_partition(job.stream_id)
-        try:
-            await meta.put(job.groups[-1].key, records.encode_compacted_group(entry, replaced),
-                           expected_version_id=job.groups[-1].version, partition_key=partition)
-        except UnexpectedVersion:
-            # Mark the change aborted before freeing the object: a crash in between
-            # must not let the collector take it for a landed change.
-            await meta.put(marker, records.encode({"ts": int(time.time() * 1000), "kind": "compaction",
-                                                   "object": key, "stream": job.stream_id, "first": job.first,
-                                                   "aborted": True}))
-            await gc.release(meta, key, [(job.stream_id, job.first)])
-            await meta.delete(marker)
-            raise CompactionConflict(f"stream {job.stream_id}: [{job.first}, {job.last}] changed") from None
-        await finish(meta, job.stream_id, [(g.key, g.version) for g in job.groups[:-1]],
-                     [(e.object, e.base) for e in replaced], marker)
-        log.info("stream %d: compacted [%d, %d] (%d slices, %d -> %d bytes) into %s", job.stream_id, job.first,
-                 job.last, len(replaced), job.input_bytes, len(data), key)
-        return CompactionResult(job.stream_id, job.first, job.last, key, job.input_bytes, len(data), generation)
+    """Carry out one plan (steps 2-5 of the module docstring); raises CompactionConflict."""
+    await _check_unchanged(meta, job)
+    replaced = job.slices
+    blocks = await reader.load_slices(job.stream_id, replaced)
+    entries: Entries = [item for block in blocks for item in block]
+    generation = max(e.generation for e in replaced) + 1
+    run = encode_in or _in_executor
+    data = await run(lambda: _encode_checked(encode, job, entries, generation))
+    key = (f"compacted/{job.stream_id:0{records.OFFSET_WIDTH}d}/"
+           f"{job.first:0{records.OFFSET_WIDTH}d}-{job.last:0{records.OFFSET_WIDTH}d}"
+           f"-g{generation}-{uuid.uuid4().hex[:8]}.parquet")
+    entry = IndexEntry(key, 0, len(data), job.first, job.last - job.first + 1, len(entries), replaced[-1].size,
+                       generation=generation, timestamp=max(e.timestamp for e in replaced))
+    marker = records.gc_pending_key(key)
+    await meta.put(marker, records.encode({
+        "ts": int(time.time() * 1000), "kind": "compaction", "object": key, "stream": job.stream_id,
+        "first": job.first, "last": job.last, "groups": [g.key for g in job.groups],
+        "replaced": [[e.object, e.base] for e in replaced]}))
+    await objects.put_if_absent(key, data)
+    await gc.seal(meta, key, [(job.stream_id, job.first)])
+    partition = records.stream_partition(job.stream_id)
+    try:
+        await meta.put(job.groups[-1].key, records.encode_compacted_group(entry, replaced),
+                       expected_version_id=job.groups[-1].version, partition_key=partition)
+    except UnexpectedVersion:
+        # Mark the change aborted before freeing the object: a crash in between
+        # must not let the collector take it for a landed change.
+        await meta.put(marker, records.encode({"ts": int(time.time() * 1000), "kind": "compaction",
+                                               "object": key, "stream": job.stream_id, "first": job.first,
+                                               "aborted": True}))
+        await gc.release(meta, key, [(job.stream_id, job.first)])
+        await meta.delete(marker)
+        raise CompactionConflict(f"stream {job.stream_id}: [{job.first}, {job.last}] changed") from None
+    await finish(meta, job.stream_id, [(g.key, g.version) for g in job.groups[:-1]],
+                 [(e.object, e.base) for e in replaced], marker)
+    log.info("stream %d: compacted [%d, %d] (%d slices, %d -> %d bytes) into %s", job.stream_id, job.first,
+             job.last, len(replaced), job.input_bytes, len(data), key)
+    return CompactionResult(job.stream_id, job.first, job.last, key, job.input_bytes, len(data), generation)
 
 
 async def finish(meta: MetadataStore, stream_id: int, leftovers: list[tuple[str, int | None]],
@@ -233,33 +233,32 @@ async def _check_unchanged(meta: MetadataStore, job: CompactionPlan) -> None:
             raise CompactionConflict(f"stream {job.stream_id}: group {group.key} changed since planning")
 
 
-class _lease:
-    """The stream's compaction lease, held for one compaction (expires if we die)."""
+class lease:
+    """The stream's compaction lease: an ephemeral record of the compactor's metadata
+    session, so it vanishes when the compactor dies (after its session timeout)."""
 
     def __init__(self, meta: MetadataStore, stream_id: int, owner: str):
         self.meta, self.stream_id, self.owner = meta, stream_id, owner
         self.key = records.compaction_lease_key(stream_id)
         self.partition = records.stream_partition(stream_id)
+        self.version: int | None = None
 
     async def __aenter__(self) -> None:
-        now = time.time()
-
-        def take(old: bytes | None) -> bytes:
-            value = records.decode(old)
-            if value and value["owner"] != self.owner and value["expires"] > now:
-                raise CompactionConflict(f"stream {self.stream_id} is being compacted by {value['owner']}")
-            return records.encode({"owner": self.owner, "expires": now + LEASE_SECONDS})
-
-        await cas.update(self.meta, self.key, take, partition_key=self.partition)
+        try:
+            result = await self.meta.put(self.key, records.encode({"owner": self.owner, "since": time.time()}),
+                                         expected_version_id=EXPECT_ABSENT, ephemeral=True,
+                                         partition_key=self.partition)
+        except UnexpectedVersion:
+            rec = await self.meta.get(self.key, partition_key=self.partition)
+            holder = records.decode(rec.value).get("owner") if rec is not None else "?"
+            raise CompactionConflict(f"stream {self.stream_id} is being compacted by {holder}") from None
+        self.version = result.version.version_id
 
     async def __aexit__(self, *exc: object) -> None:
-        rec = await self.meta.get(self.key, partition_key=self.partition)
-        if rec is not None and records.decode(rec.value).get("owner") == self.owner:
-            try:
-                await self.meta.delete(self.key, expected_version_id=rec.version.version_id,
-                                       partition_key=self.partition)
-            except UnexpectedVersion:
-                pass
+        try:
+            await self.meta.delete(self.key, expected_version_id=self.version, partition_key=self.partition)
+        except UnexpectedVersion:
+            pass
 
 
-__all__ = ["CompactionConflict", "CompactionPlan", "CompactionResult", "TARGET_BYTES", "compact", "finish", "plan"]
+__all__ = ["CompactionConflict", "CompactionPlan", "CompactionResult", "TARGET_BYTES", "compact", "finish", "lease", "plan"]

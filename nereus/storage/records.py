@@ -10,7 +10,7 @@ Per stream ``s`` (all under partition key ``/nereus/s/{s:020d}``, so on one shar
     idx/{last:020d} {slices: [IndexEntry...]}            offset index: a group of contiguous
                                                          slices, keyed by its last offset
                     {slices: [compacted], replaced: [...]}  after compaction (generation > 0)
-    compaction     {owner, expires}                      lease of the one compactor at a time
+    compaction     {owner, since}                        the compactor's lease (ephemeral record)
 
 The CAS on ``tail`` is the commit point of a slice: the slice joins ``tail.pending``.
 When ``pending`` holds a full group, the group is written as one ``idx`` key and the

@@ -202,7 +202,6 @@ async def test_a_crash_at_any_step_leaves_no_change_or_the_whole_change(meta, ob
             await compaction.compact(meta, objects, storage.reader, job, encode)
         objects.clear_faults()
     assert await read_all(a) == expected  # whatever state the crash left is readable
-    monkeypatch.setattr(compaction, "LEASE_SECONDS", 0.0)
     await collect_all(meta, objects)
     assert await read_all(a) == expected
     landed = any(e.compacted for g in await index_of(meta, a.stream_id) for e in g)
@@ -231,3 +230,15 @@ async def test_corrupt_compacted_object_is_detected():
         compacted_format.decode_entries(wrong, 7, 100, 1)
     with pytest.raises(Exception, match="not a compacted object"):
         compacted_format.read_header(b"garbage" * 10)
+
+
+async def test_one_compactor_per_stream(meta, objects, storage):
+    a, expected = await fill(storage, "l", 16)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    async with compaction.lease(meta, a.stream_id, "someone-else"):
+        with pytest.raises(CompactionConflict, match="being compacted by someone-else"):
+            async with compaction.lease(meta, a.stream_id, "me"):
+                pass
+    async with compaction.lease(meta, a.stream_id, "me"):
+        await compaction.compact(meta, objects, storage.reader, job, encode)
+    assert await read_all(a) == expected

@@ -1,0 +1,165 @@
+"""``nereus lakehouse``: jobs between topics and lakehouse tables.
+
+    nereus lakehouse deliver --metadata oxia://127.0.0.1:6648 --objects file:///var/lib/nereus/objects \\
+        --topic orders --delta /lake/orders --once
+    nereus lakehouse deliver ... --topic orders --iceberg-catalog lake \\
+        --catalog-property type=sql --catalog-property uri=sqlite:////lake/catalog.db \\
+        --catalog-property warehouse=file:///lake/warehouse --table streams.orders --interval 30
+
+The group is attached to the main command line by ``main.add_command(lakehouse)``;
+``python -m nereus.lakehouse.cli`` runs it on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+
+import click
+
+from .deliver import DEFAULT_BATCH_RECORDS, Delivery, Stats, Target, TargetConflict, TargetError, TopicNotFound
+
+def _pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not key=value", ctx=ctx, param=param)
+        out[key.strip()] = value
+    return out
+
+
+@click.group()
+def lakehouse() -> None:
+    """Lakehouse jobs: deliver topics into Delta and Iceberg tables."""
+
+
+def _target_factory(delta: str | None, storage_options: dict[str, str], catalog: str | None,
+                    catalog_properties: dict[str, str], table: str | None) -> Callable[[], Target]:
+    """Checks the target options now; the factory opens (or creates) the table."""
+    if (delta is None) == (catalog is None):
+        raise click.UsageError("give exactly one target: --delta PATH_OR_URI or --iceberg-catalog NAME")
+    if delta is not None:
+        if catalog_properties or table:
+            raise click.UsageError("--catalog-property and --table go with --iceberg-catalog, not --delta")
+
+        def delta_target() -> Target:
+            from .delta_target import DeltaTarget
+
+            return DeltaTarget(delta, storage_options)
+
+        return delta_target
+    if storage_options:
+        raise click.UsageError("--storage-option goes with --delta; give Iceberg storage as --catalog-property")
+    if not table:
+        raise click.UsageError("--iceberg-catalog needs --table namespace.table")
+
+    def iceberg_target() -> Target:
+        from .iceberg_target import IcebergTarget
+
+        return IcebergTarget(catalog, catalog_properties, table)
+
+    return iceberg_target
+
+
+@lakehouse.command()
+@click.option("--metadata", required=True, help="The cluster's metadata, e.g. oxia://127.0.0.1:6648.")
+@click.option("--objects", required=True, help="The cluster's object store URL, e.g. file:///var/lib/nereus/objects.")
+@click.option("--topic", required=True, help="Topic to deliver (short names are in public/default).")
+@click.option("--delta", metavar="PATH_OR_URI", help="Deliver into this Delta table (created if missing).")
+@click.option("--storage-option", "storage_options", multiple=True, callback=_pairs, metavar="KEY=VALUE",
+              help="Storage option of the Delta table (repeatable), e.g. AWS_REGION=eu-west-1.")
+@click.option("--iceberg-catalog", "catalog", metavar="NAME", help="Deliver into a table of this Iceberg catalog.")
+@click.option("--catalog-property", "catalog_properties", multiple=True, callback=_pairs, metavar="KEY=VALUE",
+              help="Property of the Iceberg catalog (repeatable), e.g. type=sql, uri=sqlite:///c.db, warehouse=...")
+@click.option("--table", metavar="NAMESPACE.TABLE", help="The Iceberg table (created if missing).")
+@click.option("--batch-records", type=click.IntRange(min=1), default=DEFAULT_BATCH_RECORDS, show_default=True,
+              help="Records per table commit.")
+@click.option("--once", is_flag=True, help="Deliver up to the current tail and exit (the default).")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Keep delivering, a round every SECONDS, until interrupted.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+def deliver(metadata: str, objects: str, topic: str, delta: str | None, storage_options: dict[str, str],
+            catalog: str | None, catalog_properties: dict[str, str], table: str | None, batch_records: int,
+            once: bool, interval: float | None, progress: bool) -> None:
+    """Deliver a topic's committed records into a Delta or Iceberg table, exactly once.
+
+    Each commit records the delivered offset of every partition it covers, so a job that
+    is killed at any point resumes where the table says, without duplicates or gaps. Rows
+    below a partition's retained start (trim, retention) are deleted from the table.
+    """
+    if once and interval is not None:
+        raise click.UsageError("--once and --interval exclude each other")
+    from ..meta import InvalidRequest, MetadataError
+    from ..objstore import ObjectStoreError, UnsupportedStoreUrl
+    from ..storage.errors import StorageError
+
+    make_target = _target_factory(delta, storage_options, catalog, catalog_properties, table)
+    try:
+        stats, description = asyncio.run(_deliver(metadata, objects, topic, make_target, batch_records, interval,
+                                                   progress))
+    except InvalidRequest as exc:
+        raise click.BadParameter(str(exc), param_hint="--metadata") from None
+    except UnsupportedStoreUrl as exc:
+        raise click.BadParameter(str(exc), param_hint="--objects") from None
+    except (TargetError, TopicNotFound) as exc:
+        raise click.ClickException(str(exc)) from None
+    except TargetConflict as exc:
+        raise click.ClickException(f"other writers keep committing to the table: {exc}") from None
+    except (MetadataError, ObjectStoreError, StorageError) as exc:
+        raise click.ClickException(f"cannot read the topic: {exc}") from None
+    except KeyboardInterrupt:
+        raise click.Abort() from None  # the table holds every commit that landed; a re-run resumes there
+    click.echo(f"delivered {stats.records} records ({stats.offsets} offsets) of {topic} to {description} "
+               f"in {stats.commits} commits, {stats.deletes} retention deletes", err=True)
+
+
+async def _deliver(metadata: str, objects: str, topic: str, make_target: Callable[[], Target], batch_records: int,
+                   interval: float | None, progress: bool) -> tuple[Stats, str]:
+    from tqdm import tqdm
+
+    from ..meta import connect
+    from ..objstore import open_object_store
+
+    # URLs first: a typo must not leave a freshly created table behind.
+    store = open_object_store(objects)
+    try:
+        meta = connect(metadata)
+    except BaseException:
+        await store.close()
+        raise
+    try:
+        target = make_target()
+    except BaseException:
+        await meta.close()
+        await store.close()
+        raise
+    bar = tqdm(desc=f"delivering {topic}", unit="rec", unit_scale=True, disable=not progress, total=0)
+
+    def planned(offsets: int) -> None:
+        bar.total = bar.n + offsets  # a new round: what is left now
+        bar.refresh()
+
+    job = Delivery(meta, store, topic, target, batch_records=batch_records, on_plan=planned,
+                   on_progress=lambda offsets, records: bar.update(offsets))
+    try:
+        if interval is None:
+            return await job.deliver_once(), target.description
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)  # stop after the commit in progress
+        return await job.run(interval, stop), target.description
+    finally:
+        bar.close()
+        job.close()
+        target.close()
+        await meta.close()
+        await store.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    lakehouse()

@@ -1,0 +1,271 @@
+"""The compaction job (``nereus compact``): WAL slices -> per-stream Parquet, on Spark.
+
+The driver plans (which runs of committed ``idx`` groups of which streams become
+one object each: ``storage.compaction.plan``), Spark executors carry out one plan
+per task (read the slices, build the rows of ``table_format``, write the object
+through the object store layer, switch the index with one CAS:
+``storage.compaction.compact``), and the driver then syncs the built-in Iceberg
+tables of the topics it touched (``sbt.sync``). Executors reach the cluster like
+any client: the metadata over the Oxia protocol, the objects by URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from ..ledger.naming import InvalidTopicName, TopicName
+from ..meta import MetadataStore
+from ..storage import compacted_format, compaction, records
+from ..storage.cache import BlockCache, TailCache
+from ..storage.reader import StreamReader
+from . import table_format
+
+log = logging.getLogger(__name__)
+
+JOB_GROUP = "nereus-compact"
+#: Session timeout of the driver's metadata client: how long a dead job's leases outlive it.
+LEASE_SESSION_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class CompactionTask:
+    """One plan for one executor task."""
+
+    topic: str  # the base topic (partitioned topics: not the partition's name)
+    partition: int
+    plan: compaction.CompactionPlan
+
+    @property
+    def input_bytes(self) -> int:
+        return self.plan.input_bytes
+
+
+@dataclass
+class JobReport:
+    tasks: int = 0
+    compacted: int = 0
+    conflicts: int = 0
+    input_bytes: int = 0
+    output_bytes: int = 0
+    seconds: float = 0.0
+    tables: list = field(default_factory=list)
+
+
+def encoder(topic: str, partition: int) -> compaction.Encoder:
+    """Builds the compacted object of a range of ``topic``'s partition (rows + entries)."""
+
+    def encode(stream_id: int, first: int, entries, generation: int) -> bytes:
+        table = table_format.build_table(topic, partition, first, entries)
+        header = compacted_format.CompactedHeader(stream_id, first, sum(c for c, _ in entries), len(entries),
+                                                  generation)
+        return compacted_format.encode(table, header)
+
+    return encode
+
+
+async def topic_streams(meta: MetadataStore, topics: list[str] | None) -> list[tuple[str, int, str]]:
+    """(base topic, partition, stream name) of the given topics, or of every topic's stream."""
+    from . import rows as _rows
+
+    if topics:
+        out = []
+        for topic in topics:
+            out += [(str(TopicName.parse(topic)), partition, stream)
+                    for _, partition, stream in await _rows.partitions(meta, topic)]
+        return out
+    lo, hi = records.names_range()
+    out = []
+    async for key in meta.list(lo, hi):
+        stream = records.name_from_key(key)
+        try:
+            name = TopicName.parse(stream)
+        except InvalidTopicName:
+            continue
+        base = name.base() if name.partition_index >= 0 else name
+        out.append((str(base), name.partition_index, stream))
+    return out
+
+
+async def plan_tasks(meta: MetadataStore, topics: list[str] | None, *, target_bytes: int = compaction.TARGET_BYTES,
+                     min_bytes: int = 1, max_age_seconds: float | None = None) -> list[CompactionTask]:
+    tasks = []
+    for topic, partition, stream in await topic_streams(meta, topics):
+        rec = await meta.get(records.name_key(stream))
+        if rec is None:
+            continue
+        stream_id = records.decode(rec.value)["id"]
+        for job in await compaction.plan(meta, stream_id, target_bytes=target_bytes, min_bytes=min_bytes,
+                                         max_age_seconds=max_age_seconds):
+            tasks.append(CompactionTask(topic, partition, job))
+    return tasks
+
+
+async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTask) -> dict:
+    from ..meta import connect
+    from ..objstore import open_object_store
+
+    meta = connect(metadata_url)
+    objects = open_object_store(objects_url)
+    try:
+        reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
+        try:
+            result = await compaction.compact(meta, objects, reader, task.plan, encoder(task.topic, task.partition))
+        except compaction.CompactionConflict as exc:
+            log.info("skipped: %s", exc)
+            return {"topic": task.topic, "conflict": str(exc)}
+        return {"topic": task.topic, "input_bytes": result.input_bytes, "output_bytes": result.output_bytes,
+                "object": result.object}
+    finally:
+        await objects.close()
+        await meta.close()
+
+
+def run_task(metadata_url: str, objects_url: str, task: CompactionTask) -> dict:
+    """One executor task (its own event loop: Spark's Python workers have none)."""
+    return asyncio.run(run_task_async(metadata_url, objects_url, task))
+
+
+class _MetadataThread:
+    """The driver's metadata client on an event loop of its own thread.
+
+    The client must keep its session alive (heartbeats) while the driver blocks
+    in Spark: the streams' compaction leases are ephemeral records of that session,
+    so they go away by themselves if the job dies.
+    """
+
+    def __init__(self, metadata_url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="nereus-compact-meta", daemon=True)
+        self.thread.start()
+        self.meta = self.call(self._connect(metadata_url))
+
+    @staticmethod
+    async def _connect(metadata_url: str) -> MetadataStore:
+        from ..meta import connect
+
+        return connect(metadata_url, session_timeout=LEASE_SESSION_SECONDS)
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        try:
+            self.call(self.meta.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes: int, min_bytes: int,
+                          max_age_seconds: float | None) -> tuple[list[CompactionTask], list]:
+    """Plans of the streams whose lease we got (held until the caller releases them)."""
+    tasks, leases = [], []
+    for topic, partition, stream in await topic_streams(meta, topics):
+        rec = await meta.get(records.name_key(stream))
+        if rec is None:
+            continue
+        stream_id = records.decode(rec.value)["id"]
+        lease = compaction.lease(meta, stream_id, owner)
+        try:
+            await lease.__aenter__()
+        except compaction.CompactionConflict as exc:
+            log.info("skipped: %s", exc)
+            continue
+        plans = await compaction.plan(meta, stream_id, target_bytes=target_bytes, min_bytes=min_bytes,
+                                      max_age_seconds=max_age_seconds)
+        if plans:
+            leases.append(lease)
+            tasks += [CompactionTask(topic, partition, job) for job in plans]
+        else:
+            await lease.__aexit__(None, None, None)
+    return tasks, leases
+
+
+async def _release(leases: list) -> None:
+    for lease in leases:
+        await lease.__aexit__(None, None, None)
+
+
+def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | None = None,
+            target_bytes: int = compaction.TARGET_BYTES, min_bytes: int = 1, max_age_seconds: float | None = None,
+            catalog=None, progress: bool = False) -> JobReport:
+    """Lease and plan, compact in Spark tasks, then sync the touched topics' SBT tables (if ``catalog``)."""
+    started = time.monotonic()
+    io = _MetadataThread(metadata_url)
+    try:
+        owner = f"compact-{uuid.uuid4().hex[:8]}"
+        tasks, leases = io.call(_lease_and_plan(io.meta, topics, owner, target_bytes, min_bytes, max_age_seconds))
+        report = JobReport(tasks=len(tasks))
+        try:
+            results = _run_on_spark(spark, metadata_url, objects_url, tasks, progress) if tasks else []
+        finally:
+            io.call(_release(leases))
+        for r in results:
+            if "conflict" in r:
+                report.conflicts += 1
+            else:
+                report.compacted += 1
+                report.input_bytes += r["input_bytes"]
+                report.output_bytes += r["output_bytes"]
+        if catalog is not None:
+            from . import sbt
+
+            touched = sorted({t.topic for t in tasks} | set(topics or ()))
+            report.tables = [io.call(sbt.sync(io.meta, catalog, objects_url, topic)) for topic in touched]
+    finally:
+        io.close()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _run_on_spark(spark, metadata_url: str, objects_url: str, tasks: list[CompactionTask],
+                  progress: bool) -> list[dict]:
+    sc = spark.sparkContext
+    group = f"{JOB_GROUP}-{uuid.uuid4().hex[:8]}"
+    outcome: dict = {}
+
+    def collect() -> None:
+        sc.setJobGroup(group, f"nereus compaction of {len(tasks)} range(s)")
+        try:
+            outcome["results"] = (sc.parallelize(tasks, len(tasks))
+                                  .map(lambda t: run_task(metadata_url, objects_url, t)).collect())
+        except BaseException as exc:  # re-raised on the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=collect, name="nereus-compact", daemon=True)
+    worker.start()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks), unit="range", desc="compacting")
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+            if bar is not None:
+                bar.update(_completed_tasks(sc, group) - bar.n)
+        if bar is not None:
+            bar.update(len(tasks) - bar.n)
+    finally:
+        if bar is not None:
+            bar.close()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["results"]
+
+
+def _completed_tasks(sc, group: str) -> int:
+    tracker = sc.statusTracker()
+    done = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job else ():
+            stage = tracker.getStageInfo(stage_id)
+            done += stage.numCompletedTasks if stage else 0
+    return done

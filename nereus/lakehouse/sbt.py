@@ -1,0 +1,186 @@
+"""SBT: every topic as a built-in Iceberg table whose data files ARE its compacted objects.
+
+Zero-copy: the table's data files are the compacted Parquet objects the brokers
+read the stream from (``table_format``); nothing is rewritten to register them.
+``sync`` makes a topic's table list exactly the compacted objects its offset index
+refers to: new ones are added, ones replaced or removed by retention are deleted
+from the table (a table delete, so no snapshot refers to a missing file), in one
+catalog commit whose snapshot summary records the offsets it covers per partition
+(``nereus.offsets``: ``{"partition": [[first, end), ...]}``). Each registered object is
+pinned (``storage.gc.pin``) until the table no longer lists it, so the collector
+never deletes a file a table still lists. ``sync`` is idempotent and repairs what a
+crash left (pins without table entries, entries without index records).
+
+The catalog is an Iceberg SQL catalog on SQLite by default (``sqlite:///path``), or
+an Iceberg REST catalog (``http(s)://...``). The catalog is never on the ack path:
+only the compaction job and this sync talk to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from ..ledger.naming import TopicName
+from ..meta import MetadataStore
+from ..storage import gc, records
+from . import rows as _rows
+from . import table_format
+
+log = logging.getLogger(__name__)
+
+OFFSETS_PROPERTY = "nereus.offsets"
+TOPIC_PROPERTY = "nereus.topic"
+
+
+def open_catalog(catalog_uri: str, warehouse: str):
+    """A pyiceberg catalog: SQL (``sqlite:///...`` or any SQLAlchemy URL) or REST (``http(s)://``)."""
+    from pyiceberg.catalog import load_catalog
+
+    if catalog_uri.startswith(("http://", "https://")):
+        return load_catalog("nereus", type="rest", uri=catalog_uri, warehouse=warehouse)
+    return load_catalog("nereus", type="sql", uri=catalog_uri, warehouse=warehouse)
+
+
+def identifier(topic: str) -> tuple[str, str, str]:
+    """``(tenant, namespace, topic)`` of a topic's table (partitioned: the base topic)."""
+    name = TopicName.parse(topic)
+    name = name.base() if name.partition_index >= 0 else name
+    return name.tenant, name.namespace, name.local
+
+
+def object_url(objects_url: str, key: str) -> str:
+    """Where a table reader finds an object of the store at ``objects_url``."""
+    return f"{objects_url.rstrip('/')}/{quote(key)}"
+
+
+@dataclass
+class SyncReport:
+    table: str
+    added: int = 0
+    removed: int = 0
+    offsets: dict[str, list[list[int]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _DataObject:
+    key: str
+    partition: int
+    first: int
+    last: int
+
+
+async def compacted_objects(meta: MetadataStore, topic: str) -> list[_DataObject]:
+    """The compacted objects the offset index of every partition of ``topic`` refers to."""
+    out = []
+    for name, partition, stream in await _rows.partitions(meta, topic):
+        bounds = await _rows.stream_range(meta, name, partition, stream)
+        if bounds is None:
+            continue
+        lo, hi = records.index_range(bounds.stream_id)
+        part = records.stream_partition(bounds.stream_id)
+        async for rec in meta.range_scan(lo, hi, partition_key=part):
+            for entry in records.decode_group(rec.value):
+                if entry.compacted:
+                    out.append(_DataObject(entry.object, partition, entry.base, entry.last))
+    return out
+
+
+def _coverage(objects: list[_DataObject]) -> dict[str, list[list[int]]]:
+    """Offsets covered per partition, as merged ``[first, end)`` ranges."""
+    out: dict[str, list[list[int]]] = {}
+    for obj in sorted(objects, key=lambda o: (o.partition, o.first)):
+        ranges = out.setdefault(str(obj.partition), [])
+        if ranges and ranges[-1][1] >= obj.first:
+            ranges[-1][1] = max(ranges[-1][1], obj.last + 1)
+        else:
+            ranges.append([obj.first, obj.last + 1])
+    return out
+
+
+def _load_or_create(catalog, ident: tuple[str, str, str], topic: str):
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.transforms import IdentityTransform
+
+    try:
+        return catalog.load_table(ident)
+    except NoSuchTableError:
+        pass
+    try:
+        catalog.create_namespace(ident[:2])
+    except NamespaceAlreadyExistsError:
+        pass
+    try:
+        table = catalog.create_table(ident, schema=table_format.SCHEMA, properties={TOPIC_PROPERTY: topic})
+    except TableAlreadyExistsError:
+        return catalog.load_table(ident)
+    # Partitioned by topic partition: every compacted object holds exactly one.
+    with table.update_spec() as spec:
+        spec.add_field("partition", IdentityTransform(), "partition")
+    return catalog.load_table(ident)
+
+
+async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str) -> SyncReport:
+    """Make the topic's table list exactly its compacted objects (see the module docstring)."""
+    import asyncio
+
+    ident = identifier(topic)
+    holder = "sbt:" + ".".join(ident)
+    wanted = {object_url(objects_url, o.key): o for o in await compacted_objects(meta, topic)}
+    table = await asyncio.to_thread(_load_or_create, catalog, ident, str(TopicName.parse(topic)))
+    listed = await asyncio.to_thread(lambda: {t.file.file_path: t.file for t in table.scan().plan_files()})
+    to_add = sorted(path for path in wanted if path not in listed)
+    to_remove = [listed[path] for path in listed if path not in wanted]
+    report = SyncReport(".".join(ident), len(to_add), len(to_remove), _coverage(list(wanted.values())))
+    for path in to_add:  # pinned before the table lists it: the collector can never race the commit
+        await gc.pin(meta, wanted[path].key, holder)
+    if to_add or to_remove:
+        props = {OFFSETS_PROPERTY: json.dumps(report.offsets, separators=(",", ":"))}
+        await asyncio.to_thread(_commit, table, to_add, to_remove, props)
+        log.info("sbt %s: +%d -%d data files, offsets %s", report.table, len(to_add), len(to_remove), report.offsets)
+    await _unpin_unlisted(meta, objects_url, holder, set(wanted))
+    return report
+
+
+def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) -> None:
+    with table.transaction() as tx:
+        if to_remove:
+            with tx.update_snapshot(snapshot_properties=props if not to_add else {}).overwrite() as overwrite:
+                for data_file in to_remove:
+                    overwrite.delete_data_file(data_file)
+        if to_add:
+            tx.add_files(to_add, snapshot_properties=props, check_duplicate_files=False)
+
+
+async def _unpin_unlisted(meta: MetadataStore, objects_url: str, holder: str, listed: set[str]) -> None:
+    """Drop this table's pins on objects it does not list (removed now, or a crash before a commit)."""
+    suffix = "/" + quote(holder, safe="")
+    async for pin in meta.range_scan(records.GC_PINS_ROOT + "/", records.GC_PINS_ROOT + "/\U0010ffff"):
+        if not pin.key.endswith(suffix):
+            continue
+        key = records.object_from_marker(pin.key[: -len(suffix)])
+        if object_url(objects_url, key) not in listed:
+            await gc.unpin(meta, key, holder)
+
+
+def read_offsets(table) -> dict[str, list[list[int]]]:
+    """The per-partition offsets the table's current snapshot covers."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return {}
+    value = snapshot.summary.additional_properties.get(OFFSETS_PROPERTY)
+    return json.loads(value) if value else {}
+
+
+def spark_table(spark, catalog, topic: str):
+    """The table's current snapshot as a Spark DataFrame of records (without the entry columns).
+
+    Reads the data files the Iceberg snapshot lists, with Spark's own Parquet reader.
+    """
+    table = catalog.load_table(identifier(topic))
+    paths = [t.file.file_path for t in table.scan().plan_files()]
+    if not paths:
+        return spark.createDataFrame(table_format.RECORD_SCHEMA.empty_table())
+    return spark.read.parquet(*paths).select(*table_format.RECORD_COLUMNS)

@@ -1,0 +1,38 @@
+"""A local Spark session for the pipeline's command-line jobs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def local_session(app_name: str, master: str = "local[2]"):
+    """A Spark session whose Python workers use this interpreter (the one Nereus is installed in)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from .spark import register
+
+    session = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "2")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
+
+
+def default_catalog_uri(objects_url: str) -> str | None:
+    """The SBT catalog beside a local object store: ``sqlite:///{objects dir}/../iceberg/catalog.db``."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    parsed = urlparse(objects_url)
+    if parsed.scheme != "file":
+        return None
+    root = os.path.dirname(os.path.abspath(url2pathname(parsed.path)).rstrip(os.sep))
+    os.makedirs(os.path.join(root, "iceberg"), exist_ok=True)
+    return "sqlite:///" + os.path.join(root, "iceberg", "catalog.db")

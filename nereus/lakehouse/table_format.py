@@ -1,0 +1,79 @@
+"""The row layout of compacted objects: one row per record, plus the stream's entries.
+
+A compacted object (``storage/compacted_format.py``) is a Parquet file that is at
+the same time a data file of the topic's built-in Iceberg table (SBT) and the
+stream's storage for brokers. This module turns stored entries into its rows:
+
+    partition      int32      -1 for a non-partitioned topic
+    offset         int64      the record's stream offset (Kafka offset; Pulsar entry + batch index)
+    publish_time   timestamp  (UTC, microseconds)
+    event_time     timestamp
+    key            binary
+    value          binary
+    properties     map<string, string>   Pulsar properties / Kafka headers
+    producer_name  string
+    _entries, _entry_records             the stream's entries (see compacted_format)
+
+Offsets are exactly the stream's: compaction never renumbers anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from ..storage import compacted_format
+from . import rows as _rows
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+RECORD_SCHEMA = pa.schema([
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("publish_time", _TIMESTAMP),
+    pa.field("event_time", _TIMESTAMP),
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("properties", pa.map_(pa.string(), pa.string())),
+    pa.field("producer_name", pa.string()),
+])
+SCHEMA = pa.schema(list(RECORD_SCHEMA) + [
+    pa.field(name, type_) for name, type_ in compacted_format.ENTRY_COLUMNS_TYPE.items()])
+RECORD_COLUMNS = tuple(RECORD_SCHEMA.names)
+
+
+def build_table(topic: str, partition: int, first: int,
+                entries: Sequence[tuple[int, bytes | memoryview]]) -> pa.Table:
+    """The rows of ``entries`` (the first at offset ``first``), each entry on its first record's row.
+
+    Entries without records (markers) ride with the row before them, or with the
+    first row. A range without any record gets one row that only carries entries
+    (offset = ``first``, every record column null).
+    """
+    columns: list[list] = [[] for _ in RECORD_COLUMNS]
+    carried: list[list[tuple[int, bytes | memoryview]]] = []
+    waiting: list[tuple[int, bytes | memoryview]] = []  # entries seen before the first row
+    base = first
+    for count, data in entries:
+        rows = list(_rows.entry_rows(topic, partition, base, data))
+        if rows:
+            for i, row in enumerate(rows):
+                for column, value in zip(columns, row[1:]):
+                    column.append(value)
+                carried.append(waiting + [(count, data)] if i == 0 else [])
+                waiting = []
+        elif carried:
+            carried[-1].append((count, data))
+        else:
+            waiting.append((count, data))
+        base += count
+    if waiting:  # no record at all in the range
+        for column, value in zip(columns, (partition, first, None, None, None, None, None, None)):
+            column.append(value)
+        carried.append(waiting)
+    arrays = [pa.array(values, type=field.type) for values, field in zip(columns, RECORD_SCHEMA)]
+    props = RECORD_SCHEMA.get_field_index("properties")
+    arrays[props] = pa.array([None if p is None else list(p.items()) for p in columns[props]],
+                             type=RECORD_SCHEMA.field("properties").type)
+    entry_columns = compacted_format.entry_columns(carried)
+    return pa.Table.from_arrays(arrays + list(entry_columns.values()), schema=SCHEMA)
