@@ -216,7 +216,9 @@ def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | N
         if catalog is not None:
             from . import sbt
 
-            touched = sorted({t.topic for t in tasks} | set(topics or ()))
+            # Also the tables of topics without new work: retention may have removed data files.
+            managed = sbt.managed_topics(catalog) if topics is None else []
+            touched = sorted({t.topic for t in tasks} | set(topics or ()) | set(managed))
             report.tables = [io.call(sbt.sync(io.meta, catalog, objects_url, topic)) for topic in touched]
     finally:
         io.close()

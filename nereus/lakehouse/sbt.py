@@ -51,6 +51,16 @@ def identifier(topic: str) -> tuple[str, str, str]:
     return name.tenant, name.namespace, name.local
 
 
+def managed_topics(catalog) -> list[str]:
+    """Topics that have a built-in table in ``catalog`` (tables are named ``tenant.namespace.topic``)."""
+    out = []
+    for namespace in catalog.list_namespaces():
+        if len(namespace) != 2:
+            continue
+        out += [f"persistent://{namespace[0]}/{namespace[1]}/{ident[-1]}" for ident in catalog.list_tables(namespace)]
+    return out
+
+
 def object_url(objects_url: str, key: str) -> str:
     """Where a table reader finds an object of the store at ``objects_url``."""
     return f"{objects_url.rstrip('/')}/{quote(key)}"
@@ -157,12 +167,15 @@ def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) ->
 async def _unpin_unlisted(meta: MetadataStore, objects_url: str, holder: str, listed: set[str]) -> None:
     """Drop this table's pins on objects it does not list (removed now, or a crash before a commit)."""
     suffix = "/" + quote(holder, safe="")
-    async for pin in meta.range_scan(records.GC_PINS_ROOT + "/", records.GC_PINS_ROOT + "/\U0010ffff"):
-        if not pin.key.endswith(suffix):
-            continue
-        key = records.object_from_marker(pin.key[: -len(suffix)])
-        if object_url(objects_url, key) not in listed:
-            await gc.unpin(meta, key, holder)
+    stale = []
+    for lo, hi in records.subtree_ranges(records.GC_PINS_ROOT):  # pins are two levels below the root
+        async for pin_key in meta.list(lo, hi):
+            if pin_key.endswith(suffix):
+                key = records.object_from_marker(pin_key[: -len(suffix)])
+                if object_url(objects_url, key) not in listed:
+                    stale.append(key)
+    for key in stale:
+        await gc.unpin(meta, key, holder)
 
 
 def read_offsets(table) -> dict[str, list[list[int]]]:

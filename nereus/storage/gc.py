@@ -247,6 +247,7 @@ class GarbageCollector:
 
     async def _delete(self, object_key: str, marker_key: str) -> bool:
         if await self._pinned(object_key, int(self.clock() * 1000)):
+            log.debug("gc: %s is free but pinned; kept", object_key)
             return False  # a table or a job still reads it: keep the free marker, look again later
         record = await self.meta.get(records.object_key(object_key))
         if record is not None:

@@ -249,3 +249,76 @@ def test_killed_compaction_jobs_leave_streams_intact(node, urls, tmp_path):
     while 0 in (gens := asyncio.run(_index_generations(urls[0], topic)))[:-1] and time.monotonic() < deadline:
         time.sleep(1)
     assert all(g >= 1 for g in gens[:-1]), gens
+
+
+def _admin(node, method: str, path: str, body=None) -> None:
+    import json
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=15) as response:
+        assert 200 <= response.status < 300
+
+
+async def _start_offset(metadata: str, topic: str) -> int:
+    from nereus.lakehouse import rows
+
+    meta = connect(metadata)
+    try:
+        ((name, partition, stream),) = await rows.partitions(meta, topic)
+        return (await rows.stream_range(meta, name, partition, stream)).start
+    finally:
+        await meta.close()
+
+
+def test_retention_removes_sbt_data_files_before_gc_deletes_them(spark, node, urls, catalog):
+    """Retention trims whole compacted ranges: the next sync deletes them from the table (a
+    table delete), unpins them, and only then may the collector delete the objects."""
+    from pathlib import Path
+    from urllib.parse import unquote
+
+    topic = "persistent://public/sbt-retention/events"
+    _admin(node, "PUT", "/namespaces/public/sbt-retention", {})
+    client = pulsar.Client(node.url)
+    try:
+        consumer = client.subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(120):
+            producer.send(b"r-%d" % i)
+        report = compaction.run_job(spark, *urls, topics=[topic], catalog=catalog, target_bytes=2000)
+        assert report.compacted >= 3
+        table = catalog.load_table(sbt.identifier(topic))
+        before = {t.file.file_path for t in table.scan().plan_files()}
+        for _ in range(70):
+            consumer.acknowledge_cumulative(consumer.receive(timeout_millis=10_000))
+        _admin(node, "POST", "/namespaces/public/sbt-retention/retention",
+               {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+        deadline = time.monotonic() + 15
+        while asyncio.run(_start_offset(urls[0], topic)) < 60 and time.monotonic() < deadline:
+            _admin(node, "POST", "/persistent/public/sbt-retention/events/trim")
+            time.sleep(0.2)
+        start = asyncio.run(_start_offset(urls[0], topic))
+        assert start >= 60
+        producer.close()
+        consumer.close()
+    finally:
+        client.close()
+    time.sleep(2.5)  # several GC passes past the grace period: the pins keep the listed files
+    assert all(Path(unquote(p.removeprefix("file://"))).exists() for p in before)
+    report = asyncio.run(_sync(urls, catalog, topic))
+    assert report.removed >= 1
+    table = catalog.load_table(sbt.identifier(topic))
+    after = {t.file.file_path for t in table.scan().plan_files()}
+    assert after < before
+    assert "overwrite" in {s.summary.operation.value for s in table.snapshots()}
+    offsets = table.scan().to_arrow().column("offset").to_pylist()
+    ((first, end),) = sbt.read_offsets(table)["-1"]
+    assert sorted(offsets) == list(range(first, end)) and first <= start < end <= 120
+    deadline = time.monotonic() + 10
+    while any(Path(unquote(p.removeprefix("file://"))).exists() for p in before - after):
+        assert time.monotonic() < deadline, "unpinned objects were not collected"
+        time.sleep(0.5)
+    assert all(Path(unquote(p.removeprefix("file://"))).exists() for p in after)
+
