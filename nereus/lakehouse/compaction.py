@@ -39,6 +39,7 @@ class CompactionTask:
     topic: str  # the base topic (partitioned topics: not the partition's name)
     partition: int
     plan: compaction.CompactionPlan
+    owner: str | None = None  # the job whose lease covers the stream
 
     @property
     def input_bytes(self) -> int:
@@ -114,7 +115,8 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
     try:
         reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
         try:
-            result = await compaction.compact(meta, objects, reader, task.plan, encoder(task.topic, task.partition))
+            result = await compaction.compact(meta, objects, reader, task.plan, encoder(task.topic, task.partition),
+                                              lease_owner=task.owner)
         except compaction.CompactionConflict as exc:
             log.info("skipped: %s", exc)
             return {"topic": task.topic, "conflict": str(exc)}
@@ -181,7 +183,7 @@ async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes:
                                       max_age_seconds=max_age_seconds)
         if plans:
             leases.append(lease)
-            tasks += [CompactionTask(topic, partition, job) for job in plans]
+            tasks += [CompactionTask(topic, partition, job, owner) for job in plans]
         else:
             await lease.__aexit__(None, None, None)
     return tasks, leases

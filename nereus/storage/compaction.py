@@ -155,8 +155,14 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
 
 async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, job: CompactionPlan,
                   encode: Encoder, *,
-                  encode_in: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None) -> CompactionResult:
-    """Carry out one plan (steps 2-5 of the module docstring); raises CompactionConflict."""
+                  encode_in: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None,
+                  lease_owner: str | None = None) -> CompactionResult:
+    """Carry out one plan (steps 2-5 of the module docstring); raises CompactionConflict.
+
+    ``lease_owner``: the lease holder this work runs for (a job's task runs apart
+    from the job's driver, which holds the lease); checked again just before the
+    switch, so work orphaned by a dead driver stops instead of racing its successor.
+    """
     await _check_unchanged(meta, job)
     replaced = job.slices
     blocks = await reader.load_slices(job.stream_id, replaced)
@@ -178,9 +184,11 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
     await gc.seal(meta, key, [(job.stream_id, job.first)])
     partition = records.stream_partition(job.stream_id)
     try:
+        if lease_owner is not None:
+            await check_lease(meta, job.stream_id, lease_owner)
         await meta.put(job.groups[-1].key, records.encode_compacted_group(entry, replaced),
                        expected_version_id=job.groups[-1].version, partition_key=partition)
-    except UnexpectedVersion:
+    except (UnexpectedVersion, CompactionConflict) as exc:
         # Mark the change aborted before freeing the object: a crash in between
         # must not let the collector take it for a landed change.
         await meta.put(marker, records.encode({"ts": int(time.time() * 1000), "kind": "compaction",
@@ -188,6 +196,8 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
                                                "aborted": True}))
         await gc.release(meta, key, [(job.stream_id, job.first)])
         await meta.delete(marker)
+        if isinstance(exc, CompactionConflict):
+            raise
         raise CompactionConflict(f"stream {job.stream_id}: [{job.first}, {job.last}] changed") from None
     await finish(meta, job.stream_id, [(g.key, g.version) for g in job.groups[:-1]],
                  [(e.object, e.base) for e in replaced], marker)
@@ -223,6 +233,13 @@ def _encode_checked(encode: Encoder, job: CompactionPlan, entries: Entries, gene
 
 async def _in_executor(fn: Callable[[], bytes]) -> bytes:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+async def check_lease(meta: MetadataStore, stream_id: int, owner: str) -> None:
+    """Raise CompactionConflict unless ``owner`` holds the stream's compaction lease."""
+    rec = await meta.get(records.compaction_lease_key(stream_id), partition_key=records.stream_partition(stream_id))
+    if rec is None or records.decode(rec.value).get("owner") != owner:
+        raise CompactionConflict(f"stream {stream_id}: the compaction lease of {owner} is lost")
 
 
 async def _check_unchanged(meta: MetadataStore, job: CompactionPlan) -> None:
@@ -261,4 +278,4 @@ class lease:
             pass
 
 
-__all__ = ["CompactionConflict", "CompactionPlan", "CompactionResult", "TARGET_BYTES", "compact", "finish", "lease", "plan"]
+__all__ = ["CompactionConflict", "CompactionPlan", "CompactionResult", "TARGET_BYTES", "check_lease", "compact", "finish", "lease", "plan"]

@@ -248,7 +248,7 @@ def test_killed_compaction_jobs_leave_streams_intact(node, urls, tmp_path):
     deadline = time.monotonic() + 60
     while 0 in (gens := asyncio.run(_index_generations(urls[0], topic)))[:-1] and time.monotonic() < deadline:
         time.sleep(1)
-    assert all(g >= 1 for g in gens[:-1]), gens
+    assert all(g >= 1 for g in gens[:-1]), (asyncio.run(_index_layout(urls[0], topic)), done.stdout)
 
 
 def _admin(node, method: str, path: str, body=None) -> None:
@@ -322,3 +322,21 @@ def test_retention_removes_sbt_data_files_before_gc_deletes_them(spark, node, ur
         time.sleep(0.5)
     assert all(Path(unquote(p.removeprefix("file://"))).exists() for p in after)
 
+
+
+
+async def _index_layout(metadata: str, topic: str) -> list:
+    """(generation, first, last) of every index group, and the pending markers: for failure messages."""
+    from nereus.lakehouse import rows
+
+    meta = connect(metadata)
+    try:
+        ((name, partition, stream),) = await rows.partitions(meta, topic)
+        bounds = await rows.stream_range(meta, name, partition, stream)
+        lo, hi = records.index_range(bounds.stream_id)
+        out = [[(e.generation, e.base, e.last) for e in records.decode_group(rec.value)]
+               async for rec in meta.range_scan(lo, hi, partition_key=records.stream_partition(bounds.stream_id))]
+        pending = [r.key async for r in meta.range_scan("/nereus/gc/pending/", "/nereus/gc/pending/\U0010ffff")]
+        return [out, pending]
+    finally:
+        await meta.close()

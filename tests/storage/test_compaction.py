@@ -242,3 +242,16 @@ async def test_one_compactor_per_stream(meta, objects, storage):
     async with compaction.lease(meta, a.stream_id, "me"):
         await compaction.compact(meta, objects, storage.reader, job, encode)
     assert await read_all(a) == expected
+
+
+async def test_work_orphaned_by_a_lost_lease_never_switches(meta, objects, storage):
+    a, expected = await fill(storage, "o", 16)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    with pytest.raises(CompactionConflict, match="lease of job-1 is lost"):
+        await compaction.compact(meta, objects, storage.reader, job, encode, lease_owner="job-1")
+    assert not any(e.compacted for g in await index_of(meta, a.stream_id) for e in g)
+    await collect_all(meta, objects)
+    assert stored(objects) == await referenced(meta, [a.stream_id])
+    async with compaction.lease(meta, a.stream_id, "job-2"):
+        await compaction.compact(meta, objects, storage.reader, job, encode, lease_owner="job-2")
+    assert await read_all(a) == expected
