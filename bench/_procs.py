@@ -28,11 +28,15 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
     raise RuntimeError(f"port {port} did not open")
 
 
-def start_nereus(workdir: Path) -> tuple[subprocess.Popen, dict[str, int]]:
-    """A standalone on free ports with its data under ``workdir``; returns (process, ports)."""
+def start_nereus(workdir: Path, extra_args: list[str] | None = None) -> tuple[subprocess.Popen, dict[str, int]]:
+    """A standalone on free ports with its data under ``workdir``; returns (process, ports).
+
+    No compaction schedule unless ``extra_args`` ask for one (a Spark worker would
+    share the cores with what is measured).
+    """
     ports = {n: free_port() for n in ("http", "pulsar", "kafka", "oxia")}
     args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
-            str(workdir / "nereus"), "--compaction-interval", "0"]
+            str(workdir / "nereus"), *(extra_args if extra_args is not None else ["--compaction-interval", "0"])]
     for name, port in ports.items():
         args += [f"--{name}-port", str(port)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"))

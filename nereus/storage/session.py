@@ -10,7 +10,8 @@ Rules (invariants 2 and 3 of ARCHITECTURE.md):
    offsets ``[next, next + records)`` belong to the slice. Any other outcome (the
    tail changed under us) means another session took over: this session is fenced
    for good and its slice never becomes visible.
-3. When ``pending`` holds ``GROUP_SIZE`` slices, the next commit also writes them as
+3. When ``pending`` holds ``GROUP_SIZE`` slices (or its oldest is ``GROUP_MAX_AGE_MS``
+   old), the next commit also writes them as
    one ``idx`` group (in the same batch, before its tail CAS) and drops them from
    ``pending`` only once that write succeeded. So every committed slice is always
    in an ``idx`` group or in ``tail.pending`` (possibly both). Acquire
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 #: Slices per idx group: one idx write per this many commits.
 GROUP_SIZE = 8
+#: A group is also written once its oldest slice is this old (slow streams reach
+#: the offset index, hence compaction and tables, within seconds, not hours).
+GROUP_MAX_AGE_MS = 5_000
 
 
 class AppendSession:
@@ -62,24 +66,28 @@ class AppendSession:
         if self.fenced:
             raise StreamFenced(f"stream {self.stream_id}: session {self.token} is fenced")
         ops = []
-        if len(self._pending) >= GROUP_SIZE:
+        now_ms = int(time.time() * 1000)
+        grouped = 0
+        if len(self._pending) >= GROUP_SIZE or (self._pending and
+                                                now_ms - self._pending[0][0].timestamp >= GROUP_MAX_AGE_MS):
             # The group's slices stay in tail.pending until the group write is known
             # to have succeeded (``finish``), so no outcome can lose them.
             group = self._pending[:GROUP_SIZE]
+            grouped = len(group)
             ops.append(PutOp(records.index_key(self.stream_id, group[-1][0].last),
                              records.encode_group([j for _, j in group]), partition_key=self._partition))
         entry = IndexEntry(object_key, position, length, self.next_offset, record_count, entries, self.size + length,
-                           timestamp=int(time.time() * 1000))
+                           timestamp=now_ms)
         entry_json = records.encode_entry_json(entry)
         tail = Tail(entry.base + record_count, entry.size, self.token)
         ops.append(PutOp(records.tail_key(self.stream_id), tail.encode([j for _, j in self._pending] + [entry_json]),
                          expected_version_id=self._tail_version, partition_key=self._partition))
-        self._prepared = (entry, entry_json)
+        self._prepared = (entry, entry_json, grouped)
         return ops, entry
 
     async def finish(self, results: list) -> IndexEntry:
         """Apply the results of ``prepare``'s writes; raises StreamFenced if taken over."""
-        entry, entry_json = self._prepared
+        entry, entry_json, grouped = self._prepared
         tail_result = results[-1]
         if isinstance(tail_result, UnexpectedVersion):
             self.fenced = True
@@ -91,7 +99,7 @@ class AppendSession:
         else:
             self._tail_version = tail_result.version.version_id
         if len(results) == 2 and not isinstance(results[0], Exception):
-            del self._pending[:GROUP_SIZE]
+            del self._pending[:grouped]
         self._pending.append((entry, entry_json))
         self.next_offset, self.size = entry.base + entry.records, entry.size
         return entry

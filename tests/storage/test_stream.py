@@ -111,6 +111,27 @@ async def test_recent_slices_are_read_from_the_tail_until_their_group_is_written
     await reader.close()
 
 
+async def test_slow_streams_write_partial_groups_once_their_oldest_slice_is_old(meta, objects, storage,
+                                                                             monkeypatch):
+    import asyncio
+
+    from nereus.storage import records, session
+    monkeypatch.setattr(session, "GROUP_MAX_AGE_MS", 100)
+    stream = await storage.open_stream("slow", create=True)
+    partition = records.stream_partition(stream.stream_id)
+    for i in range(3):
+        await stream.append(b"%d" % i, 1)
+    assert [k async for k in meta.list(*records.index_range(stream.stream_id), partition_key=partition)] == []
+    await asyncio.sleep(0.15)
+    await stream.append(b"3", 1)  # the commit that finds the old slices writes them as a group
+    groups = [k async for k in meta.list(*records.index_range(stream.stream_id), partition_key=partition)]
+    assert groups == [records.index_key(stream.stream_id, 2)]
+    await stream.append(b"4", 1)  # the tail drops grouped slices at the commit after the group write
+    tail = records.Tail.decode((await meta.get(records.tail_key(stream.stream_id), partition_key=partition)).value)
+    assert [e.base for e in tail.pending] == [3, 4]
+    assert [bytes(e.data) for e in (await stream.fetch(0)).entries] == [b"0", b"1", b"2", b"3", b"4"]
+
+
 async def test_names_are_unique_and_unknown_streams_fail(storage):
     await storage.create_stream("persistent://public/default/a")
     with pytest.raises(StreamExists):
