@@ -128,8 +128,10 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
 
 
 def run_task(metadata_url: str, objects_url: str, task: CompactionTask) -> dict:
-    """One executor task (its own event loop: Spark's Python workers have none)."""
-    return asyncio.run(run_task_async(metadata_url, objects_url, task))
+    """One executor task, on the worker process's one event loop."""
+    from .worker_loop import run_async
+
+    return run_async(run_task_async(metadata_url, objects_url, task))
 
 
 class _MetadataThread:

@@ -1,4 +1,7 @@
-"""``nereus``: a Spark 4 Python Data Source for batch reads of committed topic records.
+"""``nereus``: a Spark 4 Python Data Source over committed topic records.
+
+Batch and streaming reads (``spark.read`` / ``spark.readStream``, see ``streaming.py``)
+and writes (``df.write`` / ``df.writeStream``, see ``sink.py``)::
 
     from nereus.lakehouse.spark import register
     register(spark)
@@ -10,6 +13,8 @@
 
 Columns: topic, partition (-1 when not partitioned), offset, publish_time, event_time,
 key, value, properties, producer_name. A partitioned topic is read in all its partitions.
+When the topic has an AVRO or JSON schema, its top-level fields follow as columns decoded
+from ``value`` (``schema_columns.py``; option ``schemaColumns=false`` leaves them out).
 
 Options (case-insensitive):
 
@@ -22,19 +27,25 @@ Options (case-insensitive):
 
 The planner and the tasks talk to the metadata store and the object store directly; no
 broker is involved, and only committed records (those the tail record covers) are read.
+Writes go through a broker (``serviceUrl``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
                                TimestampType)
 
 from . import rows as _rows
+from . import schema_columns as _columns
+from .worker_loop import run_async, worker_loop
+from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
+from ..pulsar.codec import split_entry
+from ..pulsar.server.schemas import version_from_bytes
 
 SCHEMA = StructType([
     StructField("topic", StringType(), False),
@@ -48,21 +59,24 @@ SCHEMA = StructType([
     StructField("producer_name", StringType(), True),
 ])
 DEFAULT_RECORDS_PER_PARTITION = 100_000
+_READ_BYTES = 8 << 20
 
 
 def register(spark) -> None:
-    """Make ``spark.read.format("nereus")`` available in this session."""
+    """Make ``format("nereus")`` available in this session (reads and writes, batch and streaming)."""
     spark.dataSource.register(NereusDataSource)
 
 
 class NereusRange(InputPartition):
-    """One task: offsets ``[range.start, range.end)`` of one stream."""
+    """One task: offsets ``[range.start, range.end)`` of one stream (and how to add schema columns)."""
 
-    def __init__(self, metadata: str, objects: str, stream_range: _rows.StreamRange) -> None:
+    def __init__(self, metadata: str, objects: str, stream_range: _rows.StreamRange,
+                 values: _columns.ValueColumns | None = None) -> None:
         super().__init__(stream_range)
         self.metadata = metadata
         self.objects = objects
         self.range = stream_range
+        self.values = values
 
 
 def _option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
@@ -75,6 +89,70 @@ def _required(options: Mapping[str, str], name: str) -> str:
     if not value:
         raise ValueError(f"the nereus data source needs the {name!r} option")
     return value
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = _option(options, name)
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false"):
+        raise ValueError(f"the {name!r} option must be true or false, not {value!r}")
+    return value.strip().lower() == "true"
+
+
+def _positive(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    """An optional integer option that must be >= 1."""
+    value = _option(options, name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"the {name!r} option must be an integer >= 1, not {value!r}")
+    return number
+
+
+def check_offset_option(name: str, spec: str | None) -> None:
+    """Raise ValueError unless ``spec`` is earliest, latest, an offset or a JSON object of them."""
+    if spec is None or not spec.strip():
+        return
+    text = spec.strip()
+    values = [text]
+    if text.startswith("{"):
+        try:
+            per = json.loads(text)
+        except json.JSONDecodeError:
+            per = None
+        if not isinstance(per, dict) or not all(_is_partition(k) for k in per):
+            raise ValueError(f"bad {name} {spec!r}: a JSON object maps partitions (\"-1\", \"0\", ...) to offsets")
+        values = list(per.values())
+    for value in values:
+        if isinstance(value, str) and value.strip().lower() in ("earliest", "latest"):
+            continue
+        try:
+            ok = not isinstance(value, bool) and int(value) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"bad {name} {spec!r}: use earliest, latest, an offset >= 0, or JSON per partition")
+
+
+def _is_partition(key: str) -> bool:
+    try:
+        return int(key) >= -1
+    except ValueError:
+        return False
+
+
+def check_read_options(options: Mapping[str, str]) -> None:
+    """Raise ValueError for a malformed read option, before anything is planned."""
+    for name in ("startingOffset", "endingOffset"):
+        check_offset_option(name, _option(options, name))
+    records_per_partition(options)
+    _positive(options, "maxRecordsPerTrigger", None)
+    _flag(options, "schemaColumns", True)
 
 
 def _offset_for(spec: str | None, partition: int, default: int, earliest: int, latest: int) -> int:
@@ -102,19 +180,59 @@ def _offset_for(spec: str | None, partition: int, default: int, earliest: int, l
 
 
 class NereusDataSource(DataSource):
+    """``format("nereus")``: see the module docstring and ``streaming.py``, ``sink.py``."""
+
     @classmethod
     def name(cls) -> str:
         return "nereus"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        check_read_options(self.options)
+        metadata, topic = _option(self.options, "metadata"), _option(self.options, "topic")
+        if not (metadata and topic) or not _flag(self.options, "schemaColumns", True):
+            return SCHEMA  # a reader without them raises the missing option's error
+        return StructType(SCHEMA.fields + run_async(_schema_columns(metadata, topic)))
 
     def reader(self, schema: StructType) -> "NereusReader":
-        return NereusReader(dict(self.options))
+        return NereusReader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType):
+        from .streaming import NereusStreamReader
+
+        return NereusStreamReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from .sink import NereusWriter
+
+        return NereusWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from .sink import NereusStreamWriter
+
+        return NereusStreamWriter(dict(self.options), schema, overwrite)
 
 
-async def _plan(metadata: str, topic: str, starting: str | None, ending: str | None,
-                chunk: int) -> list[_rows.StreamRange]:
+async def _schema_columns(metadata: str, topic: str) -> list[StructField]:
+    from ..meta import connect
+
+    meta = connect(metadata)
+    try:
+        schemas = await _columns.topic_schemas(meta, topic)
+    finally:
+        await meta.close()
+    return [] if schemas is None else _columns.columns_for(schemas.definitions[schemas.latest])
+
+
+async def plan_values(meta, topic: str, schema: StructType) -> _columns.ValueColumns | None:
+    """What read tasks need to fill the schema's extra columns (None: there are none)."""
+    extra = _columns.extra_columns(schema)
+    if not extra:
+        return None
+    return _columns.ValueColumns(tuple(extra), await _columns.topic_schemas(meta, topic))
+
+
+async def _plan(metadata: str, topic: str, starting: str | None, ending: str | None, chunk: int,
+                schema: StructType) -> tuple[list[_rows.StreamRange], _columns.ValueColumns | None]:
     from ..meta import connect
 
     meta = connect(metadata)
@@ -126,38 +244,55 @@ async def _plan(metadata: str, topic: str, starting: str | None, ending: str | N
                 continue  # a partition nothing was ever written to
             lo = max(bounds.start, _offset_for(starting, partition, bounds.start, bounds.start, bounds.end))
             hi = min(bounds.end, _offset_for(ending, partition, bounds.end, bounds.start, bounds.end))
-            for first in range(lo, hi, chunk):
-                out.append(_rows.StreamRange(name, partition, stream, bounds.stream_id, first, min(first + chunk, hi)))
-        return out
+            out.extend(split_range(bounds, lo, hi, chunk))
+        return out, await plan_values(meta, topic, schema)
     finally:
         await meta.close()
 
 
+def split_range(bounds: _rows.StreamRange, lo: int, hi: int, chunk: int) -> list[_rows.StreamRange]:
+    """Offsets ``[lo, hi)`` of the stream of ``bounds`` in ranges of at most ``chunk`` offsets."""
+    return [_rows.StreamRange(bounds.topic, bounds.partition, bounds.stream, bounds.stream_id, first,
+                              min(first + chunk, hi)) for first in range(lo, hi, chunk)]
+
+
+def records_per_partition(options: Mapping[str, str]) -> int:
+    return _positive(options, "recordsPerPartition", DEFAULT_RECORDS_PER_PARTITION)
+
+
 class NereusReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        check_read_options(options)
         self.metadata = _required(options, "metadata")
         self.objects = _required(options, "objects")
         self.topic = _required(options, "topic")
         self.starting = _option(options, "startingOffset")
         self.ending = _option(options, "endingOffset")
-        self.chunk = int(_option(options, "recordsPerPartition", str(DEFAULT_RECORDS_PER_PARTITION)))
-        if self.chunk < 1:
-            raise ValueError("recordsPerPartition must be >= 1")
+        self.chunk = records_per_partition(options)
+        self.schema = schema
 
     def partitions(self) -> list[InputPartition]:
-        ranges = asyncio.run(_plan(self.metadata, self.topic, self.starting, self.ending, self.chunk))
+        ranges, values = run_async(_plan(self.metadata, self.topic, self.starting, self.ending, self.chunk,
+                                           self.schema))
         if not ranges:
             return [InputPartition(None)]  # Spark needs at least one partition: an empty one
-        return [NereusRange(self.metadata, self.objects, r) for r in ranges]
+        return [NereusRange(self.metadata, self.objects, r, values) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        if not isinstance(partition, NereusRange):
-            return
-        loop = asyncio.new_event_loop()
-        try:
-            yield from _drain(loop, _read_range(partition))
-        finally:
-            loop.close()
+        return read_partition(partition)
+
+
+def read_partition(partition: InputPartition) -> Iterator[tuple]:
+    """The rows of one planned range (batch and streaming tasks), schema columns appended."""
+    if not isinstance(partition, NereusRange):
+        return
+    loop = worker_loop()
+    if partition.values is None:
+        yield from _drain(loop, _read_range(partition))
+    else:
+        decode = _columns.ValueDecoder(partition.values)
+        for row, version in _drain(loop, _read_range(partition)):
+            yield row + decode(row[6], version)
 
 
 async def _read_range(p: NereusRange):
@@ -167,11 +302,44 @@ async def _read_range(p: NereusRange):
     meta = connect(p.metadata)
     objects = open_object_store(p.objects)
     try:
-        async for batch in _rows.read_rows(meta, objects, p.range):
+        rows = _rows.read_rows(meta, objects, p.range) if p.values is None else _versioned_rows(meta, objects, p.range)
+        async for batch in rows:
             yield batch
     finally:
         await objects.close()
         await meta.close()
+
+
+async def _versioned_rows(meta, objects, r: _rows.StreamRange) -> AsyncIterator[list[tuple[tuple, int | None]]]:
+    """``rows.read_rows`` with each row's schema version: lists of ``(row, version)``."""
+    from ..storage.cache import BlockCache, TailCache
+    from ..storage.reader import StreamReader
+
+    reader = StreamReader(meta, objects, TailCache(), BlockCache(_READ_BYTES * 2))
+    offset = r.start
+    while offset < r.end:
+        entries = await reader.read(r.stream_id, offset, r.end, _READ_BYTES)
+        if not entries:
+            break
+        batch = []
+        for e in entries:
+            version = _schema_version(e.data)
+            batch.extend((row, version) for row in _rows.entry_rows(r.topic, r.partition, e.base_offset, e.data)
+                         if r.start <= row[2] < r.end)
+        offset = entries[-1].end_offset
+        yield batch
+
+
+def _schema_version(data: bytes | memoryview) -> int | None:
+    """The schema version a stored Pulsar entry was written with (None: Kafka, none, unreadable)."""
+    try:
+        header, body = decode_entry(data)
+        if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
+            return None
+        meta, _ = split_entry(body)
+    except Exception:  # noqa: BLE001 - entry_rows decides what an unreadable entry means
+        return None
+    return version_from_bytes(meta.schema_version) if meta.HasField("schema_version") else None
 
 
 def _drain(loop: asyncio.AbstractEventLoop, agen) -> Iterator[tuple]:

@@ -48,11 +48,18 @@ class CompactedHeader:
 
 def entry_columns(entries_per_row: Sequence[Sequence[tuple[int, bytes | memoryview]]]) -> dict[str, pa.Array]:
     """The two entry columns for rows that carry ``[(record_count, entry), ...]`` each."""
+    offsets = [0]
+    blobs: list[bytes | memoryview] = []
+    counts: list[int] = []
+    for row in entries_per_row:  # most rows carry nothing: one int append each
+        for count, entry in row:
+            counts.append(count)
+            blobs.append(entry if isinstance(entry, bytes) else bytes(entry))  # pyarrow reads views as ints
+        offsets.append(len(counts))
+    offsets_array = pa.array(offsets, pa.int32())
     return {
-        ENTRIES_COLUMN: pa.array([[bytes(e) for _, e in row] for row in entries_per_row],
-                                 type=ENTRY_COLUMNS_TYPE[ENTRIES_COLUMN]),
-        ENTRY_RECORDS_COLUMN: pa.array([[c for c, _ in row] for row in entries_per_row],
-                                       type=ENTRY_COLUMNS_TYPE[ENTRY_RECORDS_COLUMN]),
+        ENTRIES_COLUMN: pa.ListArray.from_arrays(offsets_array, pa.array(blobs, pa.binary())),
+        ENTRY_RECORDS_COLUMN: pa.ListArray.from_arrays(offsets_array, pa.array(counts, pa.int64())),
     }
 
 
@@ -97,5 +104,6 @@ def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
     counts = table.column(ENTRY_RECORDS_COLUMN).combine_chunks().flatten().to_pylist()
     if len(counts) != len(blobs) or len(counts) != header.entries or sum(counts) != records:
         raise CorruptObject("compacted object: entry counts do not match its footer")
-    # as_buffer() is zero-copy: every entry is a view of the column's one data buffer.
-    return [(count, memoryview(blob.as_buffer())) for count, blob in zip(counts, blobs)]
+    # as_buffer() is zero-copy: every entry is a view of the column's one data buffer
+    # (cast to unsigned bytes: views compare element by element, and Arrow's are signed).
+    return [(count, memoryview(blob.as_buffer()).cast("B")) for count, blob in zip(counts, blobs)]

@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 
 #: Default size of the WAL input of one compacted object.
 TARGET_BYTES = 32 << 20
+#: At most this many slices per compacted object: the replaced slices are listed in
+#: its idx value and its marker, and released one reference update each.
+MAX_SLICES = 1024
+#: Reference updates in flight at once when releasing the replaced slices.
+RELEASE_CONCURRENCY = 16
 
 Entries = list[tuple[int, memoryview]]
 #: Builds the Parquet bytes of a range: (stream id, first offset, entries, generation) -> bytes.
@@ -145,6 +150,8 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
             continue
         if run and run[-1].entries[-1].last + 1 != entries[0].base:
             close(True)  # a gap (a concurrent trim): runs must be contiguous
+        if run and sum(len(g.entries) for g in run) + len(entries) > MAX_SLICES:
+            close(True)
         run.append(Group(rec.key, rec.version.version_id, tuple(entries)))
         size += sum(e.length for e in entries)
         if size >= target_bytes:
@@ -218,15 +225,20 @@ async def finish(meta: MetadataStore, stream_id: int, leftovers: list[tuple[str,
     by_object: dict[str, list[tuple[int, int]]] = {}
     for obj, base in replaced:
         by_object.setdefault(obj, []).append((stream_id, base))
-    await asyncio.gather(*(gc.release(meta, obj, pairs) for obj, pairs in by_object.items()))
+    limit = asyncio.Semaphore(RELEASE_CONCURRENCY)
+
+    async def release(obj: str, pairs: list[tuple[int, int]]) -> None:
+        async with limit:
+            await gc.release(meta, obj, pairs)
+
+    await asyncio.gather(*(release(obj, pairs) for obj, pairs in by_object.items()))
     await meta.delete(marker)
 
 
 def _encode_checked(encode: Encoder, job: CompactionPlan, entries: Entries, generation: int) -> bytes:
     data = encode(job.stream_id, job.first, entries, generation)
     back = compacted_format.decode_entries(data, job.stream_id, job.first, job.last - job.first + 1)
-    if len(back) != len(entries) or any(c1 != c2 or bytes(e1) != bytes(e2)
-                                        for (c1, e1), (c2, e2) in zip(back, entries)):
+    if len(back) != len(entries) or any(c1 != c2 or e1 != e2 for (c1, e1), (c2, e2) in zip(back, entries)):
         raise StorageError(f"stream {job.stream_id}: the compacted object does not give back its entries")
     return data
 

@@ -33,7 +33,7 @@ async def fill(storage, name: str, appends: int):
     expected = []
     for i in range(appends):
         count = 1 + i % 3
-        data = b"%s-%d-" % (name.encode(), i) + bytes(i % 7) * 50
+        data = b"%s-%d-" % (name.encode(), i) + bytes([128 + i % 100]) * 50  # high bytes: signedness matters
         base = (await stream.append(data, count)).base_offset
         expected.append((base, count, data))
     return stream, expected

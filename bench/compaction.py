@@ -1,0 +1,237 @@
+"""Compaction throughput against plain pyarrow, and the commit -> SBT visibility lag.
+
+    .venv/bin/python bench/compaction.py [--mb 64] [--streams 2] [--lag-seconds 90]
+
+1. Throughput. A standalone (no schedule) gets ``--mb`` MB of 1 KiB Kafka records
+   over ``--streams`` partitions; ``nereus.lakehouse.compaction.run_job`` compacts
+   them in a local[2] Spark session (the session is started before the clock runs).
+   Baseline in the same run: the same records (already read, as Python values) turned
+   into an Arrow table and written to Parquet (zstd) with plain pyarrow. Ratio =
+   compaction MB/s of WAL input / pyarrow MB/s (target >= 0.5).
+2. Lag. A standalone with the default compaction schedule; a Pulsar producer sends
+   ``--rate`` msgs/s for ``--lag-seconds``; the built-in Iceberg table's snapshot
+   offsets are polled each second; lag = first poll that covers a message's offset
+   minus its ack time (target <= 60 s). Messages still in the stream's newest,
+   not yet indexed slices at the end are not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import start_nereus  # noqa: E402
+
+
+def produce_kafka(bootstrap: str, topic: str, mb: int, partitions: int) -> int:
+    import confluent_kafka
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 256 * 1024,
+                                         "compression.type": "none"})
+    count = mb * 1024
+    for i in range(count):
+        value = os.urandom(512).hex().encode()  # 1 KiB of hex: compresses about 2:1, like text
+        producer.produce(topic, value=value, key=b"key-%d" % (i % 1000), headers=[("i", b"%d" % i)],
+                         partition=i % partitions)
+        if i % (256 * partitions) == 256 * partitions - 1:
+            assert producer.flush(60) == 0  # ~256 KiB entries: many slices, as steady traffic makes
+    assert producer.flush(60) == 0
+    return count
+
+
+def baseline_pyarrow(metadata: str, objects: str, topic: str) -> dict:
+    """Plain pyarrow on the same records, read into memory beforehand (not timed).
+
+    ``from_entries``: the stored entries -> records (the codec every consumer needs)
+    -> Arrow table -> Parquet (zstd). ``from_rows``: only the last two steps, from
+    records already decoded into Python values.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nereus.lakehouse import rows
+    from nereus.meta import connect
+    from nereus.objstore import open_object_store
+    from nereus.storage.cache import BlockCache, TailCache
+    from nereus.storage.reader import StreamReader
+
+    async def read_entries():
+        meta, store = connect(metadata), open_object_store(objects)
+        out = []
+        try:
+            reader = StreamReader(meta, store, TailCache(1), BlockCache(1))
+            for name, partition, stream in await rows.partitions(meta, topic):
+                r = await rows.stream_range(meta, name, partition, stream)
+                offset = r.start
+                while offset < r.end:
+                    got = await reader.read(r.stream_id, offset, r.end, 8 << 20)
+                    out += [(name, partition, e.base_offset, bytes(e.data)) for e in got]
+                    offset = got[-1].end_offset
+        finally:
+            await store.close()
+            await meta.close()
+        return out
+
+    def write(batch) -> int:
+        columns = list(zip(*batch))
+        table = pa.table({
+            "partition": pa.array(columns[1], pa.int32()), "offset": pa.array(columns[2], pa.int64()),
+            "publish_time": pa.array(columns[3], pa.timestamp("us", tz="UTC")),
+            "event_time": pa.array(columns[4], pa.timestamp("us", tz="UTC")),
+            "key": pa.array(columns[5], pa.binary()), "value": pa.array(columns[6], pa.binary()),
+            "properties": pa.array([list(p.items()) for p in columns[7]], pa.map_(pa.string(), pa.string())),
+            "producer_name": pa.array(columns[8], pa.string())})
+        sink = io.BytesIO()
+        pq.write_table(table, sink, compression="zstd")
+        return sink.tell()
+
+    entries = asyncio.run(read_entries())
+    started = time.perf_counter()
+    records = [row for name, partition, base, data in entries for row in rows.entry_rows(name, partition, base, data)]
+    size = write(records)
+    from_entries = time.perf_counter() - started
+    started = time.perf_counter()
+    write(records)
+    from_rows = time.perf_counter() - started
+    return {"from_entries_s": from_entries, "from_rows_s": from_rows, "parquet_bytes": size}
+
+
+def throughput(args, workdir: Path) -> dict:
+    from nereus.lakehouse import compaction
+    from nereus.lakehouse.session import local_session
+
+    (workdir / "tp").mkdir(parents=True, exist_ok=True)
+    proc, ports = start_nereus(workdir / "tp")
+    try:
+        metadata = f"oxia://127.0.0.1:{ports['oxia']}"
+        objects = (workdir / "tp" / "nereus" / "objects").resolve().as_uri()
+        count = produce_kafka(f"127.0.0.1:{ports['kafka']}", "bench-compact", args.mb, args.streams)
+        time.sleep(1)
+        spark = local_session("bench-compaction")
+        try:
+            spark.sparkContext.parallelize([0, 1], 2).count()  # executors warm, as in a long-running worker
+            report = compaction.run_job(spark, metadata, objects, topics=["bench-compact"],
+                                        target_bytes=args.target_mb << 20)
+        finally:
+            spark.stop()
+        base = baseline_pyarrow(metadata, objects, "bench-compact")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    mb_in = report.input_bytes / 1e6
+    return {"records": count, "wal_mb": round(mb_in, 1), "ranges": report.compacted,
+            "compact_s": round(report.seconds, 2), "compact_mb_s": round(mb_in / report.seconds, 1),
+            "pyarrow_s": round(base["from_entries_s"], 2), "pyarrow_mb_s": round(mb_in / base["from_entries_s"], 1),
+            "ratio": round(base["from_entries_s"] / report.seconds, 2),
+            "pyarrow_from_rows_mb_s": round(mb_in / base["from_rows_s"], 1),
+            "ratio_from_rows": round(base["from_rows_s"] / report.seconds, 2),
+            "parquet_mb": round(report.output_bytes / 1e6, 1),
+            "pyarrow_parquet_mb": round(base["parquet_bytes"] / 1e6, 1)}
+
+
+def lag(args, workdir: Path) -> dict:
+    import pulsar
+
+    from nereus.lakehouse import sbt
+    from nereus.lakehouse.session import default_catalog_uri
+
+    (workdir / "lag").mkdir(parents=True, exist_ok=True)
+    proc, ports = start_nereus(workdir / "lag", [])  # the default schedule
+    topic = "persistent://public/default/bench-lag"
+    acked: dict[int, float] = {}
+    visible: dict[int, float] = {}
+    try:
+        objects = (workdir / "lag" / "nereus" / "objects").resolve().as_uri()
+        client = pulsar.Client(f"pulsar://127.0.0.1:{ports['pulsar']}", logger=pulsar.ConsoleLogger(
+            pulsar.LoggerLevel.Error))
+        producer = client.create_producer(topic, batching_enabled=False)
+        lock = threading.Lock()
+
+        def on_ack(res, mid):
+            if res == pulsar.Result.Ok:
+                with lock:
+                    acked[mid.entry_id()] = time.monotonic()
+
+        stop = time.monotonic() + args.lag_seconds
+        catalog = None
+        poll_at = time.monotonic() + 1
+        sent = 0
+        while time.monotonic() < stop + 90:  # keep polling after the producer stops
+            now = time.monotonic()
+            if now < stop and sent < (now - (stop - args.lag_seconds)) * args.rate:
+                producer.send_async(b"x" * 200, on_ack)
+                sent += 1
+                continue
+            if now >= poll_at:
+                poll_at = now + 1
+                catalog = catalog or _try_catalog(sbt, default_catalog_uri(objects), objects)
+                covered = _covered(sbt, catalog, topic) if catalog else 0
+                with lock:
+                    for offset in [o for o in acked if o < covered and o not in visible]:
+                        visible[offset] = now
+                if now > stop and len(visible) >= len(acked) - 16:
+                    break
+            time.sleep(0.001)
+        producer.flush()
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        if not visible:
+            print((workdir / "lag" / "nereus.log").read_text()[-12000:])
+    lags = sorted(visible[o] - acked[o] for o in visible)
+    return {"sent": sent, "acked": len(acked), "visible": len(visible),
+            "lag_p50_s": round(statistics.median(lags), 1) if lags else None,
+            "lag_max_s": round(lags[-1], 1) if lags else None}
+
+
+def _try_catalog(sbt, uri, objects):
+    try:
+        return sbt.open_catalog(uri, objects + "/iceberg")
+    except Exception:
+        return None
+
+
+def _covered(sbt, catalog, topic) -> int:
+    try:
+        table = catalog.load_table(sbt.identifier(topic))
+    except Exception:
+        return 0
+    ranges = sbt.read_offsets(table).get("-1", [])
+    return ranges[0][1] if ranges and ranges[0][0] == 0 else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=64)
+    parser.add_argument("--streams", type=int, default=2)
+    parser.add_argument("--target-mb", type=int, default=32)
+    parser.add_argument("--lag-seconds", type=int, default=90)
+    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--skip-lag", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        if not args.skip_throughput:
+            result = throughput(args, Path(tmp))
+            print("throughput", " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
+        if not args.skip_lag:
+            result = lag(args, Path(tmp))
+            print("sbt_lag", " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
