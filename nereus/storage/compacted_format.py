@@ -71,9 +71,33 @@ def encode(table: pa.Table, header: CompactedHeader, *, row_group_rows: int = 64
     meta = dict(table.schema.metadata or {})
     meta[META_KEY] = json.dumps({"stream": header.stream_id, "first": header.first, "records": header.records,
                                  "entries": header.entries, "generation": header.generation}).encode()
+    # The entries are stored as they were appended (producers compress their batches
+    # already); only the record columns are compressed.
+    compression = {path: "none" if path.startswith("_entries.") else "zstd" for path in _leaf_paths(table.schema)}
     sink = io.BytesIO()
-    pq.write_table(table.replace_schema_metadata(meta), sink, compression="zstd", row_group_size=row_group_rows)
+    pq.write_table(table.replace_schema_metadata(meta), sink, compression=compression, row_group_size=row_group_rows)
     return sink.getvalue()
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """Parquet column paths of ``schema``'s leaves (how per-column options are named)."""
+    out: list[str] = []
+
+    def walk(prefix: str, type_: pa.DataType) -> None:
+        if pa.types.is_map(type_):
+            walk(f"{prefix}.key_value.key", type_.key_type)
+            walk(f"{prefix}.key_value.value", type_.item_type)
+        elif pa.types.is_list(type_) or pa.types.is_large_list(type_):
+            walk(f"{prefix}.list.element", type_.value_type)
+        elif pa.types.is_struct(type_):
+            for field in type_:
+                walk(f"{prefix}.{field.name}", field.type)
+        else:
+            out.append(prefix)
+
+    for field in schema:
+        walk(field.name, field.type)
+    return out
 
 
 def read_header(data: bytes | memoryview) -> CompactedHeader:

@@ -73,6 +73,9 @@ def compress(codec: int, data: bytes) -> bytes:
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # one byte: most lengths and deltas
+        b = buf[pos]
+        return (b >> 1) ^ -(b & 1), pos + 1
     shift = result = 0
     while True:
         if pos >= len(buf):
@@ -99,7 +102,9 @@ def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
 def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
     """Header and records of one whole batch (decompressing as needed)."""
     header = parse_header(batch)
-    body = decompress(header.compression, memoryview(batch)[HEADER_SIZE:header.length])
+    # bytes, not a view: indexing and slicing bytes is faster, and keys and values
+    # become bytes the callers can keep.
+    body = bytes(decompress(header.compression, memoryview(batch)[HEADER_SIZE:header.length]))
     records, pos = [], 0
     for _ in range(header.record_count):
         length, pos = _varint(body, pos)
