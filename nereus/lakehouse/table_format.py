@@ -50,30 +50,27 @@ def build_table(topic: str, partition: int, first: int,
     first row. A range without any record gets one row that only carries entries
     (offset = ``first``, every record column null).
     """
-    columns: list[list] = [[] for _ in RECORD_COLUMNS]
-    carried: list[list[tuple[int, bytes | memoryview]]] = []
+    records: list[tuple] = []
+    carried: dict[int, list[tuple[int, bytes | memoryview]]] = {}  # row index -> entries it carries
     waiting: list[tuple[int, bytes | memoryview]] = []  # entries seen before the first row
     base = first
     for count, data in entries:
-        rows = list(_rows.entry_rows(topic, partition, base, data))
-        if rows:
-            for i, row in enumerate(rows):
-                for column, value in zip(columns, row[1:]):
-                    column.append(value)
-                carried.append(waiting + [(count, data)] if i == 0 else [])
-                waiting = []
-        elif carried:
-            carried[-1].append((count, data))
+        row = len(records)
+        records.extend(_rows.entry_rows(topic, partition, base, data))
+        if len(records) > row:
+            carried[row] = waiting + [(count, data)]
+            waiting = []
+        elif records:
+            carried.setdefault(row - 1, []).append((count, data))
         else:
             waiting.append((count, data))
         base += count
     if waiting:  # no record at all in the range
-        for column, value in zip(columns, (partition, first, None, None, None, None, None, None)):
-            column.append(value)
-        carried.append(waiting)
-    arrays = [pa.array(values, type=field.type) for values, field in zip(columns, RECORD_SCHEMA)]
+        records.append((topic, partition, first, None, None, None, None, None, None))
+        carried[0] = waiting
+    columns = list(zip(*records))[1:]  # without the topic: a table is one topic
     props = RECORD_SCHEMA.get_field_index("properties")
-    arrays[props] = pa.array([None if p is None else list(p.items()) for p in columns[props]],
-                             type=RECORD_SCHEMA.field("properties").type)
-    entry_columns = compacted_format.entry_columns(carried)
+    arrays = [pa.array([None if p is None else list(p.items()) for p in values] if i == props else values,
+                       type=field.type) for i, (values, field) in enumerate(zip(columns, RECORD_SCHEMA))]
+    entry_columns = compacted_format.entry_columns([carried.get(i, ()) for i in range(len(records))])
     return pa.Table.from_arrays(arrays + list(entry_columns.values()), schema=SCHEMA)

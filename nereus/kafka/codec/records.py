@@ -73,9 +73,16 @@ def compress(codec: int, data: bytes) -> bytes:
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    if pos < len(buf) and buf[pos] < 0x80:  # one byte: most lengths and deltas
+    try:
         b = buf[pos]
-        return (b >> 1) ^ -(b & 1), pos + 1
+        if b < 0x80:  # one byte: most deltas and short lengths
+            return (b >> 1) ^ -(b & 1), pos + 1
+        c = buf[pos + 1]
+        if c < 0x80:  # two bytes: lengths up to 8 KiB
+            v = (b & 0x7F) | (c << 7)
+            return (v >> 1) ^ -(v & 1), pos + 2
+    except IndexError:
+        raise InvalidBatch("record ends inside a varint") from None
     shift = result = 0
     while True:
         if pos >= len(buf):
