@@ -160,10 +160,19 @@ class _MetadataThread:
     def close(self) -> None:
         try:
             self.call(self.meta.close())
+            self.call(_cancel_remaining_tasks())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
             self.loop.close()
+
+
+async def _cancel_remaining_tasks() -> None:
+    """Cancel and reap what the closed client left (its loop is about to close)."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes: int, min_bytes: int,

@@ -162,6 +162,7 @@ class Connection:
         self.closed = True
         if self._follower is not None:
             self._follower.cancel()
+            await asyncio.gather(self._follower, return_exceptions=True)
         for ch, _ in self._channels.values():
             await ch.close()
         self._channels.clear()

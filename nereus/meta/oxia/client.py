@@ -306,6 +306,8 @@ class OxiaMetadataStore(MetadataStore):
         self._closed = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+            # Let it finish: a loop that stops right after close() must not hold pending tasks.
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
             self._heartbeat = None
         for stream in self._streams:
             await stream.close()
