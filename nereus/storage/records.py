@@ -153,6 +153,14 @@ class IndexEntry:
     def compacted(self) -> bool:
         return self.generation > 0
 
+    @property
+    def size_before(self) -> int:
+        """Cumulative stream size before this entry's first record (a compacted
+        object's own length differs from the stream bytes it holds)."""
+        if self.fallback:
+            return self.fallback[0].size - self.fallback[0].length
+        return self.size - self.length
+
 
 def encode_entry_json(entry: IndexEntry) -> str:
     return json.dumps(entry.to_json(), separators=(",", ":"))

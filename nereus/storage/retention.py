@@ -38,7 +38,7 @@ async def enforce(storage: StreamStorage, stream_id: int, policy: RetentionPolic
     seen = {e.base for e in slices}
     slices += [e for e in tail.pending if e.last >= start and e.base not in seen]
     for entry in slices:
-        too_big = policy.max_bytes is not None and tail.size - (entry.size - entry.length) > policy.max_bytes
+        too_big = policy.max_bytes is not None and tail.size - entry.size_before > policy.max_bytes
         too_old = policy.max_age_seconds is not None and now_ms - entry.timestamp > policy.max_age_seconds * 1000
         if not (too_big or too_old):
             break

@@ -90,6 +90,7 @@ async def test_compaction_keeps_offsets_and_bytes_and_frees_the_wal(meta, object
     groups = await index_of(meta, a.stream_id)
     assert len(groups) == 1 and groups[0][0].compacted and groups[0][0].object == result.object
     assert len(groups[0][0].fallback) == 32
+    assert groups[0][0].size_before == 0 and groups[0][0].size == plans[0].slices[-1].size  # stream bytes, not Parquet
     storage.reader.block_cache = type(storage.reader.block_cache)(1 << 20)  # no cached WAL slices
     assert await read_all(a) == expected_a
     assert await read_all(a, start=expected_a[10][0] + 1) == [e for e in expected_a if e[0] + e[1] > expected_a[10][0] + 1]
@@ -255,3 +256,15 @@ async def test_work_orphaned_by_a_lost_lease_never_switches(meta, objects, stora
     async with compaction.lease(meta, a.stream_id, "job-2"):
         await compaction.compact(meta, objects, storage.reader, job, encode, lease_owner="job-2")
     assert await read_all(a) == expected
+
+
+async def test_size_retention_counts_stream_bytes_of_compacted_ranges(meta, objects, storage):
+    from nereus.storage.retention import RetentionPolicy, enforce
+
+    a, expected = await fill(storage, "s", 30)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    result = await compaction.compact(meta, objects, storage.reader, job, encode)
+    tail = await storage.tail(a.stream_id)
+    kept = tail.size - job.slices[-1].size  # the bytes after the compacted range
+    assert await enforce(storage, a.stream_id, RetentionPolicy(max_bytes=kept + 1)) == result.last + 1
+    assert await enforce(storage, a.stream_id, RetentionPolicy(max_bytes=tail.size)) == result.last + 1

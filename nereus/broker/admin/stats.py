@@ -76,7 +76,7 @@ async def _size_below(ctx, stream_id: int, offset: int, tail) -> int:
         return 0
     for entry in slices:
         if entry.base <= offset < entry.base + entry.records:
-            return entry.size - entry.length
+            return entry.size_before
     return tail.size if offset >= tail.next else 0
 
 
