@@ -1,12 +1,13 @@
 """Compaction throughput against plain pyarrow, and the commit -> SBT visibility lag.
 
-    .venv/bin/python bench/compaction.py [--mb 64] [--streams 2] [--lag-seconds 90]
+    .venv/bin/python bench/compaction.py [--mb 192] [--streams 2] [--lag-seconds 90]
 
 1. Throughput. A standalone (no schedule) gets ``--mb`` MB of 1 KiB Kafka records
    over ``--streams`` partitions; ``nereus.lakehouse.compaction.run_job`` compacts
    them in a local[2] Spark session (the session is started before the clock runs).
-   Baseline in the same run: the same records (already read, as Python values) turned
-   into an Arrow table and written to Parquet (zstd) with plain pyarrow. Ratio =
+   Baseline in the same run: the same records (their stored entries, read into memory
+   beforehand) decoded, turned into Arrow tables and written to Parquet (zstd) with
+   plain pyarrow, one file per partition and ``--target-mb`` like compaction. Ratio =
    compaction MB/s of WAL input / pyarrow MB/s (target >= 0.5).
 2. Lag. A standalone with the default compaction schedule; a Pulsar producer sends
    ``--rate`` msgs/s for ``--lag-seconds``; the built-in Iceberg table's snapshot
@@ -52,8 +53,9 @@ def produce_kafka(bootstrap: str, topic: str, mb: int, partitions: int) -> int:
     return count
 
 
-def baseline_pyarrow(metadata: str, objects: str, topic: str) -> dict:
-    """Plain pyarrow on the same records, read into memory beforehand (not timed).
+def baseline_pyarrow(metadata: str, objects: str, topic: str, file_bytes: int) -> dict:
+    """Plain pyarrow on the same records, read into memory beforehand (not timed), one
+    Parquet file per ``file_bytes`` of entries of a partition (as compaction writes them).
 
     ``from_entries``: the stored entries -> records (the codec every consumer needs)
     -> Arrow table -> Parquet (zstd). ``from_rows``: only the last two steps, from
@@ -99,14 +101,26 @@ def baseline_pyarrow(metadata: str, objects: str, topic: str) -> dict:
         return sink.tell()
 
     entries = asyncio.run(read_entries())
-    started = time.perf_counter()
-    records = [row for name, partition, base, data in entries for row in rows.entry_rows(name, partition, base, data)]
-    size = write(records)
-    from_entries = time.perf_counter() - started
-    started = time.perf_counter()
-    write(records)
-    from_rows = time.perf_counter() - started
-    return {"from_entries_s": from_entries, "from_rows_s": from_rows, "parquet_bytes": size}
+    files: list[list] = [[]]
+    size = 0
+    for item in entries:
+        if files[-1] and (size + len(item[3]) > file_bytes or files[-1][-1][1] != item[1]):
+            files.append([])
+            size = 0
+        files[-1].append(item)
+        size += len(item[3])
+    out = 0
+    from_entries = from_rows = 0.0
+    for chunk in files:  # one file at a time: nothing kept beyond it, as in a compaction task
+        started = time.perf_counter()
+        records = [row for name, partition, base, data in chunk for row in rows.entry_rows(name, partition, base, data)]
+        decoded = time.perf_counter()
+        out += write(records)
+        done = time.perf_counter()
+        from_entries += done - started
+        from_rows += done - decoded
+        del records
+    return {"from_entries_s": from_entries, "from_rows_s": from_rows, "parquet_bytes": out}
 
 
 def throughput(args, workdir: Path) -> dict:
@@ -127,7 +141,7 @@ def throughput(args, workdir: Path) -> dict:
                                         target_bytes=args.target_mb << 20)
         finally:
             spark.stop()
-        base = baseline_pyarrow(metadata, objects, "bench-compact")
+        base = baseline_pyarrow(metadata, objects, "bench-compact", args.target_mb << 20)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -216,7 +230,7 @@ def _covered(sbt, catalog, topic) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mb", type=int, default=64)
+    parser.add_argument("--mb", type=int, default=192)
     parser.add_argument("--streams", type=int, default=2)
     parser.add_argument("--target-mb", type=int, default=32)
     parser.add_argument("--lag-seconds", type=int, default=90)

@@ -32,7 +32,7 @@ from ..storage.records import Tail
 
 ROW_FIELDS = ("topic", "partition", "offset", "publish_time", "event_time", "key", "value", "properties",
               "producer_name")
-_LOG_APPEND_TIME = 0x08  # Kafka batch attribute: timestamps are the broker's (max_timestamp)
+LOG_APPEND_TIME = 0x08  # Kafka batch attribute: timestamps are the broker's (max_timestamp)
 _READ_BYTES = 8 << 20
 
 
@@ -92,7 +92,7 @@ def _pulsar_rows(topic: str, partition: int, base: int, body: memoryview) -> Ite
 def _kafka_rows(topic: str, partition: int, base: int, body: memoryview) -> Iterator[tuple]:
     header, batch = decode_records(body)
     publish = _time(header.max_timestamp if header.max_timestamp > 0 else header.base_timestamp)
-    log_time = bool(header.attributes & _LOG_APPEND_TIME)
+    log_time = bool(header.attributes & LOG_APPEND_TIME)
     for r in batch:
         props = {k: (None if v is None else v.decode("utf-8", "replace")) for k, v in r.headers}
         event = publish if log_time else _time(r.timestamp)
