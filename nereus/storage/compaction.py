@@ -148,6 +148,12 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
         if entries[0].base < start:
             close(True)  # partly trimmed: a run cannot cross it
             continue
+        if run and entries[0].base <= run[-1].entries[-1].last:
+            # Overlapping groups (written by an older version after a session change):
+            # compacting both would put the same records in two objects; leave them.
+            run = [g for g in run if g.entries[-1].last < entries[0].base]
+            close(True)
+            continue
         if run and run[-1].entries[-1].last + 1 != entries[0].base:
             close(True)  # a gap (a concurrent trim): runs must be contiguous
         if run and sum(len(g.entries) for g in run) + len(entries) > MAX_SLICES:

@@ -157,16 +157,25 @@ async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSess
 async def _write_pending_group(meta: MetadataStore, stream_id: int, tail: Tail) -> None:
     """Write the slices a previous session left in ``tail.pending`` as one idx group.
 
-    Only then may the new tail drop them. Trim never deletes an idx group that
-    overlaps ``tail.pending`` (see ``StreamStorage.trim``), and releases are
+    Only then may the new tail drop them. A commit that writes a group drops its
+    slices from the tail only at the next commit, so a prefix of ``pending`` may be
+    an idx group already: only the rest is written (groups never overlap, so
+    compaction can replace them group by group). Trim never deletes an idx group
+    that overlaps ``tail.pending`` (see ``StreamStorage.trim``), and releases are
     idempotent, so writing a group twice is harmless.
     """
-    if not tail.pending:
+    pending = list(tail.pending)
+    partition = records.stream_partition(stream_id)
+    for i in range(min(GROUP_SIZE, len(pending)) - 1, -1, -1):
+        rec = await meta.get(records.index_key(stream_id, pending[i].last), partition_key=partition)
+        if rec is not None and records.decode_group(rec.value)[0].base <= pending[0].base:
+            pending = pending[i + 1:]
+            break
+    if not pending:
         return
-    last = tail.pending[-1]
     try:
-        await meta.put(records.index_key(stream_id, last.last),
-                       records.encode_group([records.encode_entry_json(e) for e in tail.pending]),
-                       expected_version_id=EXPECT_ABSENT, partition_key=records.stream_partition(stream_id))
+        await meta.put(records.index_key(stream_id, pending[-1].last),
+                       records.encode_group([records.encode_entry_json(e) for e in pending]),
+                       expected_version_id=EXPECT_ABSENT, partition_key=partition)
     except UnexpectedVersion:
         pass  # the previous session wrote it already

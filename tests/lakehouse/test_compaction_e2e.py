@@ -89,7 +89,7 @@ def consume_pulsar(node, expected: int, topic: str = PULSAR_TOPIC) -> dict:
         consumer = client.subscribe(topic, f"check-{time.monotonic_ns()}",
                                     initial_position=pulsar.InitialPosition.Earliest)
         while len(got) < expected:
-            msg = consumer.receive(timeout_millis=10_000)
+            msg = consumer.receive(timeout_millis=30_000)  # generous: CI machines are shared
             assert str(msg.message_id()) not in got
             got[str(msg.message_id())] = (msg.partition_key() or None, msg.data(), msg.properties(),
                                           msg.event_timestamp(), msg.publish_timestamp())

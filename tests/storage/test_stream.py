@@ -257,3 +257,23 @@ async def test_retention_by_size_and_age_trims_whole_slices(storage):
     await stream.refresh()
     assert (await stream.fetch(20)).entries == []
     assert (await stream.append(b"new", 1)).base_offset == 20
+
+
+async def test_a_new_session_never_writes_a_group_overlapping_an_existing_one(meta, objects, storage):
+    from nereus.storage import records
+    from nereus.storage.session import GROUP_SIZE
+    stream = await storage.open_stream("ov", create=True)
+    partition = records.stream_partition(stream.stream_id)
+    for i in range(GROUP_SIZE + 1):  # the 9th commit writes group 0-7; the tail still lists 0-8
+        await stream.append(b"%d" % i, 1)
+    tail = records.Tail.decode((await meta.get(records.tail_key(stream.stream_id), partition_key=partition)).value)
+    assert [e.base for e in tail.pending] == list(range(GROUP_SIZE + 1))
+    other = StreamStorage(meta, objects, node_id="other", options=FAST)
+    handle = await other.open_stream("ov")
+    await handle.append(b"next", 1)  # acquire: groups what the old session left
+    groups = [records.decode_group(r.value) async for r in
+              meta.range_scan(*records.index_range(stream.stream_id), partition_key=partition)]
+    assert [(g[0].base, g[-1].last) for g in groups] == [(0, GROUP_SIZE - 1), (GROUP_SIZE, GROUP_SIZE)]
+    assert [bytes(e.data) for e in (await handle.fetch(0, max_bytes=1 << 20)).entries] == \
+        [b"%d" % i for i in range(GROUP_SIZE + 1)] + [b"next"]
+    await other.close()
