@@ -26,6 +26,7 @@ from pyiceberg.expressions import And, BooleanExpression, EqualTo, LessThan, Or
 from pyiceberg.table import Table, TableProperties
 
 from .deliver import ARROW_SCHEMA, Position, TargetConflict, TargetError
+from .iceberg_catalog import ensure_table
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,7 @@ class IcebergTarget:
         self._identifier = identifier
         try:
             self._catalog = load_catalog(name, **properties)
-            self._catalog.create_namespace_if_not_exists(namespace)
-            self._table = self._catalog.create_table_if_not_exists(identifier, schema=ARROW_SCHEMA)
+            self._table, _ = ensure_table(self._catalog, identifier, ARROW_SCHEMA)
         except NoSuchTableError as exc:
             raise TargetError(f"cannot create the iceberg table {identifier}: {exc}") from exc
         except (ValueError, OSError, NotImplementedError) as exc:

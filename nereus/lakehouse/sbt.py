@@ -111,25 +111,17 @@ def _coverage(objects: list[_DataObject]) -> dict[str, list[list[int]]]:
 
 
 def _load_or_create(catalog, ident: tuple[str, str, str], topic: str):
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
     from pyiceberg.transforms import IdentityTransform
 
-    try:
-        return catalog.load_table(ident)
-    except NoSuchTableError:
-        pass
-    try:
-        catalog.create_namespace(ident[:2])
-    except NamespaceAlreadyExistsError:
-        pass
-    try:
-        table = catalog.create_table(ident, schema=table_format.SCHEMA, properties={TOPIC_PROPERTY: topic})
-    except TableAlreadyExistsError:
-        return catalog.load_table(ident)
-    # Partitioned by topic partition: every compacted object holds exactly one.
-    with table.update_spec() as spec:
-        spec.add_field("partition", IdentityTransform(), "partition")
-    return catalog.load_table(ident)
+    from .iceberg_catalog import ensure_table
+
+    table, created = ensure_table(catalog, ident, table_format.SCHEMA, {TOPIC_PROPERTY: topic})
+    if created:
+        # Partitioned by topic partition: every compacted object holds exactly one.
+        with table.update_spec() as spec:
+            spec.add_field("partition", IdentityTransform(), "partition")
+        table = catalog.load_table(ident)
+    return table
 
 
 async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str) -> SyncReport:

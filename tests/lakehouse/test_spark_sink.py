@@ -71,7 +71,9 @@ def test_binary_columns_null_values_and_partitioned_topic(spark, standalone):
     _write(spark.createDataFrame(rows, "value binary, key binary").repartition(2), standalone, topic)
 
     got = _read(spark, standalone, topic).collect()
-    assert sorted((r.value is None, r.key) for r in got) == sorted((v is None, k) for v, k in rows)
+    # on failure, tell stored duplicates (distinct offsets) from read duplicates (one offset twice)
+    where = sorted((r.partition, r.offset, r.key, r.producer_name) for r in got)
+    assert sorted((r.value is None, r.key) for r in got) == sorted((v is None, k) for v, k in rows), where
     assert {bytes(r.value) for r in got if r.value is not None} == {v for v, _ in rows if v is not None}
     by_key = {}
     for r in got:
