@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -112,3 +113,12 @@ class Standalone:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def admin(node: Standalone, method: str, path: str, body=None) -> None:
+    """Call the node's ``/admin/v2`` API; an error status raises (urllib's HTTPError)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=15):
+        pass

@@ -26,6 +26,7 @@ from nereus.lakehouse import compaction, sbt  # noqa: E402
 from nereus.meta import connect  # noqa: E402
 from nereus.storage import records  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
+from tests.standalone_process import admin as _admin  # noqa: E402
 
 PULSAR_TOPIC = "persistent://public/default/compact-pulsar"
 KAFKA_TOPIC = "compact-kafka"
@@ -256,15 +257,6 @@ def test_killed_compaction_jobs_leave_streams_intact(node, urls, tmp_path):
     assert first == 0 and end > 600  # all but the tail's pending slices
     assert sorted(table.scan().to_arrow().column("offset").to_pylist()) == list(range(first, end))
 
-def _admin(node, method: str, path: str, body=None) -> None:
-    import json
-    import urllib.request
-
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=15) as response:
-        assert 200 <= response.status < 300
 
 
 async def _start_offset(metadata: str, topic: str) -> int:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,7 @@ from nereus.lakehouse.iceberg_target import SUMMARY_KEY  # noqa: E402
 from nereus.meta import connect  # noqa: E402
 from nereus.objstore import open_object_store  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
+from tests.standalone_process import admin as _admin  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 MIXED = "persistent://public/default/sdt-mixed"
@@ -48,12 +48,6 @@ def standalone(tmp_path_factory):
     node.stop()
 
 
-def _admin(node: Standalone, method: str, path: str, body=None) -> None:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=15) as response:
-        assert 200 <= response.status < 300
 
 
 def _urls(node: Standalone) -> list[str]:

@@ -4,8 +4,6 @@ micro-batch is dropped by the broker's deduplication (and duplicated without it)
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from datetime import datetime, timezone
 
 import pytest
@@ -14,6 +12,7 @@ pyspark = pytest.importorskip("pyspark")
 pulsar = pytest.importorskip("pulsar")
 
 from tests.standalone_process import Standalone  # noqa: E402
+from tests.standalone_process import admin as _admin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -24,12 +23,6 @@ def standalone(tmp_path_factory):
     node.stop()
 
 
-def _admin(node: Standalone, method: str, path: str, body=None) -> None:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=15):
-        pass
 
 
 def _options(node: Standalone, topic: str) -> dict[str, str]:

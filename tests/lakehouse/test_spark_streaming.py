@@ -3,8 +3,6 @@ per-trigger cap, new partitions, and exactly-once output across a restart from a
 
 from __future__ import annotations
 
-import json
-import urllib.request
 
 import pytest
 
@@ -12,6 +10,7 @@ pyspark = pytest.importorskip("pyspark")
 pulsar = pytest.importorskip("pulsar")
 
 from tests.standalone_process import Standalone  # noqa: E402
+from tests.standalone_process import admin as _admin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +28,6 @@ def client(standalone):
     c.close()
 
 
-def _admin(node: Standalone, method: str, path: str, body=None) -> None:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=15):
-        pass
 
 
 def _stream(spark, node: Standalone, topic: str, **options: str):
