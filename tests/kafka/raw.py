@@ -71,3 +71,15 @@ class RawKafka:
             make(nested(cls, "MetadataRequestTopic"), name=t, topic_id=None) for t in topics)
         return self.request(3, version, topics=req_topics, allow_auto_topic_creation=True,
                             include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+
+    def fetch(self, topic: str, partition: int, offset: int, version: int = 12, max_wait_ms: int = 0):
+        """One partition's FetchResponse data (fetching ``offset``)."""
+        cls = load_request_schema(1, version)
+        part = make(nested(cls, "FetchPartition"), partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+        req_topic = make(nested(cls, "FetchTopic"), topic=topic, partitions=(part,))
+        resp = self.request(1, version, cluster_id=None, replica_id=-1,
+                            max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 20,
+                            isolation_level=0, session_id=0, session_epoch=-1, topics=(req_topic,),
+                            forgotten_topics_data=(), rack_id="")
+        return resp.responses[0].partitions[0]

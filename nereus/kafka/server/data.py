@@ -127,7 +127,7 @@ async def _fetch(service, head, req):
             for fp in ftopic.partitions:
                 data, part = await _fetch_partition(service, cls, ftopic.topic, fp, max(max_bytes - total, 0),
                                                     first=total == 0)
-                size = len(data.records or b"")
+                size = len(data.records)
                 total += size
                 parts.append(data)
                 if part is not None and size == 0 and data.error_code == ErrorCode.none:
@@ -149,7 +149,9 @@ async def _fetch(service, head, req):
 async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: bool):
     pcls = nested(cls, "PartitionData")
 
-    def reply(code, hw=-1, start=-1, records=None):
+    def reply(code, hw=-1, start=-1, records=b""):
+        # An error partition still carries a record set, an empty one, as Kafka sends it:
+        # librdkafka rejects a null one (MessageSetSize -1) and then never sees the error.
         return make(pcls, partition_index=fp.partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
                     log_start_offset=start, aborted_transactions=None if code else (), preferred_read_replica=-1,
                     records=records)
@@ -160,7 +162,7 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
     handle = part.handle
     limit = min(fp.partition_max_bytes, budget)
     if fp.fetch_offset == handle.next_offset() and handle.start_offset() <= fp.fetch_offset:
-        return reply(ErrorCode.none, handle.next_offset(), handle.start_offset(), b""), part  # at the end
+        return reply(ErrorCode.none, handle.next_offset(), handle.start_offset()), part  # at the end
     try:
         result = await handle.fetch(fp.fetch_offset, max_bytes=max(limit, 1))
     except OffsetOutOfRange:
