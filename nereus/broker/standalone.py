@@ -16,6 +16,7 @@ from ..objstore import open_object_store
 from ..kafka.server import KafkaService
 from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
+from ..topics import TopicRegistry
 from .http import attach_admin, start_http
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,14 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
             stack.push_async_callback(_cancel_and_wait, compaction_task)
         http = await start_http(config.bind, config.http_port)
         stack.push_async_callback(http.cleanup)
-        pulsar = PulsarService(storage, meta, host=config.bind, port=config.pulsar_port)
+        registry = TopicRegistry(storage, meta)
+        registry.start()
+        stack.push_async_callback(registry.close)
+        pulsar = PulsarService(storage, meta, host=config.bind, port=config.pulsar_port, registry=registry)
         await pulsar.start()
         stack.push_async_callback(pulsar.stop)
         await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar)
-        kafka = KafkaService(storage, meta, pulsar, host=config.bind, port=config.kafka_port)
+        kafka = KafkaService(storage, meta, registry, host=config.bind, port=config.kafka_port)
         await kafka.start()
         stack.push_async_callback(kafka.stop)
         log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s", config.bind,

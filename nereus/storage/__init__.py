@@ -1,14 +1,14 @@
 """StreamStorage (L0): streams of records on the object WAL, indexed in the metadata plane."""
 
 from .api import AppendResult, FetchedEntry, FetchResult, Stream
-from .errors import (CorruptObject, InvalidAppend, InvalidStreamName, ObjectMissing, OffsetOutOfRange,
+from .errors import (AppendSessionLost, CorruptObject, InvalidAppend, InvalidStreamName, ObjectMissing, OffsetOutOfRange,
                      StorageError, StreamClosed, StreamExists, StreamFenced, StreamNotFound)
 from .gc import GarbageCollector
 from .service import StorageOptions, StreamHandle, StreamStorage
 from .wal_writer import WalOptions
 
 __all__ = [
-    "AppendResult", "CorruptObject", "FetchResult", "FetchedEntry", "GarbageCollector", "InvalidAppend",
+    "AppendResult", "AppendSessionLost", "CorruptObject", "FetchResult", "FetchedEntry", "GarbageCollector", "InvalidAppend",
     "InvalidStreamName", "ObjectMissing", "OffsetOutOfRange", "StorageError", "StorageOptions", "Stream",
     "StreamClosed", "StreamExists", "StreamFenced", "StreamHandle", "StreamNotFound", "StreamStorage",
     "WalOptions",

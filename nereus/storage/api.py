@@ -52,8 +52,16 @@ class Stream(abc.ABC):
         """The offset the next committed record will get (the committed end)."""
 
     @abc.abstractmethod
+    async def acquire(self) -> None:
+        """Take the stream's append session, fencing any other writer (token + 1)."""
+
+    @abc.abstractmethod
     async def append(self, entry: bytes | memoryview, record_count: int) -> AppendResult:
-        """Append one entry of ``record_count`` records; raises StreamFenced if taken over."""
+        """Append one entry of ``record_count`` records; raises StreamFenced if taken over.
+
+        AppendSessionLost (a StreamFenced) after an earlier append failed: nothing more
+        commits under this session until ``acquire`` is called.
+        """
 
     @abc.abstractmethod
     async def fetch(self, start: int, end: int | None = None, max_bytes: int = 1 << 20) -> FetchResult:

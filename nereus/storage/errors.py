@@ -17,6 +17,15 @@ class StreamFenced(StorageError):
     """Another append session took this stream over; this writer may not commit."""
 
 
+class AppendSessionLost(StreamFenced):
+    """An earlier append of this session failed, so later ones may not commit out of order.
+
+    The session is unusable: every append buffered or in flight behind the failed one
+    fails too. The caller re-acquires (``Stream.acquire``) once it has dealt with the
+    failed appends, e.g. after making its producers resend.
+    """
+
+
 class StreamClosed(StorageError):
     """The stream handle (or the storage) was closed."""
 

@@ -27,6 +27,18 @@ The collector never lists the object store: it scans the pending and free marker
 A pending marker older than the timeout belongs to a dead (or hopelessly slow)
 writer: each unsealed name of its block is resolved from the object's own slice
 directory and the offset index (the slices' base-offset hints say where to look).
+
+Resolving is safe even if the writer is only stalled (a long pause, a slow
+metadata round trip): the collector first claims the marker by CAS, then makes
+every late step of the writer fail before it looks at what committed. A name with
+no object gets a tombstone object (put-if-absent, so the writer's own put fails);
+for an object that exists, the tail of each stream it has a slice of is rewritten
+unchanged (a CAS that bumps its version, so a commit still in flight, which
+expects the old version, fails and loses its session). What the collector then
+finds in the index is exactly what ever committed.
+
+Ages are measured on the metadata plane's clock (record timestamps against the
+timestamp of a write made now), never by comparing two machines' clocks.
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ from typing import Callable, Iterable
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..meta import cas
-from ..objstore import ObjectNotFound, ObjectStore
+from ..objstore import ObjectExists, ObjectNotFound, ObjectStore
 from . import metrics, records, wal_format
 from .errors import CorruptObject
 from .records import Tail
@@ -48,6 +60,10 @@ log = logging.getLogger(__name__)
 
 #: How far past the writer's offset hint the collector looks for an orphan's slices.
 RESOLVE_SCAN_LIMIT = 256
+#: Written by the collector to read the metadata plane's clock.
+CLOCK_KEY = "/nereus/gc/clock"
+#: Put in place of an object a dead writer never wrote, so a late put of it fails.
+TOMBSTONE = b"nereus: name claimed by the collector\n"
 
 
 def _now_ms() -> int:
@@ -108,9 +124,12 @@ async def release(meta: MetadataStore, object_key: str, slices: Iterable[tuple[i
 
 
 async def pin(meta: MetadataStore, object_key: str, holder: str, ttl_seconds: float | None = None) -> None:
-    """Keep ``object_key`` from deletion while ``holder`` uses it (until unpinned or expired)."""
-    expires = _now_ms() + int(ttl_seconds * 1000) if ttl_seconds else 0
-    await meta.put(records.pin_key(object_key, holder), records.encode({"expires": expires}))
+    """Keep ``object_key`` from deletion while ``holder`` uses it (until unpinned or expired).
+
+    The expiry counts from the pin record's own (metadata-plane) timestamp.
+    """
+    ttl_ms = int(ttl_seconds * 1000) if ttl_seconds else 0
+    await meta.put(records.pin_key(object_key, holder), records.encode({"ttl_ms": ttl_ms}))
 
 
 async def unpin(meta: MetadataStore, object_key: str, holder: str) -> None:
@@ -135,55 +154,93 @@ class GarbageCollector:
     """Deletes objects that no index entry refers to, and resolves crashed writes."""
 
     def __init__(self, meta: MetadataStore, objects: ObjectStore, *, grace_seconds: float = 60.0,
-                 pending_timeout_seconds: float = 60.0, clock: Callable[[], float] = time.time):
+                 pending_timeout_seconds: float = 60.0, clock: Callable[[], float] | None = None):
+        """``clock`` (seconds) replaces the metadata plane's clock; for tests only."""
         self.meta = meta
         self.objects = objects
         self.grace_ms = int(grace_seconds * 1000)
         self.pending_timeout_ms = int(pending_timeout_seconds * 1000)
         self.clock = clock
 
+    async def now_ms(self) -> int:
+        """The metadata plane's time now (the timestamp of a write made for that)."""
+        if self.clock is not None:
+            return int(self.clock() * 1000)
+        result = await self.meta.put(CLOCK_KEY, b"")
+        return result.version.modified_timestamp
+
     async def collect(self) -> CollectStats:
         """One pass over the pending and free markers."""
         stats = CollectStats()
-        now = int(self.clock() * 1000)
+        now = await self.now_ms()
         async for marker in self.meta.range_scan(records.GC_PENDING_ROOT + "/", records.GC_PENDING_ROOT + "/\U0010ffff"):
-            value = records.decode(marker.value)
-            if now - value["ts"] >= self.pending_timeout_ms:
+            if now - marker.version.modified_timestamp >= self.pending_timeout_ms:
+                value = records.decode(marker.value)
                 if value.get("kind") == "compaction":
                     await self._resolve_compaction(marker.key, value)
-                else:
-                    await self._resolve(marker.key, value)
-                stats.resolved += 1
+                    stats.resolved += 1
+                elif await self._resolve(marker, value):
+                    stats.resolved += 1
         async for marker in self.meta.range_scan(records.GC_FREE_ROOT + "/", records.GC_FREE_ROOT + "/\U0010ffff"):
-            if now - records.decode(marker.value)["ts"] >= self.grace_ms:
-                if await self._delete(records.object_from_marker(marker.key), marker.key):
+            if now - marker.version.modified_timestamp >= self.grace_ms:
+                if await self._delete(records.object_from_marker(marker.key), marker.key, now):
                     stats.deleted += 1
         return stats
 
-    async def _resolve(self, marker_key: str, value: dict) -> None:
-        """Seal every unsealed object of a dead writer's block, then drop the marker."""
+    async def _resolve(self, marker, value: dict) -> bool:
+        """Seal every unsealed object of a dead writer's block, then drop the marker.
+
+        False if the block's writer touched the marker meanwhile (it is alive).
+        """
+        if not value.get("resolving"):
+            try:  # the claim: from here on the block is the collector's
+                await self.meta.put(marker.key, records.encode({**value, "resolving": True}),
+                                    expected_version_id=marker.version.version_id)
+            except UnexpectedVersion:
+                return False
         for seq in range(value["first"], value["first"] + value["count"]):
             name = object_name(value["prefix"], seq)
             record = await self.meta.get(records.object_key(name))
             if record is not None and records.decode(record.value).get("state") == "sealed":
                 continue
             try:
-                data = await self.objects.get(name)
-            except ObjectNotFound:
-                if record is not None:  # an early release of a slice that cannot exist
-                    await self.meta.delete(records.object_key(name))
-                continue
+                await self.objects.put_if_absent(name, TOMBSTONE)
+                data = TOMBSTONE  # never written: now it never will be
+            except ObjectExists:
+                try:
+                    data = await self.objects.get(name)
+                except ObjectNotFound:
+                    continue  # deleted meanwhile by another collector's pass
             try:
                 layouts = wal_format.decode_directory(data)
             except CorruptObject:
-                log.warning("gc: unreadable orphan %s; nothing can reference it", name)
+                if data is not TOMBSTONE and data != TOMBSTONE:
+                    log.warning("gc: unreadable orphan %s; nothing can reference it", name)
                 layouts = []
             committed = []
             for layout in layouts:
+                await self._fence_tail(layout.stream_id)
                 committed += await self._committed_slices(layout.stream_id, layout.base_hint, name)
-            log.info("gc: object %s resolved after a crashed write: %d slice(s) committed", name, len(committed))
+            if layouts:
+                log.info("gc: object %s resolved after a dead or stalled write: %d slice(s) committed",
+                         name, len(committed))
             await seal(self.meta, name, committed)
-        await self.meta.delete(marker_key)
+        await self.meta.delete(marker.key)
+        return True
+
+    async def _fence_tail(self, stream_id: int) -> None:
+        """Bump the tail's version without changing it: an in-flight commit then fails."""
+        partition = records.stream_partition(stream_id)
+        while True:
+            current = await self.meta.get(records.tail_key(stream_id), partition_key=partition)
+            if current is None:
+                return  # deleted stream (or never committed): nothing can land
+            try:
+                await self.meta.put(records.tail_key(stream_id), current.value,
+                                    expected_version_id=current.version.version_id, partition_key=partition)
+                return
+            except UnexpectedVersion:
+                continue
 
     async def _resolve_compaction(self, marker_key: str, value: dict) -> None:
         """Finish or undo a compaction whose compactor died (see ``storage.compaction``).
@@ -240,13 +297,17 @@ class GarbageCollector:
     async def _pinned(self, object_key: str, now_ms: int) -> bool:
         lo, hi = records.pins_range(object_key)
         async for pin in self.meta.range_scan(lo, hi):
-            expires = records.decode(pin.value).get("expires", 0)
-            if not expires or expires > now_ms:
+            value = records.decode(pin.value)
+            ttl_ms, expires = value.get("ttl_ms", 0), value.get("expires", 0)
+            if ttl_ms:
+                if now_ms - pin.version.modified_timestamp < ttl_ms:
+                    return True
+            elif not expires or expires > now_ms:  # ("expires": pins written by older versions)
                 return True
         return False
 
-    async def _delete(self, object_key: str, marker_key: str) -> bool:
-        if await self._pinned(object_key, int(self.clock() * 1000)):
+    async def _delete(self, object_key: str, marker_key: str, now_ms: int) -> bool:
+        if await self._pinned(object_key, now_ms):
             log.debug("gc: %s is free but pinned; kept", object_key)
             return False  # a table or a job still reads it: keep the free marker, look again later
         record = await self.meta.get(records.object_key(object_key))

@@ -195,28 +195,50 @@ class StreamHandle(Stream):
         return self._start
 
     def next_offset(self) -> int:
-        return self._session.next_offset if self._session is not None else self._next
+        session = self._session
+        return session.next_offset if session is not None and session.usable else self._next
+
+    @property
+    def writable(self) -> bool:
+        """True while this handle holds a usable append session."""
+        return self._session is not None and self._session.usable
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The token of the append session held (None without one)."""
+        return self._session.token if self._session is not None else None
 
     async def refresh(self) -> None:
         """Re-read start and next offsets from the metadata plane."""
         tail, start = await asyncio.gather(self.storage.tail(self.stream_id), self.storage.start(self.stream_id))
         self._start = start
-        if self._session is None or self._session.fenced:
-            self._next = tail.next
+        if not self.writable:
+            self._next = max(self._next, tail.next)
 
     async def acquire(self) -> None:
-        """Take (or re-take) the append session now, fencing any other writer."""
+        """Take a new append session now, fencing any other writer (and this handle's old one)."""
+        if self._closed:
+            raise StreamClosed(self.name)
         async with self._acquiring:
-            self._session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
-            await self.refresh()
+            session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
+            self._next = session.next_offset
+            self._session = session
+            self._start = await self.storage.start(self.stream_id)
 
     async def append(self, entry: bytes | memoryview, record_count: int) -> AppendResult:
+        """Append under this handle's session, taking one on the very first append.
+
+        A session that was fenced or lost is never replaced here: appends keep failing
+        (StreamFenced / AppendSessionLost) until the owner calls ``acquire`` again.
+        """
         if self._closed:
             raise StreamClosed(self.name)
         if self._session is None:
             async with self._acquiring:
                 if self._session is None:
-                    self._session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
+                    session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
+                    self._next = session.next_offset
+                    self._session = session
                     self._start = await self.storage.start(self.stream_id)
         base = await self.storage.writer.append(self._session, entry, record_count)
         return AppendResult(base)
@@ -259,6 +281,7 @@ class StreamHandle(Stream):
         if self._session is not None:
             await self.storage.writer.flush()
             await self._session.close()
+            self._next = self.next_offset()
 
 
 def _check_name(name: str) -> None:

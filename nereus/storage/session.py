@@ -16,6 +16,12 @@ Rules (invariants 2 and 3 of ARCHITECTURE.md):
    ``pending`` only once that write succeeded. So every committed slice is always
    in an ``idx`` group or in ``tail.pending`` (possibly both). Acquire
    writes whatever ``pending`` a previous session left and starts an empty group.
+   A stream that went quiet has its old ``pending`` slices grouped by its owner
+   without a new slice (``prepare_idle_group``), so they reach compaction.
+4. Any failed commit loses the session (``AppendSessionLost``): appends behind the
+   failed one would otherwise commit out of order. The owner re-acquires (token + 1)
+   once its callers have dealt with the failure. A tail that moved under a session
+   with our own token (a collector fencing a stalled write, see ``gc``) loses it too.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import time
 from ..meta import EXPECT_ABSENT, MetadataStore, PutOp, UnexpectedVersion
 from ..meta import cas
 from . import records
-from .errors import StreamFenced
+from .errors import AppendSessionLost, StreamFenced
 from .records import IndexEntry, Tail
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,7 @@ class AppendSession:
         self.next_offset = tail.next
         self.size = tail.size
         self.fenced = False
+        self.lost: Exception | None = None
         self._pending = [(e, records.encode_entry_json(e)) for e in tail.pending]
         self._tail_version = tail_version
         self._partition = records.stream_partition(stream_id)
@@ -63,8 +70,7 @@ class AppendSession:
     def prepare(self, object_key: str, position: int, length: int, entries: int,
                 record_count: int) -> tuple[list[PutOp], IndexEntry]:
         """The writes that commit one slice, and its index entry (base offset assigned)."""
-        if self.fenced:
-            raise StreamFenced(f"stream {self.stream_id}: session {self.token} is fenced")
+        self.check_usable()
         ops = []
         now_ms = int(time.time() * 1000)
         grouped = 0
@@ -85,13 +91,42 @@ class AppendSession:
         self._prepared = (entry, entry_json, grouped)
         return ops, entry
 
+    @property
+    def usable(self) -> bool:
+        return not self.fenced and self.lost is None
+
+    def check_usable(self) -> None:
+        """Raise StreamFenced (or AppendSessionLost) unless this session may still commit."""
+        if self.fenced:
+            raise StreamFenced(f"stream {self.stream_id}: session {self.token} is fenced")
+        if self.lost is not None:
+            raise AppendSessionLost(f"stream {self.stream_id}: session {self.token} lost by an earlier failed "
+                                    f"append ({self.lost})")
+
+    def lose(self, exc: BaseException) -> None:
+        """Make this session unusable after a failed append (see rule 4)."""
+        if self.lost is None and not self.fenced:
+            self.lost = exc if isinstance(exc, Exception) else AppendSessionLost(repr(exc))
+            log.info("stream %d: append session %d lost: %s", self.stream_id, self.token, exc)
+
     async def finish(self, results: list) -> IndexEntry:
-        """Apply the results of ``prepare``'s writes; raises StreamFenced if taken over."""
+        """Apply the results of ``prepare``'s writes; raises StreamFenced if taken over.
+
+        Any failure loses the session (rule 4).
+        """
+        try:
+            return await self._finish(results)
+        except StreamFenced:
+            raise
+        except Exception as exc:
+            self.lose(exc)
+            raise
+
+    async def _finish(self, results: list) -> IndexEntry:
         entry, entry_json, grouped = self._prepared
         tail_result = results[-1]
         if isinstance(tail_result, UnexpectedVersion):
-            self.fenced = True
-            raise StreamFenced(f"stream {self.stream_id}: taken over by a newer append session")
+            await self._tail_moved()
         if isinstance(tail_result, Exception):
             # The outcome is unknown (the write may have landed): only the tail can tell.
             if not await self._landed(entry):
@@ -104,7 +139,8 @@ class AppendSession:
         self.next_offset, self.size = entry.base + entry.records, entry.size
         return entry
 
-    async def _landed(self, entry: IndexEntry) -> bool:
+    async def _current_tail(self) -> Tail:
+        """The tail now; marks the session fenced if another session owns it."""
         current = await self.meta.get(records.tail_key(self.stream_id), partition_key=self._partition)
         if current is None:
             self.fenced = True
@@ -112,9 +148,55 @@ class AppendSession:
         tail = Tail.decode(current.value)
         if tail.token != self.token:
             self.fenced = True
-            raise StreamFenced(f"stream {self.stream_id}: taken over by a newer append session")
+            raise StreamFenced(f"stream {self.stream_id}: taken over by a newer append session ({tail.token})")
         self._tail_version = current.version.version_id
+        return tail
+
+    async def _tail_moved(self) -> None:
+        """Our tail CAS met another version: fenced, or the tail was touched under our token."""
+        await self._current_tail()
+        self.lose(AppendSessionLost(f"stream {self.stream_id}: the tail moved under session {self.token}"))
+        self.check_usable()
+
+    async def _landed(self, entry: IndexEntry) -> bool:
+        tail = await self._current_tail()
         return bool(tail.pending) and tail.pending[-1] == entry
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def idle_group_due(self, now_ms: int) -> bool:
+        """True if the oldest pending slice is old enough to be grouped without a new commit."""
+        return (self.usable and bool(self._pending)
+                and now_ms - self._pending[0][0].timestamp >= GROUP_MAX_AGE_MS)
+
+    async def write_idle_group(self) -> None:
+        """Group the pending slices of a quiet stream (at most ``GROUP_SIZE``).
+
+        Two steps, as a commit does: the idx group first, then the tail CAS that drops
+        its slices from ``pending``, so no outcome loses them. The caller serializes
+        this with the session's commits.
+        """
+        self.check_usable()
+        group = self._pending[:GROUP_SIZE]
+        if not group:
+            return
+        await self.meta.put(records.index_key(self.stream_id, group[-1][0].last),
+                            records.encode_group([j for _, j in group]), partition_key=self._partition)
+        rest = self._pending[len(group):]
+        tail = Tail(self.next_offset, self.size, self.token)
+        try:
+            result = await self.meta.put(records.tail_key(self.stream_id), tail.encode([j for _, j in rest]),
+                                         expected_version_id=self._tail_version, partition_key=self._partition)
+        except UnexpectedVersion:
+            await self._tail_moved()
+            raise
+        except Exception as exc:
+            self.lose(exc)
+            raise
+        self._tail_version = result.version.version_id
+        del self._pending[:len(group)]
 
     async def commit(self, object_key: str, position: int, length: int, entries: int, record_count: int) -> IndexEntry:
         """Commit one slice on its own (the writer batches ``prepare``/``finish`` instead)."""

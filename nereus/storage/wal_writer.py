@@ -13,6 +13,16 @@ Appends are buffered per stream and flushed as ONE object when the buffer reache
 4. completes each appender with its base offset, or with the error of its slice,
 5. seals the object record with the slices that committed (off the ack path).
 
+A failed flush loses the append sessions of its streams (``AppendSessionLost``), so
+no append behind a failed one commits: a stream's committed order is always its
+append order. Every second the writer also groups the pending slices of streams
+that went quiet (``AppendSession.write_idle_group``), in the same commit order.
+
+Safety against the collector does not depend on timing: a collector that resolves
+a block it thinks dead first claims each unwritten name (put-if-absent of a
+tombstone, so a late put fails) and fences the tails of the streams in the written
+ones (so a late commit fails); see ``gc``.
+
 Uploads of successive flushes overlap; commits are strictly in flush order. At most
 ``max_inflight_flushes`` run at once; while they are busy the buffer keeps growing
 into the next flush (group commit under load), up to ``max_buffered_bytes``.
@@ -28,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..meta import MetadataStore
-from ..objstore import ObjectStore
+from ..objstore import ObjectExists, ObjectStore
 from . import gc, metrics, wal_format
 from .errors import InvalidAppend, StorageError, StreamFenced
 from .records import IndexEntry
@@ -48,12 +58,13 @@ class WalOptions:
     #: Appends wait while this much is buffered behind busy flushes.
     max_buffered_bytes: int = 64 << 20
     max_entry_bytes: int = 64 << 20
-    #: Object names are reserved in blocks of this many, for at most ``reservation_ttl``.
+    #: Object names are reserved in blocks of this many, each used for at most
+    #: ``reservation_ttl`` after it was reserved (the collector treats blocks older
+    #: than its pending timeout, 60 s by default, as a dead writer's).
     reservation_size: int = 256
     reservation_ttl: float = 10.0
-    #: A commit later than this after its name's reservation is abandoned: the
-    #: collector may resolve the block after its pending timeout (60 s by default).
-    commit_deadline: float = 30.0
+    #: How often quiet streams' old pending slices are grouped into the offset index.
+    idle_group_interval: float = 1.0
 
 
 @dataclass(slots=True)
@@ -65,6 +76,7 @@ class _Reservation:
     used: int = 0
     sealed: int = 0
     closed: bool = False
+    claimed: bool = False  # the collector took the block for a dead writer's
 
 
 @dataclass(slots=True)
@@ -102,6 +114,9 @@ class WalWriter:
         self._space.set()
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
+        # Sessions with pending slices that may need grouping when their stream goes quiet.
+        self._sessions: dict[int, AppendSession] = {}
+        self._housekeeping: asyncio.Task | None = None
 
     async def append(self, session: AppendSession, entry: bytes | memoryview, record_count: int) -> int:
         """Buffer one entry; returns its base offset once durable and committed."""
@@ -113,8 +128,9 @@ class WalWriter:
             raise InvalidAppend(f"entry must be bytes, got {type(entry).__name__}")
         if len(entry) == 0 or len(entry) > self.options.max_entry_bytes:
             raise InvalidAppend(f"entry size {len(entry)} outside 1..{self.options.max_entry_bytes}")
-        if session.fenced:
-            raise StreamFenced(f"stream {session.stream_id} is fenced")
+        session.check_usable()
+        if self._housekeeping is None:
+            self._housekeeping = asyncio.ensure_future(self._group_idle_streams())
         while self._buffered_bytes >= self.options.max_buffered_bytes:
             self._space.clear()  # back-pressure: every flush slot is busy and the buffer is full
             await self._space.wait()
@@ -167,6 +183,8 @@ class WalWriter:
             await self._write_and_commit(batch, previous, done)
         except BaseException as exc:  # every appender must hear about it
             for pending in batch:
+                # Before ``done`` is set: the next flush may not commit these streams.
+                pending.session.lose(exc)
                 _fail(pending.futures, exc if isinstance(exc, Exception) else StorageError("flush cancelled"))
             if not isinstance(exc, Exception):
                 raise
@@ -192,13 +210,23 @@ class WalWriter:
             # Small objects travel as one buffer: one C-level join beats handing the
             # store hundreds of small chunks to walk through in Python.
             chunks = encoded.chunks if encoded.size > _INLINE_ENCODE_BYTES else [b"".join(encoded.chunks)]
-            await self.objects.put_if_absent(key, chunks)
+            for attempt in range(3):
+                try:
+                    await self.objects.put_if_absent(key, chunks)
+                    break
+                except ObjectExists:
+                    # The collector claimed the name (it took this block for a dead
+                    # writer's after a stall): the block is lost; write under a new name.
+                    if attempt == 2:
+                        raise
+                    log.warning("object name %s was claimed by the collector; taking a new block", key)
+                    reservation.claimed = True
+                    self._track(self._seal(key, [], reservation))
+                    key, reservation = await self._next_name()
             metrics.WAL_OBJECTS.inc()
             metrics.WAL_OBJECT_BYTES.inc(encoded.size)
             if previous is not None:
                 await previous
-            if time.monotonic() - reservation.created > self.options.commit_deadline:
-                raise StorageError(f"object {key} is too late to commit; the collector may be resolving it")
             results = await self._commit_all(batch, key, encoded.slices)
             done.set_result(None)  # the next flush may commit now; sealing is off the ack path
             committed = [(p.session.stream_id, r.base) for p, r in zip(batch, results) if isinstance(r, IndexEntry)]
@@ -214,17 +242,27 @@ class WalWriter:
 
     async def _next_name_locked(self) -> tuple[str, _Reservation]:
         r = self._reservation
-        if r is None or r.used >= r.count or time.monotonic() - r.created > self.options.reservation_ttl:
+        if r is None or r.used >= r.count or self._expired(r):
             if r is not None:
                 self._close(r)
             spare, self._spare = self._spare, None
-            r = self._reservation = await (spare if spare is not None else self._reserve())
+            r = await spare if spare is not None else None
+            if r is None or self._expired(r):
+                # A spare that sat unused while the writer was idle is as old as its
+                # marker: the collector may take its block for a dead writer's soon.
+                if r is not None:
+                    self._close(r)
+                r = await self._reserve()
+            self._reservation = r
         name = gc.object_name(self._prefix, r.first + r.used)
         r.used += 1
         half_used = r.used * 2 >= r.count or (time.monotonic() - r.created) * 2 > self.options.reservation_ttl
         if self._spare is None and half_used:
             self._spare = asyncio.ensure_future(self._reserve())
         return name, r
+
+    def _expired(self, r: _Reservation) -> bool:
+        return r.claimed or time.monotonic() - r.created > self.options.reservation_ttl
 
     async def _reserve(self) -> _Reservation:
         first, count = self._next_block, self.options.reservation_size
@@ -283,6 +321,7 @@ class WalWriter:
         return outcomes
 
     def _completed(self, pending: _Pending, entry: IndexEntry, layout: wal_format.SliceLayout) -> None:
+        self._sessions[pending.session.stream_id] = pending.session
         metrics.APPENDED_ENTRIES.inc(layout.entry_count)
         metrics.APPENDED_RECORDS.inc(layout.record_count)
         metrics.APPENDED_BYTES.inc(layout.length)
@@ -294,6 +333,37 @@ class WalWriter:
                 future.set_result(offset)
             offset += count
 
+    async def _group_idle_streams(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.options.idle_group_interval)
+            try:
+                await self.group_idle_streams()
+            except Exception:
+                log.exception("grouping the pending slices of quiet streams failed")
+
+    async def group_idle_streams(self) -> None:
+        """Write the old pending slices of quiet streams as idx groups (see the session)."""
+        now_ms = int(time.time() * 1000)
+        for stream_id, session in list(self._sessions.items()):
+            if not session.usable or not session.has_pending:
+                del self._sessions[stream_id]
+        due = [s for s in self._sessions.values() if s.idle_group_due(now_ms)]
+        if not due:
+            return
+        # In the commit order of flushes: a session commits one thing at a time.
+        previous = self._last_commit
+        done = self._last_commit = asyncio.get_running_loop().create_future()
+        try:
+            if previous is not None:
+                await previous
+            results = await asyncio.gather(*(s.write_idle_group() for s in due if s.idle_group_due(now_ms)),
+                                           return_exceptions=True)
+            for result in results:
+                if isinstance(result, Exception) and not isinstance(result, StreamFenced):
+                    log.warning("grouping a quiet stream's pending slices failed: %s", result)
+        finally:
+            done.set_result(None)
+
     async def flush(self) -> None:
         """Flush what is buffered and wait for every flush in flight."""
         self._flush_now()
@@ -302,6 +372,9 @@ class WalWriter:
 
     async def close(self) -> None:
         self._closed = True
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            await asyncio.gather(self._housekeeping, return_exceptions=True)
         await self.flush()
         if self._reservation is not None:
             self._close(self._reservation)

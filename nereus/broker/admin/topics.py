@@ -14,7 +14,6 @@ from aiohttp import web
 
 from ...ledger.naming import TopicName
 from ...meta import cas
-from ...pulsar.codec import pb, wrap
 from ...pulsar.server import schemas
 from ...pulsar.server.topics import (create_partitioned_topic, list_partitioned_topics, partitioned_key,
                                      partitions_of)
@@ -40,38 +39,18 @@ async def partitioned_topics(ctx: AdminContext, tenant: str, namespace: str) -> 
     return [TopicName.parse(n) for n in await list_partitioned_topics(ctx.meta) if n.startswith(prefix)]
 
 
-def close_producers(topic) -> None:
-    """Disconnect the topic's producers (they reconnect, as after a Pulsar topic unload)."""
-    for producer in list(topic.producers.values()):
-        producer.conn.send(wrap(pb.CommandCloseProducer(producer_id=producer.producer_id, request_id=0)))
-        producer.conn.producers.pop(producer.producer_id, None)
-        producer.detach()
-
-
 def close_consumers(dispatcher) -> None:
-    """Disconnect a subscription's consumers; their unacked entries are dropped with them."""
-    for slot in list(dispatcher.sub.consumers.values()):
-        consumer = slot.handle
-        consumer.conn.consumers.pop(consumer.consumer_id, None)
-        dispatcher.sub.remove(slot.token)
-        consumer.conn.send(wrap(pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=0)))
-
-
-def _connected(topic) -> bool:
-    return bool(topic.producers) or any(d.sub.consumers for d in topic.dispatchers.values())
+    """Disconnect a subscription's consumers; their unacked entries are redelivered later."""
+    dispatcher.topic.close_consumers(dispatcher)
 
 
 async def delete_topic(ctx: AdminContext, name: TopicName, *, force: bool) -> None:
     """Delete one stream-backed topic with its subscriptions (412 while clients are connected)."""
     topic = ctx.pulsar.topics.get(str(name))
     if topic is not None:
-        if _connected(topic) and not force:
+        if topic.connected() and not force:
             raise AdminError(412, "Topic has active producers/subscriptions")
-        close_producers(topic)
-        for dispatcher in list(topic.dispatchers.values()):
-            close_consumers(dispatcher)
-        ctx.pulsar.topics.pop(str(name), None)
-        await topic.close()
+        await ctx.pulsar.registry.unload(topic.core, "deleted through the admin API")
     try:
         await ctx.storage.delete_stream(str(name))
     except StreamNotFound:
@@ -88,7 +67,7 @@ async def delete_partitioned(ctx: AdminContext, name: TopicName, *, force: bool)
     if not force:
         for part in parts:
             topic = ctx.pulsar.topics.get(str(part))
-            if topic is not None and _connected(topic):
+            if topic is not None and topic.connected():
                 raise AdminError(412, "Topic has active producers/subscriptions")
     for part in parts:
         try:

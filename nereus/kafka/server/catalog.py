@@ -8,16 +8,16 @@ topic (a plain stream) is partition 0. Topics Kafka creates are partitioned.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 
 from ...ledger.naming import TopicName
 from ...meta import cas
-from ...pulsar.server.topics import (create_partitioned_topic, list_partitioned_topics, partitioned_key,
-                                     partitions_of)
 from ...storage import StreamNotFound
-from .partition import Partition
+from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of
+from .partition import ATTACHMENT, Partition
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,7 @@ class Catalog:
         self.service = service
         self.meta = service.meta
         self.storage = service.storage
-        self.pulsar = service.pulsar
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.registry = service.registry
 
     async def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic does not exist."""
@@ -79,19 +78,24 @@ class Catalog:
 
     async def partition(self, topic: str, index: int) -> Partition | None:
         """The loaded partition, or None if it does not exist."""
-        part = self.partitions.get((topic, index))
-        if part is not None and not part.closed:
-            return part
         name = await self.stream_name(topic, index)
         if name is None:
             return None
-        pulsar_topic = await self.pulsar.get_topic(name)
-        part = self.partitions.get((topic, index))
-        if part is None or part.closed or part.topic is not pulsar_topic:
-            part = Partition(self.service, topic, index, pulsar_topic)
-            await part.load()
-            self.partitions[(topic, index)] = part
-        return part
+        while True:
+            core = await self.registry.get(name)
+            part = core.attachments.get(ATTACHMENT)
+            if part is None:
+                part = Partition(self.service, topic, index, core)
+                core.attachments[ATTACHMENT] = part
+                part.loading = asyncio.ensure_future(part.load())
+            try:
+                await asyncio.shield(part.loading)
+            except Exception:
+                if core.attachments.get(ATTACHMENT) is part:
+                    del core.attachments[ATTACHMENT]
+                raise
+            if not part.closed:
+                return part
 
     async def list_topics(self) -> dict[str, int]:
         """Every topic of public/default with its partition count."""
@@ -146,18 +150,10 @@ class Catalog:
         name = pulsar_name(topic)
         partitioned = await self.is_partitioned(topic)
         streams = [name.partition(i) for i in range(count)] if partitioned else [name]
-        for index, stream in enumerate(streams):
-            part = self.partitions.pop((topic, index), None)
-            if part is not None:
-                part.closed = True
-            loaded = self.pulsar.topics.pop(str(stream), None)
+        for stream in streams:
+            loaded = self.registry.loaded(stream)
             if loaded is not None:
-                for producer in list(loaded.producers.values()):
-                    producer.conn.close()
-                for dispatcher in loaded.dispatchers.values():
-                    for slot in list(dispatcher.sub.consumers.values()):
-                        slot.handle.conn.close()
-                await loaded.close()
+                await self.registry.unload(loaded, "deleted by a Kafka client")
             try:
                 await self.storage.delete_stream(str(stream))
             except StreamNotFound:

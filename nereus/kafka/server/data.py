@@ -16,7 +16,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from ...ledger.entry import decode_entry
-from ...storage import OffsetOutOfRange, StorageError
+from ...storage import OffsetOutOfRange, StorageError, StreamFenced
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
 from ..codec.protocol import response_schema
 from ..codec.records import decode_records
@@ -67,6 +67,9 @@ async def _outcome(outcome):
         try:
             offset = await fut if isinstance(fut, asyncio.Future) else fut
             offset = offset.base_offset if hasattr(offset, "base_offset") else offset
+        except StreamFenced as exc:  # the topic unloads: the client refreshes metadata and retries
+            log.info("kafka: append to %s-%d not committed: %s", part.name, part.index, exc)
+            return ErrorCode.not_leader_or_follower, -1, -1, str(exc)
         except Exception as exc:
             log.warning("kafka: append to %s-%d failed: %s", part.name, part.index, exc)
             return ErrorCode.kafka_storage_error, -1, -1, str(exc)
@@ -90,6 +93,10 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
     except InvalidBatch as exc:
         log.info("kafka: corrupt batch for %s-%d: %s", topic, pdata.index, exc)
         return ErrorCode.corrupt_message, -1, -1, str(exc)
+    try:
+        await part.ensure_writer()
+    except StreamFenced as exc:
+        return ErrorCode.not_leader_or_follower, -1, -1, str(exc)
     for batch, _ in batches:
         if batch.transactional or batch.control:
             return ErrorCode.invalid_record, -1, -1, "transactional and control batches are not supported"

@@ -1,7 +1,10 @@
 """One Kafka partition: a stream shared with the Pulsar topic of the same name.
 
-Appends go through the Pulsar ``Topic`` (one append session per stream in this
-process, and Pulsar consumers are woken). Idempotent producers are checked here:
+Appends go through the protocol-neutral ``nereus.topics.Topic`` (one append session
+per stream in this process, taken on the first produce, never by a fetch; Pulsar
+consumers are woken through its listeners). The leader epoch is the stream's
+fencing token. When the topic unloads (its session was fenced or lost) the
+partition is closed and the next request loads it afresh. Idempotent producers are checked here:
 per producer id the epoch and the last five batches' sequence ranges, as Kafka
 keeps them; the state is rebuilt from the stored entry headers after a restart.
 """
@@ -24,6 +27,7 @@ KEEP_BATCHES = 5  # Kafka caches this many batches per producer for duplicate de
 RESTORE_RECORDS = 20_000  # producer state is rebuilt from this many records at the tail
 
 NONE, OUT_OF_ORDER, DUPLICATE, INVALID_EPOCH = 0, 45, 46, 47
+ATTACHMENT = "kafka"
 
 
 @dataclass
@@ -37,22 +41,37 @@ class ProducerState:
 
 
 class Partition:
-    def __init__(self, service, topic: str, index: int, pulsar_topic) -> None:
+    def __init__(self, service, topic: str, index: int, core) -> None:
         self.service = service
         self.name = topic
         self.index = index
-        self.topic = pulsar_topic
-        self.handle = pulsar_topic.handle
+        self.topic = core
+        self.handle = core.handle
         self.leader_epoch = 0
         self.producers: dict[int, ProducerState] = {}
         self.closed = False
+        self.loading: asyncio.Future | None = None
+        self._restored_to = 0
+        core.on_unload(self._unloaded)
+
+    def _unloaded(self, _reason: str) -> None:
+        self.closed = True
 
     async def load(self) -> None:
-        # The append session is taken now so the leader epoch (its fencing token) is stable.
-        await self.topic.ensure_writer()
         tail = await self.service.storage.tail(self.handle.stream_id)
         self.leader_epoch = tail.token
         await self._restore_producers()
+        self._restored_to = self.handle.next_offset()
+
+    async def ensure_writer(self) -> None:
+        """Hold the append session before a produce; raises StreamFenced if the topic unloaded."""
+        if self.handle.writable:
+            return
+        await self.topic.ensure_writer()
+        self.leader_epoch = self.handle.fencing_token or self.leader_epoch
+        if self.handle.next_offset() != self._restored_to:  # another session wrote since the load
+            await self._restore_producers()
+            self._restored_to = self.handle.next_offset()
 
     async def _restore_producers(self) -> None:
         handle = self.handle
@@ -136,7 +155,6 @@ class Partition:
                 return
             # Keeps the Pulsar dedup snapshot covering Kafka entries (no replay of them on load).
             self.topic.dedup.committed("", -1, t.result().base_offset + count)
-            self.topic.appended()
 
         task.add_done_callback(done)
         return task

@@ -1,6 +1,6 @@
 """The Kafka listener: one broker (node 0) that leads every partition.
 
-``KafkaService(storage, meta, pulsar, host=..., port=...)``; ``await start()``
+``KafkaService(storage, meta, registry, host=..., port=...)``; ``await start()``
 binds the port, ``await stop()`` closes connections and flushes group state.
 Partitions share the Pulsar service's loaded topics, so one stream has one
 append session in this process whichever protocol writes to it.
@@ -24,15 +24,15 @@ CLUSTER_ID_KEY = "/nereus/kafka/cluster-id"
 
 
 class KafkaService:
-    """One Kafka protocol endpoint over a StreamStorage, next to a PulsarService."""
+    """One Kafka protocol endpoint over a StreamStorage and the broker's topic registry."""
 
-    def __init__(self, storage: StreamStorage, meta: MetadataStore, pulsar, *, host: str = "127.0.0.1",
+    def __init__(self, storage: StreamStorage, meta: MetadataStore, registry, *, host: str = "127.0.0.1",
                  port: int = 9092, advertised_host: str | None = None, node_id: int = 0,
                  max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
                  auto_create: bool = True, default_partitions: int = 1) -> None:
         self.storage = storage
         self.meta = meta
-        self.pulsar = pulsar
+        self.registry = registry
         self.host = host
         self.port = port
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")

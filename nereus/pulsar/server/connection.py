@@ -36,6 +36,8 @@ class ServerConnection(asyncio.Protocol):
         self.connected = False
         self.closed = False
         self.producers: dict[int, producers.Producer] = {}
+        # Producers the broker closed (topic unloaded): their late SENDs are dropped, not fatal.
+        self.closed_producers: set[int] = set()
         self.consumers: dict[int, consumers.Consumer] = {}
         self.pending_sends = 0
         self._paused = False

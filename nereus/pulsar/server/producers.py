@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections import deque
 
+from ...storage import StreamFenced
 from ..codec import pb, wrap
 from . import entries, metrics, schemas
 from .errors import ProtocolViolation
@@ -79,13 +80,19 @@ class Producer:
             future = head.future
             if future is not None and not future.done():
                 break
-            queue.popleft()
             if head.result is None and future is not None:
                 exc = future.exception() if not future.cancelled() else asyncio.CancelledError()
+                if isinstance(exc, StreamFenced):
+                    # The topic unloads: the producer is told to reconnect (CLOSE_PRODUCER)
+                    # and resends everything unacknowledged, as after a Pulsar topic unload.
+                    # No receipt or error for what is left: none of it committed.
+                    queue.clear()
+                    break
                 if exc is None:
                     head.result = (stream_id, future.result().base_offset)
                 else:
                     head.error = f"{type(exc).__name__}: {exc}"
+            queue.popleft()
             if head.error is not None:
                 metrics.SEND_ERRORS.labels("persistence").inc()
                 out.append(wrap(pb.CommandSendError(producer_id=self.producer_id, sequence_id=head.seq,
@@ -137,12 +144,20 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
         return
     if mode != pb.Shared:
         topic.epoch += 1
-    await topic.ensure_writer()
+    try:
+        await topic.ensure_writer()
+    except StreamFenced as exc:  # unloaded meanwhile, or owned by a newer session: look up again
+        conn.send_error(cmd.request_id, pb.ServiceNotReady, f"{name} is not available here now: {exc}")
+        return
     if conn.closed:
+        return
+    if topic.closed:
+        conn.send_error(cmd.request_id, pb.ServiceNotReady, f"{name} was unloaded; look it up again")
         return
     producer = Producer(conn, cmd.producer_id, topic, producer_name or conn.service.producer_name(), mode)
     producer.schema_version = schema_version
     conn.producers[cmd.producer_id] = producer
+    conn.closed_producers.discard(cmd.producer_id)
     topic.producers[producer.token] = producer
     log.debug("producer %s created on %s", producer.name, name)
     _success(conn, cmd.request_id, producer)
@@ -174,6 +189,8 @@ def handle_send(conn, frame) -> None:
     cmd: pb.CommandSend = frame.body
     producer = conn.producers.get(cmd.producer_id)
     if producer is None:
+        if cmd.producer_id in conn.closed_producers:
+            return  # sent before the client saw our CLOSE_PRODUCER: it resends after reconnecting
         raise ProtocolViolation(f"SEND for unknown producer {cmd.producer_id}")
     if frame.entry is None:
         raise ProtocolViolation("SEND without a payload")
@@ -185,6 +202,8 @@ def handle_send(conn, frame) -> None:
         return
     meta = frame.metadata
     topic, name = producer.topic, producer.name
+    if topic.closed:
+        return  # unloading: CLOSE_PRODUCER is on its way; the client resends this
     seq = cmd.sequence_id
     highest = cmd.highest_sequence_id
     if highest < seq:
@@ -235,7 +254,6 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
         topic.dedup.committed(name, stored_highest, t.result().base_offset + count)
         topic.in_messages.inc(count)
         topic.in_bytes.inc(size)
-        topic.appended()
 
     task.add_done_callback(done)
     producer.enqueue(_Pending(seq, highest, task))

@@ -26,10 +26,10 @@ from urllib.parse import quote
 from ...ledger.naming import TopicName
 from ...meta import MetadataStore
 from ...meta import cas
+from ...topics.policies import POLICIES_ROOT, policies_key  # noqa: F401 (re-exported)
 from ..codec import pb
 
 SCHEMAS_ROOT = "/nereus/pulsar/schemas"
-POLICIES_ROOT = "/nereus/pulsar/namespaces"  # namespace policies, written by the admin API
 DEFAULT_STRATEGY = "FULL"
 STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
               "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
@@ -78,10 +78,6 @@ class SchemaInfo:
 
 def schema_key(topic: TopicName) -> str:
     return f"{SCHEMAS_ROOT}/{quote(str(topic.base), safe='')}"
-
-
-def policies_key(tenant: str, namespace: str) -> str:
-    return f"{POLICIES_ROOT}/{tenant}/{namespace}"
 
 
 def version_bytes(version: int) -> bytes:

@@ -15,9 +15,10 @@ import uuid
 from ...ledger.naming import TopicName
 from ...meta import MetadataStore
 from ...storage import StreamStorage
+from ...topics import TopicRegistry
 from ..codec import DEFAULT_MAX_MESSAGE_SIZE
 from . import metrics
-from .topics import Topic
+from .topics import ATTACHMENT, PulsarTopic
 
 log = logging.getLogger(__name__)
 
@@ -27,20 +28,21 @@ class PulsarService:
 
     def __init__(self, storage: StreamStorage, meta: MetadataStore, *, host: str = "127.0.0.1", port: int = 6650,
                  advertised_host: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 keepalive: float = 30.0) -> None:
+                 keepalive: float = 30.0, registry: TopicRegistry | None = None) -> None:
         self.storage = storage
         self.meta = meta
+        self._own_registry = registry is None
+        self.registry = registry if registry is not None else TopicRegistry(storage, meta)
         self.host = host
         self.port = port
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self.max_message_size = max_message_size
         self.keepalive = keepalive
-        self.topics: dict[str, Topic] = {}
+        self.topics: dict[str, PulsarTopic] = {}
         self.connections: set = set()
         self.broker_id = uuid.uuid4().hex[:8]  # makes generated producer names unique across restarts
         self._tokens = itertools.count(1)
         self._names = itertools.count(0)
-        self._loading: dict[str, asyncio.Future] = {}
         self._server: asyncio.base_events.Server | None = None
         self._collector = None
 
@@ -62,6 +64,8 @@ class PulsarService:
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         self._collector = metrics.register(self)
+        if self._own_registry:
+            self.registry.start()
         log.info("pulsar listener on %s:%d (service url %s)", self.host, self.port, self.service_url)
 
     async def stop(self) -> None:
@@ -69,6 +73,8 @@ class PulsarService:
             self._server.close()
         for conn in list(self.connections):
             conn.close()
+        if self._own_registry:
+            await self.registry.close()
         for topic in list(self.topics.values()):
             try:
                 await topic.close()
@@ -81,25 +87,16 @@ class PulsarService:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def get_topic(self, name: TopicName) -> Topic:
-        """The loaded topic, opening (and auto-creating) its stream on first use."""
-        key = str(name)
-        topic = self.topics.get(key)
-        if topic is not None:
-            return topic
-        loading = self._loading.get(key)
-        if loading is None:
-            loading = self._loading[key] = asyncio.ensure_future(self._load(name))
-            loading.add_done_callback(lambda _f: self._loading.pop(key, None))
-        return await asyncio.shield(loading)
-
-    async def _load(self, name: TopicName) -> Topic:
-        handle = await self.storage.open_stream(str(name), create=True)
-        topic = Topic(self, name, handle)
-        await topic.load()
-        self.topics[str(name)] = topic
-        log.info("topic %s loaded (stream %d, next offset %d)", name, handle.stream_id, handle.next_offset())
-        return topic
+    async def get_topic(self, name: TopicName) -> PulsarTopic:
+        """The loaded topic's Pulsar state, loading the topic on first use."""
+        while True:
+            core = await self.registry.get(name)
+            topic = core.attachments.get(ATTACHMENT)
+            if topic is None and not core.closed:
+                topic = PulsarTopic(self, core)
+            if topic is not None and not core.closed:
+                self.topics[str(name)] = topic
+                return topic
 
 
 __all__ = ["PulsarService"]

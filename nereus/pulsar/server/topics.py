@@ -1,119 +1,78 @@
-"""Topics: one stream per non-partitioned topic or partition, plus its broker state.
+"""The Pulsar side of a loaded topic: producers, subscriptions (dispatchers), epoch.
 
-A ``Topic`` owns the stream handle, the producers, the dispatchers (one per
-subscription) and the dedup state. Partitioned topics exist only as metadata::
-
-    /nereus/pulsar/partitioned/{quoted topic}  ->  {"partitions": n}
-
-Their partitions are ordinary topics (``...-partition-i``), created on first use.
-
-A loaded topic applies its namespace's deduplication policy; ``refresh_policies``
-re-reads it for the loaded topics of a namespace after the admin API changed it.
+A ``PulsarTopic`` is attached to the protocol-neutral ``nereus.topics.Topic`` (which
+owns the stream handle, the append session and the dedup state). When that topic
+unloads (its stream moved to another session, an append lost the session, the
+broker stops, it went idle) the Pulsar clients are told to reconnect: producers get
+CLOSE_PRODUCER and consumers CLOSE_CONSUMER, which make the official clients look
+the topic up again and resend what was not acknowledged (deduplicated on arrival).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from urllib.parse import quote, unquote
 
 from ...ledger.cursor import Cursor, list_cursors
 from ...ledger.naming import TopicName
 from ...ledger.subscription import Subscription, SubType
-from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
-from ...storage import StreamHandle
-from . import dedup as _dedup
+from ...topics import Topic
+from ...topics import (PARTITIONED_ROOT, create_partitioned_topic, list_partitioned_topics,  # noqa: F401
+                       partitioned_key, partitions_of)
+from ..codec import pb, wrap
 from . import metrics
-from .dedup import Dedup
-from .schemas import policies_key
 from .dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
-PARTITIONED_ROOT = "/nereus/pulsar/partitioned"
+ATTACHMENT = "pulsar"
 
 
-def partitioned_key(topic: TopicName) -> str:
-    return f"{PARTITIONED_ROOT}/{quote(str(topic), safe='')}"
+class PulsarTopic:
+    """The Pulsar state of one loaded topic."""
 
-
-async def partitions_of(meta: MetadataStore, topic: TopicName) -> int:
-    """Partition count of a partitioned topic; 0 for any other topic."""
-    if topic.partition_index >= 0:
-        return 0
-    rec = await meta.get(partitioned_key(topic))
-    return json.loads(rec.value)["partitions"] if rec is not None else 0
-
-
-async def create_partitioned_topic(meta: MetadataStore, topic: TopicName, partitions: int) -> bool:
-    """Declare a partitioned topic; False if it already exists."""
-    if partitions < 1 or topic.partition_index >= 0:
-        raise ValueError("a partitioned topic needs >= 1 partition and a base name")
-    try:
-        await meta.put(partitioned_key(topic), json.dumps({"partitions": partitions}).encode(),
-                       expected_version_id=EXPECT_ABSENT)
-    except UnexpectedVersion:
-        return False
-    return True
-
-
-async def list_partitioned_topics(meta: MetadataStore) -> list[str]:
-    prefix = PARTITIONED_ROOT + "/"
-    return [unquote(k[len(prefix):]) async for k in meta.list(prefix, prefix + "\U0010ffff")]
-
-
-class Topic:
-    """The broker-side state of one stream."""
-
-    def __init__(self, service, name: TopicName, handle: StreamHandle) -> None:
+    def __init__(self, service, core: Topic) -> None:
         self.service = service
-        self.name = name
-        self.handle = handle
-        self.stream_id = handle.stream_id
+        self.core = core
+        self.name: TopicName = core.name
+        self.handle = core.handle
+        self.stream_id = core.stream_id
+        self.dedup = core.dedup
         self.producers: dict[int, object] = {}
         self.dispatchers: dict[str, Dispatcher] = {}
-        self.dedup = Dedup(service.meta, handle.stream_id)
         self.epoch = 0  # bumped each time an exclusive producer takes the topic
-        label = str(name)  # the labelled counters, looked up once (not per SEND)
+        label = str(core.name)  # the labelled counters, looked up once (not per SEND)
         self.in_messages = metrics.IN_MESSAGES.labels(label)
         self.in_bytes = metrics.IN_BYTES.labels(label)
         self.duplicates = metrics.DUPLICATES.labels(label)
-        self._loop = asyncio.get_running_loop()
-        self._writer_ready = False
         self._sub_lock = asyncio.Lock()
+        core.attachments[ATTACHMENT] = self
+        core.on_append(self.appended)
+        core.on_unload(self._unloaded)
+        core.busy_while(self.connected)
 
     @property
     def partition(self) -> int:
         return self.name.partition_index
 
-    async def load(self) -> None:
-        await self.dedup.restore(self.handle)
-        await self.read_policies()
-
-    async def read_policies(self) -> None:
-        """Apply the namespace's deduplication policy (the broker default when unset)."""
-        rec = await self.service.meta.get(policies_key(self.name.tenant, self.name.namespace))
-        value = json.loads(rec.value).get("deduplicationEnabled") if rec is not None else None
-        enabled = value if isinstance(value, bool) else _dedup.BROKER_DEDUPLICATION_ENABLED
-        if enabled != self.dedup.enabled:
-            log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
-        self.dedup.enabled = enabled
+    @property
+    def closed(self) -> bool:
+        return self.core.closed
 
     async def ensure_writer(self) -> None:
-        """Take the stream's append session before the first SEND (keeps appends in call order)."""
-        if not self._writer_ready:
-            await self.handle.acquire()
-            self._writer_ready = True
+        await self.core.ensure_writer()
 
     def append(self, data: bytes, count: int) -> asyncio.Task:
-        """Start an append now (call order = offset order); the task yields the base offset."""
-        return self._loop.create_task(self.handle.append(data, count))
+        return self.core.append(data, count)
 
     def appended(self) -> None:
         for dispatcher in self.dispatchers.values():
             if dispatcher.sub.consumers:
                 dispatcher.wake()
+
+    def connected(self) -> bool:
+        """True while a producer or consumer is attached."""
+        return bool(self.producers) or any(d.sub.consumers for d in self.dispatchers.values())
 
     async def subscription(self, name: str, sub_type: SubType, *, durable: bool, initial: int,
                            properties: dict | None = None) -> Dispatcher:
@@ -143,25 +102,49 @@ class Topic:
             await dispatcher.close()
             await dispatcher.sub.cursor.delete()
 
+    def close_producers(self) -> None:
+        """Tell every producer to reconnect (CLOSE_PRODUCER) and forget it here."""
+        for producer in list(self.producers.values()):
+            producer.conn.producers.pop(producer.producer_id, None)
+            producer.conn.closed_producers.add(producer.producer_id)
+            producer.detach()
+            producer.conn.send(wrap(pb.CommandCloseProducer(producer_id=producer.producer_id, request_id=0)))
+        self.producers.clear()
+
+    def close_consumers(self, dispatcher: Dispatcher) -> None:
+        """Tell a subscription's consumers to reconnect; their unacked entries are redelivered."""
+        for slot in list(dispatcher.sub.consumers.values()):
+            consumer = slot.handle
+            consumer.conn.consumers.pop(consumer.consumer_id, None)
+            dispatcher.sub.remove(slot.token)
+            consumer.conn.send(wrap(pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=0)))
+
+    def disconnect_clients(self) -> None:
+        self.close_producers()
+        for dispatcher in list(self.dispatchers.values()):
+            self.close_consumers(dispatcher)
+
+    async def _unloaded(self, reason: str) -> None:
+        if self.service.topics.get(str(self.name)) is self:
+            del self.service.topics[str(self.name)]
+        self.disconnect_clients()
+        await self.close()
+
     async def close(self) -> None:
         for dispatcher in list(self.dispatchers.values()):
             await dispatcher.close()
-        try:
-            await self.dedup.snapshot()
-        except Exception:
-            log.exception("%s: dedup snapshot at close failed", self.name)
-        await self.handle.close()
 
 
 async def refresh_policies(service, tenant: str, namespace: str) -> None:
     """Re-read the namespace policies of ``tenant/namespace``'s loaded (and loading) topics."""
-    loading = list(service._loading.values())
+    registry = service.registry
+    loading = list(registry._loading.values())
     if loading:  # a topic that read the policy before the change is registered once loaded
         await asyncio.gather(*(asyncio.shield(f) for f in loading), return_exceptions=True)
-    for topic in list(service.topics.values()):
+    for topic in list(registry.topics.values()):
         if topic.name.tenant == tenant and topic.name.namespace == namespace:
             await topic.read_policies()
 
 
-__all__ = ["PARTITIONED_ROOT", "Topic", "create_partitioned_topic", "list_partitioned_topics",
+__all__ = ["PARTITIONED_ROOT", "PulsarTopic", "create_partitioned_topic", "list_partitioned_topics",
            "partitioned_key", "partitions_of", "refresh_policies"]

@@ -1,0 +1,49 @@
+"""Partitioned topics: metadata only; their partitions are ordinary topics.
+
+    /nereus/pulsar/partitioned/{quoted topic}  ->  {"partitions": n}
+
+Partition ``i`` is the topic ``...-partition-i`` (a stream), created on first use.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote, unquote
+
+from ..ledger.naming import TopicName
+from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+
+PARTITIONED_ROOT = "/nereus/pulsar/partitioned"
+
+
+def partitioned_key(topic: TopicName) -> str:
+    return f"{PARTITIONED_ROOT}/{quote(str(topic), safe='')}"
+
+
+async def partitions_of(meta: MetadataStore, topic: TopicName) -> int:
+    """Partition count of a partitioned topic; 0 for any other topic."""
+    if topic.partition_index >= 0:
+        return 0
+    rec = await meta.get(partitioned_key(topic))
+    return json.loads(rec.value)["partitions"] if rec is not None else 0
+
+
+async def create_partitioned_topic(meta: MetadataStore, topic: TopicName, partitions: int) -> bool:
+    """Declare a partitioned topic; False if it already exists."""
+    if partitions < 1 or topic.partition_index >= 0:
+        raise ValueError("a partitioned topic needs >= 1 partition and a base name")
+    try:
+        await meta.put(partitioned_key(topic), json.dumps({"partitions": partitions}).encode(),
+                       expected_version_id=EXPECT_ABSENT)
+    except UnexpectedVersion:
+        return False
+    return True
+
+
+async def list_partitioned_topics(meta: MetadataStore) -> list[str]:
+    prefix = PARTITIONED_ROOT + "/"
+    return [unquote(k[len(prefix):]) async for k in meta.list(prefix, prefix + "\U0010ffff")]
+
+
+__all__ = ["PARTITIONED_ROOT", "create_partitioned_topic", "list_partitioned_topics", "partitioned_key",
+           "partitions_of"]

@@ -1,0 +1,141 @@
+"""The topics this broker has loaded: loading, unloading, idle expiry.
+
+One registry per broker process, shared by the Pulsar and Kafka listeners, the
+admin API and the lakehouse writers. ``get`` loads a topic once however many
+callers race for it, and waits for an unload of the same topic to finish first, so
+a reloaded topic always starts from the stored truth. Topics with no client
+attached and no append for ``idle_seconds`` are unloaded, so memory follows the
+topics in use, not every topic ever touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ..ledger.naming import TopicName
+from ..meta import MetadataStore
+from ..storage import StreamStorage
+from .topic import Topic
+
+log = logging.getLogger(__name__)
+
+
+class TopicRegistry:
+    """Loaded topics of one broker."""
+
+    def __init__(self, storage: StreamStorage, meta: MetadataStore, *, idle_seconds: float = 300.0) -> None:
+        self.storage = storage
+        self.meta = meta
+        self.idle_seconds = idle_seconds
+        self.topics: dict[str, Topic] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+        self._unloading: dict[str, asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._loaded_listeners: list = []
+        self._sweeper: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._sweeper is None and self.idle_seconds > 0:
+            self._sweeper = asyncio.ensure_future(self._sweep_loop())
+
+    def on_load(self, listener) -> None:
+        """Call ``listener(topic)`` for each topic loaded from now on."""
+        self._loaded_listeners.append(listener)
+
+    def loaded(self, name: TopicName | str) -> Topic | None:
+        return self.topics.get(str(name))
+
+    async def get(self, name: TopicName) -> Topic:
+        """The loaded topic, opening (and auto-creating) its stream on first use."""
+        key = str(name)
+        while True:
+            topic = self.topics.get(key)
+            if topic is not None and not topic.closed:
+                return topic
+            unloading = self._unloading.get(key)
+            if unloading is None:
+                break
+            await asyncio.shield(unloading)
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = self._loading[key] = asyncio.ensure_future(self._load(name))
+            loading.add_done_callback(lambda _f: self._loading.pop(key, None))
+        return await asyncio.shield(loading)
+
+    async def _load(self, name: TopicName) -> Topic:
+        handle = await self.storage.open_stream(str(name), create=True)
+        topic = Topic(self, name, handle)
+        await topic.load()
+        for listener in self._loaded_listeners:
+            listener(topic)
+        self.topics[str(name)] = topic
+        log.info("topic %s loaded (stream %d, next offset %d)", name, handle.stream_id, handle.next_offset())
+        return topic
+
+    def unload_soon(self, topic: Topic, reason: str) -> None:
+        """Unload ``topic`` in the background (from callbacks that cannot wait)."""
+        if topic.closed or str(topic.name) in self._unloading:
+            return
+        task = asyncio.ensure_future(self.unload(topic, reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("unloading a topic failed", exc_info=task.exception())
+
+    async def unload(self, topic: Topic, reason: str) -> None:
+        """Drop the topic's clients and state; the next ``get`` loads it afresh."""
+        key = str(topic.name)
+        pending = self._unloading.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return
+        if topic.closed:
+            return
+        done = self._unloading[key] = asyncio.get_running_loop().create_future()
+        try:
+            topic.closed = True
+            if self.topics.get(key) is topic:
+                del self.topics[key]
+            log.info("topic %s unloading: %s", key, reason)
+            await topic.run_unload_listeners(reason)
+            try:
+                await topic.close()
+            except Exception:
+                log.exception("closing topic %s failed", key)
+        finally:
+            del self._unloading[key]
+            done.set_result(None)
+
+    async def unload_idle(self, now: float | None = None) -> int:
+        """Unload topics with nothing attached and no append for ``idle_seconds``."""
+        now = time.monotonic() if now is None else now
+        idle = [t for t in list(self.topics.values())
+                if now - t.last_active >= self.idle_seconds and not t.busy()]
+        for topic in idle:
+            await self.unload(topic, "idle")
+        return len(idle)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(60.0, max(self.idle_seconds / 4, 0.05)))
+            try:
+                await self.unload_idle()
+            except Exception:
+                log.exception("unloading idle topics failed")
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        for topic in list(self.topics.values()):
+            await self.unload(topic, "broker stopping")
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+__all__ = ["TopicRegistry"]

@@ -1,0 +1,147 @@
+"""A loaded topic: one stream as this broker serves it, shared by every protocol.
+
+The topic owns the stream handle and with it the append session. The session is
+taken on the first write only (``ensure_writer``, one acquisition at a time), never
+for a read, so a reader on any broker never fences the writer. Taking it also
+brings the deduplication state up to the committed end, so a resend after any
+error is recognised whoever wrote last.
+
+A failed append loses the session (``AppendSessionLost``) and a takeover fences it
+(``StreamFenced``); either way the topic unloads itself: each protocol drops its
+clients with the error that makes them look the topic up again, and the next load
+starts from the stored truth (committed tail, cursors, dedup state).
+
+Protocol state hangs off ``attachments`` (the Pulsar producers and subscriptions,
+the Kafka partition); protocols hear of appends and of the unload through
+listeners, so none reaches into another's internals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Awaitable, Callable
+
+from ..ledger.naming import TopicName
+from ..storage import StreamFenced, StreamHandle
+from . import dedup as _dedup
+from .dedup import Dedup
+from .policies import policies_key
+
+log = logging.getLogger(__name__)
+
+
+class TopicUnloaded(StreamFenced):
+    """The topic was unloaded (its stream moved or its session was lost); look it up again."""
+
+
+class Topic:
+    """The broker-side state of one stream that every protocol shares."""
+
+    def __init__(self, registry, name: TopicName, handle: StreamHandle) -> None:
+        self.registry = registry
+        self.meta = registry.meta
+        self.name = name
+        self.handle = handle
+        self.stream_id = handle.stream_id
+        self.dedup = Dedup(registry.meta, handle.stream_id)
+        self.attachments: dict[str, object] = {}
+        self.closed = False
+        self.last_active = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._writer_lock = asyncio.Lock()
+        self._append_listeners: list[Callable[[], None]] = []
+        self._unload_listeners: list[Callable[[str], Awaitable[None] | None]] = []
+        self._busy_checks: list[Callable[[], bool]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def load(self) -> None:
+        await self.dedup.restore(self.handle)
+        await self.read_policies()
+
+    async def read_policies(self) -> None:
+        """Apply the namespace's deduplication policy (the broker default when unset)."""
+        rec = await self.meta.get(policies_key(self.name.tenant, self.name.namespace))
+        value = json.loads(rec.value).get("deduplicationEnabled") if rec is not None else None
+        enabled = value if isinstance(value, bool) else _dedup.BROKER_DEDUPLICATION_ENABLED
+        if enabled != self.dedup.enabled:
+            log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
+        self.dedup.enabled = enabled
+
+    def on_append(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each committed append (wakes readers of this broker)."""
+        self._append_listeners.append(listener)
+
+    def on_unload(self, listener: Callable[[str], Awaitable[None] | None]) -> None:
+        """Call ``listener(reason)`` when the topic unloads (drop clients, close state)."""
+        self._unload_listeners.append(listener)
+
+    def busy_while(self, check: Callable[[], bool]) -> None:
+        """The topic is not unloaded for idleness while ``check()`` is True (clients attached)."""
+        self._busy_checks.append(check)
+
+    def busy(self) -> bool:
+        return any(check() for check in self._busy_checks) or bool(self.dedup.inflight)
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+    async def run_unload_listeners(self, reason: str) -> None:
+        for listener in self._unload_listeners:
+            try:
+                result = listener(reason)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("%s: an unload listener failed", self.name)
+
+    async def close(self) -> None:
+        self.closed = True
+        try:
+            await self.dedup.snapshot()
+        except Exception:
+            log.exception("%s: dedup snapshot at close failed", self.name)
+        await self.handle.close()
+
+    # -- writes ---------------------------------------------------------------------------
+    async def ensure_writer(self) -> None:
+        """Hold the stream's append session (one acquisition at a time), dedup state current.
+
+        Raises StreamFenced (TopicUnloaded) if the topic unloaded meanwhile.
+        """
+        if self.handle.writable:
+            return
+        async with self._writer_lock:
+            if self.closed:
+                raise TopicUnloaded(f"{self.name} was unloaded")
+            if self.handle.writable:
+                return
+            await self.handle.acquire()
+            await self.dedup.restore(self.handle)
+            log.info("%s: append session %s taken at offset %d", self.name, self.handle.fencing_token,
+                     self.handle.next_offset())
+
+    def append(self, data: bytes, count: int) -> asyncio.Task:
+        """Start an append now (call order = offset order); the task yields the AppendResult.
+
+        A failure that ends the session unloads the topic (see the module docstring).
+        """
+        self.touch()
+        task = self._loop.create_task(self.handle.append(data, count))
+        task.add_done_callback(self._append_done)
+        return task
+
+    def _append_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            for listener in self._append_listeners:
+                listener()
+        elif isinstance(exc, StreamFenced) or not self.handle.writable:
+            self.registry.unload_soon(self, f"{type(exc).__name__}: {exc}")
+
+
+__all__ = ["Topic", "TopicUnloaded"]
