@@ -1,4 +1,8 @@
-"""Group requests: Join/Sync/Heartbeat/Leave, OffsetCommit/OffsetFetch, Describe/List/DeleteGroups."""
+"""Group requests: Join/Sync/Heartbeat/Leave, OffsetCommit/OffsetFetch, Describe/List/DeleteGroups.
+
+Coordinator and group errors arrive as ``GroupError`` codes (or per-partition codes
+from ``Coordinator.commit_offsets``) and become wire error codes here.
+"""
 
 from __future__ import annotations
 
@@ -33,8 +37,8 @@ async def handle_join_group(conn, head, req):
         return reply(JoinResult(ErrorCode.invalid_group_id.value, member_id=req.member_id))
     if not MIN_SESSION <= session <= MAX_SESSION:
         return reply(JoinResult(ErrorCode.invalid_session_timeout.value, member_id=req.member_id))
-    group = await conn.service.coordinator.group(req.group_id)
     try:
+        group = await conn.service.coordinator.group(req.group_id)
         fut = group.join(req.member_id, head.client_id or "", conn.peer.rsplit(":", 1)[0], session,
                          rebalance if rebalance > 0 else session, req.protocol_type,
                          [(p.name, bytes(p.metadata)) for p in req.protocols],
@@ -56,10 +60,10 @@ async def handle_sync_group(conn, head, req):
                     protocol_type=group.protocol_type if group else None,
                     protocol_name=group.protocol if group else None, assignment=assignment)
 
-    group = await conn.service.coordinator.group(req.group_id, create=False)
-    if group is None:
-        return reply(ErrorCode.unknown_member_id.value)
     try:
+        group = await conn.service.coordinator.group(req.group_id, create=False)
+        if group is None:
+            return reply(ErrorCode.unknown_member_id.value)
         fut = group.sync(req.member_id, req.generation_id,
                          {a.member_id: bytes(a.assignment) for a in req.assignments})
     except GroupError as exc:
@@ -74,21 +78,24 @@ async def handle_sync_group(conn, head, req):
 
 async def handle_heartbeat(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    group = await conn.service.coordinator.group(req.group_id, create=False)
     code = ErrorCode.unknown_member_id.value
-    if group is not None:
-        try:
+    try:
+        group = await conn.service.coordinator.group(req.group_id, create=False)
+        if group is not None:
             code = group.heartbeat(req.member_id, req.generation_id)
-        except GroupError as exc:
-            code = exc.code
+    except GroupError as exc:
+        code = exc.code
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(code))
 
 
 async def handle_leave_group(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    group = await conn.service.coordinator.group(req.group_id, create=False)
     ids = [m.member_id for m in req.members] if hasattr(req, "members") else [req.member_id]
-    codes = [group.leave(mid) if group is not None else ErrorCode.unknown_member_id.value for mid in ids]
+    try:
+        group = await conn.service.coordinator.group(req.group_id, create=False)
+        codes = [group.leave(mid) if group is not None else ErrorCode.unknown_member_id.value for mid in ids]
+    except GroupError as exc:
+        codes = [exc.code] * len(ids)
     members = tuple(make(nested(cls, "MemberResponse"), member_id=mid, group_instance_id=None,
                          error_code=ErrorCode(code)) for mid, code in zip(ids, codes)) if hasattr(req, "members") else ()
     top = codes[0] if len(codes) == 1 and not hasattr(req, "members") else 0
@@ -97,11 +104,18 @@ async def handle_leave_group(conn, head, req):
 
 async def handle_offset_commit(conn, head, req):
     service = conn.service
+    coordinator = service.coordinator
     cls = response_schema(head.api_key, head.api_version)
     generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
-    group = await service.coordinator.group(req.group_id)
-    code = group.check_commit(req.member_id, generation) if req.group_id else ErrorCode.invalid_group_id.value
-    writes, topics = [], []
+    group, code = None, ErrorCode.invalid_group_id.value
+    if req.group_id:
+        try:
+            group = await coordinator.group(req.group_id)
+            code = group.check_commit(req.member_id, generation)
+        except GroupError as exc:
+            code = exc.code
+    commits: dict[tuple[str, int], tuple] = {}
+    topics = []
     for topic in req.topics:
         parts = []
         count = await service.catalog.partition_count(topic.name)
@@ -112,26 +126,32 @@ async def handle_offset_commit(conn, head, req):
             elif pcode == 0 and p.committed_metadata is not None and len(p.committed_metadata) > 4096:
                 pcode = ErrorCode.offset_metadata_too_large.value
             if pcode == 0:
-                writes.append(service.coordinator.commit(req.group_id, topic.name, p.partition_index,
-                                                         p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                                                         p.committed_metadata))
-            parts.append([p.partition_index, pcode, len(writes) - 1 if pcode == 0 else None])
+                commits[(topic.name, p.partition_index)] = (p.committed_offset,
+                                                            getattr(p, "committed_leader_epoch", -1),
+                                                            p.committed_metadata)
+            parts.append((p.partition_index, pcode))
         topics.append((topic.name, parts))
-    # Start the writes now (call order), acknowledge when they are durable.
-    tasks = [asyncio.ensure_future(w) for w in writes]
+    # Written now, in arrival order (per group), and acknowledged once durable. The write
+    # finishes even if the client goes away meanwhile.
+    task = coordinator.spawn(coordinator.commit_offsets(group, commits, member_commit=generation >= 0),
+                             f"offset commit of group {req.group_id}") if commits else None
 
     async def wait():
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        outcome: dict = {}
+        if task is not None:
+            try:
+                outcome = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("kafka: offset commit of %s failed: %s", req.group_id, exc)
+                outcome = dict.fromkeys(commits, ErrorCode.coordinator_not_available.value)
         out = []
         for name, parts in topics:
-            rows = []
-            for index, pcode, w in parts:
-                if w is not None and isinstance(outcomes[w], Exception):
-                    log.warning("kafka: offset commit of %s failed: %s", req.group_id, outcomes[w])
-                    pcode = ErrorCode.coordinator_not_available.value
-                rows.append(make(nested(cls, "OffsetCommitResponsePartition"), partition_index=index,
-                                 error_code=ErrorCode(pcode)))
-            out.append(make(nested(cls, "OffsetCommitResponseTopic"), name=name, partitions=tuple(rows)))
+            rows = tuple(make(nested(cls, "OffsetCommitResponsePartition"), partition_index=index,
+                              error_code=ErrorCode(outcome.get((name, index), pcode) if pcode == 0 else pcode))
+                         for index, pcode in parts)
+            out.append(make(nested(cls, "OffsetCommitResponseTopic"), name=name, partitions=rows))
         return make(cls, throttle_time=NO_THROTTLE, topics=tuple(out))
 
     return wait()
@@ -165,7 +185,12 @@ async def handle_describe_groups(conn, head, req):
     gcls, mcls = nested(cls, "DescribedGroup"), nested(cls, "DescribedGroupMember")
     out = []
     for group_id in req.groups:
-        group = await conn.service.coordinator.group(group_id, create=False)
+        try:
+            group = await conn.service.coordinator.group(group_id, create=False)
+        except GroupError as exc:
+            out.append(make(gcls, error_code=ErrorCode(exc.code), group_id=group_id, group_state="", protocol_type="",
+                            protocol_data="", members=(), authorized_operations=-2147483648))
+            continue
         if group is None:
             out.append(make(gcls, error_code=ErrorCode.none, group_id=group_id, group_state="Dead", protocol_type="",
                             protocol_data="", members=(), authorized_operations=-2147483648))

@@ -5,9 +5,15 @@ leave or a member whose session timed out starts a rebalance; it completes when
 every known member has rejoined or the rebalance timeout passed (members that did
 not rejoin are dropped), bumping the generation. The leader's SyncGroup hands out
 the assignments. The group (generation, members, assignments) is written to
-``/nereus/kafka/groups/{group}`` when it becomes Stable or Empty, so a restarted
-broker recognises the members' next heartbeats; committed offsets are separate
-records (``store.py``).
+``/nereus/kafka/groups/{group}`` when a rebalance completes (before the JoinGroup
+answers), when it becomes Stable (before the SyncGroup answers) and when it becomes
+Empty, so a restarted broker recognises the members' next heartbeats and never
+hands out a generation twice; committed offsets are separate records
+(``store.py``, which also owns the conditional writes and what happens when
+another broker wrote the group first).
+
+Time comes from the coordinator's ``clock`` (monotonic seconds), so tests can
+move it instead of sleeping.
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ import asyncio
 import base64
 import json
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -30,9 +35,12 @@ INITIAL_REBALANCE_DELAY = 0.3  # lets consumers started together land in one gen
 # Kafka error codes used here
 NONE, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, UNKNOWN_MEMBER = 0, 22, 23, 25
 INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, NOT_COORDINATOR = 26, 27, 16
+COORDINATOR_NOT_AVAILABLE = 15
 
 
 class GroupError(Exception):
+    """A group request refused with a Kafka error code."""
+
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
@@ -48,7 +56,7 @@ class Member:
     protocols: list[tuple[str, bytes]]
     instance_id: str | None = None
     assignment: bytes = b""
-    last_seen: float = field(default_factory=time.monotonic)
+    last_seen: float = 0.0
     join: asyncio.Future | None = None
     sync: asyncio.Future | None = None
 
@@ -84,9 +92,12 @@ def group_key(group_id: str) -> str:
 
 
 class Group:
-    def __init__(self, coordinator, group_id: str) -> None:
+    """One consumer group's membership state machine (persistence is the coordinator's)."""
+
+    def __init__(self, coordinator, group_id: str, record) -> None:
         self.coordinator = coordinator
         self.group_id = group_id
+        self.record = record  # store.GroupRecord: versions and pending writes of this group
         self.state = EMPTY
         self.generation = 0
         self.protocol_type: str | None = None
@@ -94,10 +105,32 @@ class Group:
         self.leader: str | None = None
         self.members: dict[str, Member] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._initial_until = 0.0
+
+    def _now(self) -> float:
+        return self.coordinator.clock()
+
+    @property
+    def gone(self) -> bool:
+        """Deleted, or taken over by another broker: this object answers nothing any more."""
+        return self.state == DEAD or self.record.lost
+
+    def _check_served(self) -> None:
+        if self.record.lost:
+            raise GroupError(NOT_COORDINATOR)
+        if self.state == DEAD:
+            raise GroupError(COORDINATOR_NOT_AVAILABLE)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in memory that metadata does not have: the group may be dropped and reloaded."""
+        return (self.state == EMPTY and not self.members and self._timer is None
+                and self.record.settled)
 
     # -- rebalancing ------------------------------------------------------------------------
     def join(self, member_id: str, client_id: str, host: str, session: float, rebalance: float, protocol_type: str,
              protocols: list[tuple[str, bytes]], instance_id: str | None) -> asyncio.Future:
+        self._check_served()
         if self.members and protocol_type != self.protocol_type:
             raise GroupError(INCONSISTENT_PROTOCOL)
         if self.members and not {n for n, _ in protocols} & self._common_protocols():
@@ -113,11 +146,11 @@ class Group:
                                                      instance_id)
         elif self.state == STABLE and member.protocols == protocols and member.member_id != self.leader:
             # A follower rejoining with unchanged metadata: no rebalance needed.
-            member.last_seen = time.monotonic()
+            member.last_seen = self._now()
             fut.set_result(self._join_result(member_id))
             return fut
         member.protocols, member.session_timeout, member.rebalance_timeout = protocols, session, rebalance
-        member.last_seen = time.monotonic()
+        member.last_seen = self._now()
         if member.join is not None and not member.join.done():
             member.join.set_result(JoinResult(UNKNOWN_MEMBER))
         member.join = fut
@@ -139,8 +172,10 @@ class Group:
                     m.sync.set_result((REBALANCE_IN_PROGRESS, b""))
         self.state = PREPARING
         timeout = max((m.rebalance_timeout for m in self.members.values()), default=1.0)
-        self._arm(INITIAL_REBALANCE_DELAY if initial else timeout, self._rebalance_deadline)
-        self._initial_until = time.monotonic() + (INITIAL_REBALANCE_DELAY if initial else 0)
+        delay = self.coordinator.initial_rebalance_delay
+        delay = INITIAL_REBALANCE_DELAY if delay is None else delay
+        self._arm(delay if initial else timeout, self._rebalance_deadline)
+        self._initial_until = self._now() + (delay if initial else 0)
 
     def _arm(self, delay: float, callback) -> None:
         if self._timer is not None:
@@ -158,7 +193,7 @@ class Group:
         self._complete()
 
     def _maybe_complete(self) -> None:
-        if self.state != PREPARING or time.monotonic() < getattr(self, "_initial_until", 0):
+        if self.state != PREPARING or self._now() < self._initial_until:
             return
         if all(m.join is not None and not m.join.done() for m in self.members.values()):
             self._complete()
@@ -176,15 +211,34 @@ class Group:
         self.protocol = self._choose_protocol()
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
-        now = time.monotonic()
+        now = self._now()
+        answers = []
         for member_id, member in self.members.items():
             member.last_seen = now
             member.assignment = b""
             if member.join is not None and not member.join.done():
-                member.join.set_result(self._join_result(member_id))
+                answers.append((member.join, self._join_result(member_id)))
             member.join = None
         log.info("kafka group %s: generation %d with %d member(s), protocol %s", self.group_id, self.generation,
                  len(self.members), self.protocol)
+        # The new generation is durable before anyone learns it: a restart never hands it out twice.
+        self._answer_when_durable(answers, lambda code: JoinResult(code))
+
+    def _answer_when_durable(self, answers: list, failure, write: bool = True) -> None:
+        """Resolve (future, result) pairs once the group as it is now is written; else with an error.
+
+        ``write``: this change needs writing; else wait for the writes already asked for.
+        """
+        durable = self.coordinator.persist(self, wait=True) if write else self.coordinator.durable(self)
+
+        def deliver(done: asyncio.Future) -> None:
+            error = done.exception() if not done.cancelled() else None
+            code = NONE if not done.cancelled() and error is None else NOT_COORDINATOR
+            for fut, result in answers:
+                if not fut.done():
+                    fut.set_result(result if code == NONE else failure(code))
+
+        durable.add_done_callback(deliver)
 
     def _choose_protocol(self) -> str:
         common = self._common_protocols()
@@ -208,28 +262,32 @@ class Group:
         if self.state == PREPARING:
             fut.set_result((REBALANCE_IN_PROGRESS, b""))
             return fut
-        member.last_seen = time.monotonic()
+        member.last_seen = self._now()
         if self.state == STABLE:
-            fut.set_result((NONE, member.assignment))
+            # The assignment may still be on its way to metadata: answer once it is there.
+            self._answer_when_durable([(fut, (NONE, member.assignment))], lambda code: (code, b""), write=False)
             return fut
         member.sync = fut
         if member_id == self.leader:
             for mid, m in self.members.items():
                 m.assignment = assignments.get(mid, b"")
             self.state = STABLE
-            self.coordinator.persist(self)
+            answers = []
             for m in self.members.values():
                 if m.sync is not None and not m.sync.done():
-                    m.sync.set_result((NONE, m.assignment))
+                    answers.append((m.sync, (NONE, m.assignment)))
                 m.sync = None
+            self._answer_when_durable(answers, lambda code: (code, b""))
         return fut
 
     def heartbeat(self, member_id: str, generation: int) -> int:
         member = self._check(member_id, generation)
-        member.last_seen = time.monotonic()
+        member.last_seen = self._now()
         return REBALANCE_IN_PROGRESS if self.state == PREPARING else NONE
 
     def leave(self, member_id: str) -> int:
+        if self.gone:
+            return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
         member = self.members.pop(member_id, None)
         if member is None:
             return UNKNOWN_MEMBER
@@ -254,6 +312,7 @@ class Group:
             self._prepare()
 
     def _check(self, member_id: str, generation: int) -> Member:
+        self._check_served()
         member = self.members.get(member_id)
         if member is None:
             raise GroupError(UNKNOWN_MEMBER)
@@ -262,6 +321,8 @@ class Group:
         return member
 
     def check_commit(self, member_id: str, generation: int) -> int:
+        if self.gone:
+            return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
         if generation < 0 and not member_id:
             return NONE if not self.members else ILLEGAL_GENERATION  # a simple (standalone) commit
         member = self.members.get(member_id)
@@ -271,11 +332,13 @@ class Group:
             return ILLEGAL_GENERATION
         if self.state == COMPLETING:
             return REBALANCE_IN_PROGRESS
-        member.last_seen = time.monotonic()
+        member.last_seen = self._now()
         return NONE
 
     def expire(self, now: float) -> None:
         """Drop members whose session timed out (not those waiting in a join)."""
+        if self.gone:
+            return
         expired = [m.member_id for m in self.members.values()
                    if (m.join is None or m.join.done()) and now - m.last_seen > m.session_timeout]
         for member_id in expired:
@@ -285,6 +348,18 @@ class Group:
                 member.sync.set_result((UNKNOWN_MEMBER, b""))
         if expired:
             self._member_gone()
+
+    def abandon(self, code: int) -> None:
+        """Stop serving this group object: pending joins and syncs get ``code``, timers stop."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for member in self.members.values():
+            if member.join is not None and not member.join.done():
+                member.join.set_result(JoinResult(code))
+            if member.sync is not None and not member.sync.done():
+                member.sync.set_result((code, b""))
+            member.join = member.sync = None
 
     # -- persistence ----------------------------------------------------------------------
     def to_json(self) -> bytes:
@@ -297,8 +372,15 @@ class Group:
         self.generation, self.protocol_type, self.protocol = v["generation"], v["protocol_type"], v["protocol"]
         self.leader = v["leader"]
         self.members = {m["id"]: Member.from_json(m) for m in v["members"]}
-        self.state = STABLE if self.members and v["state"] == STABLE else (EMPTY if not self.members else STABLE)
-        now = time.monotonic()
+        if not self.members:
+            self.state = EMPTY
+        elif v["state"] == STABLE:
+            self.state = STABLE
+        else:
+            # Written when a rebalance completed (or later while the next one was preparing): the
+            # members know this generation, so the leader's SyncGroup completes it.
+            self.state = COMPLETING
+        now = self._now()
         for m in self.members.values():
             m.last_seen = now  # give members a full session to come back after a restart
 
