@@ -16,6 +16,7 @@ from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...storage import StreamStorage
 from .catalog import Catalog
 from .cluster import ProducerIds
+from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
 from .store import Coordinator
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,9 @@ class KafkaService:
     def __init__(self, storage: StreamStorage, meta: MetadataStore, registry, *, host: str = "127.0.0.1",
                  port: int = 9092, advertised_host: str | None = None, node_id: int = 0,
                  max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
-                 auto_create: bool = True, default_partitions: int = 1) -> None:
+                 auto_create: bool = True, default_partitions: int = 1,
+                 producer_expiration_seconds: float = EXPIRATION_SECONDS,
+                 max_producers_per_partition: int = MAX_PRODUCERS) -> None:
         self.storage = storage
         self.meta = meta
         self.registry = registry
@@ -41,6 +44,9 @@ class KafkaService:
         self.max_message_bytes = max_message_bytes
         self.auto_create = auto_create
         self.default_partitions = default_partitions
+        # Idempotent producer state per partition: forgotten after this long idle, and capped in count.
+        self.producer_state_options = {"expiration_seconds": producer_expiration_seconds,
+                                       "max_producers": max_producers_per_partition}
         self.cluster_id = ""
         self.connections: set = set()
         self.catalog = Catalog(self)
