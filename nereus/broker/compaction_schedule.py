@@ -2,9 +2,15 @@
 
 Compaction runs on Spark, in its own process (a JVM has no place in the broker's
 event loop): the broker starts the worker the first time some stream has work
-(checked cheaply against the offset index), restarts it if it dies, and stops it
-on shutdown. The worker keeps one Spark session and compacts every ``interval``
+(checked cheaply against the offset index), restarts it with a growing delay if it
+dies (logging its exit status and the last error it printed), and stops it on
+shutdown. The worker keeps one Spark session and compacts every ``interval``
 seconds, then syncs the topics' SBT tables.
+
+The worker runs in a session of its own: a Ctrl-C in the broker's terminal reaches
+the broker only, which then stops the worker with SIGTERM. Compaction is crash-safe
+(leases are ephemeral, a half-done switch is finished or undone by the collector),
+so the worker needs no shutdown step of its own.
 """
 
 from __future__ import annotations
@@ -13,13 +19,27 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import re
 import sys
+import time
+from collections import deque
 from dataclasses import dataclass
 
-from ..lakehouse.compaction import plan_tasks
+from ..lakehouse.compaction import has_work
 from ..meta import MetadataStore
 
 log = logging.getLogger(__name__)
+
+#: Longest delay before restarting a worker that keeps dying.
+MAX_RESTART_DELAY = 300.0
+#: A worker that lived this long was healthy: its death restarts the backoff.
+HEALTHY_SECONDS = 600.0
+#: How long a stopping worker gets after SIGTERM before SIGKILL.
+STOP_TIMEOUT = 30.0
+#: Last bytes of the worker's stderr kept to say why it died.
+_TAIL_BYTES = 16 << 10
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b|Error: ).*")
+_WORKER_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclass(frozen=True)
@@ -31,33 +51,137 @@ class CompactionSchedule:
     objects_url: str
 
 
+class RestartDelay:
+    """Delays before restarting a dying worker: doubling from ``first`` up to ``MAX_RESTART_DELAY``.
+
+    A worker that ran for ``HEALTHY_SECONDS`` before it died starts the sequence again.
+    """
+
+    def __init__(self, first: float) -> None:
+        self.first = max(first, 1.0)
+        self.failures = 0
+
+    def after_exit(self, lived_seconds: float) -> float:
+        self.failures = 1 if lived_seconds >= HEALTHY_SECONDS else self.failures + 1
+        return min(MAX_RESTART_DELAY, self.first * 2 ** (self.failures - 1))
+
+
 async def run_schedule(meta: MetadataStore, schedule: CompactionSchedule) -> None:
-    """Until cancelled: start (and restart) the compaction worker once there is work."""
+    """Until cancelled: start the compaction worker once there is work, restart it when it dies."""
     if importlib.util.find_spec("pyspark") is None:
         log.warning("compaction schedule off: pyspark (the lakehouse extra) is not installed")
         return
-    worker: asyncio.subprocess.Process | None = None
-    try:
-        while True:
-            if worker is None or worker.returncode is not None:
-                if worker is not None:
-                    log.warning("compaction worker exited with %s; restarting when there is work", worker.returncode)
-                    worker = None
-                if await plan_tasks(meta, None, min_bytes=schedule.min_bytes, max_age_seconds=schedule.max_age):
-                    worker = await _start(schedule)
-            await asyncio.sleep(schedule.interval)
-    finally:
-        if worker is not None and worker.returncode is None:
-            worker.terminate()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(worker.wait(), 30)
-            if worker.returncode is None:
-                worker.kill()
+    delay = RestartDelay(schedule.interval)
+    while True:
+        await _wait_for_work(meta, schedule)
+        worker = await Worker.start(schedule)
+        try:
+            code = await worker.wait()
+        finally:
+            await worker.stop()  # cancelled (shutdown): SIGTERM, then SIGKILL after STOP_TIMEOUT
+        pause = delay.after_exit(worker.lived)
+        log.warning("compaction worker exited with %s after %.0f s (%s); restarting in %.0f s", _status(code),
+                    worker.lived, worker.reason() or "it printed no error", pause)
+        await asyncio.sleep(pause)
 
 
-async def _start(schedule: CompactionSchedule) -> asyncio.subprocess.Process:
-    args = [sys.executable, "-m", "nereus.cli", "compact", "--metadata", schedule.metadata_url,
-            "--objects", schedule.objects_url, "--interval", str(schedule.interval),
-            "--min-bytes", str(schedule.min_bytes), "--max-age", str(schedule.max_age), "--no-progress"]
-    log.info("starting the compaction worker (every %.0f s)", schedule.interval)
-    return await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL)
+async def _wait_for_work(meta: MetadataStore, schedule: CompactionSchedule) -> None:
+    """Return once some stream has work; a failing check is logged and tried again next interval."""
+    failing = False
+    while True:
+        try:
+            if await has_work(meta, min_bytes=schedule.min_bytes, max_age_seconds=schedule.max_age):
+                return
+            failing = False
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the schedule must outlive any bad stream record or metadata hiccup
+            if not failing:  # once per streak, not every interval
+                log.exception("compaction schedule: checking the streams for work failed; trying again")
+            failing = True
+        await asyncio.sleep(schedule.interval)
+
+
+def last_error(output: str) -> str | None:
+    """The last error line of a process's output (a traceback's last line, a click error), else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.match(line)]
+    return (errors or lines or [None])[-1]
+
+
+def _status(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"code {code}"
+
+
+def _worker_log_level() -> str:
+    """The broker's log level, for the worker (its command line takes one of ``_WORKER_LEVELS``)."""
+    level = logging.getLogger().getEffectiveLevel()
+    for name in _WORKER_LEVELS:
+        if level <= logging.getLevelName(name):
+            return name
+    return _WORKER_LEVELS[-1]
+
+
+class Worker:
+    """One ``nereus compact --interval`` process; its stderr is passed through to the broker's."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self._tail = bytearray()
+        self._relay = asyncio.ensure_future(self._pass_stderr())
+
+    @classmethod
+    async def start(cls, schedule: CompactionSchedule) -> "Worker":
+        args = [sys.executable, "-m", "nereus.cli", "--log-level", _worker_log_level(), "compact",
+                "--metadata", schedule.metadata_url, "--objects", schedule.objects_url,
+                "--interval", str(schedule.interval), "--min-bytes", str(schedule.min_bytes),
+                "--max-age", str(schedule.max_age), "--no-progress"]
+        log.info("starting the compaction worker (every %.0f s)", schedule.interval)
+        proc = await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        return cls(proc)
+
+    @property
+    def lived(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    async def _pass_stderr(self) -> None:
+        out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+        while chunk := await self.proc.stderr.read(1 << 16):
+            self._tail += chunk
+            del self._tail[:-_TAIL_BYTES]
+            if out is not None:
+                out.write(chunk)
+                out.flush()
+            else:
+                sys.stderr.write(chunk.decode("utf-8", "replace"))
+
+    async def wait(self) -> int:
+        """The exit status, once the process has exited and its stderr is drained."""
+        code = await self.proc.wait()
+        self.ended = time.monotonic()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._relay), 5)  # a grandchild may hold the pipe
+        return code
+
+    def reason(self) -> str | None:
+        """The last error line the worker printed (see ``last_error``)."""
+        return last_error(self._tail.decode("utf-8", "replace"))
+
+    async def stop(self) -> None:
+        """SIGTERM, then SIGKILL after ``STOP_TIMEOUT``; waits for the exit (also when cancelled)."""
+        try:
+            if self.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.terminate()
+                try:
+                    await asyncio.wait_for(asyncio.shield(self.proc.wait()), STOP_TIMEOUT)
+                except asyncio.TimeoutError:
+                    log.warning("compaction worker ignored SIGTERM for %.0f s; killing it", STOP_TIMEOUT)
+                    with contextlib.suppress(ProcessLookupError):
+                        self.proc.kill()
+                    await asyncio.shield(self.proc.wait())
+        finally:
+            self._relay.cancel()

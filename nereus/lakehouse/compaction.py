@@ -87,23 +87,30 @@ async def topic_streams(meta: MetadataStore, topics: list[str] | None) -> list[t
             name = TopicName.parse(stream)
         except InvalidTopicName:
             continue
-        base = name.base() if name.partition_index >= 0 else name
-        out.append((str(base), name.partition_index, stream))
+        out.append((str(name.base), name.partition_index, stream))
     return out
 
 
-async def plan_tasks(meta: MetadataStore, topics: list[str] | None, *, target_bytes: int = compaction.TARGET_BYTES,
-                     min_bytes: int = 1, max_age_seconds: float | None = None) -> list[CompactionTask]:
-    tasks = []
+async def _stream_ids(meta: MetadataStore, topics: list[str] | None) -> list[tuple[str, int, int]]:
+    """(base topic, partition, stream id) of the existing streams of ``topics`` (None: all)."""
+    out = []
     for topic, partition, stream in await topic_streams(meta, topics):
         rec = await meta.get(records.name_key(stream))
-        if rec is None:
-            continue
-        stream_id = records.decode(rec.value)["id"]
-        for job in await compaction.plan(meta, stream_id, target_bytes=target_bytes, min_bytes=min_bytes,
-                                         max_age_seconds=max_age_seconds):
-            tasks.append(CompactionTask(topic, partition, job))
-    return tasks
+        if rec is not None:
+            out.append((topic, partition, records.decode(rec.value)["id"]))
+    return out
+
+
+async def has_work(meta: MetadataStore, *, min_bytes: int = 1, max_age_seconds: float | None = None) -> bool:
+    """Whether some stream has a range a job with these settings would compact now.
+
+    The broker's schedule asks this before it starts a Spark worker; it stops at the
+    first stream with work.
+    """
+    for _, _, stream_id in await _stream_ids(meta, None):
+        if await compaction.plan(meta, stream_id, min_bytes=min_bytes, max_age_seconds=max_age_seconds):
+            return True
+    return False
 
 
 async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTask) -> dict:
@@ -179,11 +186,7 @@ async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes:
                           max_age_seconds: float | None) -> tuple[list[CompactionTask], list]:
     """Plans of the streams whose lease we got (held until the caller releases them)."""
     tasks, leases = [], []
-    for topic, partition, stream in await topic_streams(meta, topics):
-        rec = await meta.get(records.name_key(stream))
-        if rec is None:
-            continue
-        stream_id = records.decode(rec.value)["id"]
+    for topic, partition, stream_id in await _stream_ids(meta, topics):
         lease = compaction.lease(meta, stream_id, owner)
         try:
             await lease.__aenter__()

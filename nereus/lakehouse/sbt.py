@@ -46,8 +46,7 @@ def open_catalog(catalog_uri: str, warehouse: str):
 
 def identifier(topic: str) -> tuple[str, str, str]:
     """``(tenant, namespace, topic)`` of a topic's table (partitioned: the base topic)."""
-    name = TopicName.parse(topic)
-    name = name.base() if name.partition_index >= 0 else name
+    name = TopicName.parse(topic).base
     return name.tenant, name.namespace, name.local
 
 
