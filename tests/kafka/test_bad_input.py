@@ -41,6 +41,10 @@ def test_api_versions_and_unknown_version(broker):
     struct.pack(">i", 12) + b"\x00\x03\x00\x09" + b"\xff" * 8,  # garbage Metadata body
     struct.pack(">i", 1 << 30),  # oversized
     struct.pack(">i", -5),
+    # Metadata requests of a few bytes claiming 2**31-1 and 2**32-2 topics: decoding them as
+    # they are allocates 16 and 32 GiB (the process aborts where that much cannot be had)
+    struct.pack(">ihhih", 14, 3, 1, 1, -1) + struct.pack(">i", 0x7FFFFFFF),
+    struct.pack(">ihhihb", 16, 3, 9, 1, -1, 0) + b"\xff\xff\xff\xff\x0f",
 ])
 def test_bad_frames_close_the_connection(broker, frame):
     raw = RawKafka(broker.bootstrap)

@@ -22,6 +22,8 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
+from .bounds import LengthError, check_frame
+
 _API = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
@@ -111,6 +113,11 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHead, Any]:
     cls = request_schema(head.api_key, head.api_version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     data = bytes(frame)
+    try:
+        # Lengths first: the reader allocates what a count claims before reading the elements.
+        check_frame(cls, data, check_frame(header_cls, data, 0, header=True))
+    except LengthError as exc:
+        raise MalformedRequest(f"{SUPPORTED[head.api_key][0]} v{head.api_version}: {exc}") from None
     try:
         header, pos = _reader(header_cls)(data, 0)
         body, size = _reader(cls)(data, pos)
