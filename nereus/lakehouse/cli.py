@@ -55,6 +55,9 @@ def _target_factory(delta: str | None, storage_options: dict[str, str], catalog:
         raise click.UsageError("--storage-option goes with --delta; give Iceberg storage as --catalog-property")
     if not table:
         raise click.UsageError("--iceberg-catalog needs --table namespace.table")
+    namespace, _, name = table.rpartition(".")
+    if not namespace or not name:
+        raise click.BadParameter(f"{table!r} must be namespace.table", param_hint="--table")
 
     def iceberg_target() -> Target:
         from .iceberg_target import IcebergTarget
@@ -89,9 +92,11 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, storage_
     Each commit records the delivered offset of every partition it covers, so a job that
     is killed at any point resumes where the table says, without duplicates or gaps. Rows
     below a partition's retained start (trim, retention) are deleted from the table.
+    A topic that does not exist is an error, and no table is created for it.
     """
     if once and interval is not None:
         raise click.UsageError("--once and --interval exclude each other")
+    from ..ledger.naming import InvalidTopicName
     from ..meta import InvalidRequest, MetadataError
     from ..objstore import ObjectStoreError, UnsupportedStoreUrl
     from ..storage.errors import StorageError
@@ -102,6 +107,8 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, storage_
                                                    progress))
     except InvalidRequest as exc:
         raise click.BadParameter(str(exc), param_hint="--metadata") from None
+    except InvalidTopicName as exc:
+        raise click.BadParameter(str(exc), param_hint="--topic") from None
     except UnsupportedStoreUrl as exc:
         raise click.BadParameter(str(exc), param_hint="--objects") from None
     except (TargetError, TopicNotFound) as exc:
@@ -122,8 +129,9 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
 
     from ..meta import connect
     from ..objstore import open_object_store
+    from .rows import topic_ranges
 
-    # URLs first: a typo must not leave a freshly created table behind.
+    # URLs and the topic first: a typo must not leave a freshly created table behind.
     store = open_object_store(objects)
     try:
         meta = connect(metadata)
@@ -131,6 +139,7 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
         await store.close()
         raise
     try:
+        await topic_ranges(meta, topic, must_exist=True)
         target = make_target()
     except BaseException:
         await meta.close()

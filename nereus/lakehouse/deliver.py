@@ -39,6 +39,7 @@ from ..meta import MetadataError, MetadataStore
 from ..objstore import ObjectStore
 from ..storage.errors import StorageError
 from . import rows as _rows
+from .rows import TopicNotFound
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,6 @@ class TargetConflict(Exception):
 
 class TargetError(Exception):
     """The table cannot be used as a delivery target (bad location, foreign schema, ...)."""
-
-
-class TopicNotFound(Exception):
-    """No partition of the topic has a stream yet."""
 
 
 class Target(Protocol):
@@ -189,13 +186,9 @@ class Delivery:
                 await asyncio.sleep(random.uniform(0, 0.1 * failures))  # let the other writer's round finish
 
     async def _plan(self) -> list[_Partition]:
-        ranges = []
-        for name, partition, stream in await _rows.partitions(self.meta, self.topic):
-            bounds = await _rows.stream_range(self.meta, name, partition, stream)
-            if bounds is not None:
-                ranges.append(bounds)
+        ranges = await _rows.topic_ranges(self.meta, self.topic, must_exist=True)
         if not ranges:
-            raise TopicNotFound(f"topic {self.topic!r} has no stream (never created or written to)")
+            return []  # a partitioned topic none of whose partitions has a stream yet
         recorded = await self._call(self.target.positions, ranges[0].topic, [r.partition for r in ranges])
         if not self._planned:  # after a crash this is where the job resumes
             log.info("%s: delivered so far %s", self.target.description,
@@ -221,6 +214,8 @@ class Delivery:
 
     async def _round(self, stats: Stats) -> None:
         plan = await self._plan()
+        if not plan:
+            return
         topic = plan[0].range.topic
         self._on_plan(sum(max(0, p.range.end - p.position.end) for p in plan))
         deletes = {p.range.partition: p.position for p in plan if p.delete}

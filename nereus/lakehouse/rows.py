@@ -72,6 +72,28 @@ async def stream_range(meta: MetadataStore, topic: str, partition: int, stream: 
     return StreamRange(topic, partition, stream, stream_id, start, max(start, end))
 
 
+class TopicNotFound(LookupError):
+    """The topic does not exist: it is neither a partitioned topic nor a stream."""
+
+
+async def topic_ranges(meta: MetadataStore, topic: str, *, must_exist: bool = False) -> list[StreamRange]:
+    """Committed bounds of every partition of ``topic`` that has a stream.
+
+    ``must_exist``: raise ``TopicNotFound`` (naming the topic) if the topic does not
+    exist. A partitioned topic exists from its creation, before its partitions hold a
+    stream (then the list is empty).
+    """
+    parts = await partitions(meta, topic)
+    out = []
+    for name, partition, stream in parts:
+        bounds = await stream_range(meta, name, partition, stream)
+        if bounds is not None:
+            out.append(bounds)
+    if must_exist and not out and parts[0][1] < 0:
+        raise TopicNotFound(f"topic {parts[0][0]} does not exist")
+    return out
+
+
 def _time(ms: int) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms > 0 else None
 

@@ -25,6 +25,7 @@ Options (case-insensitive):
 * ``recordsPerPartition`` (default 100000): offsets per Spark input partition; each
   (topic partition, offset chunk) is read by one task.
 
+Reading a topic that does not exist raises ``rows.TopicNotFound`` (the message names it).
 The planner and the tasks talk to the metadata store and the object store directly; no
 broker is involved, and only committed records (those the tail record covers) are read.
 Writes go through a broker (``serviceUrl``).
@@ -238,12 +239,10 @@ async def _plan(metadata: str, topic: str, starting: str | None, ending: str | N
     meta = connect(metadata)
     try:
         out: list[_rows.StreamRange] = []
-        for name, partition, stream in await _rows.partitions(meta, topic):
-            bounds = await _rows.stream_range(meta, name, partition, stream)
-            if bounds is None:
-                continue  # a partition nothing was ever written to
-            lo = max(bounds.start, _offset_for(starting, partition, bounds.start, bounds.start, bounds.end))
-            hi = min(bounds.end, _offset_for(ending, partition, bounds.end, bounds.start, bounds.end))
+        # Partitions nothing was ever written to have no stream (and no rows).
+        for bounds in await _rows.topic_ranges(meta, topic, must_exist=True):
+            lo = max(bounds.start, _offset_for(starting, bounds.partition, bounds.start, bounds.start, bounds.end))
+            hi = min(bounds.end, _offset_for(ending, bounds.partition, bounds.end, bounds.start, bounds.end))
             out.extend(split_range(bounds, lo, hi, chunk))
         return out, await plan_values(meta, topic, schema)
     finally:

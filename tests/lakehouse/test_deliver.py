@@ -394,9 +394,24 @@ def test_bad_input_is_a_readable_error(standalone, tmp_path):
                                        "--topic", "t", "--delta", str(tmp_path / "typo")])
     assert result.exit_code == 2 and "--metadata" in result.output, result.output
     assert not (tmp_path / "typo").exists()  # checked before the table is created
-    result = runner.invoke(lakehouse, ["deliver", *_urls(standalone), "--topic", "never-written",
+    result = runner.invoke(lakehouse, ["deliver", *_urls(standalone), "--topic", "bad/topic",
                                        "--delta", str(tmp_path / "d")])
-    assert result.exit_code == 1 and "has no stream" in result.output, result.output
+    assert result.exit_code == 2 and "--topic" in result.output, result.output
+
+
+@pytest.mark.parametrize("interval", [[], ["--interval", "5"]])
+def test_a_topic_that_does_not_exist_is_an_error_and_creates_no_table(standalone, tmp_path, interval):
+    """One readable line, exit code 1, and neither a Delta directory nor an Iceberg table."""
+    for target in (["--delta", str(tmp_path / "d")], _iceberg_args(tmp_path, "streams.never")):
+        proc = subprocess.run([sys.executable, "-m", "nereus.lakehouse.cli", "deliver", *_urls(standalone),
+                               "--topic", "never-written", *target, "--no-progress", *interval],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.strip() == "Error: topic persistent://public/default/never-written does not exist"
+    assert not (tmp_path / "d").exists()
+    catalog = load_catalog("lake", **iceberg_properties(tmp_path))
+    assert not catalog.table_exists("streams.never")
+    assert not (tmp_path / "warehouse").exists()
 
 
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])

@@ -12,6 +12,7 @@ pulsar = pytest.importorskip("pulsar")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from tests.standalone_process import Standalone  # noqa: E402
+from tests.standalone_process import admin  # noqa: E402
 
 PULSAR_TOPIC = "persistent://public/default/spark-pulsar"
 KAFKA_TOPIC = "spark-kafka"
@@ -141,6 +142,13 @@ def test_kafka_topic(spark, standalone, kafka_records):
         assert row.event_time is not None
 
 
-def test_empty_range_and_missing_topic(spark, standalone, kafka_records):
+def test_empty_range_and_empty_topic(spark, standalone, kafka_records):
     assert _source(spark, standalone, KAFKA_TOPIC, startingOffset="latest", endingOffset="5").count() == 0
-    assert _source(spark, standalone, "never-written").count() == 0
+    # a partitioned topic exists from its creation, before any partition has a stream
+    admin(standalone, "PUT", "/persistent/public/default/spark-empty/partitions", 2)
+    assert _source(spark, standalone, "spark-empty").count() == 0
+
+
+def test_a_topic_that_does_not_exist_is_an_error(spark, standalone):
+    with pytest.raises(Exception, match="persistent://public/default/never-written does not exist"):
+        _source(spark, standalone, "never-written").count()
