@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 import cramjam
@@ -16,10 +15,9 @@ import crc32c
 
 from .batch import (CRC_START, GZIP, HEADER_SIZE, LZ4, NO_COMPRESSION, SNAPPY, ZSTD, BatchHeader, InvalidBatch,
                     parse_header)
+from .inflate import MAX_DECOMPRESSED, decompress
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_XERIAL = b"\x82SNAPPY\x00"
-MAX_DECOMPRESSED = 64 << 20  # a peer-declared size is capped before we allocate for it
 
 
 @dataclass(slots=True)
@@ -29,33 +27,6 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-
-
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """The uncompressed records of a batch body; raises InvalidBatch."""
-    try:
-        if codec == NO_COMPRESSION:
-            return bytes(data)
-        if codec == GZIP:
-            out = zlib.decompressobj(wbits=31).decompress(bytes(data), MAX_DECOMPRESSED)
-            return out
-        if codec == SNAPPY:
-            raw = bytes(data)
-            if raw.startswith(_XERIAL):  # Java's framed form: 16-byte header, then [len][block]...
-                pos, parts = 16, []
-                while pos < len(raw):
-                    size = struct.unpack_from(">i", raw, pos)[0]
-                    parts.append(bytes(cramjam.snappy.decompress_raw(raw[pos + 4:pos + 4 + size])))
-                    pos += 4 + size
-                return b"".join(parts)
-            return bytes(cramjam.snappy.decompress_raw(raw))
-        if codec == LZ4:
-            return bytes(cramjam.lz4.decompress(bytes(data)))
-        if codec == ZSTD:
-            return bytes(cramjam.zstd.decompress(bytes(data)))
-    except (zlib.error, cramjam.DecompressionError, struct.error, ValueError) as exc:
-        raise InvalidBatch(f"cannot decompress records (codec {codec}): {exc}") from None
-    raise InvalidBatch(f"unknown compression codec {codec}")
 
 
 def compress(codec: int, data: bytes) -> bytes:
@@ -106,12 +77,12 @@ def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:pos + n], pos + n
 
 
-def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
-    """Header and records of one whole batch (decompressing as needed)."""
+def decode_records(batch: bytes | memoryview, limit: int = MAX_DECOMPRESSED) -> tuple[BatchHeader, list[Record]]:
+    """Header and records of one whole batch (decompressing as needed, to at most ``limit`` bytes)."""
     header = parse_header(batch)
     # bytes, not a view: indexing and slicing bytes is faster, and keys and values
     # become bytes the callers can keep.
-    body = bytes(decompress(header.compression, memoryview(batch)[HEADER_SIZE:header.length]))
+    body = bytes(decompress(header.compression, memoryview(batch)[HEADER_SIZE:header.length], limit))
     records, pos = [], 0
     for _ in range(header.record_count):
         length, pos = _varint(body, pos)

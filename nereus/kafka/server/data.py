@@ -18,6 +18,8 @@ from kio.schema.errors import ErrorCode
 from ...ledger.entry import decode_entry
 from ...storage import OffsetOutOfRange, StorageError, StreamFenced
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
+from ..codec.batch import HEADER_SIZE
+from ..codec.inflate import check_decompressed
 from ..codec.protocol import response_schema
 from ..codec.records import decode_records
 from ..convert import ConversionError
@@ -88,6 +90,8 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
         return ErrorCode.message_too_large, -1, -1, None
     try:
         batches = split_batches(records)
+        for batch, data in batches:  # what compressed records expand to is bounded (no bombs)
+            check_decompressed(batch.compression, data[HEADER_SIZE:])
     except UnsupportedMagic as exc:
         return ErrorCode.unsupported_for_message_format, -1, -1, str(exc)
     except InvalidBatch as exc:
@@ -211,10 +215,15 @@ async def offset_for_timestamp(part, timestamp: int) -> tuple[int, int]:
             header, _ = decode_entry(entry.data)
             if header.max_timestamp < timestamp and header.max_timestamp >= 0:
                 continue
-            batch = part.served(entry)
+            try:
+                batch = part.served(entry)
+            except ConversionError as exc:  # as Fetch does: an entry Kafka cannot show is skipped
+                log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
+                            part.index, exc)
+                continue
             if batch is None:
                 continue
-            bheader, records = decode_records(batch)
+            bheader, records = decode_records(batch)  # InvalidBatch: answered CORRUPT_MESSAGE
             for record in records:
                 if record.timestamp >= timestamp and bheader.base_offset + record.offset_delta >= offset:
                     return bheader.base_offset + record.offset_delta, record.timestamp
@@ -260,7 +269,13 @@ async def handle_list_offsets(conn, head, req):
             elif p.timestamp == MAX_TIMESTAMP:
                 offset, ts = await max_timestamp(part)
             else:
-                offset, ts = await offset_for_timestamp(part, p.timestamp)
+                try:
+                    offset, ts = await offset_for_timestamp(part, p.timestamp)
+                except InvalidBatch as exc:
+                    log.warning("kafka: timestamp lookup in %s-%d: %s", topic.name, p.partition_index, exc)
+                    parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.corrupt_message,
+                                      timestamp=-1, offset=-1, leader_epoch=part.leader_epoch))
+                    continue
             parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.none, timestamp=ts,
                               offset=offset, leader_epoch=part.leader_epoch))
         topics.append(make(tcls, name=topic.name, partitions=tuple(parts)))
