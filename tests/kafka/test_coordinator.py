@@ -12,7 +12,8 @@ import logging
 
 import pytest
 
-from nereus.kafka.server.groups import COMPLETING, EMPTY, NONE, NOT_COORDINATOR, STABLE, group_key
+from nereus.kafka.server.groups import (COMPLETING, EMPTY, GROUP_MAX_SIZE_REACHED, NONE, NOT_COORDINATOR, STABLE,
+                                        GroupError, group_key)
 from nereus.kafka.server.store import Coordinator, offset_key
 from nereus.meta import MetadataUnavailable
 from nereus.meta.embedded import Engine
@@ -316,5 +317,21 @@ async def test_evicted_group_reloads_its_state(engine):
     assert reloaded is not group and (reloaded.generation, reloaded.state) == (2, EMPTY)
     joined = await done(_join(reloaded))
     assert joined.generation == 3  # written with the version read at reload: no conflict
+    await coord.stop()
+    await meta.close()
+
+
+async def test_members_of_a_group_are_capped(engine):
+    meta = engine.client()
+    coord = _coordinator(meta, max_group_size=3)
+    group = await coord.group("g")
+    first = await done(_join(group))
+    pending = [_join(group) for _ in range(2)]  # new members: a rebalance waits for the first to rejoin
+    with pytest.raises(GroupError) as exc:
+        _join(group)
+    assert exc.value.code == GROUP_MAX_SIZE_REACHED and len(group.members) == 3
+    pending.append(_join(group, first.member_id))  # a known member still rejoins
+    results = await done(asyncio.gather(*pending))
+    assert {r.error for r in results} == {NONE} and {r.generation for r in results} == {2}
     await coord.stop()
     await meta.close()

@@ -35,7 +35,7 @@ INITIAL_REBALANCE_DELAY = 0.3  # lets consumers started together land in one gen
 # Kafka error codes used here
 NONE, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, UNKNOWN_MEMBER = 0, 22, 23, 25
 INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, NOT_COORDINATOR = 26, 27, 16
-COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED = 15, 81
 
 
 class GroupError(Exception):
@@ -137,6 +137,8 @@ class Group:
             raise GroupError(INCONSISTENT_PROTOCOL)
         if member_id and member_id not in self.members:
             raise GroupError(UNKNOWN_MEMBER)
+        if not member_id and len(self.members) >= self.coordinator.max_group_size:
+            raise GroupError(GROUP_MAX_SIZE_REACHED)  # Kafka's group.max.size: members are held in memory
         if not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
         member = self.members.get(member_id)

@@ -40,7 +40,10 @@ COORDINATOR_NOT_AVAILABLE (retriable).
 Memory. Groups are loaded on first use. An Empty group without members and with
 nothing pending is dropped after ``idle_seconds`` without use, and at once (least
 recently used first) when more than ``max_groups`` are held; either way it is
-reloaded from metadata when next used.
+reloaded from metadata when next used. A group takes at most ``max_group_size``
+members (Kafka's ``group.max.size``; a join beyond it is answered
+GROUP_MAX_SIZE_REACHED), so a client cannot grow one without limit by joining
+with new member ids.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ OFFSETS_ROOT = "/nereus/kafka/offsets/"
 EXPIRY_INTERVAL = 0.5
 IDLE_SECONDS = 300.0  # an unused empty group stays loaded this long
 MAX_GROUPS = 10_000  # groups held in memory before idle ones are dropped at once
+MAX_GROUP_SIZE = 10_000  # members of one group (Kafka's group.max.size)
 RETRY_BACKOFF = (0.05, 5.0)  # first and longest wait between attempts of a failed group write
 GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP = 69, 68
 _END = "\U0010ffff"
@@ -121,12 +125,14 @@ class Coordinator:
     """
 
     def __init__(self, meta, *, clock: Callable[[], float] = time.monotonic, idle_seconds: float = IDLE_SECONDS,
-                 max_groups: int = MAX_GROUPS, retry_backoff: tuple[float, float] = RETRY_BACKOFF,
+                 max_groups: int = MAX_GROUPS, max_group_size: int = MAX_GROUP_SIZE,
+                 retry_backoff: tuple[float, float] = RETRY_BACKOFF,
                  initial_rebalance_delay: float | None = None) -> None:
         self.meta = meta
         self.clock = clock
         self.idle_seconds = idle_seconds
         self.max_groups = max_groups
+        self.max_group_size = max_group_size
         self.retry_backoff = retry_backoff
         self.initial_rebalance_delay = initial_rebalance_delay
         self.groups: OrderedDict[str, Group] = OrderedDict()  # least recently used first
