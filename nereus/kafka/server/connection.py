@@ -53,7 +53,10 @@ class KafkaConnection(asyncio.Protocol):
         self._wake.set()
         if self._task is not None:
             self._task.cancel()
-        for _head, fut in self._responses:
+        for head, fut in self._responses:
+            if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                log.warning("kafka: %s request from %s failed after the connection closed", head.api_key,
+                            self.peer, exc_info=fut.exception())
             fut.cancel()
         self._responses.clear()
 
@@ -146,13 +149,15 @@ class KafkaConnection(asyncio.Protocol):
             if not fut.done():
                 return
             self._responses.popleft()
-            if fut.cancelled() or self.closed:
+            if fut.cancelled():
                 continue
-            exc = fut.exception()
+            exc = fut.exception()  # always retrieved, also once the connection is closed
             if exc is not None:
                 log.error("kafka: %s request from %s failed", head.api_key, self.peer, exc_info=exc)
                 self.close()
                 return
+            if self.closed:
+                continue
             body = fut.result()
             if body is not None:
                 self.transport.write(encode_response(head, body))

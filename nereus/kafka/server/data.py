@@ -154,6 +154,9 @@ async def _fetch(service, head, req):
             await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for t in tasks:
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    # the partition's next fetch reports the problem; retrieved so it is not lost
+                    log.debug("kafka: long poll wait failed: %s", t.exception())
                 t.cancel()
 
 
