@@ -84,11 +84,14 @@ async def by_publish_time(topic, publish_time: int) -> int:
 
 
 async def last_message_id(topic) -> pb.MessageIdData:
-    """Id of the last stored message; entryId -1 when the topic is empty."""
+    """Id of the last readable message; entryId -1 when there is none (empty, or all trimmed).
+
+    A trimmed message is not "available": readers compare this id with their own.
+    """
     await topic.handle.refresh()
     end = topic.handle.next_offset()
     mid = pb.MessageIdData(ledgerId=topic.stream_id, entryId=_NO_ID, partition=topic.partition)
-    if end == 0:
+    if end <= topic.handle.start_offset():
         return mid
     entry = await _entry(topic, end - 1)
     if entry is None:
