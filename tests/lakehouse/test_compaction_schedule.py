@@ -195,6 +195,26 @@ def test_a_dead_worker_is_restarted_and_the_reason_logged(node):
         client.close()
 
 
+def test_a_topic_that_went_quiet_reaches_its_table(node):
+    """No write after the last record: the stream's newest slices must still reach the
+    offset index (storage groups them once the oldest is ``GROUP_MAX_AGE_MS`` old), then
+    the schedule compacts them once they are ``--compaction-max-age`` old."""
+    topic = "persistent://public/default/scheduled-quiet"
+    kafka_topic = "scheduled-quiet-kafka"
+    client = pulsar.Client(node.url)
+    try:
+        client.create_producer(topic, batching_enabled=False).send(b"only")
+    finally:
+        client.close()
+    kafka = confluent_kafka.Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 50})
+    burst = {b"burst-%d" % i for i in range(2000)}
+    for value in burst:
+        kafka.produce(kafka_topic, value=value)
+    assert kafka.flush(30) == 0
+    wait_for(lambda: covers(node, topic, {b"only"}) and covers(node, kafka_topic, burst),
+             "the quiet topics' tables show their records", node)  # no tick: nothing else is written
+
+
 def test_ctrl_c_ends_the_broker_and_its_worker_cleanly(node):
     topic = "persistent://public/default/scheduled-ctrl-c"
     client = pulsar.Client(node.url)
