@@ -13,6 +13,7 @@ import heapq
 import logging
 import time
 
+from ...ledger.errors import CursorFenced
 from ...ledger.subscription import ConsumerSlot, Subscription, SubType
 from ...storage import FetchedEntry, OffsetOutOfRange, StorageError
 from . import entries, metrics
@@ -37,7 +38,9 @@ class Dispatcher:
         self._delayed_set: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._persist_task: asyncio.Task | None = None
+        self._closing: asyncio.Future | None = None
         self._closed = False
+        sub.cursor.on_fenced = self._cursor_fenced
 
     @property
     def name(self) -> str:
@@ -58,6 +61,8 @@ class Dispatcher:
         if self.sub.cursor.dirty:
             try:
                 await self.sub.cursor.persist()
+            except CursorFenced:
+                pass  # reported by _cursor_fenced; the other owner's record stands
             except Exception:
                 log.exception("%s: cursor %s not persisted at close", self.topic.name, self.name)
 
@@ -78,8 +83,25 @@ class Dispatcher:
         try:
             while self.sub.cursor.dirty:
                 await self.sub.cursor.persist()
+        except CursorFenced:
+            pass  # reported by _cursor_fenced
         except Exception:
             log.exception("%s: persisting cursor %s failed", self.topic.name, self.name)
+
+    def _cursor_fenced(self, exc: CursorFenced) -> None:
+        """Someone else wrote the cursor: stop serving this stale copy.
+
+        Writing it again would overwrite the other writer's acknowledgements, so the
+        dispatcher leaves the topic and the consumers are told to reconnect; their
+        resubscribe opens the cursor again from the metadata plane, and what they had
+        not acknowledged there is redelivered.
+        """
+        log.warning("%s: %s; consumers of %s reconnect to reload it", self.topic.name, exc, self.name)
+        if self.topic.dispatchers.get(self.name) is self:
+            del self.topic.dispatchers[self.name]
+        self.topic.close_consumers(self)
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self.close())
 
     # -- the loop ------------------------------------------------------------------------
     async def _run(self) -> None:
