@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
-from ...meta import MetadataStore
+from ...meta import MetadataStore, UnexpectedVersion, cas
 from ...pulsar.server.schemas import POLICIES_ROOT, policies_key
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
@@ -21,6 +21,8 @@ TENANTS_ROOT = "/nereus/pulsar/tenants"
 DEFAULT_CLUSTER = "standalone"
 _NAME = re.compile(r"^[A-Za-z0-9_=:.\-]+$")
 _TOP = "\U0010ffff"
+#: Read-modify-write attempts of an admin update; one that loses this many races answers 409.
+UPDATE_ATTEMPTS = 5
 
 
 class AdminError(Exception):
@@ -70,6 +72,25 @@ async def errors(request: web.Request, handler):
     except Exception as exc:
         log.exception("admin %s %s failed", request.method, request.path)
         return web.json_response({"reason": f"{type(exc).__name__}: {exc}"}, status=500)
+
+
+async def update_record(meta: MetadataStore, key: str, change, *, what: str) -> None:
+    """Read-modify-write the JSON record at ``key`` by compare-and-set on the version read.
+
+    ``change(stored)`` returns the new dict. A write that lost to another writer (another
+    broker on the same metadata) is redone on a fresh read, so no concurrent change is
+    overwritten; after ``UPDATE_ATTEMPTS`` lost races the answer is 409 Conflict. A record
+    that is absent (or was deleted meanwhile) answers 404 rather than being recreated.
+    """
+    def apply(old: bytes | None) -> bytes:
+        if old is None:
+            raise AdminError(404, f"{what} does not exist")
+        return json.dumps(change(json.loads(old))).encode()
+
+    try:
+        await cas.update(meta, key, apply, max_attempts=UPDATE_ATTEMPTS)
+    except UnexpectedVersion:
+        raise AdminError(409, f"{what} was modified concurrently; try again") from None
 
 
 def no_content() -> web.Response:

@@ -16,12 +16,11 @@ import json
 from aiohttp import web
 
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
-from ...meta import cas
 from ...pulsar.server.schemas import STRATEGIES, policies_key
 from ...pulsar.server.topics import refresh_policies
 from . import retention, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
-                     require_namespace, require_tenant)
+                     require_namespace, require_tenant, update_record)
 
 _PUBLIC_FIELDS = ("retention_policies", "deduplicationEnabled", "schema_compatibility_strategy")
 
@@ -99,18 +98,16 @@ async def delete_namespace(request: web.Request) -> web.Response:
 
 
 async def _update(ctx, tenant: str, namespace: str, field: str, value) -> None:
-    def change(old: bytes | None) -> bytes:
-        if old is None:
-            raise AdminError(404, "Namespace does not exist")
-        stored = json.loads(old)
+    """Set (or with None remove) one policy by compare-and-set on the record read."""
+    def change(stored: dict) -> dict:
         if value is None:
             stored.pop(field, None)
         else:
             stored[field] = value
-        return json.dumps(stored).encode()
+        return stored
 
     await require_tenant(ctx.meta, tenant)
-    await cas.update(ctx.meta, policies_key(tenant, namespace), change)
+    await update_record(ctx.meta, policies_key(tenant, namespace), change, what="Namespace")
 
 
 def _field_getter(field: str):

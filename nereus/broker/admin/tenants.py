@@ -8,7 +8,7 @@ from aiohttp import web
 
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from .common import (DEFAULT_CLUSTER, TENANTS_ROOT, AdminError, body, check_name, context, list_children,
-                     namespaces_of, no_content, require_tenant, tenant_key)
+                     namespaces_of, no_content, require_tenant, tenant_key, update_record)
 
 
 def _tenant_info(value) -> dict:
@@ -47,9 +47,9 @@ async def create_tenant(request: web.Request) -> web.Response:
 async def update_tenant(request: web.Request) -> web.Response:
     ctx = context(request)
     tenant = request.match_info["tenant"]
-    await require_tenant(ctx.meta, tenant)
     info = _tenant_info(await body(request))
-    await ctx.meta.put(tenant_key(tenant), json.dumps(info).encode())
+    # On the version read: a tenant deleted meanwhile is not brought back.
+    await update_record(ctx.meta, tenant_key(tenant), lambda _stored: info, what="Tenant")
     return no_content()
 
 
