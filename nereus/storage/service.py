@@ -21,12 +21,17 @@ from .api import AppendResult, FetchResult, FetchedEntry, Stream
 from .cache import BlockCache, TailCache
 from .errors import (InvalidStreamName, ObjectMissing, OffsetOutOfRange, StreamClosed, StreamExists,
                      StreamNotFound)
+from .notifications import TailWatch
 from .reader import StreamReader
 from .records import IndexEntry, Tail
 from .session import AppendSession, acquire
 from .wal_writer import WalOptions, WalWriter
 
 log = logging.getLogger(__name__)
+
+#: What a tail waiter's future resolves to besides the committed end it was waiting for.
+RECHECK = "recheck"  # notifications may have been missed: read the tail again
+GONE = "gone"  # the stream's tail was deleted: the stream is gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +52,12 @@ class StreamStorage:
         self.tail_cache = TailCache(options.tail_cache_bytes)
         self.reader = StreamReader(meta, objects, self.tail_cache, BlockCache(options.block_cache_bytes))
         self.writer = WalWriter(meta, objects, node_id=self.node_id, options=options.wal, on_commit=self._committed)
-        self._waiters: dict[int, list[tuple[int, asyncio.Future]]] = defaultdict(list)
+        # stream id -> {future: offset}: the long-polls waiting for the stream to pass offset
+        self._waiters: dict[int, dict[asyncio.Future, int]] = {}
+        self._tail_reads: dict[int, asyncio.Task[None]] = {}  # one tail read per stream at a time
+        self._tail_reread: set[int] = set()  # changed again while its read was in flight
+        self.tail_watch = TailWatch(meta, on_change=self._tail_changed, on_gone=self._tail_gone,
+                                    on_reset=self._recheck_all)
 
     # -- names ---------------------------------------------------------------------------
     async def create_stream(self, name: str) -> int:
@@ -155,26 +165,108 @@ class StreamStorage:
         await asyncio.gather(*(gc.release(self.meta, key, pairs) for key, pairs in by_object.items()))
         return released
 
+    # -- tail waiters -------------------------------------------------------------------
     def _committed(self, stream_id: int, entry: IndexEntry, entries: list) -> None:
         self.tail_cache.add(stream_id, entry.base, entries)
-        waiters = self._waiters.get(stream_id)
-        if waiters:
-            end = entry.base + entry.records
-            still = []
-            for offset, future in waiters:
-                if offset < end:
-                    if not future.done():
-                        future.set_result(True)
-                elif not future.done():
-                    still.append((offset, future))
-            self._waiters[stream_id] = still
+        self._wake(stream_id, entry.base + entry.records)
 
     def add_waiter(self, stream_id: int, offset: int) -> asyncio.Future:
+        """A future resolved once the stream's committed end passes ``offset``.
+
+        It resolves to that end (an int), to ``RECHECK`` (changes may have been missed:
+        read the tail) or to ``GONE`` (the stream was deleted). The caller must
+        ``remove_waiter`` it when its wait ends, however it ends.
+        """
         future = asyncio.get_running_loop().create_future()
-        self._waiters[stream_id].append((offset, future))
+        waiters = self._waiters.get(stream_id)
+        if waiters is None:
+            waiters = self._waiters[stream_id] = {}
+            self.tail_watch.watch(stream_id)
+        waiters[future] = offset
         return future
 
+    def remove_waiter(self, stream_id: int, future: asyncio.Future) -> None:
+        """Forget a waiter (idempotent); a stream without waiters is no longer watched."""
+        waiters = self._waiters.get(stream_id)
+        if waiters is not None and waiters.pop(future, None) is not None and not waiters:
+            self._drop_waiters(stream_id)
+
+    def waiter_count(self) -> int:
+        """Tail waiters registered now, over every stream."""
+        return sum(len(w) for w in self._waiters.values())
+
+    def _drop_waiters(self, stream_id: int) -> None:
+        del self._waiters[stream_id]
+        self.tail_watch.unwatch(stream_id)
+
+    def _wake(self, stream_id: int, end: int) -> None:
+        """Resolve the waiters below ``end`` (the stream's committed end) with it."""
+        waiters = self._waiters.get(stream_id)
+        if not waiters:
+            return
+        woken = [f for f, offset in waiters.items() if offset < end]
+        for future in woken:
+            del waiters[future]
+            if not future.done():
+                future.set_result(end)
+        if not waiters:
+            self._drop_waiters(stream_id)
+
+    def _resolve_all(self, stream_id: int, result: str) -> None:
+        waiters = self._waiters.get(stream_id)
+        if not waiters:
+            return
+        for future in waiters:
+            if not future.done():
+                future.set_result(result)
+        self._drop_waiters(stream_id)
+
+    def _tail_changed(self, stream_id: int) -> None:
+        """Another writer (or this one) moved the tail: read it once, wake who it passes."""
+        if stream_id not in self._waiters:
+            return
+        if stream_id in self._tail_reads:
+            self._tail_reread.add(stream_id)  # read again when the one in flight ends
+            return
+        task = asyncio.get_running_loop().create_task(self._read_tail(stream_id))
+        self._tail_reads[stream_id] = task
+        task.add_done_callback(lambda t: self._tail_read_done(stream_id, t))
+
+    async def _read_tail(self, stream_id: int) -> None:
+        while stream_id in self._waiters:
+            self._tail_reread.discard(stream_id)
+            try:
+                tail = await self.tail(stream_id)
+            except Exception as e:  # the waiters re-check on their own timeout
+                log.warning("reading the tail of stream %d after a notification failed: %s", stream_id, e)
+                return
+            self._wake(stream_id, tail.next)
+            if stream_id not in self._tail_reread:
+                return
+
+    def _tail_read_done(self, stream_id: int, task: asyncio.Task[None]) -> None:
+        if self._tail_reads.get(stream_id) is task:
+            del self._tail_reads[stream_id]
+        self._tail_reread.discard(stream_id)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("tail read of stream %d failed", stream_id, exc_info=task.exception())
+
+    def _tail_gone(self, stream_id: int) -> None:
+        """The stream's tail was deleted elsewhere: its cached entries are stale, waiters look."""
+        self.tail_cache.drop(stream_id)
+        self._resolve_all(stream_id, GONE)
+
+    def _recheck_all(self) -> None:
+        """Notifications may have been missed (a new subscription): every waiter re-checks once."""
+        for stream_id in list(self._waiters):
+            self._resolve_all(stream_id, RECHECK)
+
     async def close(self) -> None:
+        await self.tail_watch.close()
+        reads = list(self._tail_reads.values())
+        for task in reads:
+            task.cancel()
+        await asyncio.gather(*reads, return_exceptions=True)
         await self.writer.close()
 
 
@@ -201,7 +293,7 @@ class StreamHandle(Stream):
     @property
     def writable(self) -> bool:
         """True while this handle holds a usable append session."""
-        return self._session is not None and self._session.usable
+        return not self._closed and self._session is not None and self._session.usable
 
     @property
     def fencing_token(self) -> int | None:
@@ -264,14 +356,48 @@ class StreamHandle(Stream):
         return FetchResult(entries, self._start, next_offset)
 
     async def wait_for(self, offset: int, timeout: float) -> bool:
+        """Wait until records at ``offset`` are committed (True) or ``timeout`` passes.
+
+        Commits of this process and, through the metadata plane's notifications, of
+        every other process wake the wait. True also when the stream was deleted
+        meanwhile: the caller's next fetch tells what happened.
+        """
         if self.next_offset() > offset:
             return True
-        future = self.storage.add_waiter(self.stream_id, offset)
-        try:
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
-            await self.refresh()
-            return self.next_offset() > offset
+        storage = self.storage
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        # Once the notifications are live, a tail read after registering closes the gap
+        # between our last look at the tail and the registration. Until then the new
+        # subscription makes every waiter re-check (RECHECK).
+        check = storage.tail_watch.live and not self.writable
+        while True:
+            future = storage.add_waiter(self.stream_id, offset)
+            try:
+                if check and await self._observe_tail() > offset:
+                    return True
+                result = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                await self.refresh()
+                return self.next_offset() > offset
+            finally:
+                storage.remove_waiter(self.stream_id, future)
+            if result == GONE:
+                return True
+            if result == RECHECK:
+                check = True
+                continue
+            self._observed(result)
+            return True
+
+    async def _observe_tail(self) -> int:
+        """Read the committed end from the metadata plane; returns next_offset() after it."""
+        self._observed((await self.storage.tail(self.stream_id)).next)
+        return self.next_offset()
+
+    def _observed(self, committed_end: int) -> None:
+        if not self.writable:
+            self._next = max(self._next, committed_end)
 
     async def trim(self, new_start: int) -> None:
         self._start = await self.storage.trim(self.stream_id, new_start)

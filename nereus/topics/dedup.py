@@ -32,7 +32,7 @@ import logging
 import time
 from typing import Callable
 
-from ..ledger.entry import EntryFormat, decode_entry
+from ..ledger.entry import EntryFormat, EntryFormatError, decode_entry
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..pulsar.codec import split_entry
 from ..pulsar.codec.errors import PulsarCodecError
@@ -103,7 +103,10 @@ class Dedup:
                      replayed)
 
     def _replay(self, data) -> None:
-        header, body = decode_entry(data)
+        try:
+            header, body = decode_entry(data)
+        except EntryFormatError:
+            return  # not an entry of a protocol: nothing to deduplicate against
         if header.format != EntryFormat.PULSAR or header.last_sequence < 0:
             return
         try:

@@ -111,6 +111,8 @@ class Topic:
 
         Raises StreamFenced (TopicUnloaded) if the topic unloaded meanwhile.
         """
+        if self.closed:
+            raise TopicUnloaded(f"{self.name} was unloaded")
         if self.handle.writable:
             return
         async with self._writer_lock:

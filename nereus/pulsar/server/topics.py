@@ -129,6 +129,11 @@ class PulsarTopic:
             del self.service.topics[str(self.name)]
         self.disconnect_clients()
         await self.close()
+        for counter in (metrics.IN_MESSAGES, metrics.IN_BYTES, metrics.DUPLICATES):
+            try:  # a label per topic ever loaded would grow without bound
+                counter.remove(str(self.name))
+            except KeyError:
+                pass
 
     async def close(self) -> None:
         for dispatcher in list(self.dispatchers.values()):

@@ -1,0 +1,99 @@
+"""The topic registry: one load per topic however many callers race, unloads, bounded memory."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import resource
+import weakref
+
+import pytest
+
+from nereus.ledger.naming import TopicName
+from nereus.meta import open_engine
+from nereus.objstore import open_object_store
+from nereus.storage import StreamStorage
+from nereus.topics import TopicRegistry, TopicUnloaded
+
+
+@pytest.fixture
+async def registry():
+    engine = open_engine(None, shards=4)
+    meta = engine.client(namespace="default")
+    objects = open_object_store("memory://")
+    storage = StreamStorage(meta, objects, node_id="n")
+    registry = TopicRegistry(storage, meta, idle_seconds=60)
+    yield registry
+    await registry.close()
+    await storage.close()
+    await meta.close()
+    await engine.close()
+
+
+def name(i: int) -> TopicName:
+    return TopicName.parse(f"persistent://public/default/t-{i}")
+
+
+async def test_racing_loads_give_one_topic_and_one_append_session(registry):
+    topics = await asyncio.gather(*(registry.get(name(0)) for _ in range(20)))
+    assert len({id(t) for t in topics}) == 1
+    topic = topics[0]
+    await asyncio.gather(*(topic.ensure_writer() for _ in range(20)))
+    token = topic.handle.fencing_token
+    assert token == 1  # one acquisition, not twenty
+    results = await asyncio.gather(*(topic.append(b"x", 1) for _ in range(10)))
+    assert sorted(r.base_offset for r in results) == list(range(10))
+
+
+async def test_an_unloaded_topic_reloads_from_the_stored_truth(registry):
+    topic = await registry.get(name(1))
+    await topic.ensure_writer()
+    await topic.append(b"a", 1)
+    unloaded = []
+    topic.on_unload(unloaded.append)
+    await registry.unload(topic, "test")
+    assert unloaded == ["test"] and topic.closed
+    with pytest.raises(TopicUnloaded):
+        await topic.ensure_writer()
+    again = await registry.get(name(1))
+    assert again is not topic and again.handle.next_offset() == 1
+    await again.ensure_writer()
+    assert (await again.append(b"b", 1)).base_offset == 1
+    assert again.handle.fencing_token == 2
+
+
+async def test_a_lost_session_unloads_the_topic(registry):
+    topic = await registry.get(name(2))
+    await topic.ensure_writer()
+    topic.handle._session.lose(RuntimeError("injected"))  # as after a failed flush
+    with pytest.raises(Exception):
+        await topic.append(b"x", 1)
+    for _ in range(100):
+        if registry.loaded(name(2)) is None and topic.closed:
+            break
+        await asyncio.sleep(0.01)
+    assert topic.closed
+    fresh = await registry.get(name(2))
+    await fresh.ensure_writer()
+    assert (await fresh.append(b"y", 1)).base_offset == 0
+
+
+async def test_idle_topics_unload_so_memory_follows_the_topics_in_use(registry):
+    """100,000 topics touched one after another: at most a window of them stays loaded."""
+    held = 0
+    refs = []
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for i in range(100_000):
+        topic = await registry.get(name(i))
+        if i % 5000 == 0:
+            refs.append(weakref.ref(topic))
+        if i % 1000 == 999:
+            await registry.unload_idle(now=topic.last_active + registry.idle_seconds)
+            held = max(held, len(registry.topics))
+    del topic
+    await registry.unload_idle(now=float("inf"))
+    gc.collect()
+    assert held <= 1000 and not registry.topics
+    assert all(ref() is None for ref in refs)  # unloaded topics are freed, not just forgotten
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert grown_mb < 300, grown_mb  # the metadata engine's own pages, not topic handles
