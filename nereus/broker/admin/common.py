@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import MetadataStore, UnexpectedVersion, cas
-from ...pulsar.server.schemas import POLICIES_ROOT, policies_key
+from ...topics.policies import POLICIES_ROOT, policies_key
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
 

@@ -16,7 +16,8 @@ import json
 from aiohttp import web
 
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
-from ...pulsar.server.schemas import STRATEGIES, policies_key
+from ...topics.policies import policies_key
+from ...topics.schemas import STRATEGIES
 from ...pulsar.server.topics import refresh_policies
 from . import retention, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,

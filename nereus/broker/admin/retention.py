@@ -19,7 +19,7 @@ import logging
 from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...ledger.naming import TopicName
-from ...pulsar.server.schemas import POLICIES_ROOT
+from ...topics.policies import POLICIES_ROOT
 from ...storage import OffsetOutOfRange, StorageError, StreamNotFound
 from ...storage.retention import RetentionPolicy, enforce
 from .common import TENANTS_ROOT, AdminContext, list_children, namespace_policies

@@ -14,10 +14,8 @@ from aiohttp import web
 
 from ...ledger.naming import TopicName
 from ...meta import cas
-from ...pulsar.server import schemas
-from ...pulsar.server.topics import (create_partitioned_topic, list_partitioned_topics, partitioned_key,
-                                     partitions_of)
 from ...storage import StreamExists, StreamNotFound
+from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
 from . import retention
 from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
                      require_topic, stream_exists, topic_name)

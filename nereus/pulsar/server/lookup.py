@@ -78,7 +78,7 @@ async def handle_get_schema(conn, cmd: pb.CommandGetSchema) -> None:
         conn.send(wrap(pb.CommandGetSchemaResponse(request_id=cmd.request_id, error_code=pb.TopicNotFound,
                                                    error_message="Topic not found or no-schema")))
         return
-    conn.send(wrap(pb.CommandGetSchemaResponse(request_id=cmd.request_id, schema=info.to_proto(str(topic.base)),
+    conn.send(wrap(pb.CommandGetSchemaResponse(request_id=cmd.request_id, schema=schemas.to_proto(info, str(topic.base)),
                                                schema_version=schemas.version_bytes(info.version))))
 
 

@@ -1,0 +1,249 @@
+"""Schema registry: versioned schemas per topic in the metadata plane, with compatibility checks.
+
+A partitioned topic and its partitions share one schema (keyed by the base topic)::
+
+    /nereus/pulsar/schemas/{quoted base topic}  ->  {"versions": [{"v", "type", "data", "props", "ts", "deleted"}]}
+
+Versions count from 0. Deleting a schema appends a tombstone version; the versions
+before the last tombstone no longer take part in checks. Registering a schema equal
+to a live version (same type; Avro-style definitions compared as JSON) returns that
+version; otherwise the new schema is checked against the live ones under the
+namespace's compatibility strategy (``schema_compatibility_strategy`` of the
+namespace policies; Pulsar's default, FULL, when unset).
+AVRO and JSON (Avro-style definitions) are checked by Avro schema resolution (the
+``avro`` library's reader/writer compatibility checker): a reader field missing
+from the writer needs a default, types must match or promote.
+
+Schema types are Pulsar's SchemaType names ("AVRO", "JSON", ...); the protocol
+edges translate their own type numbers (``nereus.pulsar.server.schemas``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import time
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import avro.errors
+import avro.schema
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+from ..ledger.naming import TopicName
+from ..meta import MetadataStore
+from ..meta import cas
+from .policies import policies_key
+
+SCHEMAS_ROOT = "/nereus/pulsar/schemas"
+DEFAULT_STRATEGY = "FULL"
+STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
+              "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
+_VERSION = struct.Struct(">q")
+
+
+class IncompatibleSchema(Exception):
+    """The schema cannot be registered under the topic's compatibility strategy."""
+
+
+class InvalidSchema(ValueError):
+    """The schema definition cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    version: int
+    type: str  # Pulsar's SchemaType name
+    data: bytes
+    props: dict = field(default_factory=dict)
+    timestamp: int = 0
+    deleted: bool = False
+
+    def to_json(self) -> dict:
+        return {"v": self.version, "type": self.type, "data": base64.b64encode(self.data).decode(),
+                "props": self.props, "ts": self.timestamp, "deleted": self.deleted}
+
+    @classmethod
+    def from_json(cls, value: dict) -> "SchemaInfo":
+        return cls(value["v"], value["type"], base64.b64decode(value["data"]), value.get("props") or {},
+                   value.get("ts", 0), value.get("deleted", False))
+
+def schema_key(topic: TopicName) -> str:
+    return f"{SCHEMAS_ROOT}/{quote(str(topic.base), safe='')}"
+
+
+def version_bytes(version: int) -> bytes:
+    """The protocol's schema version: Pulsar's 8-byte big-endian long."""
+    return _VERSION.pack(version)
+
+
+def version_from_bytes(data: bytes) -> int | None:
+    return _VERSION.unpack(data)[0] if len(data) == 8 else None
+
+
+async def history(meta: MetadataStore, topic: TopicName) -> list[SchemaInfo]:
+    """Every stored version, tombstones included, oldest first."""
+    rec = await meta.get(schema_key(topic))
+    return [] if rec is None else [SchemaInfo.from_json(v) for v in json.loads(rec.value)["versions"]]
+
+
+def live(versions: list[SchemaInfo]) -> list[SchemaInfo]:
+    """The versions after the last tombstone."""
+    for i in range(len(versions) - 1, -1, -1):
+        if versions[i].deleted:
+            return versions[i + 1:]
+    return versions
+
+
+async def get(meta: MetadataStore, topic: TopicName, version: int | None = None) -> SchemaInfo | None:
+    """The latest version (which may be a tombstone), or the given one; None if absent."""
+    versions = await history(meta, topic)
+    if version is None:
+        return versions[-1] if versions else None
+    return next((v for v in versions if v.version == version), None)
+
+
+async def strategy_of(meta: MetadataStore, topic: TopicName) -> str:
+    rec = await meta.get(policies_key(topic.tenant, topic.namespace))
+    value = json.loads(rec.value).get("schema_compatibility_strategy") if rec is not None else None
+    return value if value in STRATEGIES else DEFAULT_STRATEGY
+
+
+async def put_if_absent(meta: MetadataStore, topic: TopicName, type_: str, data: bytes, props: dict | None = None,
+                        *, strategy: str | None = None) -> int:
+    """Register a schema; returns its version (an equal live version is reused).
+
+    Raises IncompatibleSchema or InvalidSchema.
+    """
+    if type_ in ("AVRO", "JSON", "PROTOBUF") and data:
+        _parse(type_, data)  # invalid definitions are refused before anything is stored
+    strategy = strategy or await strategy_of(meta, topic)
+    result: list[int] = []
+
+    def update(old: bytes | None) -> bytes | None:
+        result.clear()
+        versions = [SchemaInfo.from_json(v) for v in json.loads(old)["versions"]] if old else []
+        current = live(versions)
+        same = next((v for v in current if _same(v, type_, data)), None)
+        if same is not None:
+            result.append(same.version)
+            return None
+        check(strategy, type_, data, current)
+        info = SchemaInfo(versions[-1].version + 1 if versions else 0, type_, data, dict(props or {}),
+                          int(time.time() * 1000))
+        result.append(info.version)
+        return json.dumps({"versions": [v.to_json() for v in versions + [info]]}).encode()
+
+    await cas.update(meta, schema_key(topic), update)
+    return result[0]
+
+
+async def delete(meta: MetadataStore, topic: TopicName, *, force: bool = False) -> int | None:
+    """Delete the schema (tombstone version, or every version with ``force``); its version, None if absent."""
+    if force:
+        versions = await history(meta, topic)
+        await meta.delete(schema_key(topic))
+        return versions[-1].version if versions else None
+    result: list[int] = []
+
+    def update(old: bytes | None) -> bytes | None:
+        result.clear()
+        versions = [SchemaInfo.from_json(v) for v in json.loads(old)["versions"]] if old else []
+        if not versions or versions[-1].deleted:
+            if versions:
+                result.append(versions[-1].version)
+            return None
+        tomb = SchemaInfo(versions[-1].version + 1, versions[-1].type, b"", {}, int(time.time() * 1000), True)
+        result.append(tomb.version)
+        return json.dumps({"versions": [v.to_json() for v in versions + [tomb]]}).encode()
+
+    await cas.update(meta, schema_key(topic), update)
+    return result[0] if result else None
+
+
+async def check_for_consumer(meta: MetadataStore, topic: TopicName, type_: str, data: bytes) -> None:
+    """A consumer's schema must be able to read the topic's (nothing to check when it has none)."""
+    current = live(await history(meta, topic))
+    if not current or any(_same(v, type_, data) for v in current):
+        return
+    check(await strategy_of(meta, topic), type_, data, current)
+
+
+def _same(info: SchemaInfo, type_: str, data: bytes) -> bool:
+    """Equal schemas; Avro-style definitions are compared as JSON (clients format them differently)."""
+    if info.type != type_:
+        return False
+    if info.data == data:
+        return True
+    if type_ in ("AVRO", "JSON"):
+        try:
+            return json.loads(info.data) == json.loads(data)
+        except ValueError:
+            return False
+    return False
+
+
+def is_compatible(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> bool:
+    try:
+        check(strategy, type_, data, current)
+    except IncompatibleSchema:
+        return False
+    return True
+
+
+# -- compatibility ------------------------------------------------------------------------
+def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> None:
+    """Raise IncompatibleSchema if ``(type_, data)`` may not follow the live versions ``current``."""
+    if not current or strategy == "ALWAYS_COMPATIBLE":
+        return
+    if strategy == "ALWAYS_INCOMPATIBLE":
+        raise IncompatibleSchema(f"the compatibility strategy is {strategy}")
+    latest = current[-1]
+    if latest.type != type_:
+        raise IncompatibleSchema(f"incompatible schema: the topic's schema type is {latest.type}, not {type_}")
+    if type_ not in ("AVRO", "JSON"):
+        return  # other types are compatible with themselves
+    new = _parse(type_, data)
+    if new is None:
+        return  # a JSON schema that is not an Avro definition: not checkable (Pulsar accepts it)
+    against = current if strategy.endswith("_TRANSITIVE") else [latest]
+    mode = strategy.removesuffix("_TRANSITIVE")
+    for old_info in against:
+        old = _parse(old_info.type, old_info.data)
+        if old is None:
+            continue
+        if mode in ("BACKWARD", "FULL") and not _can_read(new, old):
+            raise IncompatibleSchema(f"incompatible schema: it cannot read data written with version "
+                                     f"{old_info.version} ({mode})")
+        if mode in ("FORWARD", "FULL") and not _can_read(old, new):
+            raise IncompatibleSchema(f"incompatible schema: version {old_info.version} cannot read data "
+                                     f"written with it ({mode})")
+
+
+def _parse(type_: str, data: bytes) -> avro.schema.Schema | None:
+    """The Avro schema of a definition; None where there is nothing to check."""
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        if type_ == "JSON":
+            return None
+        raise InvalidSchema("the schema definition is not valid JSON") from None
+    if type_ == "PROTOBUF":
+        return None
+    try:
+        return avro.schema.parse(data.decode())
+    except (avro.errors.AvroException, ValueError, TypeError, KeyError) as exc:
+        if type_ == "JSON":
+            return None  # a JSON schema that is not an Avro definition: not checkable (Pulsar accepts it)
+        raise InvalidSchema(f"invalid Avro schema: {exc}") from None
+
+
+def _can_read(reader: avro.schema.Schema, writer: avro.schema.Schema) -> bool:
+    result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+    return result.compatibility is SchemaCompatibilityType.compatible
+
+
+__all__ = ["DEFAULT_STRATEGY", "IncompatibleSchema", "InvalidSchema", "SchemaInfo", "STRATEGIES", "check",
+           "check_for_consumer", "delete", "get", "history", "is_compatible", "live", "put_if_absent", "schema_key",
+           "strategy_of", "version_bytes", "version_from_bytes"]
