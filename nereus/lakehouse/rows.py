@@ -3,7 +3,7 @@
 Offsets resolve exactly as a broker resolves them (``storage/reader.py``: ``idx``
 groups, then ``tail.pending``; only what the tail says is committed), and stored
 entries are opened with the same code the cross-protocol paths use
-(``pulsar.codec.entry``, ``kafka.codec.records``, ``kafka.convert``).
+(``pulsar.codec.entry``, ``kafka.codec.records``, ``topics.convert``).
 
 A row is ``(topic, partition, offset, publish_time, event_time, key, value,
 properties, producer_name)``; ``partition`` is -1 for a non-partitioned topic.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..kafka.codec.records import decode_records
-from ..kafka.convert import PRODUCER_NAME as KAFKA_PRODUCER_NAME
-from ..kafka.convert import key_from_pulsar
+from ..topics.convert import PRODUCER_NAME as KAFKA_PRODUCER_NAME
+from ..topics.convert import key_from_pulsar
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore

@@ -22,7 +22,7 @@ from ..codec.batch import HEADER_SIZE
 from ..codec.inflate import check_decompressed
 from ..codec.protocol import response_schema
 from ..codec.records import decode_records
-from ..convert import ConversionError
+from ...topics.convert import ConversionError
 from .cluster import NO_THROTTLE
 from .partition import DUPLICATE, NONE
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ...ledger.convert import kafka_batch
+from ...topics.convert import kafka_batch
 from ...ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
 from ...storage import FetchedEntry
 from ..codec.batch import BatchHeader

@@ -12,7 +12,7 @@ import time
 
 from google.protobuf.message import DecodeError
 
-from ...ledger.convert import pulsar_body
+from ...topics.convert import pulsar_body
 from ...ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
 from ...ledger.subscription import sticky_hash
 from ..codec import Frame, MalformedBatch, iter_batch, pb

@@ -1,4 +1,8 @@
-"""Conversion between a Kafka record batch and a Pulsar entry (cross-protocol reads only).
+"""A stored entry as each protocol reads it, and conversion between the two formats.
+
+The same-protocol path returns the stored bytes (Kafka: only the base offset and
+leader epoch fields are rewritten); the other protocol gets a converted copy (see
+docs/entry-format.md). Conversion happens on cross-protocol reads only.
 
 Mapping (both directions): Kafka key <-> Pulsar partition key (base64-flagged when
 the key is not UTF-8), value <-> payload (a null value <-> ``null_value``),
@@ -14,10 +18,11 @@ import base64
 import logging
 import struct
 
+from ..kafka.codec.batch import InvalidBatch
+from ..kafka.codec.records import Record, build_batch, decode_records
+from ..ledger.entry import HEADER_SIZE, EntryFormat, decode_entry
 from ..pulsar.codec import encode_entry, entry_messages, pb, split_entry
 from ..pulsar.codec.errors import PulsarCodecError
-from .codec.batch import InvalidBatch
-from .codec.records import Record, build_batch, decode_records
 
 log = logging.getLogger(__name__)
 
@@ -92,4 +97,32 @@ def pulsar_to_kafka(body: bytes | memoryview, base_offset: int, leader_epoch: in
     return build_batch(records, base_offset=base_offset, leader_epoch=leader_epoch)
 
 
-__all__ = ["ConversionError", "kafka_to_pulsar", "key_from_pulsar", "pulsar_to_kafka"]
+_PREFIX = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+
+
+def pulsar_body(data: bytes | memoryview) -> memoryview:
+    """The Pulsar entry (from the 0x0e01 magic) of a stored entry of any format."""
+    view = memoryview(data)
+    if len(view) > 3 and view[3] == EntryFormat.KAFKA:
+        header, body = decode_entry(view)
+        try:
+            return memoryview(kafka_to_pulsar(body))
+        except ConversionError:
+            log.warning("a stored Kafka batch could not be converted for a Pulsar consumer")
+            raise
+    return view[HEADER_SIZE:]
+
+
+def kafka_batch(data: bytes | memoryview, base_offset: int, leader_epoch: int = -1) -> bytes | None:
+    """The record batch of a stored entry as served at ``base_offset``; None if not showable."""
+    header, body = decode_entry(data)
+    if header.format == EntryFormat.KAFKA:
+        out = bytearray(body)
+        _PREFIX.pack_into(out, 0, base_offset)
+        _EPOCH.pack_into(out, 12, leader_epoch)
+        return bytes(out)
+    return pulsar_to_kafka(body, base_offset, leader_epoch)
+
+
+__all__ = ["kafka_batch", "pulsar_body", "ConversionError", "kafka_to_pulsar", "key_from_pulsar", "pulsar_to_kafka"]
