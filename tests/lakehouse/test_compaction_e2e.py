@@ -24,12 +24,26 @@ pytest.importorskip("pyiceberg")
 
 from nereus.lakehouse import compaction, sbt  # noqa: E402
 from nereus.meta import connect  # noqa: E402
-from nereus.storage import records  # noqa: E402
+from nereus.storage import gc, records  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
 from tests.standalone_process import admin as _admin  # noqa: E402
 
 PULSAR_TOPIC = "persistent://public/default/compact-pulsar"
 KAFKA_TOPIC = "compact-kafka"
+#: Bounds a hang only; every wait ends as soon as its condition holds (loaded 2-core machines
+#: need tens of seconds to start Spark or to let a collector pass come round).
+DEADLINE = 180.0
+
+
+def wait_until(condition, what: str, deadline: float = DEADLINE):
+    """Poll ``condition`` until it returns something true (and return that)."""
+    end = time.monotonic() + deadline
+    while True:
+        result = condition()
+        if result:
+            return result
+        assert time.monotonic() < end, f"{what}: not within {deadline:.0f} s"
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +104,7 @@ def consume_pulsar(node, expected: int, topic: str = PULSAR_TOPIC) -> dict:
         consumer = client.subscribe(topic, f"check-{time.monotonic_ns()}",
                                     initial_position=pulsar.InitialPosition.Earliest)
         while len(got) < expected:
-            msg = consumer.receive(timeout_millis=30_000)  # generous: CI machines are shared
+            msg = consumer.receive(timeout_millis=int(DEADLINE * 1000))  # bounds a hang only
             assert str(msg.message_id()) not in got
             got[str(msg.message_id())] = (msg.partition_key() or None, msg.data(), msg.properties(),
                                           msg.event_timestamp(), msg.publish_timestamp())
@@ -107,26 +121,35 @@ def produce_kafka(node, count: int, start: int = 0) -> None:
         producer.produce(KAFKA_TOPIC, value=b"kv-%d" % i, key=b"kk%d" % (i % 5), headers=[("i", str(i).encode())],
                          timestamp=1_700_000_000_000 + i)
         if i % 10 == 9:
-            assert producer.flush(30) == 0  # many small entries: several index groups to compact
-    assert producer.flush(30) == 0
+            assert producer.flush(DEADLINE) == 0  # many small entries: several index groups to compact
+    assert producer.flush(DEADLINE) == 0
 
 
 def consume_kafka(node) -> list:
+    """Every record of the topic, up to each partition's high watermark (read before consuming)."""
     consumer = confluent_kafka.Consumer({"bootstrap.servers": node.bootstrap, "group.id": f"g{time.monotonic_ns()}",
                                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([KAFKA_TOPIC])
-    out, idle = [], 0
     try:
-        while idle < 3:
+        topic = consumer.list_topics(KAFKA_TOPIC, timeout=DEADLINE).topics[KAFKA_TOPIC]
+        ends = {p: consumer.get_watermark_offsets(confluent_kafka.TopicPartition(KAFKA_TOPIC, p),
+                                                  timeout=DEADLINE)[1] for p in topic.partitions}
+        consumer.assign([confluent_kafka.TopicPartition(KAFKA_TOPIC, p, confluent_kafka.OFFSET_BEGINNING)
+                         for p in ends])
+        out = []
+        deadline = time.monotonic() + DEADLINE
+        positions = {p: 0 for p in ends}
+        while any(positions[p] < end for p, end in ends.items()):
+            assert time.monotonic() < deadline, f"consumed up to {positions}, not {ends}"
             msg = consumer.poll(1.0)
             if msg is None:
-                idle += 1
                 continue
             assert msg.error() is None, msg.error()
-            idle = 0
-            out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp()))
+            positions[msg.partition()] = msg.offset() + 1
+            if msg.offset() < ends[msg.partition()]:
+                out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp()))
     finally:
         consumer.close()
+    assert len(out) == len(set(o[:2] for o in out)), "a record was read twice"
     return sorted(out)
 
 
@@ -156,7 +179,8 @@ def test_consumers_read_the_same_records_after_compaction(spark, node, urls, cat
     report = compaction.run_job(spark, *urls, topics=[PULSAR_TOPIC, KAFKA_TOPIC], catalog=catalog)
     assert report.compacted >= 2 and report.conflicts == 0
     assert 1 in asyncio.run(_index_generations(urls[0], PULSAR_TOPIC))
-    time.sleep(2.5)  # past the GC grace: the replaced WAL objects are deleted now
+    # the WAL objects the switches released are deleted: consumers can only read the compacted ones
+    wait_until(lambda: not asyncio.run(_unpinned_free_objects(urls[0])), "the collector deletes freed objects")
 
     assert consume_pulsar(node, 600) == before_pulsar  # ids, keys, values, properties, times
     assert consume_kafka(node) == before_kafka
@@ -222,6 +246,7 @@ def test_offsets_hold_while_producing_and_consuming_during_compaction(spark, nod
     assert {k: v[:4] for k, v in got.items()} == acked
 
 
+@pytest.mark.timeout(900)  # three Spark jobs and a re-run on a loaded machine; the waits bound hangs
 def test_killed_compaction_jobs_leave_streams_intact(node, urls, tmp_path):
     topic = "persistent://public/default/compact-kill"
     acked = produce_pulsar(node, 800, topic=topic)
@@ -229,34 +254,90 @@ def test_killed_compaction_jobs_leave_streams_intact(node, urls, tmp_path):
     rng = random.Random(7)
     cmd = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "compact", "--metadata", urls[0],
            "--objects", urls[1], "--topic", topic, "--target-mb", "0.01", "--catalog", catalog_uri, "--no-progress"]
+    owners: set[str] = set()
     for _ in range(3):
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(4, 12))  # Spark start-up is part of the window
+        # Killed while it compacts: once it holds the stream's lease (it has planned), at a random
+        # moment of the next seconds, whatever the machine's speed.
+        holder = wait_until(lambda: _new_lease_owner(urls[0], topic, owners) or proc.poll() is not None,
+                            "the job takes the stream's compaction lease")
+        if isinstance(holder, str):
+            owners.add(holder)
+        time.sleep(rng.uniform(0, 4))
         proc.kill()
         proc.wait()
         got = consume_pulsar(node, len(acked), topic=topic)
         assert {k: v[:4] for k, v in got.items()} == acked
-    # A re-run finishes the work: a dead job's lease goes with its metadata session
-    # (5 s), its half-finished switch is finished by the collector (pending timeout);
-    # until then a run skips what is still held, as the broker's schedule would.
-    deadline = time.monotonic() + 90
-    runs = []
-    while True:
-        time.sleep(6)
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-        assert done.returncode == 0, done.stderr[-2000:]
-        runs.append(done.stdout)
-        gens = asyncio.run(_index_generations(urls[0], topic))
-        if all(g >= 1 for g in gens[:-1]) or time.monotonic() > deadline:
-            break
-    assert all(g >= 1 for g in gens[:-1]), (asyncio.run(_index_layout(urls[0], topic)), runs)
+    # A re-run finishes the work once the dead jobs' leases are gone with their metadata
+    # sessions (5 s), the collector has finished or undone their half-done switches (pending
+    # timeout), and the stream's owner has grouped its newest slices (the stream is quiet).
+    wait_until(lambda: asyncio.run(_settled(urls[0], topic)), "the dead jobs' work is resolved")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    gens = asyncio.run(_index_generations(urls[0], topic))
+    assert all(g >= 1 for g in gens), (asyncio.run(_index_layout(urls[0], topic)), done.stdout)
     got = consume_pulsar(node, len(acked), topic=topic)
     assert {k: v[:4] for k, v in got.items()} == acked
     table = sbt.open_catalog(catalog_uri, urls[1] + "/iceberg").load_table(sbt.identifier(topic))
-    ((first, end),) = sbt.read_offsets(table)["-1"]
-    assert first == 0 and end > 600  # all but the tail's pending slices
-    assert sorted(table.scan().to_arrow().column("offset").to_pylist()) == list(range(first, end))
+    assert sbt.read_offsets(table)["-1"] == [[0, 800]]
+    assert sorted(table.scan().to_arrow().column("offset").to_pylist()) == list(range(800))
 
+
+async def _stream(meta, topic: str) -> tuple[int, str]:
+    """(stream id, partition key) of a non-partitioned topic."""
+    from nereus.lakehouse import rows
+
+    ((name, partition, stream),) = await rows.partitions(meta, topic)
+    stream_id = (await rows.stream_range(meta, name, partition, stream)).stream_id
+    return stream_id, records.stream_partition(stream_id)
+
+
+def _new_lease_owner(metadata: str, topic: str, seen: set[str]) -> str | None:
+    """The owner of the stream's compaction lease, if it is held by a job not in ``seen``."""
+
+    async def read():
+        meta = connect(metadata)
+        try:
+            stream_id, part = await _stream(meta, topic)
+            rec = await meta.get(records.compaction_lease_key(stream_id), partition_key=part)
+            return None if rec is None else records.decode(rec.value)["owner"]
+        finally:
+            await meta.close()
+
+    owner = asyncio.run(read())
+    return owner if owner is not None and owner not in seen else None
+
+
+async def _settled(metadata: str, topic: str) -> bool:
+    """No compaction lease, no unfinished compaction of the stream, nothing in ``tail.pending``."""
+    meta = connect(metadata)
+    try:
+        stream_id, part = await _stream(meta, topic)
+        if await meta.get(records.compaction_lease_key(stream_id), partition_key=part) is not None:
+            return False
+        async for marker in meta.range_scan(records.GC_PENDING_ROOT + "/", records.GC_PENDING_ROOT + "/\U0010ffff"):
+            value = records.decode(marker.value)
+            if value.get("kind") == "compaction" and value.get("stream") == stream_id:
+                return False
+        tail = await meta.get(records.tail_key(stream_id), partition_key=part)
+        return not records.Tail.decode(tail.value).pending
+    finally:
+        await meta.close()
+
+
+async def _unpinned_free_objects(metadata: str) -> list[str]:
+    """Objects released for good and not pinned: the collector deletes them after its grace period."""
+    meta = connect(metadata)
+    try:
+        out = []
+        async for marker in meta.range_scan(records.GC_FREE_ROOT + "/", records.GC_FREE_ROOT + "/\U0010ffff"):
+            key = records.object_from_marker(marker.key)
+            lo, hi = records.pins_range(key)
+            if not [pin async for pin in meta.list(lo, hi)]:
+                out.append(key)
+        return out
+    finally:
+        await meta.close()
 
 
 async def _start_offset(metadata: str, topic: str) -> int:
@@ -288,21 +369,28 @@ def test_retention_removes_sbt_data_files_before_gc_deletes_them(spark, node, ur
         assert report.compacted >= 3
         table = catalog.load_table(sbt.identifier(topic))
         before = {t.file.file_path for t in table.scan().plan_files()}
+        listed = {o.key for o in asyncio.run(_compacted_objects(urls[0], topic))}
+        assert {sbt.object_url(urls[1], key) for key in listed} == before
         for _ in range(70):
-            consumer.acknowledge_cumulative(consumer.receive(timeout_millis=10_000))
+            consumer.acknowledge_cumulative(consumer.receive(timeout_millis=int(DEADLINE * 1000)))
         _admin(node, "POST", "/namespaces/public/sbt-retention/retention",
                {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
-        deadline = time.monotonic() + 15
-        while asyncio.run(_start_offset(urls[0], topic)) < 60 and time.monotonic() < deadline:
+
+        def trimmed() -> int:
             _admin(node, "POST", "/persistent/public/sbt-retention/events/trim")
-            time.sleep(0.2)
-        start = asyncio.run(_start_offset(urls[0], topic))
-        assert start >= 60
+            start = asyncio.run(_start_offset(urls[0], topic))
+            return start if start >= 60 else 0
+
+        start = wait_until(trimmed, "retention trims the acknowledged records")
         producer.close()
         consumer.close()
     finally:
         client.close()
-    time.sleep(2.5)  # several GC passes past the grace period: the pins keep the listed files
+    # The trimmed objects are released, and pinned by the table that still lists them: a
+    # collector pass that saw them past the grace period must have kept them.
+    released = listed - {o.key for o in asyncio.run(_compacted_objects(urls[0], topic))}
+    assert released
+    wait_for_collector_pass(urls[0], node.data_dir / "objects", released, grace_seconds=1)
     assert all(Path(unquote(p.removeprefix("file://"))).exists() for p in before)
     report = asyncio.run(_sync(urls, catalog, topic))
     assert report.removed >= 1
@@ -313,13 +401,52 @@ def test_retention_removes_sbt_data_files_before_gc_deletes_them(spark, node, ur
     offsets = table.scan().to_arrow().column("offset").to_pylist()
     ((first, end),) = sbt.read_offsets(table)["-1"]
     assert sorted(offsets) == list(range(first, end)) and first <= start < end <= 120
-    deadline = time.monotonic() + 10
-    while any(Path(unquote(p.removeprefix("file://"))).exists() for p in before - after):
-        assert time.monotonic() < deadline, "unpinned objects were not collected"
-        time.sleep(0.5)
+    wait_until(lambda: not any(Path(unquote(p.removeprefix("file://"))).exists() for p in before - after),
+               "the collector deletes the unpinned objects")
     assert all(Path(unquote(p.removeprefix("file://"))).exists() for p in after)
 
 
+async def _compacted_objects(metadata: str, topic: str) -> list:
+    meta = connect(metadata)
+    try:
+        return await sbt.compacted_objects(meta, topic)
+    finally:
+        await meta.close()
+
+
+async def _collector_view(metadata: str, keys: set[str]) -> tuple[dict[str, int], int, int]:
+    """(free marker time of each key that has one, clock version, clock time) of the collector."""
+    meta = connect(metadata)
+    try:
+        markers = {}
+        for key in keys:
+            rec = await meta.get(records.gc_free_key(key))
+            if rec is not None:
+                markers[key] = rec.version.modified_timestamp
+        clock = await meta.get(gc.CLOCK_KEY)
+        return markers, (clock.version.version_id if clock else -1), (clock.version.modified_timestamp if clock else 0)
+    finally:
+        await meta.close()
+
+
+def wait_for_collector_pass(metadata: str, objects_dir, keys: set[str], grace_seconds: float) -> None:
+    """Return once a collector pass that found every free marker of ``keys`` past its grace
+    period has finished (or once one of the objects is gone: the caller's check fails).
+
+    Each pass starts by writing the collector's clock record (its metadata-plane time),
+    and passes run one after the other."""
+
+    def past_grace():
+        markers, version, now = asyncio.run(_collector_view(metadata, keys))
+        if any(not (objects_dir / key).exists() for key in keys):
+            return ("deleted",)
+        if set(markers) != keys:
+            return None  # a release has not landed yet
+        return ("seen", version) if now >= max(markers.values()) + grace_seconds * 1000 else None
+
+    state = wait_until(past_grace, "a collector pass past the grace period")
+    if state[0] == "seen":
+        wait_until(lambda: asyncio.run(_collector_view(metadata, set()))[1] > state[1], "that collector pass ends")
 
 
 async def _index_layout(metadata: str, topic: str) -> list:

@@ -38,6 +38,9 @@ from tests.standalone_process import admin as _admin  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 MIXED = "persistent://public/default/sdt-mixed"
 PARTITIONS = 3
+#: Bounds a hang only: every wait ends as soon as its condition holds (a loaded 2-core
+#: machine needs seconds to start a job process).
+DEADLINE = 180.0
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +124,7 @@ class Producers:
             producer.produce(self.topic.rsplit("/", 1)[1], value=f"kafka-{tag}-{i}".encode(), key=key,
                              headers=[(k, v.encode()) for k, v in props.items()],
                              on_delivery=lambda e, m, p=props: delivered(e, m, p))
-        assert producer.flush(30) == 0
+        assert producer.flush(DEADLINE) == 0
         assert not errors
 
 
@@ -220,7 +223,7 @@ def spawn(node: Standalone, topic: str, target: list[str], *extra: str, kill_at:
 
 def run_killed(node: Standalone, topic: str, target: list[str], kill_at: str, *extra: str) -> None:
     proc = spawn(node, topic, target, *extra, kill_at=kill_at)
-    output = proc.communicate(timeout=60)[0].decode()
+    output = proc.communicate(timeout=DEADLINE)[0].decode()
     assert proc.returncode == -signal.SIGKILL, f"{kill_at}: exited {proc.returncode}\n{output}"
 
 
@@ -298,12 +301,15 @@ def test_kill_at_random_points_then_rerun(standalone, mixed, tmp_path, kind):
         target = _iceberg_args(tmp_path, "streams.random")
         commits = tmp_path / "warehouse" / "streams" / "random" / "metadata" / "*.metadata.json"
     for seen in (3, 7):
-        proc = spawn(standalone, MIXED, target, "--batch-records", "9")
-        deadline = time.monotonic() + 30
-        while _count(commits) < seen and proc.poll() is None and time.monotonic() < deadline:
+        # Batches of 3: many more commits than the kill waits for, so a test process that a
+        # loaded machine schedules late still finds the job running.
+        proc = spawn(standalone, MIXED, target, "--batch-records", "3")
+        deadline = time.monotonic() + DEADLINE
+        while _count(commits) < seen and proc.poll() is None:
+            assert time.monotonic() < deadline, "the job made no commits"
             time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL, "the job finished before it was killed"
+        assert proc.wait(timeout=DEADLINE) == -signal.SIGKILL, "the job finished before it was killed"
     deliver(standalone, MIXED, target, "--batch-records", "50")
     got = delta_rows(tmp_path / "delta") if kind == "delta" else iceberg_rows(tmp_path, "streams.random")
     check_exactly_once(got, committed(standalone, MIXED), mixed)
@@ -338,12 +344,13 @@ def test_retention_trim_becomes_table_deletes(standalone, tmp_path):
         assert delivered_count(deliver(standalone, topic, delta)) == 30
         assert delivered_count(deliver(standalone, topic, iceberg)) == 30
 
-        messages = [consumer.receive(timeout_millis=10_000) for _ in range(12)]
+        messages = [consumer.receive(timeout_millis=int(DEADLINE * 1000)) for _ in range(12)]
         consumer.acknowledge_cumulative(messages[-1])  # offsets 0..11 acknowledged
         _admin(standalone, "POST", "/namespaces/public/sdt-retention/retention",
                {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
-        deadline = time.monotonic() + 15
-        while _start(standalone, topic) < 12 and time.monotonic() < deadline:
+        deadline = time.monotonic() + DEADLINE
+        while _start(standalone, topic) < 12:  # the acknowledgement reaches the cursor asynchronously
+            assert time.monotonic() < deadline, "retention did not trim the acknowledged records"
             _admin(standalone, "POST", "/persistent/public/sdt-retention/events/trim")
             time.sleep(0.1)
         assert _start(standalone, topic) == 12
@@ -405,7 +412,7 @@ def test_a_topic_that_does_not_exist_is_an_error_and_creates_no_table(standalone
     for target in (["--delta", str(tmp_path / "d")], _iceberg_args(tmp_path, "streams.never")):
         proc = subprocess.run([sys.executable, "-m", "nereus.lakehouse.cli", "deliver", *_urls(standalone),
                                "--topic", "never-written", *target, "--no-progress", *interval],
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
+                              cwd=REPO, capture_output=True, text=True, timeout=DEADLINE)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr.strip() == "Error: topic persistent://public/default/never-written does not exist"
     assert not (tmp_path / "d").exists()
@@ -448,7 +455,7 @@ def test_two_jobs_on_one_table(standalone, mixed, tmp_path, kind):
     target = ["--delta", str(tmp_path / "delta")] if kind == "delta" else _iceberg_args(tmp_path, "streams.two")
     procs = [spawn(standalone, MIXED, target, "--batch-records", "30") for _ in range(2)]
     for proc in procs:
-        code = proc.wait(timeout=60)
+        code = proc.wait(timeout=DEADLINE)
         output = proc.stdout.read().decode()
         assert code == 0 or "other writers keep committing" in output, output
     got = delta_rows(tmp_path / "delta") if kind == "delta" else iceberg_rows(tmp_path, "streams.two")

@@ -213,7 +213,7 @@ def test_avro_topic_streaming(spark, standalone, avro_topic):
     df = spark.readStream.format("nereus").options(**_options(standalone, avro_topic)).load()
     query = (df.select("offset", "name", "inner").writeStream.format("memory").queryName("schema_stream")
              .trigger(availableNow=True).start())
-    query.awaitTermination(60)
+    assert query.awaitTermination(300), "the availableNow query did not finish"  # bounds a hang only
     rows = sorted(spark.sql("SELECT * FROM schema_stream").collect(), key=lambda r: r.offset)
     assert [(r.name, r.inner.x if r.inner else None) for r in rows] == (
         [(f"n{i}", i / 2) for i in range(6)] + [(None, None)])

@@ -95,7 +95,7 @@ def kafka_records(standalone):
         key = None if i % 10 == 0 else f"kk{i % 7}".encode()
         producer.produce(KAFKA_TOPIC, value=f"kafka-{i}".encode(), key=key,
                          headers=[("i", str(i).encode()), ("src", b"kafka")], on_delivery=delivered)
-    assert producer.flush(30) == 0
+    assert producer.flush(180) == 0  # bounds a hang only
     assert not errors
     assert len(expected) == 150
     return expected
