@@ -22,8 +22,11 @@ class RawClient:
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def send_message(self, producer_id: int, seq: int, payload: bytes, *, corrupt: bool = False) -> None:
+    def send_message(self, producer_id: int, seq: int, payload: bytes, *, corrupt: bool = False,
+                     batch_count: int | None = None) -> None:
         meta = pb.MessageMetadata(producer_name="raw", sequence_id=seq, publish_time=1)
+        if batch_count is not None:  # claims a batch (real clients put that many messages in it)
+            meta.num_messages_in_batch = batch_count
         parts = encode_payload_command(wrap(pb.CommandSend(producer_id=producer_id, sequence_id=seq)), meta, payload)
         data = b"".join(bytes(p) for p in parts)
         if corrupt:

@@ -79,3 +79,44 @@ def test_commands_out_of_order(standalone, client, topic, pulsar):
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"after")
     _still_serves(standalone, client, topic, pulsar, [b"after"])
+
+
+def test_a_batch_claiming_more_messages_than_its_bytes_hold_is_refused(standalone, client, topic, pulsar):
+    """The count becomes offsets and consumer-side lists: 2**31-1 messages in 5 bytes is refused."""
+    for count in (2**31 - 1, 0, -5):
+        raw = RawClient(standalone.pulsar_port)
+        raw.connect()
+        raw.producer(topic)
+        raw.send_message(1, 0, b"xxxxx", batch_count=count)
+        assert raw.closed_by_server()
+        raw.close()
+    _still_serves(standalone, client, topic, pulsar, [])
+
+
+def test_acks_with_a_client_batch_size_cover_only_stored_records(standalone, make_client, topic, pulsar):
+    """batch_size and ack_set come from the client: they may not ack what was never delivered."""
+    client = make_client(standalone.url)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(b"m%d" % i)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    first = consumer.receive(timeout_millis=10000)
+    assert first.data() == b"m0"
+    raw = RawClient(standalone.pulsar_port)
+    raw.connect()
+    raw.send(wrap(pb.CommandSubscribe(topic=topic, subscription="s2", subType=pb.CommandSubscribe.Shared,
+                                      consumer_id=7, request_id=1,
+                                      initialPosition=pb.CommandSubscribe.Earliest)))
+    raw.expect("SUCCESS")
+    ledger = first.message_id().ledger_id()
+    for ack in (pb.MessageIdData(ledgerId=ledger, entryId=0, batch_size=2**31 - 1),
+                pb.MessageIdData(ledgerId=ledger, entryId=1, batch_size=2**31 - 1, ack_set=[0] * 100_000),
+                pb.MessageIdData(ledgerId=ledger, entryId=10**12)):
+        raw.send(wrap(pb.CommandAck(consumer_id=7, ack_type=pb.CommandAck.Individual, message_id=[ack],
+                                    request_id=2)))
+        raw.expect("ACK_RESPONSE")
+    raw.close()
+    stats = make_client(standalone.url)  # the subscription still holds m2..m4 (only m0, m1 acked)
+    again = stats.subscribe(topic, "s2", consumer_type=pulsar.ConsumerType.Shared)
+    assert sorted(m.data() for m in receive_all(again, 3)) == [b"m2", b"m3", b"m4"]
+    assert standalone.alive()

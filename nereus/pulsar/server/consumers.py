@@ -146,7 +146,9 @@ def handle_ack(conn, frame) -> None:
     if cmd.HasField("validation_error"):
         log.warning("%s: consumer %s discarded a corrupt entry (%s)", consumer.topic.name, consumer.slot.name,
                     _Ack.ValidationError.Name(cmd.validation_error))
-    unknown = [m for m in cmd.message_id if consumer.sub.entry_size(m.entryId) is None and not m.batch_size]
+    # Entry sizes come from the stream, never from the client's batch_size: they decide
+    # which offsets an ack covers (and how long the lists built for it are).
+    unknown = [m for m in cmd.message_id if consumer.sub.entry_size(m.entryId) is None]
     if unknown or wants_receipt:
         conn.spawn(_ack_async(conn, consumer, cmd))
         return
@@ -158,7 +160,7 @@ def handle_ack(conn, frame) -> None:
 async def _ack_async(conn, consumer: Consumer, cmd: pb.CommandAck) -> None:
     sizes: dict[int, int] = {}
     for m in cmd.message_id:
-        if consumer.sub.entry_size(m.entryId) is None and not m.batch_size:
+        if consumer.sub.entry_size(m.entryId) is None and m.entryId < 1 << 63:
             found = await positions.entry_at(consumer.topic, m.entryId)
             if found is not None:
                 sizes[m.entryId] = found
@@ -184,9 +186,11 @@ def _apply_acks(consumer: Consumer, cmd: pb.CommandAck, sizes: dict[int, int]) -
         base = m.entryId
         if base >= 1 << 63:
             continue  # earliest/latest sentinels are not acknowledgeable
-        size = sub.entry_size(base) or sizes.get(base) or m.batch_size or None
+        size = sub.entry_size(base) or sizes.get(base)
+        if size is None:
+            continue  # no entry starts there (beyond the end, or trimmed): nothing to acknowledge
         if m.ack_set:  # batch-index ack: cleared bits are acknowledged records
-            count = size or m.batch_size or 64 * len(m.ack_set)
+            count = min(size, 64 * len(m.ack_set))
             acked = [base + i for i in range(count) if not (m.ack_set[i // 64] >> (i % 64)) & 1]
             if cmd.ack_type == _Ack.Cumulative:
                 sub.ack_cumulative(base - 1)

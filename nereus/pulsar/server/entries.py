@@ -21,8 +21,29 @@ _U32 = struct.Struct(">I")
 NONE_KEY = b"NONE_KEY"  # what Pulsar hashes for messages without a key
 
 
+#: Most messages one batch may claim (a client's batchingMaxMessages is far lower).
+MAX_BATCH_MESSAGES = 1_000_000
+#: The smallest a batched message can be: its 4-byte metadata size and a payload_size field.
+_MIN_BATCHED_MESSAGE_BYTES = 6
+
+
 def record_count(meta: pb.MessageMetadata) -> int:
     return meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else 1
+
+
+def implausible_count(meta: pb.MessageMetadata, entry_size: int) -> str | None:
+    """Why the batch's claimed message count cannot be true, or None.
+
+    The count becomes offsets (one per record) and sizes lists on the consumer side,
+    so a client may not claim more messages than its bytes can hold.
+    """
+    if not meta.HasField("num_messages_in_batch"):
+        return None
+    count = meta.num_messages_in_batch
+    room = max(entry_size, meta.uncompressed_size if meta.compression else 0)
+    if count < 1 or count > MAX_BATCH_MESSAGES or count * _MIN_BATCHED_MESSAGE_BYTES > room:
+        return f"a batch of {entry_size} bytes cannot hold {count} messages"
+    return None
 
 
 _BATCHED, _COMPRESSED = int(EntryFlags.BATCHED), int(EntryFlags.COMPRESSED)

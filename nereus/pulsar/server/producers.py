@@ -201,6 +201,9 @@ def handle_send(conn, frame) -> None:
                                            error=pb.ChecksumError, message="Checksum failed on the broker")))
         return
     meta = frame.metadata
+    bad_count = entries.implausible_count(meta, len(frame.entry))
+    if bad_count is not None:
+        raise ProtocolViolation(bad_count)
     topic, name = producer.topic, producer.name
     if topic.closed:
         return  # unloading: CLOSE_PRODUCER is on its way; the client resends this
