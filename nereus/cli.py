@@ -82,12 +82,18 @@ def standalone(data_dir: Path, bind: str, http_port: int, pulsar_port: int, kafk
               help="Shards of namespaces created from now on.")
 @click.option("--advertised-address", default=None,
               help="host:port clients are told to use (default: the bind address).")
-def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: str | None) -> None:
+@click.option("--namespace", "namespaces", multiple=True,
+              help="A namespace to serve besides default (repeatable).")
+@click.option("--max-namespaces", type=click.IntRange(0), default=16, show_default=True,
+              help="Namespaces clients may create on demand (beyond default, --namespace and earlier ones).")
+def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: str | None,
+         namespaces: tuple[str, ...], max_namespaces: int) -> None:
     """Serve the metadata engine over Oxia's client protocol (gRPC)."""
     from .meta.oxia.server import serve
 
     try:
-        _run(serve(str(data_dir), bind, port, shards, advertised_address))
+        _run(serve(str(data_dir), bind, port, shards, advertised_address, namespaces=namespaces,
+                   max_namespaces=max_namespaces))
     except (OSError, RuntimeError) as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
 

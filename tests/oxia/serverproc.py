@@ -22,9 +22,10 @@ def free_port() -> int:
 class ServerProcess:
     """One ``nereus oxia`` process on ``data_dir``; keeps its port across restarts."""
 
-    def __init__(self, data_dir: str, shards: int = 4, port: int | None = None):
+    def __init__(self, data_dir: str, shards: int = 4, port: int | None = None, max_namespaces: int = 100_000):
         self.data_dir = data_dir
         self.shards = shards
+        self.max_namespaces = max_namespaces  # tests take a fresh namespace each
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(os.path.dirname(data_dir.rstrip("/")) or ".", f"oxia-{self.port}.log")
@@ -38,7 +39,8 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "oxia", "--data-dir",
-                 self.data_dir, "--port", str(self.port), "--shards", str(self.shards)],
+                 self.data_dir, "--port", str(self.port), "--shards", str(self.shards),
+                 "--max-namespaces", str(self.max_namespaces)],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

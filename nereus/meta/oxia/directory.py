@@ -48,6 +48,10 @@ class ShardDirectory:
         self._count[name] = len(ns.shards)
         return ns
 
+    def known(self, name: str) -> bool:
+        """True if ``name`` has shard ids already (used before, maybe in an earlier run)."""
+        return name in self._first
+
     def _size(self, name: str) -> int:
         if name not in self._count:
             self._count[name] = len(self._engine.namespace(name).shards)

@@ -10,6 +10,11 @@ gRPC header, when sent, must agree. Per-operation outcomes use Oxia's ``Status``
 whole-request failures use gRPC status codes (INVALID_ARGUMENT for malformed
 requests, NOT_FOUND for unknown sessions and namespaces, FAILED_PRECONDITION for
 unknown shards, UNAVAILABLE when the engine cannot serve).
+
+Every namespace costs shard threads and files, so clients cannot conjure them
+without bound: the ones that exist (``default``, those configured at start, those
+created in earlier runs) are served, and at most ``max_namespaces`` more are created
+on demand; a request for any other is answered as Oxia answers an unknown namespace.
 """
 
 from __future__ import annotations
@@ -21,13 +26,13 @@ import re
 import signal
 import socket
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterable
 
 import grpc
 from grpc import aio
 
 from ..api import Comparison, NotificationType
-from ..embedded import Engine, Namespace
+from ..embedded import DEFAULT_NAMESPACE, Engine, Namespace
 from ..embedded.shard import Shard
 from ..embedded.store import CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, LIST, PUT
 from ..errors import (InvalidRequest, MetadataError, NamespaceNotFound, SessionNotFound,
@@ -46,6 +51,7 @@ SCAN_BYTES = 1 << 20  # soft size limit of one RangeScanResponse
 MIN_SESSION_MS, MAX_SESSION_MS = 100, 3_600_000
 _MAX_SEQ = 2**64 - 1
 _SEQ_SUFFIX = re.compile(r"(?:-\d{20})+")
+DEFAULT_MAX_NAMESPACES = 16  # created on demand by clients, beyond those that exist
 
 
 class UnknownShard(MetadataError):
@@ -101,12 +107,36 @@ def _opt(msg: Any, field: str) -> Any:
     return getattr(msg, field) if msg.HasField(field) else None
 
 
+class NamespaceLimit:
+    """Which namespaces clients may use: the existing ones, and up to ``max_new`` more."""
+
+    def __init__(self, directory: ShardDirectory, existing: Iterable[str], max_new: int):
+        if max_new < 0:
+            raise ValueError("max_new must be >= 0")
+        self._directory = directory
+        self._existing = {DEFAULT_NAMESPACE, *existing}
+        self._created: set[str] = set()
+        self.max_new = max_new
+
+    def admit(self, name: str) -> None:
+        """Allow ``name`` (counting it if it is new); NamespaceNotFound beyond the limit."""
+        if name in self._existing or name in self._created or self._directory.known(name):
+            return
+        if len(self._created) >= self.max_new:
+            log.warning("refusing to create namespace %r: %d namespaces were created on demand already",
+                        name, self.max_new)
+            raise NamespaceNotFound(name)
+        self._created.add(name)
+
+
 class OxiaServicer:
     """Oxia's ``OxiaClient`` service on top of an ``Engine``."""
 
-    def __init__(self, engine: Engine, leader: str):
+    def __init__(self, engine: Engine, leader: str, *, namespaces: Iterable[str] = (),
+                 max_namespaces: int = DEFAULT_MAX_NAMESPACES):
         self.engine = engine
         self.directory = ShardDirectory(engine)
+        self.namespaces = NamespaceLimit(self.directory, namespaces, max_namespaces)
         self.leader = leader
         self.stopping = asyncio.Event()
 
@@ -125,7 +155,8 @@ class OxiaServicer:
     # ------------------------------------------------------------ shard map
     @_stream
     async def GetShardAssignments(self, request, context) -> AsyncIterator[pb.ShardAssignments]:
-        name = request.namespace or _header(context, cv.NAMESPACE_HEADER) or "default"
+        name = request.namespace or _header(context, cv.NAMESPACE_HEADER) or DEFAULT_NAMESPACE
+        self.namespaces.admit(name)
         yield self.directory.assignments(name, self.leader)
         await self.stopping.wait()  # the map never changes: hold the stream open
 
@@ -379,11 +410,14 @@ def _host_port(host: str, port: int) -> str:
 
 
 async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int = 6648, *,
-                            advertised_address: str | None = None) -> OxiaServer:
+                            advertised_address: str | None = None, namespaces: Iterable[str] = (),
+                            max_namespaces: int = DEFAULT_MAX_NAMESPACES) -> OxiaServer:
     """Serve ``engine`` over Oxia's protocol on ``host:port`` (0: any free port).
 
     ``advertised_address`` is the ``host:port`` given to clients as shard leader;
     by default the bind address (the host name when binding every interface).
+    ``namespaces`` exist besides ``default`` (and those created in earlier runs);
+    clients may create ``max_namespaces`` others, no more.
     """
     # SO_REUSEPORT would let a second server bind the same port silently.
     server = aio.server(options=cv.GRPC_OPTIONS + [("grpc.so_reuseport", 0)])
@@ -393,7 +427,7 @@ async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int =
     if advertised_address is None:
         adv_host = socket.gethostname() if host in ("", "0.0.0.0", "::", "[::]") else host
         advertised_address = _host_port(adv_host, bound)
-    servicer = OxiaServicer(engine, advertised_address)
+    servicer = OxiaServicer(engine, advertised_address, namespaces=namespaces, max_namespaces=max_namespaces)
     pbg.add_to_server(servicer, server)
     await server.start()
     log.info("oxia protocol listening on %s (advertised as %s)", _host_port(host, bound), advertised_address)
@@ -401,11 +435,14 @@ async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int =
 
 
 async def serve(data_dir: str, host: str, port: int, shards: int,
-                advertised_address: str | None = None) -> None:
+                advertised_address: str | None = None, *, namespaces: Iterable[str] = (),
+                max_namespaces: int = DEFAULT_MAX_NAMESPACES) -> None:
     """Run ``nereus oxia`` until SIGINT/SIGTERM."""
-    engine = Engine(data_dir, shards=shards)
+    namespaces = list(namespaces)
+    engine = Engine(data_dir, shards=shards, namespaces={name: shards for name in namespaces})
     try:
-        srv = await start_oxia_server(engine, host, port, advertised_address=advertised_address)
+        srv = await start_oxia_server(engine, host, port, advertised_address=advertised_address,
+                                      namespaces=namespaces, max_namespaces=max_namespaces)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
