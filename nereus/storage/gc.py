@@ -43,7 +43,6 @@ timestamp of a write made now), never by comparing two machines' clocks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass

@@ -26,7 +26,6 @@ Rules (invariants 2 and 3 of ARCHITECTURE.md):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 

@@ -39,6 +39,7 @@ from typing import Callable
 
 from ..meta import MetadataStore
 from ..objstore import ObjectExists, ObjectStore
+from ..tasks import log_failure
 from . import gc, metrics, wal_format
 from .errors import InvalidAppend, StorageError, StreamFenced
 from .records import IndexEntry
@@ -170,6 +171,7 @@ class WalWriter:
 
     def _track(self, coro) -> None:
         task = asyncio.ensure_future(coro)
+        task.add_done_callback(log_failure("a WAL flush step"))
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 

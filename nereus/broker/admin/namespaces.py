@@ -10,15 +10,15 @@ registry when a producer or ``POST .../schema`` registers a schema).
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from aiohttp import web
 
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
+from ...pulsar.server.topics import refresh_policies
+from ...tasks import spawn
 from ...topics.policies import policies_key
 from ...topics.schemas import STRATEGIES
-from ...pulsar.server.topics import refresh_policies
 from . import retention, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
@@ -150,7 +150,7 @@ async def set_retention(request: web.Request) -> web.Response:
     value = _retention(await body(request))
     await _update(ctx, tenant, namespace, "retention_policies", value)
     # Applied at once in the background, then by the periodic pass.
-    task = asyncio.ensure_future(retention.enforce_namespace(ctx, tenant, namespace))
+    task = spawn(retention.enforce_namespace(ctx, tenant, namespace), f"retention of {tenant}/{namespace}")
     ctx.tasks.append(task)
     task.add_done_callback(lambda t: ctx.tasks.remove(t) if t in ctx.tasks else None)
     return no_content()
