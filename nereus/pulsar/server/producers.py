@@ -129,9 +129,7 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
             break
         if mode == pb.ExclusiveWithFencing:
             for other in others:
-                other.conn.send(wrap(pb.CommandCloseProducer(producer_id=other.producer_id, request_id=0)))
-                other.conn.producers.pop(other.producer_id, None)
-                other.detach()
+                topic.close_producer(other)
             break
         if mode != pb.WaitForExclusive:
             conn.send_error(cmd.request_id, pb.ProducerBusy, f"{name} has an exclusive producer")

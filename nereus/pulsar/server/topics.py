@@ -102,13 +102,17 @@ class PulsarTopic:
             await dispatcher.close()
             await dispatcher.sub.cursor.delete()
 
+    def close_producer(self, producer) -> None:
+        """Tell one producer to reconnect (CLOSE_PRODUCER) and forget it here."""
+        producer.conn.producers.pop(producer.producer_id, None)
+        producer.conn.closed_producers.add(producer.producer_id)
+        producer.detach()
+        producer.conn.send(wrap(pb.CommandCloseProducer(producer_id=producer.producer_id, request_id=0)))
+
     def close_producers(self) -> None:
-        """Tell every producer to reconnect (CLOSE_PRODUCER) and forget it here."""
+        """Tell every producer to reconnect and forget them here."""
         for producer in list(self.producers.values()):
-            producer.conn.producers.pop(producer.producer_id, None)
-            producer.conn.closed_producers.add(producer.producer_id)
-            producer.detach()
-            producer.conn.send(wrap(pb.CommandCloseProducer(producer_id=producer.producer_id, request_id=0)))
+            self.close_producer(producer)
         self.producers.clear()
 
     def close_consumers(self, dispatcher: Dispatcher) -> None:
