@@ -57,11 +57,11 @@ class JobReport:
     tables: list = field(default_factory=list)
 
 
-def encoder(topic: str, partition: int) -> compaction.Encoder:
-    """Builds the compacted object of a range of ``topic``'s partition (rows + entries)."""
+def encoder(partition: int) -> compaction.Encoder:
+    """Builds the compacted object of a range of a topic partition's stream (rows + entries)."""
 
     def encode(stream_id: int, first: int, entries, generation: int) -> bytes:
-        table = table_format.build_table(topic, partition, first, entries)
+        table = table_format.build_table(partition, first, entries)
         header = compacted_format.CompactedHeader(stream_id, first, sum(c for c, _ in entries), len(entries),
                                                   generation)
         return compacted_format.encode(table, header)
@@ -122,7 +122,7 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
     try:
         reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
         try:
-            result = await compaction.compact(meta, objects, reader, task.plan, encoder(task.topic, task.partition),
+            result = await compaction.compact(meta, objects, reader, task.plan, encoder(task.partition),
                                               lease_owner=task.owner)
         except compaction.CompactionConflict as exc:
             log.info("skipped: %s", exc)

@@ -1,9 +1,8 @@
 """Committed records of a topic as rows, without Spark (the Spark source calls these).
 
 Offsets resolve exactly as a broker resolves them (``storage/reader.py``: ``idx``
-groups, then ``tail.pending``; only what the tail says is committed), and stored
-entries are opened with the same code the cross-protocol paths use
-(``pulsar.codec.entry``, ``kafka.codec.records``, ``topics.convert``).
+groups, then ``tail.pending``; only what the tail says is committed), and a record's
+values come from ``record_values``, the mapping compacted objects use too.
 
 A row is ``(topic, partition, offset, publish_time, event_time, key, value,
 properties, producer_name)``; ``partition`` is -1 for a non-partitioned topic.
@@ -14,25 +13,21 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from itertools import repeat
 
-from ..kafka.codec.records import decode_records
-from ..topics.convert import PRODUCER_NAME as KAFKA_PRODUCER_NAME
-from ..topics.convert import key_from_pulsar
-from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..objstore import ObjectStore
-from ..pulsar.codec import entry_messages, split_entry
 from ..pulsar.server.topics import partitioned_key
 from ..storage import records
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
 from ..storage.records import Tail
+from .record_values import RecordColumns
 
 ROW_FIELDS = ("topic", "partition", "offset", "publish_time", "event_time", "key", "value", "properties",
               "producer_name")
-LOG_APPEND_TIME = 0x08  # Kafka batch attribute: timestamps are the broker's (max_timestamp)
 _READ_BYTES = 8 << 20
 
 
@@ -94,41 +89,28 @@ async def topic_ranges(meta: MetadataStore, topic: str, *, must_exist: bool = Fa
     return out
 
 
-def _time(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms > 0 else None
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _pulsar_rows(topic: str, partition: int, base: int, body: memoryview) -> Iterator[tuple]:
-    meta, payload = split_entry(body)
-    if meta.HasField("marker_type") or meta.encryption_keys:
-        return  # markers are not records; encrypted payloads cannot be split (their offsets are a gap)
-    publish = _time(meta.publish_time)
-    for m in entry_messages(meta, payload):
-        single = m.metadata
-        props = {p.key: p.value for p in single.properties}
-        value = None if single.null_value else bytes(m.payload)
-        yield (topic, partition, base + max(m.index, 0), publish, _time(single.event_time), key_from_pulsar(single),
-               value, props, meta.producer_name)
+def _time(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
 
 
-def _kafka_rows(topic: str, partition: int, base: int, body: memoryview) -> Iterator[tuple]:
-    header, batch = decode_records(body)
-    publish = _time(header.max_timestamp if header.max_timestamp > 0 else header.base_timestamp)
-    log_time = bool(header.attributes & LOG_APPEND_TIME)
-    for r in batch:
-        props = {k: (None if v is None else v.decode("utf-8", "replace")) for k, v in r.headers}
-        event = publish if log_time else _time(r.timestamp)
-        yield (topic, partition, base + r.offset_delta, publish, event, r.key, r.value, props, KAFKA_PRODUCER_NAME)
+def _runs_of_times(micros: list[int | None]) -> Iterator[datetime | None]:
+    """``_time`` of each value; a run of one value (an entry's publish time) is converted once."""
+    last, converted = None, None
+    for value in micros:
+        if value != last:
+            last, converted = value, _time(value)
+        yield converted
 
 
 def entry_rows(topic: str, partition: int, base: int, data: bytes | memoryview) -> Iterator[tuple]:
-    """The rows of one stored entry whose first record is at offset ``base``."""
-    header, body = decode_entry(data)
-    if header.flags & EntryFlags.CONTROL:
-        return iter(())  # Kafka transaction markers, Pulsar markers: offsets without records
-    if header.format == EntryFormat.KAFKA:
-        return _kafka_rows(topic, partition, base, body)
-    return _pulsar_rows(topic, partition, base, body)
+    """The rows of one stored entry whose first record is at offset ``base`` (``record_values``)."""
+    values = RecordColumns()
+    values.add_entry(base, data)
+    return zip(repeat(topic), repeat(partition), values.offset, _runs_of_times(values.publish),
+               map(_time, values.event), values.key, values.value, values.properties, values.producer)
 
 
 async def read_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -> AsyncIterator[list[tuple]]:

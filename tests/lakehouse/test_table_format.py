@@ -1,10 +1,16 @@
-"""Compacted rows equal the data source's rows (``rows.entry_rows``), entry for entry."""
+"""Compacted rows equal the data source's rows (``rows.entry_rows``), entry for entry:
+both come from one mapping of records to values (``record_values``)."""
 
 from __future__ import annotations
+
+import struct
+from datetime import datetime, timezone
 
 from nereus.kafka.codec.records import Record, build_batch
 from nereus.lakehouse import rows, table_format
 from nereus.ledger.entry import EntryFlags, EntryFormat, EntryHeader, encode_entry
+from nereus.pulsar.codec import PulsarApi_pb2 as pb
+from nereus.pulsar.codec import batch as pulsar_batch
 from nereus.storage import compacted_format
 
 
@@ -18,6 +24,54 @@ def _marker() -> bytes:
     return b"".join(bytes(c) for c in encode_entry(header, build_batch([Record(0, 5, None, b"", [])])))
 
 
+def _pulsar_entry(meta: pb.MessageMetadata, payload: bytes, count: int) -> bytes:
+    raw = meta.SerializeToString()
+    body = struct.pack(">I", len(raw)) + raw + payload
+    return b"".join(bytes(c) for c in encode_entry(EntryHeader(EntryFormat.PULSAR, count), body))
+
+
+def _pulsar_batch() -> bytes:
+    messages = [(b"b0", pb.SingleMessageMetadata(partition_key="pk", event_time=1_700_000_000_007,
+                                                  properties=[pb.KeyValue(key="a", value="1")])),
+                (b"", pb.SingleMessageMetadata(null_value=True))]
+    parts, count = pulsar_batch.build_batch(messages)
+    meta = pb.MessageMetadata(producer_name="batcher", sequence_id=1, publish_time=1_700_000_001_000,
+                              num_messages_in_batch=count)
+    return _pulsar_entry(meta, b"".join(bytes(p) for p in parts), count)
+
+
+def _pulsar_single() -> bytes:
+    meta = pb.MessageMetadata(producer_name="single", sequence_id=0, publish_time=1_700_000_002_000,
+                              properties=[pb.KeyValue(key="k", value="v")])
+    return _pulsar_entry(meta, b"one", 1)
+
+
+def _time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def test_pulsar_and_kafka_records_map_to_the_same_values_in_rows_and_compacted_objects():
+    entries = [(1, _pulsar_single()), (2, _pulsar_batch()),
+               (2, _kafka_entry([Record(0, 1_700_000_000_100, b"x", b"y", [("h", b"1"), ("h", b"2")]),
+                                 Record(1, 0, None, None, [])]))]
+    expected = [
+        ("t", 0, 5, _time(1_700_000_002_000), None, None, b"one", {"k": "v"}, "single"),
+        ("t", 0, 6, _time(1_700_000_001_000), _time(1_700_000_000_007), b"pk", b"b0", {"a": "1"}, "batcher"),
+        ("t", 0, 7, _time(1_700_000_001_000), None, None, None, {}, "batcher"),
+        ("t", 0, 8, _time(1_700_000_000_100), _time(1_700_000_000_100), b"x", b"y", {"h": "2"}, "kafka"),
+        ("t", 0, 9, _time(1_700_000_000_100), None, None, None, {}, "kafka"),
+    ]
+    got_rows, base = [], 5
+    for count, data in entries:
+        got_rows += list(rows.entry_rows("t", 0, base, data))
+        base += count
+    assert got_rows == expected
+    table = table_format.build_table(0, 5, entries)
+    got = [(r["partition"], r["offset"], r["publish_time"], r["event_time"], r["key"], r["value"],
+            dict(r["properties"]), r["producer_name"]) for r in table.select(list(table_format.RECORD_COLUMNS)).to_pylist()]
+    assert got == [row[1:] for row in expected]
+
+
 def test_rows_and_entries_match_the_data_source():
     entries = [
         (3, _kafka_entry([Record(0, 1_700_000_000_000, b"k", b"v0", [("a", b"1"), ("a", b"2"), ("n", None)]),
@@ -26,7 +80,7 @@ def test_rows_and_entries_match_the_data_source():
         (1, _marker()),
         (2, _kafka_entry([Record(0, 1_700_000_000_100, b"x", b"y", []), Record(1, 1_700_000_000_101, b"z", b"w", [])])),
     ]
-    table = table_format.build_table("t", 3, 10, entries)
+    table = table_format.build_table(3, 10, entries)
     expected = []
     base = 10
     for count, data in entries:
@@ -43,6 +97,6 @@ def test_rows_and_entries_match_the_data_source():
 
 
 def test_a_range_without_records_keeps_its_entries_on_one_row():
-    table = table_format.build_table("t", -1, 0, [(1, _marker()), (1, _marker())])
+    table = table_format.build_table(-1, 0, [(1, _marker()), (1, _marker())])
     assert table.num_rows == 1 and table.column("value").to_pylist() == [None]
     assert table.column("_entry_records").to_pylist() == [[1, 1]]
