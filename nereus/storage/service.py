@@ -29,6 +29,9 @@ from .wal_writer import WalOptions, WalWriter
 
 log = logging.getLogger(__name__)
 
+#: Stream ids reserved per counter update.
+STREAM_ID_BLOCK = 64
+
 #: What a tail waiter's future resolves to besides the committed end it was waiting for.
 RECHECK = "recheck"  # notifications may have been missed: read the tail again
 GONE = "gone"  # the stream's tail was deleted: the stream is gone
@@ -52,6 +55,8 @@ class StreamStorage:
         self.tail_cache = TailCache(options.tail_cache_bytes)
         self.reader = StreamReader(meta, objects, self.tail_cache, BlockCache(options.block_cache_bytes))
         self.writer = WalWriter(meta, objects, node_id=self.node_id, options=options.wal, on_commit=self._committed)
+        self._id_lock = asyncio.Lock()
+        self._id_next = self._id_end = 0
         # stream id -> {future: offset}: the long-polls waiting for the stream to pass offset
         self._waiters: dict[int, dict[asyncio.Future, int]] = {}
         self._tail_reads: dict[int, asyncio.Task[None]] = {}  # one tail read per stream at a time
@@ -65,11 +70,7 @@ class StreamStorage:
         _check_name(name)
         if await self.meta.get(records.name_key(name)) is not None:
             raise StreamExists(name)
-        allocated = await cas.update(
-            self.meta, records.NEXT_STREAM_ID_KEY,
-            lambda old: records.encode({"next": records.decode(old).get("next", 1) + 1}),
-        )
-        stream_id = records.decode(allocated.value)["next"] - 1
+        stream_id = await self._allocate_stream_id()
         await self.meta.put(records.meta_key(stream_id),
                             records.encode({"name": name, "created": int(time.time() * 1000)}),
                             partition_key=records.stream_partition(stream_id))
@@ -79,6 +80,23 @@ class StreamStorage:
         except UnexpectedVersion:
             raise StreamExists(name) from None
         return stream_id
+
+    async def _allocate_stream_id(self) -> int:
+        """A stream id never handed out before, from a block this process reserved.
+
+        Blocks (one CAS on the counter each) keep many creations at once, here and on
+        other brokers, from racing on one key; ids of a block left unused are skipped.
+        """
+        async with self._id_lock:
+            if self._id_next >= self._id_end:
+                allocated = await cas.update(
+                    self.meta, records.NEXT_STREAM_ID_KEY,
+                    lambda old: records.encode({"next": records.decode(old).get("next", 1) + STREAM_ID_BLOCK}),
+                )
+                self._id_end = records.decode(allocated.value)["next"]
+                self._id_next = self._id_end - STREAM_ID_BLOCK
+            self._id_next += 1
+            return self._id_next - 1
 
     async def stream_id(self, name: str) -> int:
         rec = await self.meta.get(records.name_key(name))

@@ -280,3 +280,19 @@ async def test_a_new_session_never_writes_a_group_overlapping_an_existing_one(me
     assert [bytes(e.data) for e in (await handle.fetch(0, max_bytes=1 << 20)).entries] == \
         [b"%d" % i for i in range(GROUP_SIZE + 1)] + [b"next"]
     await other.close()
+
+
+async def test_many_streams_created_at_once_from_two_processes_get_distinct_ids(meta, objects):
+    """Creation does not race on one counter key (ids come in blocks), and a name gets one id."""
+    a = StreamStorage(meta, objects, node_id="a", options=FAST)
+    b = StreamStorage(meta, objects, node_id="b", options=FAST)
+    names = [f"many-{i}" for i in range(500)]
+    handles = await asyncio.gather(*(s.open_stream(n, create=True) for n in names for s in (a, b)))
+    by_name: dict[str, set[int]] = {}
+    for handle in handles:
+        by_name.setdefault(handle.name, set()).add(handle.stream_id)
+    assert all(len(ids) == 1 for ids in by_name.values())  # both processes agree on each name's id
+    ids = [next(iter(v)) for v in by_name.values()]
+    assert len(set(ids)) == len(names)
+    await a.close()
+    await b.close()
