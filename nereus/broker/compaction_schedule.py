@@ -74,7 +74,13 @@ async def run_schedule(meta: MetadataStore, schedule: CompactionSchedule) -> Non
     delay = RestartDelay(schedule.interval)
     while True:
         await _wait_for_work(meta, schedule)
-        worker = await Worker.start(schedule)
+        try:
+            worker = await Worker.start(schedule)
+        except OSError as exc:  # no interpreter, no processes left, ...
+            pause = delay.after_exit(0)
+            log.warning("cannot start the compaction worker (%s); trying again in %.0f s", exc, pause)
+            await asyncio.sleep(pause)
+            continue
         try:
             code = await worker.wait()
         finally:
