@@ -272,8 +272,9 @@ class Delivery:
     async def run(self, interval: float, stop: asyncio.Event | None = None) -> Stats:
         """Deliver every ``interval`` seconds until ``stop`` is set.
 
-        A topic that goes missing meanwhile (deleted) is waited for; failed rounds (unreachable metadata, lost commit races,
-        concurrent trims) are logged and retried next round: the table says where to resume.
+        A topic that goes missing meanwhile (deleted) is waited for; failed rounds (unreachable
+        metadata, lost commit races, concurrent trims) are logged and retried next round: the
+        table says where to resume.
         """
         total = Stats()
         stop = self._stop = stop or asyncio.Event()

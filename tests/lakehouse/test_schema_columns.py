@@ -233,11 +233,11 @@ def test_json_topic(spark, standalone, client):
 
 def test_schema_versions(spark, standalone, client):
     request = urllib.request.Request(f"{standalone.http}/admin/v2/namespaces/public/evolve", method="PUT")
-    urllib.request.urlopen(request, timeout=15).close()
+    urllib.request.urlopen(request, timeout=180).close()
     request = urllib.request.Request(f"{standalone.http}/admin/v2/namespaces/public/evolve/schemaCompatibilityStrategy",
                                      data=b'"ALWAYS_COMPATIBLE"', method="PUT",
                                      headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(request, timeout=15).close()
+    urllib.request.urlopen(request, timeout=180).close()
     topic = "persistent://public/evolve/versions"
 
     class Sample(Record):  # version 0

@@ -102,7 +102,8 @@ def test_partial_replay_sends_only_the_rest(standalone):
     from nereus.lakehouse.sink import SinkOptions, produce
 
     topic = "persistent://public/default/sink-partial"
-    options = SinkOptions(standalone.url, topic, batching=False, send_timeout_ms=30_000, sink_id=None)
+    # the send timeout bounds a hang only
+    options = SinkOptions(standalone.url, topic, batching=False, send_timeout_ms=180_000, sink_id=None)
     rows = [Row(value=f"r-{i}") for i in range(20)]
     assert produce(iter(rows[:8]), options, "spark-partial-0", 3, 0).sent == 8
     again = produce(iter(rows), options, "spark-partial-0", 3, 0)
@@ -112,7 +113,7 @@ def test_partial_replay_sends_only_the_rest(standalone):
 
     client = pulsar.Client(standalone.url)
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    got = [reader.read_next(5000).data().decode() for _ in range(25)]
+    got = [reader.read_next(180_000).data().decode() for _ in range(25)]  # bounds a hang only
     assert not reader.has_message_available()
     client.close()
     assert got == [f"r-{i}" for i in range(20)] + [f"r-{i}" for i in range(5)]

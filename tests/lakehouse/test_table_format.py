@@ -68,7 +68,8 @@ def test_pulsar_and_kafka_records_map_to_the_same_values_in_rows_and_compacted_o
     assert got_rows == expected
     table = table_format.build_table(0, 5, entries)
     got = [(r["partition"], r["offset"], r["publish_time"], r["event_time"], r["key"], r["value"],
-            dict(r["properties"]), r["producer_name"]) for r in table.select(list(table_format.RECORD_COLUMNS)).to_pylist()]
+            dict(r["properties"]), r["producer_name"])
+           for r in table.select(list(table_format.RECORD_COLUMNS)).to_pylist()]
     assert got == [row[1:] for row in expected]
 
 
