@@ -119,6 +119,15 @@ def _status(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"code {code}"
 
 
+def _write_stderr(chunk: bytes) -> None:
+    buffer = getattr(sys.stderr, "buffer", None)
+    if buffer is None:
+        sys.stderr.write(chunk.decode("utf-8", "replace"))
+    else:
+        buffer.write(chunk)
+        buffer.flush()
+
+
 def _worker_log_level() -> str:
     """The broker's log level, for the worker (its command line takes one of ``_WORKER_LEVELS``)."""
     level = logging.getLogger().getEffectiveLevel()
@@ -154,15 +163,15 @@ class Worker:
         return (self.ended or time.monotonic()) - self.started
 
     async def _pass_stderr(self) -> None:
-        out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+        echo = True
         while chunk := await self.proc.stderr.read(1 << 16):
             self._tail += chunk
             del self._tail[:-_TAIL_BYTES]
-            if out is not None:
-                out.write(chunk)
-                out.flush()
-            else:
-                sys.stderr.write(chunk.decode("utf-8", "replace"))
+            if echo:
+                try:
+                    _write_stderr(chunk)
+                except (OSError, ValueError):  # the broker's stderr is gone: keep draining the pipe
+                    echo = False
 
     async def wait(self) -> int:
         """The exit status, once the process has exited and its stderr is drained."""
