@@ -148,6 +148,10 @@ def compact(metadata: str, objects: str | None, topics: tuple[str, ...], target_
                 if not interval:
                     raise click.ClickException(str(exc)) from None
                 logging.getLogger("nereus.compact").warning("compaction run failed: %s", exc)
+            except Exception:  # a Spark, Py4J or catalog error: the next run may succeed
+                if not interval:
+                    raise
+                logging.getLogger("nereus.compact").exception("compaction run failed")
             else:
                 if report.tasks or not interval:
                     _report_compaction(report)

@@ -19,7 +19,7 @@ from itertools import repeat
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..objstore import ObjectStore
-from ..pulsar.server.topics import partitioned_key
+from ..topics import partitioned_key
 from ..storage import records
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader

@@ -34,7 +34,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, DataType, Dat
 
 from . import rows as _rows
 from ..ledger.naming import TopicName
-from ..pulsar.server import schemas as _schemas
+from ..topics import schemas as _schemas
 
 DECODED_TYPES = ("AVRO", "JSON")
 FIXED_COLUMNS = frozenset(_rows.ROW_FIELDS)

@@ -46,7 +46,7 @@ from . import schema_columns as _columns
 from .worker_loop import run_async, worker_loop
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..pulsar.codec import split_entry
-from ..pulsar.server.schemas import version_from_bytes
+from ..topics.schemas import version_from_bytes
 
 SCHEMA = StructType([
     StructField("topic", StringType(), False),

@@ -146,8 +146,10 @@ class ShardWriter:
                     break
                 self._wake.clear()
                 waiter = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait({waiter, reader}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
+                try:
+                    await asyncio.wait({waiter, reader}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+                finally:  # also when this task is cancelled while waiting
+                    waiter.cancel()
             await reader
         except BaseException as e:
             self._fail_inflight(inflight, e)
