@@ -22,7 +22,6 @@ import logging
 import re
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass
 
 from ..lakehouse.compaction import has_work

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..ledger.naming import InvalidTopicName, TopicName
 from ..meta import MetadataStore
-from ..storage import compacted_format, compaction, records
+from ..storage import compacted_format, compaction, view
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
 from . import table_format
@@ -79,10 +79,8 @@ async def topic_streams(meta: MetadataStore, topics: list[str] | None) -> list[t
             out += [(str(TopicName.parse(topic)), partition, stream)
                     for _, partition, stream in await _rows.partitions(meta, topic)]
         return out
-    lo, hi = records.names_range()
     out = []
-    async for key in meta.list(lo, hi):
-        stream = records.name_from_key(key)
+    async for stream in view.stream_names(meta):
         try:
             name = TopicName.parse(stream)
         except InvalidTopicName:
@@ -95,9 +93,9 @@ async def _stream_ids(meta: MetadataStore, topics: list[str] | None) -> list[tup
     """(base topic, partition, stream id) of the existing streams of ``topics`` (None: all)."""
     out = []
     for topic, partition, stream in await topic_streams(meta, topics):
-        rec = await meta.get(records.name_key(stream))
-        if rec is not None:
-            out.append((topic, partition, records.decode(rec.value)["id"]))
+        sid = await view.stream_id(meta, stream)
+        if sid is not None:
+            out.append((topic, partition, sid))
     return out
 
 

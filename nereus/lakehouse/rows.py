@@ -20,10 +20,9 @@ from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..objstore import ObjectStore
 from ..topics import partitioned_key
-from ..storage import records
+from ..storage import view
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
-from ..storage.records import Tail
 from .record_values import RecordColumns
 
 ROW_FIELDS = ("topic", "partition", "offset", "publish_time", "event_time", "key", "value", "properties",
@@ -55,16 +54,11 @@ async def partitions(meta: MetadataStore, topic: str) -> list[tuple[str, int, st
 
 async def stream_range(meta: MetadataStore, topic: str, partition: int, stream: str) -> StreamRange | None:
     """Committed bounds of a stream: ``start`` (trim) to ``tail.next``; None if it does not exist."""
-    rec = await meta.get(records.name_key(stream))
-    if rec is None:
+    stream_id = await view.stream_id(meta, stream)
+    if stream_id is None:
         return None
-    stream_id = records.decode(rec.value)["id"]
-    key = records.stream_partition(stream_id)
-    start_rec = await meta.get(records.start_key(stream_id), partition_key=key)
-    tail_rec = await meta.get(records.tail_key(stream_id), partition_key=key)
-    start = records.decode(start_rec.value).get("start", 0) if start_rec is not None else 0
-    end = Tail.decode(tail_rec.value).next if tail_rec is not None else 0
-    return StreamRange(topic, partition, stream, stream_id, start, max(start, end))
+    start, end = await view.bounds(meta, stream_id)
+    return StreamRange(topic, partition, stream, stream_id, start, end)
 
 
 class TopicNotFound(LookupError):

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
-from ..storage import gc, records
+from ..storage import gc, view
 from . import rows as _rows
 from . import table_format
 
@@ -88,12 +88,9 @@ async def compacted_objects(meta: MetadataStore, topic: str) -> list[_DataObject
         bounds = await _rows.stream_range(meta, name, partition, stream)
         if bounds is None:
             continue
-        lo, hi = records.index_range(bounds.stream_id)
-        part = records.stream_partition(bounds.stream_id)
-        async for rec in meta.range_scan(lo, hi, partition_key=part):
-            for entry in records.decode_group(rec.value):
-                if entry.compacted:
-                    out.append(_DataObject(entry.object, partition, entry.base, entry.last))
+        async for entry in view.indexed_entries(meta, bounds.stream_id):
+            if entry.compacted:
+                out.append(_DataObject(entry.object, partition, entry.base, entry.last))
     return out
 
 
@@ -157,14 +154,7 @@ def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) ->
 
 async def _unpin_unlisted(meta: MetadataStore, objects_url: str, holder: str, listed: set[str]) -> None:
     """Drop this table's pins on objects it does not list (removed now, or a crash before a commit)."""
-    suffix = "/" + quote(holder, safe="")
-    stale = []
-    for lo, hi in records.subtree_ranges(records.GC_PINS_ROOT):  # pins are two levels below the root
-        async for pin_key in meta.list(lo, hi):
-            if pin_key.endswith(suffix):
-                key = records.object_from_marker(pin_key[: -len(suffix)])
-                if object_url(objects_url, key) not in listed:
-                    stale.append(key)
+    stale = [key for key in await gc.pinned_by(meta, holder) if object_url(objects_url, key) not in listed]
     for key in stale:
         await gc.unpin(meta, key, holder)
 

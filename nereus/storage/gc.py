@@ -47,6 +47,7 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
+from urllib.parse import quote
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..meta import cas
@@ -133,6 +134,17 @@ async def pin(meta: MetadataStore, object_key: str, holder: str, ttl_seconds: fl
 
 async def unpin(meta: MetadataStore, object_key: str, holder: str) -> None:
     await meta.delete(records.pin_key(object_key, holder))
+
+
+async def pinned_by(meta: MetadataStore, holder: str) -> list[str]:
+    """The objects ``holder`` pins (a scan of every pin: for a table's occasional repair)."""
+    suffix = "/" + quote(holder, safe="")
+    out = []
+    for lo, hi in records.subtree_ranges(records.GC_PINS_ROOT):  # pins are two levels below the root
+        async for pin_key in meta.list(lo, hi):
+            if pin_key.endswith(suffix):
+                out.append(records.object_from_marker(pin_key[: -len(suffix)]))
+    return out
 
 
 async def _mark_free(meta: MetadataStore, object_key: str) -> None:

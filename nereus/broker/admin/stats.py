@@ -18,9 +18,8 @@ from aiohttp import web
 
 from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
-from ...meta import Comparison
 from ...pulsar.server import metrics
-from ...storage import records
+from ...storage import view
 from .common import AdminError, context, partitions, require_topic, topic_name
 
 SAMPLE_EVERY = 5.0
@@ -65,13 +64,8 @@ async def _size_below(ctx, stream_id: int, offset: int, tail) -> int:
     """Cumulative stream bytes before the slice holding ``offset``."""
     if offset <= 0:
         return 0
-    partition = stream_partition(stream_id)
-    slices = list(tail.pending)
     try:
-        rec = await ctx.meta.get(records.index_key(stream_id, offset), comparison=Comparison.CEILING,
-                                 partition_key=partition)
-        if rec is not None and rec.key.startswith(f"{partition}/idx/"):
-            slices += records.decode_group(rec.value)
+        slices = await view.entries_around(ctx.meta, stream_id, offset)
     except (ValueError, KeyError):
         return 0
     for entry in slices:
