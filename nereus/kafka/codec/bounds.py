@@ -120,7 +120,7 @@ def _field(field, flexible: bool, header: bool, tagged: bool):
         one, fixed = (_compact_string if flexible
                       else _legacy_string(_I16 if kafka_type == "string" else _I32)), None
     else:
-        raise NotImplementedError(f"no length check for Kafka type {kafka_type!r}")
+        raise TypeError(f"no length check for Kafka type {kafka_type!r} (a schema this broker does not serve)")
     return _array(one, flexible, fixed) if isinstance(kind, PrimitiveTupleField) else one
 
 
