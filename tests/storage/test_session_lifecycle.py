@@ -12,40 +12,25 @@ from nereus.storage.gc import GarbageCollector
 from .conftest import FAST
 
 
-class HeldPutMany:
-    """A metadata store whose ``put_many`` (the commit round) waits while ``hold`` is set."""
+class Held:
+    """Wraps a store so that calls of ``method`` wait while ``hold`` is set (a stalled writer)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, method: str):
         self.inner = inner
         self.hold: asyncio.Event | None = None
         self.entered = asyncio.Event()
+        original = getattr(inner, method)
+
+        async def held(*args, **kwargs):
+            if self.hold is not None:
+                self.entered.set()
+                await self.hold.wait()
+            return await original(*args, **kwargs)
+
+        setattr(self, method, held)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
-
-    async def put_many(self, ops):
-        if self.hold is not None:
-            self.entered.set()
-            await self.hold.wait()
-        return await self.inner.put_many(ops)
-
-
-class HeldPuts:
-    """An object store whose ``put_if_absent`` waits while ``hold`` is set."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.hold: asyncio.Event | None = None
-        self.entered = asyncio.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    async def put_if_absent(self, key, data):
-        if self.hold is not None:
-            self.entered.set()
-            await self.hold.wait()
-        return await self.inner.put_if_absent(key, data)
 
 
 async def read_all(handle):
@@ -137,7 +122,7 @@ async def test_the_writer_groups_quiet_streams_by_itself(meta, objects, monkeypa
 
 async def test_a_stalled_commit_cannot_land_after_the_collector_resolved_its_block(meta, objects):
     """Slow metadata: GC takes the block for a dead writer's; the late commit must fail."""
-    held = HeldPutMany(meta)
+    held = Held(meta, "put_many")
     storage = StreamStorage(held, objects, node_id="slow", options=FAST)
     stream = await storage.open_stream("stall", create=True)
     await stream.append(b"a", 1)
@@ -163,7 +148,7 @@ async def test_a_stalled_commit_cannot_land_after_the_collector_resolved_its_blo
 
 
 async def test_a_stalled_object_put_cannot_land_after_the_collector_resolved_its_block(meta, objects):
-    held = HeldPuts(objects)
+    held = Held(objects, "put_if_absent")
     storage = StreamStorage(meta, held, node_id="slow", options=FAST)
     stream = await storage.open_stream("stall-put", create=True)
     await stream.append(b"a", 1)
