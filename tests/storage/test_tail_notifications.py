@@ -23,6 +23,12 @@ async def _pair(meta_a, meta_b, objects):
             StreamStorage(meta_b, objects, node_id="broker-b", options=FAST))
 
 
+async def _close_all(*closers) -> None:
+    """Close what a test opened, in order (storages before their metadata clients)."""
+    for close in closers:
+        await close()
+
+
 async def _wait_and_append(storage_a, storage_b, name="t", offset=1):
     """B long-polls at ``offset`` while A appends; returns (woken, seconds waited)."""
     writer = await storage_a.open_stream(name, create=True)
@@ -58,11 +64,7 @@ async def test_a_commit_in_another_storage_wakes_a_waiter_long_before_its_timeou
         assert b.waiter_count() == 0
         assert b.tail_watch.subscriptions == 1
     finally:
-        await a.close()
-        await b.close()
-        await meta_a.close()
-        await meta_b.close()
-        await engine.close()
+        await _close_all(a.close, b.close, meta_a.close, meta_b.close, engine.close)
 
 
 async def test_a_commit_over_the_oxia_protocol_wakes_a_waiter_in_another_client(shared_objects):
@@ -80,12 +82,7 @@ async def test_a_commit_over_the_oxia_protocol_wakes_a_waiter_in_another_client(
         assert waited < 5, f"woken after {waited:.1f}s: by the timeout, not by the notification"
         assert reader.next_offset() == 2
     finally:
-        await a.close()
-        await b.close()
-        await meta_a.close()
-        await meta_b.close()
-        await server.stop()
-        await engine.close()
+        await _close_all(a.close, b.close, meta_a.close, meta_b.close, server.stop, engine.close)
 
 
 async def test_deleting_the_stream_elsewhere_wakes_its_waiters(shared_objects):
@@ -105,11 +102,7 @@ async def test_deleting_the_stream_elsewhere_wakes_its_waiters(shared_objects):
         assert time.monotonic() - started < 5
         assert b.waiter_count() == 0
     finally:
-        await a.close()
-        await b.close()
-        await meta_a.close()
-        await meta_b.close()
-        await engine.close()
+        await _close_all(a.close, b.close, meta_a.close, meta_b.close, engine.close)
 
 
 class _BreakableStream(NotificationStream):
@@ -192,11 +185,7 @@ async def test_a_broken_notification_stream_is_resubscribed_and_every_waiter_rec
         assert meta_b.subscribed == 2
         assert reader.next_offset() == 2
     finally:
-        await a.close()
-        await b.close()
-        await meta_a.close()
-        await meta_b._inner.close()
-        await engine.close()
+        await _close_all(a.close, b.close, meta_a.close, meta_b._inner.close, engine.close)
 
 
 async def test_timed_out_waits_leave_no_waiter_behind(storage):
