@@ -17,8 +17,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
+import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
+
+log = logging.getLogger(__name__)
 
 #: ``expected_version_id`` value meaning "the record must not exist yet".
 EXPECT_ABSENT = -1
@@ -106,7 +109,38 @@ class MetadataStore(abc.ABC):
     Ephemeral records are bound to this client's session (one per shard, created
     on first use and kept alive by heartbeats); they disappear when the client is
     closed or its session times out.
+
+    A session is lost when the server says it no longer exists, or when none of
+    its heartbeats has succeeded for ``session_timeout`` seconds (the server may
+    have expired it by then: a frozen or partitioned client cannot tell). The
+    client then forgets it (the next ephemeral put opens a new one) and calls its
+    session listeners, so that the owner can stop acting on what its ephemeral
+    records claimed and register again.
     """
+
+    def __init__(self) -> None:
+        self._session_listeners: list[Callable[[], None]] = []
+
+    def add_session_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on the event loop each time one of this client's sessions is lost.
+
+        Never called once the client is closed. Exceptions are logged, not raised.
+        """
+        self._session_listeners.append(callback)
+
+    def _session_lost(self) -> None:
+        """Tell the session listeners that a session was lost (backends call this)."""
+        for callback in list(self._session_listeners):
+            try:
+                callback()
+            except Exception:  # the owner's bug must not break the client's heartbeats
+                log.exception("session listener %r failed", callback)
+
+    @property
+    @abc.abstractmethod
+    def sessions_healthy(self) -> bool:
+        """True while every session this client holds is within its lease; False from
+        a session's loss until an ephemeral put opens its replacement."""
 
     @abc.abstractmethod
     async def put(

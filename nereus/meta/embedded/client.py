@@ -32,11 +32,18 @@ class EmbeddedMetadataStore(MetadataStore):
                  session_timeout: float):
         if session_timeout <= 0:
             raise InvalidRequest("session_timeout must be positive")
+        super().__init__()
         self._engine = engine
         self._ns = ns
         self.identity = identity or f"nereus-{uuid.uuid4().hex[:12]}"
         self.session_timeout = session_timeout
         self._sessions: dict[Shard, int] = {}
+        # Engine-clock time at which the last successful keepalive (or the create)
+        # of each held session was sent: the server's deadline is at least that
+        # plus the timeout, so past it the session may be gone.
+        self._renewed: dict[Shard, float] = {}
+        self._lost: set[Shard] = set()  # shards whose session was lost and not yet replaced
+        self._closing: set[asyncio.Future] = set()  # best-effort closes of lapsed sessions
         self._creating: dict[Shard, asyncio.Future[int]] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self._heartbeats_paused = False
@@ -73,7 +80,7 @@ class EmbeddedMetadataStore(MetadataStore):
         try:
             return await shard.call(PUT, key, ekey, value, expected, sid, self.identity, deltas)
         except SessionNotFound:
-            self._sessions.pop(shard, None)  # expired under us: next ephemeral put opens a new one
+            self._lose(shard, sid, "the server no longer has it")  # the next ephemeral put opens a new one
             raise
 
     async def put_many(self, ops: Sequence[PutOp]) -> list[PutResult | Exception]:
@@ -169,10 +176,20 @@ class EmbeddedMetadataStore(MetadataStore):
         return sub
 
     # ---------------------------------------------------------------- sessions
+    @property
+    def sessions_healthy(self) -> bool:
+        now = self._engine.clock.monotonic()
+        return not self._lost and all(now - t < self.session_timeout for t in self._renewed.values())
+
     async def _session(self, shard: Shard) -> int:
         sid = self._sessions.get(shard)
-        if sid is not None and sid in shard.sessions:
-            return sid
+        if sid is not None:
+            if sid not in shard.sessions:
+                self._lose(shard, sid, "the server no longer has it")
+            elif not self._within_lease(shard):
+                self._lose(shard, sid, "its lease ran out", close=True)
+            else:
+                return sid
         pending = self._creating.get(shard)
         if pending is None:
             pending = asyncio.ensure_future(self._open_session(shard))
@@ -181,8 +198,11 @@ class EmbeddedMetadataStore(MetadataStore):
         return await asyncio.shield(pending)
 
     async def _open_session(self, shard: Shard) -> int:
+        sent = self._engine.clock.monotonic()
         sid = await shard.call(CREATE_SESSION, int(self.session_timeout * 1000), self.identity)
         self._sessions[shard] = sid
+        self._renewed[shard] = sent
+        self._lost.discard(shard)
         log.debug("client %s opened session %d on shard %s", self.identity, sid, shard.name)
         if self._heartbeat is None and not self._heartbeats_paused:
             self._heartbeat = asyncio.create_task(self._heartbeats(), name=f"meta-heartbeat-{self.identity}")
@@ -192,11 +212,52 @@ class EmbeddedMetadataStore(MetadataStore):
         interval = max(self.session_timeout / 4, 0.01)  # several beats per timeout
         while True:
             await asyncio.sleep(interval)
+            # Leases first: after a freeze longer than the timeout the session may be
+            # gone already, and a keepalive that still succeeds must not hide it.
             for shard, sid in list(self._sessions.items()):
-                if not shard.sessions.keepalive(sid):
-                    log.warning("session %d of %s on shard %s expired", sid, self.identity, shard.name)
-                    if self._sessions.get(shard) == sid:
-                        del self._sessions[shard]
+                if not self._within_lease(shard):
+                    self._lose(shard, sid, "its lease ran out", close=True)
+            for shard, sid in list(self._sessions.items()):
+                sent = self._engine.clock.monotonic()
+                if shard.sessions.keepalive(sid):
+                    self._renewed[shard] = sent
+                else:
+                    self._lose(shard, sid, "the server no longer has it")
+
+    def _within_lease(self, shard: Shard) -> bool:
+        return self._engine.clock.monotonic() - self._renewed[shard] < self.session_timeout
+
+    def _lose(self, shard: Shard, sid: int, why: str, *, close: bool = False) -> None:
+        """Forget session ``sid`` of ``shard`` and tell the listeners, once per session.
+
+        With ``close`` the server is asked to close it too, so that its ephemeral
+        records go now rather than at the server's own expiry.
+        """
+        if self._closed or self._sessions.get(shard) != sid:
+            return  # closing is no loss; or this session was handled already
+        del self._sessions[shard]
+        del self._renewed[shard]
+        self._lost.add(shard)
+        log.warning("session %d of %s on shard %s lost: %s", sid, self.identity, shard.name, why)
+        if close:
+            self._close_lapsed(shard, sid)
+        self._session_lost()
+
+    def _close_lapsed(self, shard: Shard, sid: int) -> None:
+        """Best effort: the server may have expired it already, or be closing."""
+        shard.sessions.closed(sid)  # no keepalive or expiry from now on
+        try:
+            fut = shard.call(CLOSE_SESSION, sid)
+        except MetadataClosed:
+            return
+        self._closing.add(fut)
+
+        def done(f: asyncio.Future) -> None:
+            self._closing.discard(f)
+            if not f.cancelled() and f.exception() is not None:
+                log.debug("closing lapsed session %d of %s failed: %s", sid, self.identity, f.exception())
+
+        fut.add_done_callback(done)
 
     def _pause_heartbeats(self) -> None:
         """Test hook: stop heartbeating, as a hung or partitioned client would."""
@@ -222,6 +283,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._heartbeat = None
         for stream in self._streams:
             await stream.close()
+        await asyncio.gather(*self._closing, return_exceptions=True)
         if self._engine.closed:
             return
         closing = []
@@ -229,6 +291,7 @@ class EmbeddedMetadataStore(MetadataStore):
             shard.sessions.closed(sid)  # no keepalive or expiry from now on
             closing.append(shard.call(CLOSE_SESSION, sid))
         self._sessions.clear()
+        self._renewed.clear()
         for res in await asyncio.gather(*closing, return_exceptions=True):
             if isinstance(res, MetadataError) and not isinstance(res, SessionNotFound):
                 log.warning("closing a session of %s failed: %s", self.identity, res)

@@ -43,6 +43,7 @@ class OxiaMetadataStore(MetadataStore):
                  session_timeout: float = 15.0, retry_timeout: float = 30.0, max_inflight: int = 2):
         if session_timeout <= 0:
             raise InvalidRequest("session_timeout must be positive")
+        super().__init__()
         self._conn = Connection(address, namespace, retry_timeout)
         self.namespace = namespace
         self.identity = identity or f"nereus-{uuid.uuid4().hex[:12]}"
@@ -50,6 +51,12 @@ class OxiaMetadataStore(MetadataStore):
         self._max_inflight = max_inflight
         self._writers: dict[int, ShardWriter] = {}
         self._sessions: dict[int, int] = {}
+        # time.monotonic() at which the last successful keepalive (or the create) of
+        # each held session was sent: the server's deadline is at least that plus
+        # the timeout, so past it the session may be gone.
+        self._renewed: dict[int, float] = {}
+        self._lost: set[int] = set()  # shards whose session was lost and not yet replaced
+        self._closing: set[asyncio.Task[None]] = set()  # best-effort closes of lapsed sessions
         self._creating: dict[int, asyncio.Future[int]] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self._heartbeats_paused = False
@@ -106,8 +113,8 @@ class OxiaMetadataStore(MetadataStore):
         if res.status == pb.OK:
             return PutResult(res.key if res.HasField("key") else key, cv.version_from_pb(res.version))
         if res.status == pb.SESSION_DOES_NOT_EXIST:
-            if self._sessions.get(shard.id) == msg.session_id:
-                del self._sessions[shard.id]  # expired under us: the next ephemeral put opens one
+            # Expired under us: the next ephemeral put opens a new one.
+            self._lose(shard.id, msg.session_id, "the server no longer has it")
             raise SessionNotFound(f"session {msg.session_id} does not exist")
         raise _status_error(res.status, key)
 
@@ -249,10 +256,17 @@ class OxiaMetadataStore(MetadataStore):
         return stream
 
     # ---------------------------------------------------------------- sessions
+    @property
+    def sessions_healthy(self) -> bool:
+        now = time.monotonic()
+        return not self._lost and all(now - t < self.session_timeout for t in self._renewed.values())
+
     async def _session(self, shard: ShardInfo) -> int:
         sid = self._sessions.get(shard.id)
         if sid is not None:
-            return sid
+            if self._within_lease(shard.id):
+                return sid
+            self._lose(shard.id, sid, "its lease ran out", close=True)
         pending = self._creating.get(shard.id)
         if pending is None:
             pending = asyncio.ensure_future(self._open_session(shard))
@@ -263,9 +277,17 @@ class OxiaMetadataStore(MetadataStore):
     async def _open_session(self, shard: ShardInfo) -> int:
         req = pb.CreateSessionRequest(shard=shard.id, session_timeout_ms=int(self.session_timeout * 1000),
                                       client_identity=self.identity)
-        resp = await self._conn.retry(lambda: self._conn.stub(shard.leader).CreateSession(
-            req, metadata=self._conn.shard_metadata(shard.id)))
+        sent = 0.0
+
+        def create() -> Any:
+            nonlocal sent
+            sent = time.monotonic()  # of the attempt that succeeds
+            return self._conn.stub(shard.leader).CreateSession(req, metadata=self._conn.shard_metadata(shard.id))
+
+        resp = await self._conn.retry(create)
         self._sessions[shard.id] = resp.session_id
+        self._renewed[shard.id] = sent
+        self._lost.discard(shard.id)
         log.debug("client %s opened session %d on shard %d", self.identity, resp.session_id, shard.id)
         if self._heartbeat is None and not self._heartbeats_paused:
             self._heartbeat = asyncio.create_task(self._heartbeats(), name=f"oxia-heartbeat-{self.identity}")
@@ -275,6 +297,7 @@ class OxiaMetadataStore(MetadataStore):
         interval = max(self.session_timeout / 4, 0.05)  # several beats per timeout
 
         async def beat(shard_id: int, sid: int) -> None:
+            sent = time.monotonic()
             try:
                 await self._conn.stub(self._conn.shard(shard_id).leader).KeepAlive(
                     pb.SessionHeartbeat(shard=shard_id, session_id=sid),
@@ -282,15 +305,52 @@ class OxiaMetadataStore(MetadataStore):
             except (grpc.RpcError, MetadataError) as e:
                 err = error_from_rpc(e) if isinstance(e, grpc.RpcError) else e
                 if isinstance(err, SessionNotFound):
-                    log.warning("session %d of %s on shard %d expired", sid, self.identity, shard_id)
-                    if self._sessions.get(shard_id) == sid:
-                        del self._sessions[shard_id]
-                else:  # transient: the session outlives a short outage
+                    self._lose(shard_id, sid, "the server no longer has it")
+                else:  # transient: the session outlives a short outage (the lease tells when not)
                     log.debug("heartbeat of session %d failed: %s", sid, err)
+                return
+            if self._sessions.get(shard_id) == sid:
+                self._renewed[shard_id] = sent
 
         while True:
             await asyncio.sleep(interval)
+            # Leases first: after a freeze longer than the timeout the session may be
+            # gone already, and a keepalive that still succeeds must not hide it.
+            for shard_id, sid in list(self._sessions.items()):
+                if not self._within_lease(shard_id):
+                    self._lose(shard_id, sid, "its lease ran out", close=True)
             await asyncio.gather(*(beat(s, sid) for s, sid in list(self._sessions.items())))
+
+    def _within_lease(self, shard_id: int) -> bool:
+        return time.monotonic() - self._renewed[shard_id] < self.session_timeout
+
+    def _lose(self, shard_id: int, sid: int, why: str, *, close: bool = False) -> None:
+        """Forget session ``sid`` of ``shard_id`` and tell the listeners, once per session.
+
+        With ``close`` the server is asked to close it too, so that its ephemeral
+        records go now rather than at the server's own expiry.
+        """
+        if self._closed or self._sessions.get(shard_id) != sid:
+            return  # closing is no loss; or this session was handled already
+        del self._sessions[shard_id]
+        del self._renewed[shard_id]
+        self._lost.add(shard_id)
+        log.warning("session %d of %s on shard %d lost: %s", sid, self.identity, shard_id, why)
+        if close:
+            task = asyncio.create_task(self._close_session(shard_id, sid, quiet=True))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        self._session_lost()
+
+    async def _close_session(self, shard_id: int, sid: int, *, quiet: bool = False) -> None:
+        try:
+            await self._conn.stub(self._conn.shard(shard_id).leader).CloseSession(
+                pb.CloseSessionRequest(shard=shard_id, session_id=sid),
+                metadata=self._conn.shard_metadata(shard_id), timeout=5)
+        except (grpc.RpcError, MetadataError) as e:
+            # A lapsed session is closed on a best-effort basis: the server may have expired it.
+            log.log(logging.DEBUG if quiet else logging.WARNING, "closing session %d of %s failed: %s",
+                    sid, self.identity, e)
 
     def _pause_heartbeats(self) -> None:
         """Test hook: stop heartbeating, as a hung or partitioned client would."""
@@ -313,17 +373,9 @@ class OxiaMetadataStore(MetadataStore):
             await stream.close()
         for w in self._writers.values():
             await w.close()
-
-        async def close_session(shard_id: int, sid: int) -> None:
-            try:
-                await self._conn.stub(self._conn.shard(shard_id).leader).CloseSession(
-                    pb.CloseSessionRequest(shard=shard_id, session_id=sid),
-                    metadata=self._conn.shard_metadata(shard_id), timeout=5)
-            except (grpc.RpcError, MetadataError) as e:
-                log.warning("closing session %d of %s failed: %s", sid, self.identity, e)
-
-        await asyncio.gather(*(close_session(s, sid) for s, sid in self._sessions.items()))
+        await asyncio.gather(*self._closing, *(self._close_session(s, sid) for s, sid in self._sessions.items()))
         self._sessions.clear()
+        self._renewed.clear()
         await self._conn.close()
 
 
