@@ -27,50 +27,102 @@ def main(log_level: str) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _broker_options(command):
+    """The options every broker has, whether standalone or one of a cluster."""
+    options = [
+        click.option("--bind", default="127.0.0.1", show_default=True, help="Address the listeners bind to."),
+        click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True),
+        click.option("--pulsar-port", type=click.IntRange(0, 65535), default=6650, show_default=True),
+        click.option("--kafka-port", type=click.IntRange(0, 65535), default=9092, show_default=True),
+        click.option("--advertised-address", default=None,
+                     help="Host name clients are told to use (default: the bind address)."),
+        click.option("--zone", default="default", show_default=True,
+                     help="Availability zone (Kafka rack) of this broker."),
+        click.option("--broker-name", default=None,
+                     help="Stable name of this broker (keeps its Kafka node id). Default: address and ports."),
+        click.option("--session-timeout", type=click.FloatRange(0.5), default=10, show_default=True,
+                     help="Seconds after which a broker that stopped heartbeating loses its topics."),
+        click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
+                     help="Seconds between garbage collection passes."),
+        click.option("--gc-grace", type=click.FloatRange(0), default=60, show_default=True,
+                     help="Seconds a released object is kept for readers that resolved it just before."),
+        click.option("--gc-pending-timeout", type=click.FloatRange(0), default=60, show_default=True,
+                     help="Seconds after which an unfinished write (a writer or compactor that died) is resolved."),
+        click.option("--compaction-interval", type=click.FloatRange(0), default=15, show_default=True,
+                     help="Seconds between compaction runs (a Spark worker process; 0: no compaction schedule)."),
+        click.option("--compaction-max-age", type=click.FloatRange(0), default=15, show_default=True,
+                     help="Compact a stream's newest records once the oldest of them is this many seconds old ..."),
+        click.option("--compaction-min-mb", type=click.FloatRange(0), default=8, show_default=True,
+                     help="... or once there are this many MB of them."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _options_of(kwargs: dict):
+    from .broker.node import BrokerOptions
+
+    return BrokerOptions(
+        bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
+        kafka_port=kwargs["kafka_port"], advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
+        broker_name=kwargs["broker_name"], gc_interval=kwargs["gc_interval"], gc_grace=kwargs["gc_grace"],
+        gc_pending_timeout=kwargs["gc_pending_timeout"], compaction_interval=kwargs["compaction_interval"],
+        compaction_max_age=kwargs["compaction_max_age"],
+        compaction_min_bytes=max(1, int(kwargs["compaction_min_mb"] * (1 << 20))),
+        session_timeout=kwargs["session_timeout"])
+
+
+def _serve(coro) -> None:
+    from .meta.errors import InvalidRequest
+    from .objstore.errors import UnsupportedStoreUrl
+
+    try:
+        _run(coro)
+    except (UnsupportedStoreUrl, InvalidRequest) as exc:
+        raise click.UsageError(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+
+
 @main.command()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("./data"),
               show_default=True, help="Where the metadata engine and the local object store keep their files.")
-@click.option("--bind", default="127.0.0.1", show_default=True, help="Address the listeners bind to.")
-@click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True)
-@click.option("--pulsar-port", type=click.IntRange(0, 65535), default=6650, show_default=True)
-@click.option("--kafka-port", type=click.IntRange(0, 65535), default=9092, show_default=True)
 @click.option("--oxia-port", type=click.IntRange(0, 65535), default=6648, show_default=True)
 @click.option("--object-store", default=None, help="Object store URL (file://, s3://, memory://). "
               "Default: file://DATA_DIR/objects")
 @click.option("--metadata-shards", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Shards of a new metadata namespace (one fsync stream each; 1 suits a single machine).")
-@click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
-              help="Seconds between garbage collection passes.")
-@click.option("--gc-grace", type=click.FloatRange(0), default=60, show_default=True,
-              help="Seconds a released object is kept for readers that resolved it just before.")
-@click.option("--gc-pending-timeout", type=click.FloatRange(0), default=60, show_default=True,
-              help="Seconds after which an unfinished write (a writer or compactor that died) is resolved.")
-@click.option("--compaction-interval", type=click.FloatRange(0), default=15, show_default=True,
-              help="Seconds between compaction runs (a Spark worker process; 0: no compaction schedule).")
-@click.option("--compaction-max-age", type=click.FloatRange(0), default=15, show_default=True,
-              help="Compact a stream's newest records once the oldest of them is this many seconds old ...")
-@click.option("--compaction-min-mb", type=click.FloatRange(0), default=8, show_default=True,
-              help="... or once there are this many MB of them.")
-def standalone(data_dir: Path, bind: str, http_port: int, pulsar_port: int, kafka_port: int, oxia_port: int,
-               object_store: str | None, metadata_shards: int, gc_interval: float, gc_grace: float,
-               gc_pending_timeout: float,
-               compaction_interval: float, compaction_max_age: float, compaction_min_mb: float) -> None:
-    """Run everything in one process: metadata engine, object store, storage, listeners."""
+@click.option("--brokers", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Broker processes to run (one core each); the others listen on the next ports up.")
+@_broker_options
+def standalone(data_dir: Path, oxia_port: int, object_store: str | None, metadata_shards: int, brokers: int,
+               **kwargs) -> None:
+    """Run everything on one machine: metadata engine, object store, storage, listeners."""
     from .broker.standalone import StandaloneConfig, run_standalone
-    from .objstore.errors import UnsupportedStoreUrl
 
-    config = StandaloneConfig(data_dir=data_dir, bind=bind, http_port=http_port, pulsar_port=pulsar_port,
-                              kafka_port=kafka_port, oxia_port=oxia_port, object_store=object_store,
-                              metadata_shards=metadata_shards, gc_interval=gc_interval, gc_grace=gc_grace,
-                              gc_pending_timeout=gc_pending_timeout,
-                              compaction_interval=compaction_interval, compaction_max_age=compaction_max_age,
-                              compaction_min_bytes=max(1, int(compaction_min_mb * (1 << 20))))
-    try:
-        _run(run_standalone(config))
-    except UnsupportedStoreUrl as exc:
-        raise click.UsageError(str(exc)) from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot start: {exc}") from None
+    if brokers > 1 and object_store and object_store.startswith("memory:"):
+        raise click.UsageError("--brokers > 1 needs an object store the broker processes share (file:// or s3://)")
+    config = StandaloneConfig(data_dir=data_dir, broker=_options_of(kwargs), oxia_port=oxia_port,
+                              object_store=object_store, metadata_shards=metadata_shards,
+                              session_timeout=kwargs["session_timeout"], brokers=brokers)
+    _serve(run_standalone(config))
+
+
+@main.command()
+@click.option("--metadata", required=True, help="The cluster's metadata service: oxia://host:port[/namespace].")
+@click.option("--object-store", required=True, help="The cluster's object store: s3://bucket/prefix?... or a "
+              "file:// directory every broker shares.")
+@_broker_options
+def broker(metadata: str, object_store: str, **kwargs) -> None:
+    """Run one stateless broker of a cluster (Pulsar, Kafka and HTTP listeners)."""
+    from .broker.run import run_broker
+
+    if not metadata.startswith("oxia://"):
+        raise click.UsageError(f"--metadata must be an oxia://host:port[/namespace] URL, not {metadata!r}")
+    if object_store.startswith("memory:"):
+        raise click.UsageError("a memory:// object store cannot be shared by brokers; use file:// or s3://")
+    _serve(run_broker(metadata, object_store, _options_of(kwargs), session_timeout=kwargs["session_timeout"]))
 
 
 @main.command()

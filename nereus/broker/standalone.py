@@ -1,4 +1,9 @@
-"""`nereus standalone`: metadata engine, object store, StreamStorage and listeners in one process."""
+"""`nereus standalone`: the metadata engine, its Oxia listener and a broker in one process.
+
+With ``brokers > 1`` it also runs ``brokers - 1`` ``nereus broker`` child processes
+over its own metadata engine (through the Oxia listener) and object store, on the
+next ports up, so one machine's cores all serve: a Python process uses one core.
+"""
 
 from __future__ import annotations
 
@@ -7,52 +12,71 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..meta import open_engine
 from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
-from ..kafka.server import KafkaService
-from ..pulsar.server import PulsarService
-from ..storage import GarbageCollector, StreamStorage
-from ..topics import TopicRegistry
-from .http import attach_admin, start_http
+from .node import BrokerOptions, advertised, start_broker
 
 log = logging.getLogger(__name__)
+
+CHILD_RESTART_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
 class StandaloneConfig:
     data_dir: Path
-    bind: str = "127.0.0.1"
-    http_port: int = 8080
-    pulsar_port: int = 6650
-    kafka_port: int = 9092
+    broker: BrokerOptions = BrokerOptions()
     oxia_port: int = 6648
     object_store: str | None = None  # default: file://{data_dir}/objects
     metadata_shards: int = 1
-    gc_interval: float = 30.0
-    gc_grace: float = 60.0
-    gc_pending_timeout: float = 60.0
-    compaction_interval: float = 15.0  # 0: no compaction schedule
-    compaction_max_age: float = 15.0
-    compaction_min_bytes: int = 8 << 20
+    session_timeout: float = 10.0
+    brokers: int = 1
 
 
-async def _gc_loop(collector: GarbageCollector, interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            stats = await collector.collect()
-            if stats.deleted or stats.resolved:
-                log.info("gc: %d object(s) deleted, %d crashed write(s) resolved", stats.deleted, stats.resolved)
-        except Exception:
-            log.exception("gc pass failed")
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
 
 
-def _loopback(bind: str) -> str:
-    return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
+async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM, then shut down cleanly."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    objects_url = config.object_store or (config.data_dir / "objects").resolve().as_uri()
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    options = config.broker
+    objects = open_object_store(objects_url)  # first: a bad URL fails before anything opens
+    async with contextlib.AsyncExitStack() as stack:
+        # Unwound in reverse order, also when a listener fails to start (port in use).
+        stack.push_async_callback(objects.close)
+        engine = open_engine(str(config.data_dir / "meta"), shards=config.metadata_shards)
+        stack.push_async_callback(engine.close)
+        oxia = await start_oxia_server(engine, options.bind, config.oxia_port)
+        stack.push_async_callback(oxia.stop)
+        metadata_url = f"oxia://{advertised(options.bind, None)}:{oxia.port}"
+        meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}",
+                             session_timeout=config.session_timeout)
+        stack.push_async_callback(meta.close)
+        node = await start_broker(stack, meta, objects, objects_url=objects_url, metadata_url=metadata_url,
+                                  options=options)
+        children = [asyncio.ensure_future(_supervise_child(i, config, metadata_url, objects_url))
+                    for i in range(1, config.brokers)]
+        for child in children:
+            stack.push_async_callback(_cancel_and_wait, child)
+        log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s brokers=%d",
+                 options.bind, node.http_port, node.pulsar.port, node.kafka.port, oxia.port, config.data_dir,
+                 objects_url, config.brokers)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("shutting down")
+        await node.drain()
 
 
 async def _cancel_and_wait(task: asyncio.Task) -> None:
@@ -61,56 +85,47 @@ async def _cancel_and_wait(task: asyncio.Task) -> None:
         await task
 
 
-async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM, then shut down cleanly."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    objects_url = config.object_store or (config.data_dir / "objects").resolve().as_uri()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+def child_command(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str) -> list[str]:
+    """The ``nereus broker`` command line of child broker ``index`` (ports: the standalone's + index)."""
+    opts = config.broker
 
-    objects = open_object_store(objects_url)  # first: a bad URL fails before anything opens
-    async with contextlib.AsyncExitStack() as stack:
-        # Unwound in reverse order, also when a listener fails to start (port in use).
-        stack.push_async_callback(objects.close)
-        engine = open_engine(str(config.data_dir / "meta"), shards=config.metadata_shards)
-        stack.push_async_callback(engine.close)
-        oxia = await start_oxia_server(engine, config.bind, config.oxia_port)
-        stack.push_async_callback(oxia.stop)
-        meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}")
-        stack.push_async_callback(meta.close)
-        storage = StreamStorage(meta, objects, node_id=f"standalone-{os.getpid()}")
-        stack.push_async_callback(storage.close)
-        collector = GarbageCollector(meta, objects, grace_seconds=config.gc_grace,
-                                     pending_timeout_seconds=config.gc_pending_timeout)
-        gc_task = asyncio.ensure_future(_gc_loop(collector, config.gc_interval))
-        stack.callback(gc_task.cancel)
-        if config.compaction_interval > 0:
-            from .compaction_schedule import CompactionSchedule, run_schedule
+    def port(base: int) -> str:
+        return str(base + index if base else 0)
 
-            schedule = CompactionSchedule(config.compaction_interval, config.compaction_max_age,
-                                          config.compaction_min_bytes, f"oxia://{_loopback(config.bind)}:{oxia.port}",
-                                          objects_url)
-            compaction_task = asyncio.ensure_future(run_schedule(meta, schedule))
-            stack.push_async_callback(_cancel_and_wait, compaction_task)
-        http = await start_http(config.bind, config.http_port)
-        stack.push_async_callback(http.cleanup)
-        registry = TopicRegistry(storage, meta)
-        registry.start()
-        stack.push_async_callback(registry.close)
-        pulsar = PulsarService(storage, meta, host=config.bind, port=config.pulsar_port, registry=registry)
-        await pulsar.start()
-        stack.push_async_callback(pulsar.stop)
-        await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar)
-        kafka = KafkaService(storage, meta, registry, host=config.bind, port=config.kafka_port)
-        await kafka.start()
-        stack.push_async_callback(kafka.stop)
-        log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s", config.bind,
-                 config.http_port, config.pulsar_port, config.kafka_port, config.oxia_port, config.data_dir,
-                 objects_url)
-        if ready is not None:
-            ready.set()
-        await stop.wait()
-        log.info("shutting down")
+    args = [sys.executable, "-m", "nereus.cli", "--log-level", logging.getLevelName(log.getEffectiveLevel()),
+            "broker", "--metadata", metadata_url, "--object-store", objects_url, "--bind", opts.bind,
+            "--http-port", port(opts.http_port), "--pulsar-port", port(opts.pulsar_port),
+            "--kafka-port", port(opts.kafka_port), "--zone", opts.zone,
+            "--session-timeout", str(config.session_timeout), "--gc-interval", str(opts.gc_interval),
+            "--gc-grace", str(opts.gc_grace), "--gc-pending-timeout", str(opts.gc_pending_timeout),
+            "--compaction-interval", str(opts.compaction_interval),
+            "--compaction-max-age", str(opts.compaction_max_age),
+            "--compaction-min-mb", str(opts.compaction_min_bytes / (1 << 20))]
+    if opts.advertised_address:
+        args += ["--advertised-address", opts.advertised_address]
+    return args
+
+
+async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str) -> None:
+    """Keep child broker ``index`` running; on cancel, stop it gracefully (SIGTERM, then SIGKILL)."""
+    command = child_command(index, config, metadata_url, objects_url)
+    while True:
+        proc = await asyncio.create_subprocess_exec(*command)
+        log.info("broker %d started (pid %d)", index, proc.pid)
+        try:
+            code = await proc.wait()
+        except asyncio.CancelledError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+            raise
+        log.warning("broker %d exited with %s; restarting in %.0f s", index, code, CHILD_RESTART_SECONDS)
+        await asyncio.sleep(CHILD_RESTART_SECONDS)
+
+
+__all__ = ["StandaloneConfig", "child_command", "install_stop_signals", "run_standalone"]

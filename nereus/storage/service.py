@@ -426,6 +426,8 @@ class StreamHandle(Stream):
             await self.storage.writer.flush()
             await self._session.close()
             self._next = self.next_offset()
+            # The writer is done here (the stream may move to another broker): its cached tail goes too.
+            self.storage.tail_cache.drop(self.stream_id)
 
 
 def _check_name(name: str) -> None:

@@ -17,7 +17,11 @@ import time
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..storage import StreamStorage
+from .placement import BrokerAddress, Placement
 from .topic import Topic
+
+# The placement of a registry used without a cluster: this process serves every topic.
+LOCAL = BrokerAddress("local", 0, "default", "", "", 0, "")
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +29,11 @@ log = logging.getLogger(__name__)
 class TopicRegistry:
     """Loaded topics of one broker."""
 
-    def __init__(self, storage: StreamStorage, meta: MetadataStore, *, idle_seconds: float = 300.0) -> None:
+    def __init__(self, storage: StreamStorage, meta: MetadataStore, *, idle_seconds: float = 300.0,
+                 placement: Placement | None = None) -> None:
         self.storage = storage
         self.meta = meta
+        self.placement = placement if placement is not None else Placement(LOCAL)
         self.idle_seconds = idle_seconds
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future] = {}
@@ -47,8 +53,12 @@ class TopicRegistry:
     def loaded(self, name: TopicName | str) -> Topic | None:
         return self.topics.get(str(name))
 
+    async def claim(self, name: TopicName | str) -> None:
+        """Make sure this broker may serve ``name``'s writes; raises NotOwner when another does."""
+        await self.placement.claim(str(name))
+
     async def get(self, name: TopicName) -> Topic:
-        """The loaded topic, opening (and auto-creating) its stream on first use."""
+        """The loaded topic, opening (and auto-creating) its stream on first use (reads need no claim)."""
         key = str(name)
         while True:
             topic = self.topics.get(key)

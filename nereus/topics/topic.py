@@ -120,6 +120,7 @@ class Topic:
                 raise TopicUnloaded(f"{self.name} was unloaded")
             if self.handle.writable:
                 return
+            await self.registry.claim(self.name)  # NotOwner: another broker serves it
             await self.handle.acquire()
             await self.dedup.restore(self.handle)
             log.info("%s: append session %s taken at offset %d", self.name, self.handle.fencing_token,

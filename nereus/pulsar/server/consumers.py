@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from ...ledger.subscription import ConsumerBusy, ConsumerSlot, SubType
+from ...topics import NotOwner
 from ..codec import pb, wrap
 from . import positions, schemas
 from .lookup import parse_topic
@@ -71,7 +72,11 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     if not cmd.subscription:
         conn.send_error(cmd.request_id, pb.UnknownError, "empty subscription name")
         return
-    topic = await conn.service.get_topic(name)
+    try:
+        topic = await conn.service.get_topic(name)
+    except NotOwner as exc:  # served by another broker: the client looks it up again
+        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+        return
     if not await _consumer_schema(conn, cmd, topic):
         return
     sub_type = SubType(cmd.subType)

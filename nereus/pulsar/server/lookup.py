@@ -1,8 +1,9 @@
 """Topic discovery: LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA.
 
-This broker serves every topic itself, so a lookup always answers ``Connect`` to
-its own service URL (authoritative). Topics are auto-created on first PRODUCER or
-SUBSCRIBE; partitioned topics come from metadata (see topics.py).
+Any broker answers a lookup: ``Connect`` to the topic's owner, or ``Redirect`` to
+the broker the ring gives it when nobody owns it yet (that broker takes it). Topics
+are auto-created on first PRODUCER or SUBSCRIBE; partitioned topics come from
+metadata (see topics.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ...ledger.naming import InvalidTopicName, TopicName
+from ...topics import NotOwner
 from ..codec import pb, wrap
 from . import schemas
 from .topics import list_partitioned_topics, partitions_of
@@ -27,13 +29,22 @@ def parse_topic(name: str) -> TopicName | None:
 
 
 async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
-    if parse_topic(cmd.topic) is None:
+    topic = parse_topic(cmd.topic)
+    if topic is None:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.InvalidTopicName,
                                message=f"invalid topic name {cmd.topic!r}")))
         return
-    conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect,
-                           brokerServiceUrl=conn.service.service_url, authoritative=True,
-                           proxy_through_service_url=False)))
+    placement = conn.service.registry.placement
+    try:
+        broker, final = await placement.lookup(str(topic), authoritative=cmd.authoritative)
+    except NotOwner as exc:  # its owner just died: the client retries once the topic has moved
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.ServiceNotReady,
+                               message=str(exc))))
+        return
+    url = conn.service.service_url if broker.name == placement.local.name else broker.pulsar_url
+    # Connect: the broker serves the topic. Redirect (authoritative): ask that broker, which then takes it.
+    conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect if final else _Lookup.Redirect,
+                           brokerServiceUrl=url, authoritative=True, proxy_through_service_url=False)))
 
 
 async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetadata) -> None:

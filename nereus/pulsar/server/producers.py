@@ -15,6 +15,7 @@ import logging
 from collections import deque
 
 from ...storage import StreamFenced
+from ...topics import NotOwner
 from ..codec import pb, wrap
 from . import entries, metrics, schemas
 from .errors import ProtocolViolation
@@ -115,7 +116,11 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
     if existing is not None:  # a retried PRODUCER for a producer already created
         _success(conn, cmd.request_id, existing)
         return
-    topic = await conn.service.get_topic(name)
+    try:
+        topic = await conn.service.get_topic(name)
+    except NotOwner as exc:  # served by another broker: the client looks it up again
+        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+        return
     mode = cmd.producer_access_mode
     producer_name = cmd.producer_name if cmd.HasField("producer_name") and cmd.producer_name else None
     while True:

@@ -88,7 +88,11 @@ class PulsarService:
             await self._server.wait_closed()
 
     async def get_topic(self, name: TopicName) -> PulsarTopic:
-        """The loaded topic's Pulsar state, loading the topic on first use."""
+        """The loaded topic's Pulsar state, loading the topic on first use.
+
+        Raises NotOwner when another broker serves the topic (Pulsar clients then look it up again).
+        """
+        await self.registry.claim(name)
         while True:
             core = await self.registry.get(name)
             topic = core.attachments.get(ATTACHMENT)

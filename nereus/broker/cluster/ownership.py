@@ -1,0 +1,331 @@
+"""Topic ownership over the ring: claims, lookups, handoffs and failover.
+
+A topic's owner serves its writes and dispatches its subscriptions. It holds an
+ephemeral record ``/nereus/cluster/owners/{topic}`` (broker name and incarnation)
+put only if absent, so there is at most one owner at a time, and any broker finds
+it with one read. Whoever owns a topic also takes its stream's append session
+(fencing token) before its first write: the record routes clients, the session
+fences writers.
+
+- *Claim*: a broker takes a topic that nobody owns when its ring says so, or when
+  a client was sent to it authoritatively (this ends a ping-pong of brokers whose
+  ring views differ for a moment).
+- *Handoff*: when the ring moves a topic elsewhere (a broker joined, or this one
+  drains), the owner unloads it (flush, commit, close clients so they look it up
+  again, release the append session) and only then deletes its record. Only
+  metadata changes; no object is copied.
+- *Failover*: a dead broker's records vanish with its session. Each broker hears the
+  deletions and adopts the topics its ring now gives it: it claims them and takes
+  their append sessions at once, which fences a zombie that wakes up later.
+- *Lost session*: this broker's records may be gone, so it drops every topic,
+  deletes what is left of its records and registers again as a new incarnation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from urllib.parse import quote, unquote
+
+from ...ledger.naming import InvalidTopicName, TopicName
+from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ...meta.api import Notification, NotificationType
+from ...meta.errors import MetadataError
+from ...tasks import spawn
+from ...topics.placement import BrokerAddress, NotOwner, Placement
+from .membership import ACTIVE, Membership
+
+log = logging.getLogger(__name__)
+
+OWNERS = "/nereus/cluster/owners/"
+ORPHAN_SECONDS = 60.0  # how long a topic whose owner vanished is considered for adoption
+UNUSED_SECONDS = 60.0  # a claimed topic no client loaded is released after this long
+
+
+def owner_key(topic: str) -> str:
+    return OWNERS + quote(topic, safe="")
+
+
+class ClusterPlacement(Placement):
+    """The placement answers of one broker of a cluster."""
+
+    def __init__(self, meta: MetadataStore, membership: Membership, *, rebalance_delay: float = 0.5,
+                 rebalance_interval: float = 5.0, max_concurrent_moves: int = 16,
+                 dead_owner_wait: float = 12.0) -> None:
+        super().__init__(membership.address)
+        self.meta = meta
+        self.membership = membership
+        self.registry = None  # bound by ``bind``
+        self.rebalance_delay = rebalance_delay
+        self.rebalance_interval = rebalance_interval
+        self.dead_owner_wait = dead_owner_wait
+        self.owned: dict[str, tuple[int, float]] = {}  # topic -> (record version, claimed at)
+        self._claiming: dict[str, asyncio.Future] = {}
+        self._releasing: dict[str, asyncio.Future] = {}
+        self._orphans: dict[str, float] = {}
+        self._moves = asyncio.Semaphore(max_concurrent_moves)
+        self._ring_changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.handoffs = 0
+        self.adoptions = 0
+        membership.on_change(self._ring_changed.set)
+        membership.on_note(OWNERS, self._owner_note)
+
+    # -- wiring ---------------------------------------------------------------------------
+    def bind(self, registry) -> None:
+        """Serve for ``registry``: unloads release ownership; handoffs unload."""
+        self.registry = registry
+        registry.on_load(lambda topic: topic.on_unload(lambda _reason, name=str(topic.name): self._unloaded(name)))
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._rebalance_loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @property
+    def draining(self) -> bool:
+        return self.membership.state != ACTIVE
+
+    # -- the Placement questions ------------------------------------------------------------
+    def brokers(self) -> list[BrokerAddress]:
+        return self.membership.active() or [self.local]
+
+    def preferred(self, key: str, zone: str | None = None) -> BrokerAddress:
+        ring = self.membership.ring
+        name = ring.preferred(key, zone)
+        return ring.value(name) if name is not None else self.local
+
+    def owns(self, topic: str) -> bool:
+        return topic in self.owned
+
+    async def owner(self, topic: str) -> BrokerAddress:
+        if topic in self.owned:
+            return self.local
+        current = await self._current_owner(topic)
+        return current if current is not None else self.preferred(topic)
+
+    async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
+        if topic in self.owned:
+            return self.local, True
+        current = await self._current_owner(topic)
+        if current is not None:
+            return current, True
+        preferred = self.preferred(topic)
+        if preferred.name != self.local.name and not authoritative:
+            return preferred, False
+        await self._claim(topic, force=True)
+        return self.local, True
+
+    async def claim(self, topic: str) -> None:
+        await self._claim(topic, force=False)
+
+    # -- claims ---------------------------------------------------------------------------
+    async def _current_owner(self, topic: str) -> BrokerAddress | None:
+        """The live owner named by the topic's record (None when there is none or it is dead)."""
+        rec = await self.meta.get(owner_key(topic))
+        if rec is None:
+            return None
+        name, incarnation = _decode(rec.value)
+        if name == self.local.name:
+            return None  # a record of an earlier incarnation: ours to replace
+        record = self.membership.brokers.get(name)
+        if record is not None and record.incarnation == incarnation:
+            return record.address
+        # Its owner is gone and its record goes when that session expires: hold the
+        # answer until then rather than send the client into its reconnect backoff.
+        if await self._gone(owner_key(topic), rec.version.version_id):
+            return None
+        raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that broker's session expires")
+
+    async def _gone(self, key: str, version: int) -> bool:
+        """Wait (at most ``dead_owner_wait``) until the record ``key`` at ``version`` is deleted or replaced."""
+        deadline = time.monotonic() + self.dead_owner_wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            rec = await self.meta.get(key, include_value=False)
+            if rec is None or rec.version.version_id != version:
+                return True
+        return False
+
+    async def _claim(self, topic: str, *, force: bool) -> None:
+        while True:
+            releasing = self._releasing.get(topic)
+            if releasing is not None:
+                await asyncio.shield(releasing)
+                force = False  # released on purpose: go where the ring says
+            if topic in self.owned:
+                return
+            if self.draining:
+                raise NotOwner(f"{topic}: broker {self.local.name} is draining", None)
+            pending = self._claiming.get(topic)
+            if pending is None:
+                pending = self._claiming[topic] = asyncio.ensure_future(self._try_claim(topic, force))
+                pending.add_done_callback(lambda _f: self._claiming.pop(topic, None))
+            await asyncio.shield(pending)
+            return
+
+    async def _try_claim(self, topic: str, force: bool) -> None:
+        key = owner_key(topic)
+        value = json.dumps({"broker": self.local.name, "incarnation": self.membership.incarnation}).encode()
+        while True:
+            rec = await self.meta.get(key)
+            if rec is not None:
+                name, incarnation = _decode(rec.value)
+                if name == self.local.name and incarnation == self.membership.incarnation:
+                    self.owned[topic] = (rec.version.version_id, time.monotonic())
+                    return
+                if name != self.local.name:
+                    owner = self.membership.brokers.get(name)
+                    if owner is not None and owner.incarnation == incarnation:
+                        raise NotOwner(f"{topic} is served by {name}", owner.address)
+                    raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that session expires")
+                expected = rec.version.version_id  # our earlier incarnation's record
+            else:
+                if not force:
+                    preferred = self.preferred(topic)
+                    if preferred.name != self.local.name:
+                        raise NotOwner(f"{topic} belongs to {preferred.name}", preferred)
+                expected = EXPECT_ABSENT
+            try:
+                result = await self.meta.put(key, value, expected_version_id=expected, ephemeral=True)
+            except UnexpectedVersion:
+                continue  # someone else claimed or released meanwhile: look again
+            self.owned[topic] = (result.version.version_id, time.monotonic())
+            log.debug("%s: owned by this broker now", topic)
+            return
+
+    # -- releases -------------------------------------------------------------------------
+    def _unloaded(self, topic: str) -> None:
+        """A loaded topic unloaded (idle, fenced, deleted): its ownership goes with it."""
+        if topic in self.owned and topic not in self._releasing:
+            self._spawn(self.release(topic, "unloaded"))
+
+    async def release(self, topic: str, reason: str) -> None:
+        """Unload ``topic`` (if loaded) and delete its ownership record."""
+        pending = self._releasing.get(topic)
+        if pending is not None:
+            await asyncio.shield(pending)
+            return
+        done = self._releasing[topic] = asyncio.get_running_loop().create_future()
+        try:
+            claimed = self.owned.get(topic)
+            loaded = self.registry.loaded(topic) if self.registry is not None else None
+            if loaded is not None:
+                await self.registry.unload(loaded, reason)
+            self.owned.pop(topic, None)
+            if claimed is not None:
+                with contextlib.suppress(UnexpectedVersion, MetadataError):
+                    await self.meta.delete(owner_key(topic), expected_version_id=claimed[0])
+        finally:
+            del self._releasing[topic]
+            done.set_result(None)
+
+    async def release_all(self, reason: str) -> None:
+        await asyncio.gather(*(self._move(topic, reason) for topic in list(self.owned)))
+
+    async def _move(self, topic: str, reason: str) -> None:
+        async with self._moves:
+            try:
+                await self.release(topic, reason)
+                self.handoffs += 1
+            except Exception:
+                log.exception("%s: handing over failed", topic)
+
+    async def session_lost(self) -> None:
+        """Our ephemeral records may be gone: drop every topic and register anew."""
+        log.warning("metadata session lost: dropping %d topic(s) and registering again", len(self.owned))
+        await self.release_all("metadata session lost")
+        await self.membership.register(new_incarnation=True)
+        await self.membership.refresh()
+
+    # -- rebalancing and failover -------------------------------------------------------------
+    def _owner_note(self, note: Notification) -> None:
+        if note.type != NotificationType.KEY_DELETED:
+            return
+        topic = unquote(note.key[len(OWNERS):])
+        if topic not in self.owned and topic not in self._releasing:
+            self._orphans[topic] = time.monotonic()
+            self._ring_changed.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._ring_changed.wait(), self.rebalance_interval)
+            # Let a burst of changes settle, so a broker joining does not move topics twice.
+            await asyncio.sleep(self.rebalance_delay)
+            self._ring_changed.clear()
+            try:
+                await self.rebalance()
+            except Exception:
+                log.exception("rebalancing failed")
+
+    async def rebalance(self) -> None:
+        """Hand over the topics the ring gives to others; adopt orphans it gives to us."""
+        ring = self.membership.ring
+        now = time.monotonic()
+        moves = []
+        for topic, (_version, claimed_at) in list(self.owned.items()):
+            target = ring.owner(topic)
+            if target is not None and target != self.local.name:
+                moves.append(self._move(topic, f"moved to {target}"))
+            elif self.registry is not None and self.registry.loaded(topic) is None \
+                    and now - claimed_at > UNUSED_SECONDS and topic not in self._claiming:
+                moves.append(self.release(topic, "unused"))
+        adopt = []
+        for topic, seen in list(self._orphans.items()):
+            if now - seen > ORPHAN_SECONDS or topic in self.owned:
+                del self._orphans[topic]
+            elif not self.draining and ring.owner(topic) == self.local.name:
+                del self._orphans[topic]
+                adopt.append(self._adopt(topic))
+        if moves or adopt:
+            log.info("rebalance: handing over %d topic(s), adopting %d", len(moves), len(adopt))
+            await asyncio.gather(*moves, *adopt)
+        load = {"topics": len(self.owned)}
+        if load != self.membership.load:
+            with contextlib.suppress(MetadataError):
+                await self.membership.publish_load(load)
+
+    async def _adopt(self, topic: str) -> None:
+        """Take a topic whose owner vanished: claim it and fence its stream now."""
+        try:
+            name = TopicName.parse(topic)
+        except InvalidTopicName:
+            return
+        async with self._moves:
+            try:
+                await self._claim(topic, force=False)
+                loaded = await self.registry.get(name)
+                await loaded.ensure_writer()
+                self.adoptions += 1
+            except NotOwner as exc:
+                log.debug("not adopting %s: %s", topic, exc)
+            except Exception:
+                log.exception("adopting %s failed", topic)
+
+    def _spawn(self, coro) -> None:
+        task = spawn(coro, "ownership")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _decode(raw: bytes) -> tuple[str, str]:
+    try:
+        value = json.loads(raw)
+        return str(value["broker"]), str(value["incarnation"])
+    except (ValueError, KeyError, TypeError):
+        return "", ""
+
+
+__all__ = ["ClusterPlacement", "OWNERS", "owner_key"]

@@ -1,0 +1,180 @@
+"""One broker: storage, topic registry, Pulsar/Kafka/HTTP listeners and its cluster membership.
+
+``nereus broker`` runs one over a remote metadata service and a shared object
+store; ``nereus standalone`` runs one beside its embedded metadata engine. Either
+way the broker keeps nothing durable of its own: what it serves, it finds in the
+metadata plane and the object store, and any other broker can take it over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from ..kafka.server import KafkaService
+from ..meta import MetadataStore
+from ..objstore import ObjectStore
+from ..pulsar.server import PulsarService
+from ..storage import GarbageCollector, StreamStorage
+from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
+from .cluster import ClusterPlacement, Membership, node_id_for
+from .cluster.lease import run_under_lease
+from .http import attach_admin, start_http
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BrokerOptions:
+    bind: str = "127.0.0.1"
+    http_port: int = 8080
+    pulsar_port: int = 6650
+    kafka_port: int = 9092
+    advertised_address: str | None = None  # default: the bind address (loopback for a wildcard)
+    zone: str = "default"
+    broker_name: str | None = None  # default: advertised address and ports
+    cluster_name: str = "standalone"
+    gc_interval: float = 30.0
+    gc_grace: float = 60.0
+    gc_pending_timeout: float = 60.0
+    compaction_interval: float = 15.0  # 0: no compaction schedule
+    compaction_max_age: float = 15.0
+    compaction_min_bytes: int = 8 << 20
+    rebalance_delay: float = 0.5
+    lease_poll_seconds: float = 2.0
+    session_timeout: float = 10.0
+
+
+def advertised(bind: str, advertised_address: str | None) -> str:
+    if advertised_address:
+        return advertised_address
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
+
+
+class StartingPlacement(Placement):
+    """Until the broker has registered it serves nothing (its node id and ring are unknown)."""
+
+    async def lookup(self, topic: str, *, authoritative: bool = False):
+        raise NotOwner("the broker is starting")
+
+    async def claim(self, topic: str) -> None:
+        raise NotOwner("the broker is starting")
+
+    def owns(self, topic: str) -> bool:
+        return False
+
+
+@dataclass
+class BrokerNode:
+    """The running parts of one broker (for the CLI, admin and tests)."""
+
+    options: BrokerOptions
+    storage: StreamStorage
+    registry: TopicRegistry
+    pulsar: PulsarService
+    kafka: KafkaService
+    membership: Membership
+    placement: ClusterPlacement
+    http_port: int
+    leases: dict
+
+    @property
+    def address(self) -> BrokerAddress:
+        return self.membership.address
+
+    async def drain(self) -> None:
+        """Hand every topic over and take no new ones (the broker keeps running)."""
+        from .cluster import DRAINING
+
+        await self.membership.set_state(DRAINING)
+        await self.placement.release_all("broker draining")
+
+
+async def _gc_loop(collector: GarbageCollector, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            stats = await collector.collect()
+            if stats.deleted or stats.resolved:
+                log.info("gc: %d object(s) deleted, %d crashed write(s) resolved", stats.deleted, stats.resolved)
+        except Exception:
+            log.exception("gc pass failed")
+
+
+async def _cancel_and_wait(task: asyncio.Task) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _object_prefix(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+
+
+async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, objects: ObjectStore, *,
+                       objects_url: str, metadata_url: str, options: BrokerOptions) -> BrokerNode:
+    """Start a broker; everything it opens is closed when ``stack`` unwinds (in reverse order)."""
+    host = advertised(options.bind, options.advertised_address)
+    storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}")
+    stack.push_async_callback(storage.close)
+    http = await start_http(options.bind, options.http_port)
+    stack.push_async_callback(http.cleanup)
+    http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
+    starting = StartingPlacement(BrokerAddress("starting", -1, options.zone, "", host, 0, ""))
+    registry = TopicRegistry(storage, meta, placement=starting)
+    registry.start()
+    stack.push_async_callback(registry.close)
+    pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
+                           registry=registry)
+    await pulsar.start()
+    stack.push_async_callback(pulsar.stop)
+    kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host)
+    await kafka.start()
+    stack.push_async_callback(kafka.stop)
+
+    name = options.broker_name or f"{host}:{pulsar.port}:{kafka.port}:{http_port}"
+    node_id = await node_id_for(meta, name)
+    address = BrokerAddress(name, node_id, options.zone, pulsar.service_url, host, kafka.port,
+                            f"http://{host}:{http_port}")
+    membership = Membership(meta, address)
+    placement = ClusterPlacement(meta, membership, rebalance_delay=options.rebalance_delay,
+                                 dead_owner_wait=options.session_timeout + 2)
+    placement.bind(registry)
+    kafka.node_id = node_id
+    registry.placement = placement
+    await membership.start()
+    stack.push_async_callback(membership.stop)
+    placement.start()
+    # Unwinds before the listeners stop: hand the topics over first, so clients move at once.
+    stack.push_async_callback(placement.release_all, "broker stopping")
+    stack.push_async_callback(placement.stop)
+    add_listener = getattr(meta, "add_session_listener", None)
+    if add_listener is not None:
+        add_listener(lambda: asyncio.ensure_future(placement.session_lost()))
+
+    leases: dict = {}
+    holder = name
+    collector = GarbageCollector(meta, objects, grace_seconds=options.gc_grace,
+                                 pending_timeout_seconds=options.gc_pending_timeout)
+    workers = {"gc": lambda: _gc_loop(collector, options.gc_interval)}
+    if options.compaction_interval > 0:
+        from .compaction_schedule import CompactionSchedule, run_schedule
+
+        schedule = CompactionSchedule(options.compaction_interval, options.compaction_max_age,
+                                      options.compaction_min_bytes, metadata_url, objects_url)
+        workers["compaction"] = lambda: run_schedule(meta, schedule)
+    for worker, run in workers.items():
+        task = asyncio.ensure_future(run_under_lease(meta, worker, holder, run, status=leases,
+                                                     poll_seconds=options.lease_poll_seconds))
+        stack.push_async_callback(_cancel_and_wait, task)
+    await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar)
+    log.info("broker %s ready (node %d, zone %s): pulsar=%s kafka=%s http=%s", name, node_id, options.zone,
+             address.pulsar_url, address.kafka_address, address.http_url)
+    return BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases)
+
+
+__all__ = ["BrokerNode", "BrokerOptions", "StartingPlacement", "advertised", "start_broker"]

@@ -1,0 +1,71 @@
+"""Where a topic is served: the interface the protocols ask, whatever runs behind it.
+
+A stream is written (and its subscriptions dispatched) by exactly one broker at a
+time, its owner. The protocols only ask questions of a ``Placement``: which brokers
+are live, who owns a topic or should, may this broker serve a topic's writes
+(``claim``). A single process owns everything (``LocalPlacement``); a cluster
+answers from its membership, ring and ownership records (``nereus.broker.cluster``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..storage import StreamFenced
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """How clients reach one broker."""
+
+    name: str
+    node_id: int  # Kafka's integer broker id
+    zone: str
+    pulsar_url: str  # pulsar://host:port
+    kafka_host: str
+    kafka_port: int
+    http_url: str  # http://host:port
+
+    @property
+    def kafka_address(self) -> str:
+        return f"{self.kafka_host}:{self.kafka_port}"
+
+
+class NotOwner(StreamFenced):
+    """Another broker serves this topic's writes (``owner``), or nobody can right now (None)."""
+
+    def __init__(self, message: str, owner: BrokerAddress | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+class Placement:
+    """The answers of a single broker that serves every topic itself."""
+
+    def __init__(self, local: BrokerAddress) -> None:
+        self.local = local
+
+    def brokers(self) -> list[BrokerAddress]:
+        """The live brokers that accept topics, in node id order."""
+        return [self.local]
+
+    def preferred(self, key: str, zone: str | None = None) -> BrokerAddress:
+        """The broker that should serve ``key`` (a topic or a group), nearest ``zone`` for reads."""
+        return self.local
+
+    async def owner(self, topic: str) -> BrokerAddress:
+        """The broker serving ``topic`` now, or the one that will when it is first used."""
+        return self.local
+
+    async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
+        """Where a client should go for ``topic``: (broker, final). Not final: ask that broker again."""
+        return self.local, True
+
+    async def claim(self, topic: str) -> None:
+        """Become (or stay) the topic's owner; raises NotOwner when another broker is or should be."""
+
+    def owns(self, topic: str) -> bool:
+        return True
+
+
+__all__ = ["BrokerAddress", "NotOwner", "Placement"]
