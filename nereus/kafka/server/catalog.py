@@ -76,6 +76,30 @@ class Catalog:
         name = pulsar_name(topic)
         return name.partition(index) if await self.is_partitioned(topic) else name
 
+    async def streams(self, topic: str, count: int) -> list[TopicName]:
+        """The streams of a topic's ``count`` partitions, in partition order."""
+        name = pulsar_name(topic)
+        return [name.partition(i) for i in range(count)] if await self.is_partitioned(topic) else [name]
+
+    async def leader_epoch(self, stream: TopicName) -> int:
+        """The partition's leader epoch: the fencing token of its stream's latest append session.
+
+        The token grows at each acquisition, so the epoch grows at each change of
+        owner. The owner knows its own; others read it from the stream's tail (and a
+        partition loaded here for reads serves at least that epoch from now on).
+        """
+        loaded = self.registry.loaded(stream)
+        part = loaded.attachments.get(ATTACHMENT) if loaded is not None else None
+        if part is not None and not part.closed and part.handle.writable:
+            return part.leader_epoch
+        try:
+            token = (await self.storage.tail(await self.storage.stream_id(str(stream)))).token
+        except StreamNotFound:
+            return 0  # created on first use
+        if part is not None:
+            part.leader_epoch = max(part.leader_epoch, token)
+        return token
+
     async def partition(self, topic: str, index: int) -> Partition | None:
         """The loaded partition, or None if it does not exist."""
         name = await self.stream_name(topic, index)

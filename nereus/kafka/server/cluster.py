@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
@@ -12,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from ...meta import cas
 from ..codec import make, nested
 from ..codec.protocol import SUPPORTED, response_schema
+from . import routing
 from .catalog import valid_name
 
 log = logging.getLogger(__name__)
@@ -45,9 +47,14 @@ def handle_api_versions(conn, head, req):
     return make(cls, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
-def _broker(cls, name: str, service):
-    return make(nested(cls, name), node_id=service.node_id, broker_id=service.node_id, host=service.advertised_host,
-                port=service.port, rack=None)
+def _brokers(cls, name: str, service) -> tuple[tuple, int]:
+    """The live brokers as ``name`` entries of ``cls``, and the controller id."""
+    brokers = routing.brokers(service)
+    bcls = nested(cls, name)
+    # No broker is special here; Kafka clients only need some live broker's id (admin requests go there).
+    controller = brokers[0].node_id if brokers else -1
+    return tuple(make(bcls, node_id=b.node_id, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in brokers), controller
 
 
 async def handle_metadata(conn, head, req):
@@ -69,6 +76,15 @@ async def handle_metadata(conn, head, req):
                     log.debug("auto-create of %s: %s", t.name, exc)
                 count = await catalog.partition_count(t.name)
             wanted.append((t.name, count))
+    # Every partition's leader and epoch are metadata reads: all of them at once.
+    streams = [(name, await catalog.streams(name, count)) for name, count in wanted if count is not None]
+    flat = [stream for _, names in streams for stream in names]
+
+    async def describe(stream):
+        return await asyncio.gather(routing.leader(service, str(stream)), catalog.leader_epoch(stream))
+
+    described = iter(await routing.gather_bounded(describe, flat))
+    partitions = {name: [next(described) for _ in names] for name, names in streams}
     topics = []
     for name, count in wanted:
         if count is None:
@@ -77,24 +93,29 @@ async def handle_metadata(conn, head, req):
                                partitions=(), topic_authorized_operations=NO_OPERATIONS))
             continue
         parts = []
-        for index in range(count):
-            part = await catalog.partition(name, index)
-            parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=service.node_id,
-                              leader_epoch=part.leader_epoch if part else 0, replica_nodes=(service.node_id,),
-                              isr_nodes=(service.node_id,), offline_replicas=()))
+        for index, (leader, epoch) in enumerate(partitions[name]):
+            if leader is None:  # clients refresh metadata and try again
+                parts.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=index,
+                                  leader_id=routing.NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
+                                  offline_replicas=()))
+                continue
+            node = routing.node_id(service, leader)
+            parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
+                              leader_epoch=epoch, replica_nodes=(node,), isr_nodes=(node,), offline_replicas=()))
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=ZERO_UUID, is_internal=False,
                            partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
-    return make(cls, throttle_time=NO_THROTTLE, brokers=(_broker(cls, "MetadataResponseBroker", service),),
-                cluster_id=service.cluster_id, controller_id=service.node_id, topics=tuple(topics),
-                cluster_authorized_operations=NO_OPERATIONS)
+    brokers, controller = _brokers(cls, "MetadataResponseBroker", service)
+    return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
+                controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 
 
 def handle_describe_cluster(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
+    brokers, controller = _brokers(cls, "DescribeClusterBroker", service)
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                cluster_id=service.cluster_id, controller_id=service.node_id,
-                brokers=(_broker(cls, "DescribeClusterBroker", service),), cluster_authorized_operations=NO_OPERATIONS)
+                cluster_id=service.cluster_id, controller_id=controller, brokers=brokers,
+                cluster_authorized_operations=NO_OPERATIONS)
 
 
 async def handle_describe_configs(conn, head, req):
@@ -127,19 +148,23 @@ async def handle_describe_configs(conn, head, req):
 
 
 def handle_find_coordinator(conn, head, req):
+    """A group's coordinator is the ring's broker for it; transactions have none (not supported)."""
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
-    if head.api_version >= 4:
-        coords = tuple(make(nested(cls, "Coordinator"), key=key, node_id=service.node_id, host=service.advertised_host,
-                            port=service.port, error_code=ErrorCode.none, error_message=None)
-                       for key in req.coordinator_keys)
-        return make(cls, throttle_time=NO_THROTTLE, coordinators=coords)
     key_type = getattr(req, "key_type", 0)
-    if key_type != 0:
-        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
-                    error_message="transactions are not supported", node_id=-1, host="", port=-1)
-    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-                node_id=service.node_id, host=service.advertised_host, port=service.port)
+
+    def answer(key: str) -> dict:
+        if key_type != 0:
+            return dict(error_code=ErrorCode.coordinator_not_available, error_message="transactions are not supported",
+                        node_id=-1, host="", port=-1)
+        broker = routing.kafka_broker(service, routing.coordinator(service, key))
+        return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host,
+                    port=broker.port)
+
+    if head.api_version >= 4:
+        coords = tuple(make(nested(cls, "Coordinator"), key=key, **answer(key)) for key in req.coordinator_keys)
+        return make(cls, throttle_time=NO_THROTTLE, coordinators=coords)
+    return make(cls, throttle_time=NO_THROTTLE, **answer(req.key))
 
 
 class ProducerIds:

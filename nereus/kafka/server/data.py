@@ -4,7 +4,9 @@ Produce checks each batch's CRC and producer sequence, then starts the appends
 before the next request is read; the response waits for them (acks=1 and
 acks=all both mean durable here; acks=0 gets no response). Fetch serves stored
 batches with only the base offset and leader epoch rewritten, and long-polls
-until ``min_bytes`` are there or ``max_wait`` passed.
+until ``min_bytes`` are there or ``max_wait`` passed. Any broker serves a Fetch
+(committed data is read from the shared storage; no append session is taken),
+and a consumer of another zone is sent to a broker of its own zone (KIP-392).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..codec.records import decode_records
 from ...topics.convert import ConversionError
 from .cluster import NO_THROTTLE
 from .partition import DUPLICATE, NONE
+from .routing import NO_LEADER, read_replica
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +134,16 @@ async def _fetch(service, head, req):
     cls = response_schema(head.api_key, head.api_version)
     deadline = time.monotonic() + req.max_wait.total_seconds()
     max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF
+    # KIP-392: only consumers (not replicas) are sent to a replica near them
+    rack = getattr(req, "rack_id", None) if getattr(req, "replica_id", -1) < 0 else None
+    looked = False  # whether the tail of the partitions at their end was looked at (a wait or a refresh)
     while True:
         total, topics, waits = 0, [], []
         for ftopic in req.topics:
             parts = []
             for fp in ftopic.partitions:
                 data, part = await _fetch_partition(service, cls, ftopic.topic, fp, max(max_bytes - total, 0),
-                                                    first=total == 0)
+                                                    first=total == 0, rack=rack)
                 size = len(data.records)
                 total += size
                 parts.append(data)
@@ -145,9 +151,19 @@ async def _fetch(service, head, req):
                     waits.append((part, fp.fetch_offset))
             topics.append(make(nested(cls, "FetchableTopicResponse"), topic=ftopic.topic, partitions=tuple(parts)))
         remaining = deadline - time.monotonic()
+        if remaining <= 0 and not looked and total < req.min_bytes:
+            # A partition another broker writes is only as current as this broker last
+            # looked (a long poll looks while it waits); a fetch that does not wait looks now.
+            stale = [p for p, _ in waits if not p.handle.writable]
+            looked = True
+            if stale:
+                # a failed look is no error: the partition is answered as it was
+                await asyncio.gather(*(p.handle.refresh() for p in stale), return_exceptions=True)
+                continue
         if total >= req.min_bytes or remaining <= 0 or not waits:
             return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
                         responses=tuple(topics))
+        looked = True
         # Long poll: wake on the first append to any of the partitions.
         tasks = [asyncio.ensure_future(p.handle.wait_for(offset, remaining)) for p, offset in waits]
         try:
@@ -160,20 +176,25 @@ async def _fetch(service, head, req):
                 t.cancel()
 
 
-async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: bool):
+async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: bool, rack: str | None = None):
+    """(partition data, the partition to long-poll or None)."""
     pcls = nested(cls, "PartitionData")
 
-    def reply(code, hw=-1, start=-1, records=b""):
+    def reply(code, hw=-1, start=-1, records=b"", replica=NO_LEADER):
         # An error partition still carries a record set, an empty one, as Kafka sends it:
         # librdkafka rejects a null one (MessageSetSize -1) and then never sees the error.
         return make(pcls, partition_index=fp.partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
-                    log_start_offset=start, aborted_transactions=None if code else (), preferred_read_replica=-1,
-                    records=records)
+                    log_start_offset=start, aborted_transactions=None if code else (),
+                    preferred_read_replica=replica, records=records)
 
     part = await service.catalog.partition(topic, fp.partition)
     if part is None:
         return reply(ErrorCode.unknown_topic_or_partition), None
     handle = part.handle
+    replica = read_replica(service, str(part.topic.name), rack)
+    if replica != NO_LEADER:
+        # As a Kafka leader does: the replica to read from, the offsets, no records; not long-polled.
+        return reply(ErrorCode.none, handle.next_offset(), handle.start_offset(), replica=replica), None
     limit = min(fp.partition_max_bytes, budget)
     if fp.fetch_offset == handle.next_offset() and handle.start_offset() <= fp.fetch_offset:
         return reply(ErrorCode.none, handle.next_offset(), handle.start_offset()), part  # at the end

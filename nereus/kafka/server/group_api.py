@@ -1,7 +1,9 @@
 """Group requests: Join/Sync/Heartbeat/Leave, OffsetCommit/OffsetFetch, Describe/List/DeleteGroups.
 
 Coordinator and group errors arrive as ``GroupError`` codes (or per-partition codes
-from ``Coordinator.commit_offsets``) and become wire error codes here.
+from ``Coordinator.commit_offsets``) and become wire error codes here. A request
+for a group this broker does not coordinate (the ring gives it to another broker)
+is answered NOT_COORDINATOR: the client asks FindCoordinator again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ..codec import make, nested
 from ..codec.protocol import response_schema
 from .cluster import NO_THROTTLE
 from .groups import GroupError, JoinResult
+from .routing import coordinates, is_coordinator
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +31,17 @@ async def handle_join_group(conn, head, req):
         members = tuple(make(nested(cls, "JoinGroupResponseMember"), member_id=m, group_instance_id=i, metadata=md)
                         for m, i, md in result.members)
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(result.error), generation_id=result.generation,
-                    protocol_type=result.protocol_type, protocol_name=result.protocol, leader=result.leader,
+                    protocol_type=result.protocol_type, leader=result.leader,
+                    # nullable only from v7: older versions answer an error with an empty name
+                    protocol_name=result.protocol if result.protocol is not None or head.api_version >= 7 else "",
                     skip_assignment=False, member_id=result.member_id, members=members)
 
     session = req.session_timeout.total_seconds()
     rebalance = getattr(req, "rebalance_timeout", req.session_timeout).total_seconds()
     if not req.group_id:
         return reply(JoinResult(ErrorCode.invalid_group_id.value, member_id=req.member_id))
+    if not coordinates(conn.service, req.group_id):
+        return reply(JoinResult(ErrorCode.not_coordinator.value, member_id=req.member_id))
     if not MIN_SESSION <= session <= MAX_SESSION:
         return reply(JoinResult(ErrorCode.invalid_session_timeout.value, member_id=req.member_id))
     try:
@@ -60,6 +67,8 @@ async def handle_sync_group(conn, head, req):
                     protocol_type=group.protocol_type if group else None,
                     protocol_name=group.protocol if group else None, assignment=assignment)
 
+    if not coordinates(conn.service, req.group_id):
+        return reply(ErrorCode.not_coordinator.value)
     try:
         group = await conn.service.coordinator.group(req.group_id, create=False)
         if group is None:
@@ -80,6 +89,8 @@ async def handle_heartbeat(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     code = ErrorCode.unknown_member_id.value
     try:
+        if not coordinates(conn.service, req.group_id):
+            raise GroupError(ErrorCode.not_coordinator.value)
         group = await conn.service.coordinator.group(req.group_id, create=False)
         if group is not None:
             code = group.heartbeat(req.member_id, req.generation_id)
@@ -91,6 +102,8 @@ async def handle_heartbeat(conn, head, req):
 async def handle_leave_group(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     ids = [m.member_id for m in req.members] if hasattr(req, "members") else [req.member_id]
+    if not coordinates(conn.service, req.group_id):  # one top-level error, as Kafka answers it
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.not_coordinator, members=())
     try:
         group = await conn.service.coordinator.group(req.group_id, create=False)
         codes = [group.leave(mid) if group is not None else ErrorCode.unknown_member_id.value for mid in ids]
@@ -108,7 +121,9 @@ async def handle_offset_commit(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
     group, code = None, ErrorCode.invalid_group_id.value
-    if req.group_id:
+    if req.group_id and not coordinates(service, req.group_id):
+        code = ErrorCode.not_coordinator.value
+    elif req.group_id:
         try:
             group = await coordinator.group(req.group_id)
             code = group.check_commit(req.member_id, generation)
@@ -161,6 +176,13 @@ async def handle_offset_fetch(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     tcls, pcls = nested(cls, "OffsetFetchResponseTopic"), nested(cls, "OffsetFetchResponsePartition")
+    if not coordinates(service, req.group_id):
+        # v2+ carry a top-level error; v1 only per partition, so each asked partition gets it
+        topics = tuple(make(tcls, name=t.name, partitions=tuple(
+            make(pcls, partition_index=i, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                 error_code=ErrorCode.not_coordinator) for i in t.partition_indexes)) for t in req.topics or ())
+        return make(cls, throttle_time=NO_THROTTLE, topics=topics if head.api_version < 2 else (),
+                    error_code=ErrorCode.not_coordinator)
     committed = await service.coordinator.fetch_offsets(req.group_id)
     if req.topics is None:
         wanted: dict[str, list[int]] = {}
@@ -186,6 +208,8 @@ async def handle_describe_groups(conn, head, req):
     out = []
     for group_id in req.groups:
         try:
+            if not coordinates(conn.service, group_id):
+                raise GroupError(ErrorCode.not_coordinator.value)
             group = await conn.service.coordinator.group(group_id, create=False)
         except GroupError as exc:
             out.append(make(gcls, error_code=ErrorCode(exc.code), group_id=group_id, group_state="", protocol_type="",
@@ -207,7 +231,9 @@ async def handle_describe_groups(conn, head, req):
 async def handle_list_groups(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     states = set(getattr(req, "states_filter", ()) or ())
-    groups = [g for g in await conn.service.coordinator.list_groups() if not states or g.state in states]
+    # Each broker lists the groups it coordinates; clients ask every broker and merge.
+    groups = [g for g in await conn.service.coordinator.list_groups()
+              if (not states or g.state in states) and is_coordinator(conn.service, g.group_id)]
     listed = tuple(make(nested(cls, "ListedGroup"), group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
                         group_state=g.state, group_type="classic") for g in groups)
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
@@ -217,7 +243,10 @@ async def handle_delete_groups(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     results = []
     for group_id in req.groups_names:
-        code = await conn.service.coordinator.delete_group(group_id)
+        if coordinates(conn.service, group_id):
+            code = await conn.service.coordinator.delete_group(group_id)
+        else:
+            code = ErrorCode.not_coordinator.value
         results.append(make(nested(cls, "DeletableGroupResult"), group_id=group_id, error_code=ErrorCode(code)))
     return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 

@@ -1,9 +1,12 @@
-"""The Kafka listener: one broker (node 0) that leads every partition.
+"""The Kafka listener of one broker.
 
 ``KafkaService(storage, meta, registry, host=..., port=...)``; ``await start()``
 binds the port, ``await stop()`` closes connections and flushes group state.
 Partitions share the Pulsar service's loaded topics, so one stream has one
-append session in this process whichever protocol writes to it.
+append session in this process whichever protocol writes to it. Where the
+cluster is (other brokers, leaders, coordinators, nearest replicas) comes from
+the registry's placement (``routing.py``); alone, this broker is node 0 and
+leads every partition.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import uuid
 
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...storage import StreamStorage
+from . import routing
 from .catalog import Catalog
 from .cluster import ProducerIds
 from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
@@ -50,7 +54,7 @@ class KafkaService:
         self.cluster_id = ""
         self.connections: set = set()
         self.catalog = Catalog(self)
-        self.coordinator = Coordinator(meta)
+        self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id))
         self.producer_ids = ProducerIds(meta)
         self._server: asyncio.base_events.Server | None = None
 

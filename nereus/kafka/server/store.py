@@ -5,8 +5,9 @@ Records: ``/nereus/kafka/groups/{group}`` holds a group's state (``groups.py``);
 ``{"offset", "epoch", "metadata", "ts"}`` its committed offsets (names URL-quoted;
 one level below the group so its offsets are one range in key order).
 
-Several brokers may share one metadata plane, and each answers FindCoordinator
-with itself. So every write here is conditional on the version this broker last
+Several brokers share one metadata plane, and for a moment two of them may each
+believe they coordinate a group (their views of the ring differ, or a broker
+paused). So every write here is conditional on the version this broker last
 read or wrote (``EXPECT_ABSENT`` for a record it saw absent); a version conflict
 means another broker wrote the record behind this one's back.
 
@@ -36,6 +37,12 @@ version; losing again answers NOT_COORDINATOR. A broker writes one commit reques
 of a group at a time, in arrival order, so its own commits never race each other.
 A commit is acknowledged only after its write; other failures answer
 COORDINATOR_NOT_AVAILABLE (retriable).
+
+Coordination. With several brokers, each group has one coordinator (the ring's
+broker for it, asked through ``serves``); a broker drops its copy of a group the
+ring moved away, at the group's next request or the next expiry pass, whichever
+comes first. The conditional writes above stay the guard for the moments when two
+brokers' rings disagree.
 
 Memory. Groups are loaded on first use. An Empty group without members and with
 nothing pending is dropped after ``idle_seconds`` without use, and at once (least
@@ -127,8 +134,10 @@ class Coordinator:
     def __init__(self, meta, *, clock: Callable[[], float] = time.monotonic, idle_seconds: float = IDLE_SECONDS,
                  max_groups: int = MAX_GROUPS, max_group_size: int = MAX_GROUP_SIZE,
                  retry_backoff: tuple[float, float] = RETRY_BACKOFF,
-                 initial_rebalance_delay: float | None = None) -> None:
+                 initial_rebalance_delay: float | None = None,
+                 serves: Callable[[str], bool] | None = None) -> None:
         self.meta = meta
+        self.serves = serves  # is this broker the group's coordinator (None: of every group)
         self.clock = clock
         self.idle_seconds = idle_seconds
         self.max_groups = max_groups
@@ -247,8 +256,13 @@ class Coordinator:
             self.expire()
 
     def expire(self) -> None:
-        """One pass: drop members whose session timed out, then idle groups."""
+        """One pass: drop groups another broker coordinates now, members whose session timed out, idle groups."""
         now = self.clock()
+        if self.serves is not None:
+            # Also the groups nobody asked about since the ring moved them: a stale copy
+            # must not be served if the group ever comes back to this broker.
+            for group_id in [g for g in self.groups if not self.serves(g)]:
+                self.release(group_id, "the ring moved its coordinator to another broker")
         for group in list(self.groups.values()):
             if group.members:
                 try:
@@ -322,13 +336,19 @@ class Coordinator:
                     still.append((waited, fut))
             rec.waiters = still
 
-    def _lose(self, group: Group, why: str) -> None:
+    def release(self, group_id: str, why: str) -> None:
+        """This broker no longer coordinates the group: drop its copy (reloaded from metadata if it returns)."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._lose(group, why, level=logging.INFO)  # expected when brokers come and go
+
+    def _lose(self, group: Group, why: str, level: int = logging.WARNING) -> None:
         """Another broker owns the group now: stop serving this copy; the next request reloads it."""
         rec = group.record
         if rec.lost:
             return
         rec.lost = True
-        log.warning("kafka group %s: %s; answering NOT_COORDINATOR and reloading it", group.group_id, why)
+        log.log(level, "kafka group %s: %s; answering NOT_COORDINATOR and reloading it", group.group_id, why)
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
         group.abandon(NOT_COORDINATOR)
