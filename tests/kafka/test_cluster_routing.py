@@ -40,6 +40,7 @@ class Cluster:
         self.services: list[KafkaService] = []
         self.pinned: dict[str, int] = {}  # key -> node id
         self.dead: set[str] = set()  # topics whose owner just died (no owner can be named)
+        self.draining: set[int] = set()  # brokers that take no new topics (still serving theirs)
 
     def pin(self, key: str, node: int) -> None:
         self.pinned[key] = node
@@ -62,7 +63,7 @@ class FixedPlacement(Placement):
         self.cluster = cluster
 
     def brokers(self) -> list[BrokerAddress]:
-        return list(self.cluster.addresses)
+        return [a for a in self.cluster.addresses if a.node_id not in self.cluster.draining]
 
     def preferred(self, key: str, zone: str | None = None) -> BrokerAddress:
         walk = self.cluster.walk(key)
@@ -198,6 +199,20 @@ async def test_metadata_lists_every_broker_and_each_partitions_owner(cluster, ve
         assert [tuple(p.isr_nodes) for p in parts[:3]] == [(2,), (1,), (0,)]
 
 
+async def test_a_draining_owner_is_listed_while_it_leads(cluster):
+    topic, other = new_name("drain"), new_name("drain")
+    await cluster.services[0].catalog.create(topic, 1)
+    await cluster.services[0].catalog.create(other, 1)
+    cluster.pin(stream(topic), 2)
+    cluster.pin(stream(other), 1)
+    cluster.draining.add(2)
+    resp = await metadata(cluster, 0, [topic])
+    assert sorted(b.node_id for b in resp.brokers) == [0, 1, 2]
+    assert resp.topics[0].partitions[0].leader_id == 2
+    resp = await metadata(cluster, 0, [other])
+    assert sorted(b.node_id for b in resp.brokers) == [0, 1]
+
+
 async def test_describe_cluster_lists_every_broker(cluster):
     resp = await call(cluster, 2, 60, 1, include_cluster_authorized_operations=False, endpoint_type=1)
     assert resp.error_code == 0 and resp.controller_id == 0
@@ -221,6 +236,25 @@ async def test_the_leader_epoch_grows_when_the_owner_changes(cluster):
     assert len(set(after)) == 1 and after[0] > epochs[0]
     batch = await fetch(cluster, 2, topic, rack="")
     assert batch.error_code == 0 and len(batch.records) > 0
+
+
+async def test_offset_for_leader_epoch_on_a_non_owner_answers_the_current_end(cluster):
+    topic = new_name("ofle")
+    await cluster.services[0].catalog.create(topic, 1)
+    cluster.pin(stream(topic), 0)
+    assert (await produce(cluster, 0, topic)).error_code == 0
+    assert len((await fetch(cluster, 2, topic, rack="")).records) > 0  # loaded on broker 2 for reads
+    old = cluster.services[0].registry
+    await old.unload(old.loaded(stream(topic)), "moved")
+    cluster.pin(stream(topic), 1)
+    assert (await produce(cluster, 1, topic, count=4)).error_code == 0
+    epoch = (await metadata(cluster, 1, [topic])).topics[0].partitions[0].leader_epoch
+    cls = request_schema(23, 4)
+    asked = make(nested(cls, "OffsetForLeaderPartition"), partition=0, current_leader_epoch=epoch, leader_epoch=epoch)
+    resp = await call(cluster, 2, 23, 4, replica_id=-1, topics=(
+        make(nested(cls, "OffsetForLeaderTopic"), topic=topic, partitions=(asked,)),))
+    answer = resp.topics[0].partitions[0]
+    assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, epoch, 7)
 
 
 # -- produce -------------------------------------------------------------------------------
@@ -334,7 +368,7 @@ async def test_confluent_consumer_with_client_rack_reads_from_its_zone(cluster, 
     topic, group = new_name("rack"), new_name("g")
     await cluster.services[0].catalog.create(topic, 1)
     cluster.pin(stream(topic), 1)
-    cluster.pin("group:" + group, 0)
+    cluster.pin("group:" + group, 2)  # neither the bootstrap broker nor the leader
     values = [b"m%d" % i for i in range(30)]
 
     def produce_and_consume():

@@ -47,14 +47,14 @@ def handle_api_versions(conn, head, req):
     return make(cls, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
-def _brokers(cls, name: str, service) -> tuple[tuple, int]:
-    """The live brokers as ``name`` entries of ``cls``, and the controller id."""
-    brokers = routing.brokers(service)
-    bcls = nested(cls, name)
+def _brokers(cls, name: str, service, also=()) -> tuple[tuple, int]:
+    """The live brokers (and the leaders ``also`` named) as ``name`` entries of ``cls``, and the controller id."""
+    live = routing.brokers(service)
     # No broker is special here; Kafka clients only need some live broker's id (admin requests go there).
-    controller = brokers[0].node_id if brokers else -1
+    controller = live[0].node_id if live else -1
+    bcls = nested(cls, name)
     return tuple(make(bcls, node_id=b.node_id, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in brokers), controller
+                 for b in (routing.brokers(service, also) if also else live)), controller
 
 
 async def handle_metadata(conn, head, req):
@@ -77,7 +77,8 @@ async def handle_metadata(conn, head, req):
                 count = await catalog.partition_count(t.name)
             wanted.append((t.name, count))
     # Every partition's leader and epoch are metadata reads: all of them at once.
-    streams = [(name, await catalog.streams(name, count)) for name, count in wanted if count is not None]
+    known = [(name, count) for name, count in wanted if count is not None]
+    streams = list(zip((n for n, _ in known), await routing.gather_bounded(lambda t: catalog.streams(*t), known)))
     flat = [stream for _, names in streams for stream in names]
 
     async def describe(stream):
@@ -104,7 +105,8 @@ async def handle_metadata(conn, head, req):
                               leader_epoch=epoch, replica_nodes=(node,), isr_nodes=(node,), offline_replicas=()))
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=ZERO_UUID, is_internal=False,
                            partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
-    brokers, controller = _brokers(cls, "MetadataResponseBroker", service)
+    leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
+    brokers, controller = _brokers(cls, "MetadataResponseBroker", service, also=leaders)
     return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 

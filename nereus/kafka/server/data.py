@@ -319,6 +319,11 @@ async def handle_offset_for_leader_epoch(conn, head, req):
                 parts.append(make(nested(cls, "EpochEndOffset"), error_code=ErrorCode.unknown_topic_or_partition,
                                   partition=p.partition, leader_epoch=-1, end_offset=-1))
                 continue
+            if not part.handle.writable:
+                # Another broker writes it: answer from its current end and epoch, never from an
+                # older view (a lower answer than the consumer's position reads as a truncation).
+                await part.handle.refresh()
+                await service.catalog.leader_epoch(part.topic.name)
             parts.append(make(nested(cls, "EpochEndOffset"), error_code=ErrorCode.none, partition=p.partition,
                               leader_epoch=min(p.leader_epoch, part.leader_epoch) if p.leader_epoch >= 0
                               else part.leader_epoch, end_offset=part.handle.next_offset()))

@@ -53,9 +53,16 @@ def node_id(service, address: BrokerAddress) -> int:
     return service.node_id if is_local(service, address) else address.node_id
 
 
-def brokers(service) -> list[KafkaBroker]:
-    """Every live broker, in node id order."""
-    return sorted((kafka_broker(service, a) for a in placement(service).brokers()), key=lambda b: b.node_id)
+def brokers(service, also=()) -> list[KafkaBroker]:
+    """Every live broker, in node id order, with the brokers in ``also`` that are not listed.
+
+    A draining broker takes no new topics but still serves those it owns until
+    they moved: as their leader it must be listed, or clients could not reach it.
+    """
+    listed = {a.name: a for a in placement(service).brokers()}
+    for address in also:
+        listed.setdefault(address.name, address)
+    return sorted((kafka_broker(service, a) for a in listed.values()), key=lambda b: b.node_id)
 
 
 async def leader(service, stream: str) -> BrokerAddress | None:
