@@ -71,7 +71,7 @@ class Broker:
         self.cluster = cluster
         self.name = name
         self.zone = zone
-        self.ports = {"pulsar": free_port(), "kafka": free_port(), "http": free_port()}
+        self.ports = cluster.new_ports()
         self.log = cluster.root / f"broker-{name}.log"
         self.proc: subprocess.Popen | None = None
         self.pids: list[int] = []  # every incarnation's pid (its WAL node id is f"{name}-{pid}")
@@ -122,6 +122,11 @@ class Broker:
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Listening on every port and registered (this incarnation) as active in the metadata plane."""
         def ready() -> bool:
+            if not self.alive() and len(self.pids) == 1 and "address already in use" in tail(self.log, 5):
+                self.ports = self.cluster.new_ports()  # another process took a port first: new ones
+                self.pids.clear()
+                self.launch()
+                return False
             if not self.alive():
                 raise AssertionError(f"broker {self.name} exited with {self.proc.returncode}:\n{tail(self.log)}")
             if not all(port_open(p) for p in self.ports.values()):
@@ -177,7 +182,8 @@ class Cluster:
         self.store = store
         self.session_timeout = session_timeout
         self.broker_args = broker_args or []
-        self.oxia_port = free_port()
+        self._used_ports: set[int] = set()
+        self.oxia_port = self.new_ports(1)[0]
         self.oxia_log = self.root / "oxia.log"
         self.oxia: subprocess.Popen | None = None
         if store == "file":
@@ -227,6 +233,16 @@ class Cluster:
         return [b.http_url for b in self.running]
 
     # -- life cycle ---------------------------------------------------------------------
+    def new_ports(self, count: int = 3) -> dict[str, int] | list[int]:
+        """Free ports never handed out before in this cluster (three: a broker's pulsar, kafka, http)."""
+        ports: list[int] = []
+        while len(ports) < count:
+            port = free_port()
+            if port not in self._used_ports:
+                self._used_ports.add(port)
+                ports.append(port)
+        return dict(zip(("pulsar", "kafka", "http"), ports)) if count == 3 else ports
+
     def _new_broker(self, zone: str) -> Broker:
         self._next_index += 1
         broker = Broker(self, f"b{self._next_index}", zone)

@@ -1,0 +1,162 @@
+"""A topic owner killed (-9) under load: its topics move, nothing acknowledged is lost or stored twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pulsar
+import pytest
+
+from .clients import PUBLIC, PulsarLoad, assert_exactly_once, pulsar_client, read_all
+
+
+@pytest.mark.parametrize("store", ["file", "s3"])
+def test_pulsar_owner_killed_under_load(make_cluster, store):
+    cluster = make_cluster(["a", "a", "b"], store=store)
+    topic = f"{PUBLIC}kill-{store}"
+    client = pulsar_client(cluster.service_url(), cluster.root, "kill")
+    try:
+        load = PulsarLoad(client, topic, "k").start()
+        load.wait_acked(300)
+
+        # A durable subscription acks the first 100 values, then goes away.
+        consumer = client.subscribe(topic, "durable", initial_position=pulsar.InitialPosition.Earliest)
+        first = []
+        for _ in range(100):
+            msg = consumer.receive(timeout_millis=30_000)
+            first.append(msg.data())
+            consumer.acknowledge(msg)
+        consumer.close()
+        assert first == [load.value(i) for i in range(100)]
+
+        owner = cluster.broker(cluster.owner(topic))
+        before = load.acked_count
+        owner.kill()
+        killed_at = time.monotonic()
+
+        new_owner = cluster.wait_for(lambda: (o := cluster.owner(topic)) not in (None, owner.name) and o, 60,
+                                     f"{topic} owned by a broker other than {owner.name}")
+        load.wait_acked(before + 300, timeout=90)
+        moved_after = time.monotonic() - killed_at
+        load.stop()
+        assert not load.errors, load.errors[:5]
+
+        assert_exactly_once(read_all(client, topic), load.acked, topic)
+
+        # The subscription resumes right after what it acknowledged, on the new owner.
+        consumer = client.subscribe(topic, "durable")
+        resumed = [consumer.receive(timeout_millis=30_000).data() for _ in range(50)]
+        consumer.close()
+        assert resumed == [load.value(i) for i in range(100, 150)]
+        assert cluster.owner(topic) == new_owner
+        print(f"{topic}: moved {owner.name} -> {new_owner}, producing again {moved_after:.1f}s after the kill")
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("store", ["file", "s3"])
+def test_kafka_owner_killed_under_idempotent_load(make_cluster, store):
+    """An idempotent confluent-kafka producer and a consumer group through the kill of a partition owner."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = make_cluster(["a", "a", "b"], store=store)
+    topic, partitions = f"kkill-{store}", 3
+    bootstrap = cluster.bootstrap()
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # referenced until the result is in
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)[topic].result(timeout=60)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         "message.timeout.ms": 120_000, "retry.backoff.ms": 200})
+    lock = threading.Lock()
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def report(err, msg):
+        with lock:
+            if err is not None:
+                errors.append(f"{msg.value()!r}: {err}")
+            else:
+                acked[msg.value()] = (msg.partition(), msg.offset())
+
+    def produce():
+        seq = 0
+        while not stop.is_set():
+            try:
+                producer.produce(topic, f"kk-{seq:08d}".encode(), partition=seq % partitions, on_delivery=report)
+                seq += 1
+            except BufferError:
+                pass
+            producer.poll(0.003)
+
+    def acked_count():
+        with lock:
+            return len(acked)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        cluster.wait_for(lambda: acked_count() >= 300, 60, "300 records acknowledged")
+
+        # A group consumes and commits the first 60 records of each partition, then leaves.
+        group = {"bootstrap.servers": bootstrap, "group.id": "kill-group", "auto.offset.reset": "earliest",
+                 "enable.auto.commit": False}
+        consumer = Consumer(group)
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = {p: 0 for p in range(partitions)}
+        deadline = time.monotonic() + 60
+        while min(seen.values()) < 60 and time.monotonic() < deadline:
+            for msg in consumer.consume(100, timeout=0.5):
+                if msg.error() is None and msg.offset() < 60:
+                    seen[msg.partition()] = max(seen[msg.partition()], msg.offset() + 1)
+        assert min(seen.values()) >= 60, f"consumed {seen}"
+        consumer.commit(offsets=[TopicPartition(topic, p, 60) for p in range(partitions)], asynchronous=False)
+        consumer.close()
+
+        owners = cluster.owners()
+        victim_name = owners[f"{PUBLIC}{topic}-partition-0"]
+        victim = cluster.broker(victim_name)
+        before = acked_count()
+        victim.kill()
+        cluster.wait_for(lambda: cluster.owner(f"{PUBLIC}{topic}-partition-0") not in (None, victim_name), 60,
+                         f"partition 0 owned by a broker other than {victim_name}")
+        cluster.wait_for(lambda: acked_count() >= before + 300, 120, f"{before + 300} records acknowledged")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert producer.flush(120) == 0, "records still undelivered"
+    assert not errors, errors[:5]
+
+    # Read every partition back through the surviving brokers: each acked record exactly once.
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "check", "enable.auto.commit": False,
+                       "auto.offset.reset": "earliest"})
+    reader.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    stored: list[bytes] = []
+    ends = {}
+    for p in range(partitions):
+        _low, high = reader.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        ends[p] = high
+    positions = {p: 0 for p in range(partitions)}
+    deadline = time.monotonic() + 120
+    while any(positions[p] < ends[p] for p in range(partitions)) and time.monotonic() < deadline:
+        for msg in reader.consume(500, timeout=0.5):
+            if msg.error() is None:
+                stored.append(msg.value())
+                positions[msg.partition()] = msg.offset() + 1
+    reader.close()
+    assert positions == ends, f"read up to {positions}, ends {ends}"
+    assert_exactly_once(stored, acked, topic)
+
+    # The group resumes from its committed offsets.
+    consumer = Consumer(group)
+    consumer.subscribe([topic])
+    first: dict[int, int] = {}
+    deadline = time.monotonic() + 90
+    while len(first) < partitions and time.monotonic() < deadline:
+        for msg in consumer.consume(100, timeout=0.5):
+            if msg.error() is None:
+                first.setdefault(msg.partition(), msg.offset())
+    consumer.close()
+    assert first == {p: 60 for p in range(partitions)}
