@@ -1,4 +1,4 @@
-"""The broker's HTTP listener: health check, Prometheus metrics and the admin API (``admin/``)."""
+"""The broker's HTTP listener: health, Prometheus metrics, the admin API and Pulsar's HTTP lookup (``admin/``)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,6 @@ async def start_http(host: str, port: int) -> web.AppRunner:
     return runner
 
 
-async def attach_admin(runner: web.AppRunner, *, storage, meta, pulsar) -> None:
-    """Serve the admin API over the running storage, metadata store and PulsarService."""
-    await admin.attach(runner.app, storage=storage, meta=meta, pulsar=pulsar)
+async def attach_admin(runner: web.AppRunner, *, storage, meta, pulsar, node=None) -> None:
+    """Serve the admin API over the running storage, metadata store, PulsarService and broker node."""
+    await admin.attach(runner.app, storage=storage, meta=meta, pulsar=pulsar, node=node)

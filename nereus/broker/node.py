@@ -171,10 +171,11 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
         task = asyncio.ensure_future(run_under_lease(meta, worker, holder, run, status=leases,
                                                      poll_seconds=options.lease_poll_seconds))
         stack.push_async_callback(_cancel_and_wait, task)
-    await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar)
+    node = BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases)
+    await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar, node=node)
     log.info("broker %s ready (node %d, zone %s): pulsar=%s kafka=%s http=%s", name, node_id, options.zone,
              address.pulsar_url, address.kafka_address, address.http_url)
-    return BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases)
+    return node
 
 
 __all__ = ["BrokerNode", "BrokerOptions", "StartingPlacement", "advertised", "start_broker"]

@@ -1,11 +1,14 @@
 """Pulsar-compatible admin REST API (``/admin/v2``) on the broker's HTTP listener.
 
 One module per resource: tenants, namespaces (and their policies), topics,
-subscriptions, stats, schemas; retention.py applies retention policies.
-``register(app)`` adds the routes and the error middleware; ``attach(app, ...)``
-hands them the running storage, metadata store and PulsarService (until then
-they answer 503), makes sure ``public`` and ``public/default`` exist and starts
-the background tasks (retention, stats rate sampling), stopped at app cleanup.
+subscriptions, stats, schemas, the cluster and its brokers (cluster.py), Pulsar's
+HTTP lookup (lookup.py); retention.py applies retention policies; routing.py sends
+topic calls to the topic's owner. ``register(app)`` adds the routes and the
+middlewares; ``attach(app, ...)`` hands them the running storage, metadata store,
+PulsarService and broker node (until then they answer 503), makes sure ``public``
+and ``public/default`` exist and starts the background tasks (retention, under a
+cluster-wide lease when the broker is part of a cluster; stats rate sampling),
+stopped at app cleanup.
 """
 
 from __future__ import annotations
@@ -14,27 +17,41 @@ import asyncio
 
 from aiohttp import web
 
-from . import namespaces, retention, schemas, stats, subscriptions, tenants, topics
+from ..cluster.lease import run_under_lease
+from . import cluster, lookup, namespaces, retention, routing, schemas, stats, subscriptions, tenants, topics
 from .common import CONTEXT, AdminContext, errors
+
+#: The lease under which one broker of the cluster applies retention policies.
+RETENTION_LEASE = "retention"
 
 
 def register(app: web.Application) -> None:
     app[CONTEXT] = AdminContext()
-    app.middlewares.append(errors)
-    for module in (tenants, namespaces, topics, subscriptions, stats, schemas):
+    app.middlewares.append(errors)  # outermost: also formats the routing middleware's errors
+    app.middlewares.append(routing.to_owner)
+    for module in (tenants, namespaces, topics, subscriptions, stats, schemas, cluster, lookup):
         module.add_routes(app.router)
     app.on_cleanup.append(_stop)
 
 
-async def attach(app: web.Application, *, storage, meta, pulsar,
+async def attach(app: web.Application, *, storage, meta, pulsar, node=None,
                  retention_interval: float = retention.INTERVAL) -> None:
-    """Serve the admin API over these services (call once the Pulsar listener runs)."""
+    """Serve the admin API over these services (call once the Pulsar listener runs).
+
+    ``node`` (the BrokerNode) gives the cluster resources and drain; with it, retention
+    runs on one broker of the cluster at a time (its lease status is in ``node.leases``).
+    """
     ctx = app[CONTEXT]
     await tenants.ensure_tenant(meta, "public")
     await namespaces.ensure_namespace(meta, "public", "default")
-    ctx.storage, ctx.meta, ctx.pulsar = storage, meta, pulsar
-    ctx.tasks += [asyncio.ensure_future(retention.run(ctx, retention_interval)),
-                  asyncio.ensure_future(stats.sample_loop())]
+    ctx.storage, ctx.meta, ctx.pulsar, ctx.node = storage, meta, pulsar, node
+    if node is None:
+        passes = retention.run(ctx, retention_interval)
+    else:
+        passes = run_under_lease(meta, RETENTION_LEASE, node.membership.name,
+                                 lambda: retention.run(ctx, retention_interval), status=node.leases,
+                                 poll_seconds=node.options.lease_poll_seconds)
+    ctx.tasks += [asyncio.ensure_future(passes), asyncio.ensure_future(stats.sample_loop())]
 
 
 async def _stop(app: web.Application) -> None:

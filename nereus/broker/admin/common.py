@@ -14,6 +14,7 @@ from ...meta import MetadataStore, UnexpectedVersion, cas
 from ...topics.policies import POLICIES_ROOT, policies_key
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
+from ...topics import NotOwner
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,20 @@ class AdminContext:
     storage: StreamStorage | None = None
     meta: MetadataStore | None = None
     pulsar: object | None = None
+    node: object | None = None  # the BrokerNode: membership, placement, drain, leases
     tasks: list = field(default_factory=list)
 
     @property
     def ready(self) -> bool:
         return self.pulsar is not None
+
+    @property
+    def placement(self):
+        return self.pulsar.registry.placement
+
+    @property
+    def cluster_name(self) -> str:
+        return self.node.options.cluster_name if self.node is not None else DEFAULT_CLUSTER
 
 
 CONTEXT = web.AppKey("nereus_admin", AdminContext)
@@ -65,6 +75,11 @@ async def errors(request: web.Request, handler):
         return await handler(request)
     except AdminError as exc:
         return web.json_response({"reason": exc.reason}, status=exc.status)
+    except NotOwner as exc:
+        # Another broker took the topic while this request ran: send the client there.
+        if exc.owner is not None:
+            raise web.HTTPTemporaryRedirect(exc.owner.http_url + str(request.rel_url)) from None
+        return web.json_response({"reason": str(exc)}, status=503)
     except web.HTTPException as exc:
         if not request.path.startswith("/admin/") or exc.status < 400:
             raise
@@ -108,8 +123,8 @@ async def body(request: web.Request, default=None):
         raise AdminError(400, "The request body is not valid JSON") from None
 
 
-def flag(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "false").lower() == "true"
+def flag(request: web.Request, name: str, *, default: bool = False) -> bool:
+    return request.query.get(name, "true" if default else "false").lower() == "true"
 
 
 def check_name(name: str, what: str) -> str:

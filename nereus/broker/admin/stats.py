@@ -20,7 +20,7 @@ from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...pulsar.server import metrics
 from ...storage import view
-from .common import AdminError, context, partitions, require_topic, topic_name
+from .common import AdminError, context, flag, partitions, require_topic, topic_name
 
 SAMPLE_EVERY = 5.0
 _WINDOW = 4  # samples kept: rates cover the last 15-20 s
@@ -215,8 +215,13 @@ async def get_partitioned_stats(request: web.Request) -> web.Response:
     if parts == [name]:
         raise AdminError(404, "Partitioned topic not found")
     per = {str(p): await topic_stats(ctx, await require_topic(ctx, p)) for p in parts}
+    return web.json_response(aggregate(per, per_partition=flag(request, "perPartition", default=True)))
+
+
+def aggregate(per: dict[str, dict], *, per_partition: bool) -> dict:
+    """Pulsar's PartitionedTopicStats from each partition's stats (``{partition name: stats}``)."""
     total = {k: sum(s[k] for s in per.values()) for k in _SUMMED}
-    total["metadata"] = {"partitions": len(parts)}
+    total["metadata"] = {"partitions": len(per)}
     total["publishers"] = [pub for s in per.values() for pub in s["publishers"]]
     subs: dict[str, dict] = {}
     for s in per.values():
@@ -227,9 +232,9 @@ async def get_partitioned_stats(request: web.Request) -> web.Response:
                 agg[k] += sub[k]
             agg["consumers"] += sub["consumers"]
     total["subscriptions"] = subs
-    if request.query.get("perPartition", "true").lower() == "true":
+    if per_partition:
         total["partitions"] = per
-    return web.json_response(total)
+    return total
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

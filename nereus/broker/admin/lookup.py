@@ -1,0 +1,52 @@
+"""Pulsar's HTTP lookup: ``GET /lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}``.
+
+Clients given an ``http://`` service URL find a topic's broker here (the binary
+protocol's LOOKUP answers the same question over ``pulsar://``). The answer is
+Pulsar's ``LookupData`` of the topic's owner. When nobody owns the topic yet and
+the ring gives it to another broker, the answer is a 307 to that broker's same
+lookup URL with ``authoritative=true``: that broker then takes the topic (as a
+Pulsar broker redirects; the official clients' HTTP lookup follows redirects).
+A topic whose owner just died answers 503 until it has moved.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ...ledger.naming import InvalidTopicName, TopicName
+from ...topics import NotOwner
+from .common import AdminError, context, flag
+
+
+def lookup_data(pulsar_url: str, http_url: str) -> dict:
+    """Pulsar's ``LookupData`` (no TLS listeners: the TLS URLs are empty, but present, as clients require)."""
+    return {"brokerUrl": pulsar_url, "brokerUrlTls": "", "httpUrl": http_url, "httpUrlTls": "",
+            "nativeUrl": pulsar_url}
+
+
+async def lookup_topic(request: web.Request) -> web.Response:
+    ctx = context(request)
+    m = request.match_info
+    try:
+        name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['namespace']}/{m['topic']}")
+    except InvalidTopicName:
+        raise AdminError(412, "Topic name is not valid") from None
+    placement = ctx.placement
+    try:
+        broker, final = await placement.lookup(str(name), authoritative=flag(request, "authoritative"))
+    except NotOwner as exc:
+        raise AdminError(503, str(exc)) from None
+    if broker.name == placement.local.name:
+        return web.json_response(lookup_data(ctx.pulsar.service_url, broker.http_url))
+    if not final:
+        target = request.rel_url.update_query(authoritative="true")
+        raise web.HTTPTemporaryRedirect(broker.http_url + str(target))
+    return web.json_response(lookup_data(broker.pulsar_url, broker.http_url))
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/lookup/v2/topic/{domain:persistent|non-persistent}/{tenant}/{namespace}/{topic}",
+                   lookup_topic)
+
+
+__all__ = ["add_routes", "lookup_data", "lookup_topic"]

@@ -1,0 +1,215 @@
+"""The HTTP side of a cluster: Pulsar's HTTP lookup, cluster and broker admin, drain, owner redirects, leases."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import requests
+
+from nereus.broker.cluster import ACTIVE, DRAINING
+from nereus.broker.cluster.ownership import owner_key
+
+from .cluster_harness import Cluster, rest
+
+TIMEOUT = 30
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = Cluster(3).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def pulsar():
+    module = pytest.importorskip("pulsar")
+    if not hasattr(module, "Client"):
+        pytest.skip("'import pulsar' did not find pulsar-client")
+    return module
+
+
+@pytest.fixture
+def make_client(pulsar):
+    clients = []
+
+    def make(url: str):
+        client = pulsar.Client(url, operation_timeout_seconds=20, connection_timeout_ms=3000, io_threads=1,
+                               message_listener_threads=1,
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def owner_name(cluster: Cluster, topic: str) -> str | None:
+    rec = cluster.run(cluster.nodes[0].storage.meta.get(owner_key(topic)))
+    import json
+    return json.loads(rec.value)["broker"] if rec is not None else None
+
+
+def test_http_lookup_of_a_topic_of_another_broker_gives_that_brokers_urls(cluster):
+    topic = cluster.topic_for(1)
+    b = cluster.nodes[1].address
+    url = f"{cluster.http(0)}/lookup/v2/topic/{rest(topic)}"
+    # Nobody owns it yet: broker 0 sends the client to broker 1, which is to take it.
+    first = requests.get(url, allow_redirects=False, timeout=TIMEOUT)
+    assert first.status_code == 307
+    assert first.headers["Location"].startswith(f"{b.http_url}/lookup/v2/topic/{rest(topic)}")
+    assert "authoritative=true" in first.headers["Location"]
+    data = requests.get(url, timeout=TIMEOUT).json()
+    assert data["brokerUrl"] == data["nativeUrl"] == b.pulsar_url
+    assert data["httpUrl"] == b.http_url and "brokerUrlTls" in data
+    assert owner_name(cluster, topic) == b.name
+    # Owned now: any broker answers with the owner at once.
+    again = requests.get(f"{cluster.http(2)}/lookup/v2/topic/{rest(topic)}", allow_redirects=False, timeout=TIMEOUT)
+    assert again.status_code == 200 and again.json()["brokerUrl"] == b.pulsar_url
+    bad = requests.get(f"{cluster.http(0)}/lookup/v2/topic/persistent/public/default/a%2Fb%3F", timeout=TIMEOUT)
+    assert bad.status_code in (200, 307, 412)
+
+
+def test_pulsar_client_with_an_http_service_url_produces_and_consumes(cluster, make_client):
+    client = make_client(cluster.http(0))
+    topics = [cluster.topic_for(i, "http") for i in range(3)]
+    partitioned = f"persistent://public/default/http-part-{uuid.uuid4().hex[:8]}"
+    r = requests.put(f"{cluster.http(2)}/admin/v2/{rest(partitioned)}/partitions", json=3, timeout=TIMEOUT)
+    assert r.status_code == 204
+    for topic in [*topics, partitioned]:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic)
+        for i in range(10):
+            producer.send(f"{topic}-{i}".encode())
+        got = sorted(consumer.receive(timeout_millis=TIMEOUT * 1000).data().decode() for _ in range(10))
+        assert got == sorted(f"{topic}-{i}" for i in range(10))
+        producer.close()
+        consumer.close()
+    # Each non-partitioned topic is served by the broker the ring gives it.
+    assert [owner_name(cluster, t) for t in topics] == [n.membership.name for n in cluster.nodes]
+
+
+def test_clusters_and_brokers_are_listed(cluster):
+    base = cluster.http(1)
+    assert requests.get(f"{base}/admin/v2/clusters", timeout=TIMEOUT).json() == ["standalone"]
+    data = requests.get(f"{base}/admin/v2/clusters/standalone", timeout=TIMEOUT).json()
+    assert data["serviceUrl"] == cluster.http(1)
+    assert data["brokerServiceUrl"] == cluster.nodes[1].address.pulsar_url
+    assert requests.get(f"{base}/admin/v2/clusters/elsewhere", timeout=TIMEOUT).status_code == 404
+    brokers = requests.get(f"{base}/admin/v2/brokers/standalone", timeout=TIMEOUT).json()
+    assert brokers == sorted(n.address.http_url.removeprefix("http://") for n in cluster.nodes)
+    assert requests.get(f"{base}/admin/v2/brokers/health", timeout=TIMEOUT).text == "ok"
+    view = requests.get(f"{base}/admin/v2/nereus/cluster", timeout=TIMEOUT).json()
+    assert view["cluster"] == "standalone" and view["broker"] == "b1"
+    assert [b["name"] for b in view["brokers"]] == ["b0", "b1", "b2"]
+    assert {b["state"] for b in view["brokers"]} == {ACTIVE}
+    assert all(b["pulsarUrl"].startswith("pulsar://") and b["kafkaAddress"] for b in view["brokers"])
+    cluster.wait_until(lambda: "gc" in requests.get(f"{base}/admin/v2/nereus/cluster", timeout=TIMEOUT)
+                       .json()["leases"])
+    leader = requests.get(f"{base}/admin/v2/brokers/leaderBroker", timeout=TIMEOUT).json()
+    holder = requests.get(f"{base}/admin/v2/nereus/cluster", timeout=TIMEOUT).json()["leases"]["gc"]
+    assert leader["serviceUrl"] == cluster.node(holder).address.http_url
+
+
+def test_retention_runs_on_one_broker_only(cluster):
+    def holders():
+        return [n.membership.name for n in cluster.nodes if n.leases.get("retention")]
+
+    assert len(cluster.wait_until(holders)) == 1
+    [holder] = holders()
+    assert all(n.leases.get("retention") in (None, holder) for n in cluster.nodes)
+    view = requests.get(f"{cluster.http(0)}/admin/v2/nereus/cluster", timeout=TIMEOUT).json()
+    assert view["leases"]["retention"] == holder
+
+
+def test_topic_calls_at_a_non_owner_are_redirected_to_the_owner(cluster, make_client):
+    topic = cluster.topic_for(2, "stats")
+    client = make_client(cluster.nodes[0].address.pulsar_url)
+    producer = client.create_producer(topic)
+    consumer = client.subscribe(topic, "s1")
+    for i in range(5):
+        producer.send(b"x%d" % i)
+    assert owner_name(cluster, topic) == "b2"
+    owner = cluster.nodes[2].address.http_url
+    path = f"/admin/v2/{rest(topic)}/stats?getPreciseBacklog=true"
+    r = requests.get(cluster.http(0) + path, allow_redirects=False, timeout=TIMEOUT)
+    assert r.status_code == 307
+    assert r.headers["Location"].startswith(owner + f"/admin/v2/{rest(topic)}/stats?")
+    assert "getPreciseBacklog=true" in r.headers["Location"]
+    stats = requests.get(cluster.http(0) + path, timeout=TIMEOUT).json()
+    assert len(stats["publishers"]) == 1 and stats["subscriptions"]["s1"]["msgBacklog"] == 5
+    # State-changing calls follow the same way (a 307 keeps the method).
+    r = requests.post(f"{cluster.http(1)}/admin/v2/{rest(topic)}/subscription/s1/skip_all", timeout=TIMEOUT)
+    assert r.status_code == 204
+    stats = requests.get(f"{cluster.http(1)}/admin/v2/{rest(topic)}/stats", timeout=TIMEOUT).json()
+    assert stats["subscriptions"]["s1"]["msgBacklog"] == 0
+    # Metadata-only calls are answered where they are asked.
+    r = requests.get(f"{cluster.http(0)}/admin/v2/{rest(topic)}/partitions", allow_redirects=False,
+                     timeout=TIMEOUT)
+    assert r.status_code == 200 and r.json()["partitions"] == 0
+    producer.close()
+    consumer.close()
+
+
+def test_partitioned_topic_calls_fan_out_to_each_partitions_owner(cluster, make_client):
+    topic = f"persistent://public/default/fan-{uuid.uuid4().hex[:8]}"
+    base = f"{cluster.http(0)}/admin/v2/{rest(topic)}"
+    assert requests.put(base + "/partitions", json=6, timeout=TIMEOUT).status_code == 204
+    assert requests.put(base + "/subscription/s1", json="earliest", timeout=TIMEOUT).status_code == 204
+    client = make_client(cluster.nodes[1].address.pulsar_url)
+    producer = client.create_producer(topic)
+    for i in range(30):
+        producer.send(b"m%d" % i, partition_key=str(i))
+    owners = {owner_name(cluster, f"{topic}-partition-{i}") for i in range(6)}
+    assert len(owners) > 1  # spread over brokers, else this test proves nothing
+    assert requests.get(base + "/subscriptions", timeout=TIMEOUT).json() == ["s1"]
+    stats = requests.get(base + "/partitioned-stats", timeout=TIMEOUT).json()
+    assert stats["metadata"]["partitions"] == 6 and len(stats["partitions"]) == 6
+    assert stats["subscriptions"]["s1"]["msgBacklog"] == 30 and len(stats["publishers"]) == 6
+    producer.close()
+    assert requests.post(base + "/subscription/s1/skip_all", timeout=TIMEOUT).status_code == 204
+    stats = requests.get(base + "/partitioned-stats?perPartition=false", timeout=TIMEOUT).json()
+    assert stats["subscriptions"]["s1"]["msgBacklog"] == 0 and "partitions" not in stats
+    assert requests.delete(base + "/subscription/s1", timeout=TIMEOUT).status_code == 204
+    assert requests.get(base + "/subscriptions", timeout=TIMEOUT).json() == []
+    assert requests.delete(base + "/partitions", timeout=TIMEOUT).status_code == 204
+    assert requests.get(base + "/partitions", timeout=TIMEOUT).json()["partitions"] == 0
+
+
+def test_drain_hands_every_topic_over_and_clients_keep_working(make_client):
+    cluster = Cluster(2).start()
+    try:
+        topic = cluster.topic_for(1, "drain")
+        client = make_client(cluster.http(0))
+        producer = client.create_producer(topic)
+        consumer = client.subscribe(topic, "sub")
+        for i in range(5):
+            producer.send(b"before-%d" % i)
+        assert owner_name(cluster, topic) == "b1"
+        b1 = cluster.nodes[1]
+        broker = b1.address.http_url.removeprefix("http://")
+        r = requests.post(f"{cluster.http(0)}/admin/v2/brokers/standalone/{broker}/drain", timeout=TIMEOUT)
+        assert r.status_code == 204
+        assert b1.membership.state == DRAINING and not b1.placement.owned
+        for i in range(5):
+            producer.send(b"after-%d" % i)
+        got = sorted(consumer.receive(timeout_millis=TIMEOUT * 1000).data() for _ in range(10))
+        assert got == sorted([b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)])
+        assert owner_name(cluster, topic) == "b0"
+        view = requests.get(f"{cluster.http(0)}/admin/v2/nereus/cluster", timeout=TIMEOUT).json()
+        assert {b["name"]: b["state"] for b in view["brokers"]} == {"b0": ACTIVE, "b1": DRAINING}
+        # A lookup never sends a client to the draining broker.
+        fresh = cluster.topic_for(0, "fresh")
+        data = requests.get(f"{cluster.http(1)}/lookup/v2/topic/{rest(fresh)}", timeout=TIMEOUT).json()
+        assert data["brokerUrl"] == cluster.nodes[0].address.pulsar_url
+        r = requests.post(f"{cluster.http(1)}/admin/v2/brokers/standalone/b1/undrain", timeout=TIMEOUT)
+        assert r.status_code == 204 and b1.membership.state == ACTIVE
+        cluster.wait_until(lambda: all(n.membership.ring.owner(topic) == "b1" for n in cluster.nodes))
+        assert requests.post(f"{cluster.http(0)}/admin/v2/brokers/standalone/nobody/drain",
+                             timeout=TIMEOUT).status_code == 404
+        producer.close()
+        consumer.close()
+    finally:
+        cluster.stop()
