@@ -153,3 +153,31 @@ def assert_exactly_once(stored: list[bytes], acked, label: str = "") -> None:
     missing = sorted(set(acked) - counts.keys())
     assert not missing, f"{label}: {len(missing)} acknowledged value(s) lost, e.g. {missing[:5]}"
     assert not duplicates, f"{label}: {len(duplicates)} value(s) stored twice, e.g. {duplicates[:5]}"
+
+
+class PulsarSubscriber:
+    """A durable subscription consuming with a message listener that acks each message."""
+
+    def __init__(self, client: pulsar.Client, topic: str, subscription: str) -> None:
+        self.lock = threading.Lock()
+        self.received: Counter = Counter()
+        self.consumer = client.subscribe(topic, subscription, initial_position=pulsar.InitialPosition.Earliest,
+                                         message_listener=self._on_message)
+
+    def _on_message(self, consumer, msg) -> None:
+        with self.lock:
+            self.received[msg.data()] += 1
+        consumer.acknowledge(msg)
+
+    def has_all(self, values) -> bool:
+        with self.lock:
+            return all(v in self.received for v in values)
+
+    def pause(self) -> None:
+        self.consumer.pause_message_listener()
+
+    def resume(self) -> None:
+        self.consumer.resume_message_listener()
+
+    def close(self) -> None:
+        self.consumer.close()
