@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 
 import pytest
@@ -48,7 +50,6 @@ def make_client(pulsar):
 
 def owner_name(cluster: Cluster, topic: str) -> str | None:
     rec = cluster.run(cluster.nodes[0].storage.meta.get(owner_key(topic)))
-    import json
     return json.loads(rec.value)["broker"] if rec is not None else None
 
 
@@ -213,3 +214,39 @@ def test_drain_hands_every_topic_over_and_clients_keep_working(make_client):
         consumer.close()
     finally:
         cluster.stop()
+
+
+def test_regex_subscription_over_http_finds_topics_on_every_broker(cluster, make_client, pulsar):
+    prefix = f"rx-{uuid.uuid4().hex[:6]}"
+    topics = [cluster.topic_for(i, prefix) for i in range(3)]
+    client = make_client(cluster.http(1))
+    for topic in topics:  # the topics exist before the subscription looks for them
+        client.create_producer(topic).close()
+    consumer = client.subscribe(re.compile(f"persistent://public/default/{prefix}-.*"), "rx",
+                                initial_position=pulsar.InitialPosition.Earliest)
+    for topic in topics:
+        producer = client.create_producer(topic)
+        producer.send(topic.encode())
+        producer.close()
+    got = sorted(consumer.receive(timeout_millis=TIMEOUT * 1000).data().decode() for _ in topics)
+    assert got == sorted(topics)
+    consumer.close()
+    listed = requests.get(f"{cluster.http(0)}/admin/v2/namespaces/public/default/topics?mode=ALL",
+                          timeout=TIMEOUT).json()
+    assert set(topics) <= set(listed)
+    assert requests.get(f"{cluster.http(0)}/admin/v2/namespaces/public/default/topics?mode=NON_PERSISTENT",
+                        timeout=TIMEOUT).json() == []
+
+
+def test_lookup_of_a_topic_whose_owner_died_answers_503(cluster):
+    topic = cluster.topic_for(1, "dead")
+    meta = cluster.nodes[0].storage.meta
+    # An owner record of an incarnation of b1 that is gone (its session would expire it).
+    cluster.run(meta.put(owner_key(topic), b'{"broker": "b1", "incarnation": "gone"}'))
+    try:
+        r = requests.get(f"{cluster.http(0)}/lookup/v2/topic/{rest(topic)}", timeout=TIMEOUT)
+        assert r.status_code == 503 and "gone" in r.json()["reason"]
+    finally:
+        cluster.run(meta.delete(owner_key(topic)))
+    data = requests.get(f"{cluster.http(0)}/lookup/v2/topic/{rest(topic)}", timeout=TIMEOUT).json()
+    assert data["brokerUrl"] == cluster.nodes[1].address.pulsar_url

@@ -182,10 +182,13 @@ async def set_strategy(request: web.Request) -> web.Response:
 
 
 async def list_topics(request: web.Request) -> web.Response:
+    """The namespace's topics of ``mode`` (PERSISTENT, the default, NON_PERSISTENT or ALL), as Pulsar lists them."""
     ctx = context(request)
     tenant, namespace = _names(request)
     await require_namespace(ctx.meta, tenant, namespace)
-    return web.json_response([str(n) for n in await topics.namespace_topics(ctx, tenant, namespace)])
+    domains = {"NON_PERSISTENT": ("non-persistent",), "ALL": ("persistent", "non-persistent")}.get(
+        request.query.get("mode", "PERSISTENT").upper(), ("persistent",))
+    return web.json_response([str(n) for n in await topics.namespace_topics(ctx, tenant, namespace, domains)])
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

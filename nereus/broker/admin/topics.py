@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 
-from ...ledger.naming import TopicName
+from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import cas
 from ...storage import StreamExists, StreamNotFound
 from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
@@ -23,18 +23,20 @@ from .common import (AdminContext, AdminError, body, context, flag, no_content, 
 log = logging.getLogger(__name__)
 
 
-async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str) -> list[TopicName]:
+async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str,
+                           domains: tuple[str, ...] = ("persistent",)) -> list[TopicName]:
     """Non-partitioned topics and partitions of a namespace (partitions listed one by one, as Pulsar does)."""
-    prefix = f"persistent://{tenant}/{namespace}/"
-    names = {TopicName.parse(n) for n in await ctx.storage.list_streams() if n.startswith(prefix)}
-    for base in await partitioned_topics(ctx, tenant, namespace):
+    prefixes = tuple(f"{domain}://{tenant}/{namespace}/" for domain in domains)
+    names = {TopicName.parse(n) for n in await ctx.storage.list_streams() if n.startswith(prefixes)}
+    for base in await partitioned_topics(ctx, tenant, namespace, domains):
         names.update(base.partition(i) for i in range(await partitions_of(ctx.meta, base)))
     return sorted(names, key=str)
 
 
-async def partitioned_topics(ctx: AdminContext, tenant: str, namespace: str) -> list[TopicName]:
-    prefix = f"persistent://{tenant}/{namespace}/"
-    return [TopicName.parse(n) for n in await list_partitioned_topics(ctx.meta) if n.startswith(prefix)]
+async def partitioned_topics(ctx: AdminContext, tenant: str, namespace: str,
+                             domains: tuple[str, ...] = ("persistent",)) -> list[TopicName]:
+    prefixes = tuple(f"{domain}://{tenant}/{namespace}/" for domain in domains)
+    return [TopicName.parse(n) for n in await list_partitioned_topics(ctx.meta) if n.startswith(prefixes)]
 
 
 def close_consumers(dispatcher) -> None:
@@ -176,6 +178,17 @@ async def get_partitions(request: web.Request) -> web.Response:
     return web.json_response({"partitions": await partitions_of(ctx.meta, name), "deleted": False})
 
 
+async def get_non_persistent_partitions(request: web.Request) -> web.Response:
+    """Partitioned metadata of a non-persistent topic (what HTTP-lookup clients ask before they connect)."""
+    ctx = context(request)
+    m = request.match_info
+    try:
+        name = TopicName.parse(f"non-persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
+    except InvalidTopicName:
+        raise AdminError(412, "Topic name is not valid") from None
+    return web.json_response({"partitions": await partitions_of(ctx.meta, name), "deleted": False})
+
+
 async def delete_partitioned_topic(request: web.Request) -> web.Response:
     ctx = context(request)
     await delete_partitioned(ctx, topic_name(request), force=flag(request, "force"))
@@ -207,3 +220,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(t + "/partitions", get_partitions)
     router.add_delete(t + "/partitions", delete_partitioned_topic)
     router.add_post(t + "/trim", trim)
+    router.add_get("/admin/v2/non-persistent/{tenant}/{namespace}/{topic}/partitions", get_non_persistent_partitions)
