@@ -250,3 +250,22 @@ def test_lookup_of_a_topic_whose_owner_died_answers_503(cluster):
         cluster.run(meta.delete(owner_key(topic)))
     data = requests.get(f"{cluster.http(0)}/lookup/v2/topic/{rest(topic)}", timeout=TIMEOUT).json()
     assert data["brokerUrl"] == cluster.nodes[1].address.pulsar_url
+
+
+def test_unload_at_a_non_owner_unloads_at_the_owner_and_clients_come_back(cluster, make_client):
+    topic = cluster.topic_for(2, "unload")
+    client = make_client(cluster.http(0))
+    producer = client.create_producer(topic)
+    producer.send(b"one")
+    b2 = cluster.nodes[2]
+    before = b2.registry.loaded(topic)
+    assert before is not None
+    r = requests.put(f"{cluster.http(0)}/admin/v2/{rest(topic)}/unload", timeout=TIMEOUT)
+    assert r.status_code == 204 and [h.status_code for h in r.history] == [307]
+    assert before.closed
+    producer.send(b"two")  # the producer looked the topic up again
+    after = b2.registry.loaded(topic)
+    assert after is not None and after is not before
+    producer.close()
+    missing = f"persistent://public/default/never-{uuid.uuid4().hex[:6]}"
+    assert requests.put(f"{cluster.http(0)}/admin/v2/{rest(missing)}/unload", timeout=TIMEOUT).status_code == 404

@@ -11,7 +11,7 @@ for a moment (no ping-pong). Its owner just died: 503 until it has moved.
 
 A partitioned topic has no owner, its partitions do, possibly several brokers.
 Calls that apply to every partition (subscriptions, reset by time, skip all,
-trim, partitioned stats, delete) are then fanned out as the same call on each
+trim, unload, partitioned stats, delete) are then fanned out as the same call on each
 partition at its owner, and the answers combined. While every partition is local
 (always on a single broker) the handler runs as before.
 """
@@ -46,6 +46,7 @@ PER_PARTITION = {
     ("POST", "/subscription/{subscription}/resetcursor/{timestamp}"): None,
     ("POST", "/subscription/{subscription}/skip_all"): None,
     ("POST", "/trim"): None,
+    ("PUT", "/unload"): None,
     ("GET", "/partitioned-stats"): "/stats",
     ("DELETE", "/partitions"): "",
 }

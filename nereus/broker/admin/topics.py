@@ -1,4 +1,4 @@
-"""``/admin/v2/persistent/{tenant}/{namespace}[/{topic}]``: list, create, delete, partitions, trim.
+"""``/admin/v2/persistent/{tenant}/{namespace}[/{topic}]``: list, create, delete, partitions, trim, unload.
 
 A non-partitioned topic (or a partition) is one stream; a partitioned topic is the
 ``/nereus/pulsar/partitioned`` record plus its partitions, created eagerly here so
@@ -195,6 +195,19 @@ async def delete_partitioned_topic(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def unload(request: web.Request) -> web.Response:
+    """Unload the topic (each partition): its clients reconnect and look it up again; ownership is released."""
+    ctx = context(request)
+    name = topic_name(request)
+    for part in await partitions(ctx, name):
+        loaded = ctx.pulsar.registry.loaded(part)
+        if loaded is not None:
+            await ctx.pulsar.registry.unload(loaded, "unloaded through the admin API")
+        elif not await stream_exists(ctx.storage, part):
+            raise AdminError(404, "Topic not found")
+    return no_content()
+
+
 async def trim(request: web.Request) -> web.Response:
     """Apply the namespace's retention to the topic now (Pulsar's ``trimTopic``)."""
     ctx = context(request)
@@ -220,4 +233,5 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(t + "/partitions", get_partitions)
     router.add_delete(t + "/partitions", delete_partitioned_topic)
     router.add_post(t + "/trim", trim)
+    router.add_put(t + "/unload", unload)
     router.add_get("/admin/v2/non-persistent/{tenant}/{namespace}/{topic}/partitions", get_non_persistent_partitions)
