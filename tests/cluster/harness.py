@@ -9,6 +9,7 @@ condition with a deadline; a failure message carries the tails of the logs.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import signal
@@ -207,6 +208,12 @@ class Cluster:
         self._thread.start()
         self._meta = None
         self._s3 = None
+        atexit.register(self._kill_all)  # no process outlives an interrupted test run
+
+    def _kill_all(self) -> None:
+        for proc in [self.oxia, *(b.proc for b in self.brokers_list)]:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
 
     # -- addresses ----------------------------------------------------------------------
     @property
@@ -290,6 +297,7 @@ class Cluster:
                 self.oxia.wait()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        atexit.unregister(self._kill_all)
 
     def add_broker(self, zone: str, timeout: float = 90.0) -> Broker:
         broker = self._new_broker(zone)
