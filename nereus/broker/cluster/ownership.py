@@ -112,7 +112,10 @@ class ClusterPlacement(Placement):
     async def owner(self, topic: str) -> BrokerAddress:
         if topic in self.owned:
             return self.local
-        current = await self._current_owner(topic)
+        try:
+            current = await self._current_owner(topic, wait=False)
+        except NotOwner:  # its owner died: name the broker that takes it once the record expires
+            current = None
         return current if current is not None else self.preferred(topic)
 
     async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
@@ -131,7 +134,7 @@ class ClusterPlacement(Placement):
         await self._claim(topic, force=False)
 
     # -- claims ---------------------------------------------------------------------------
-    async def _current_owner(self, topic: str) -> BrokerAddress | None:
+    async def _current_owner(self, topic: str, *, wait: bool = True) -> BrokerAddress | None:
         """The live owner named by the topic's record (None when there is none or it is dead)."""
         rec = await self.meta.get(owner_key(topic))
         if rec is None:
@@ -144,7 +147,7 @@ class ClusterPlacement(Placement):
             return record.address
         # Its owner is gone and its record goes when that session expires: hold the
         # answer until then rather than send the client into its reconnect backoff.
-        if await self._gone(owner_key(topic), rec.version.version_id):
+        if wait and await self._gone(owner_key(topic), rec.version.version_id):
             return None
         raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that broker's session expires")
 

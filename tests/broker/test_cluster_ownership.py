@@ -1,0 +1,240 @@
+"""The routing ring and topic ownership, with several in-process brokers over one metadata engine."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+
+import pytest
+
+from nereus.broker.cluster import ClusterPlacement, HashRing, Membership, node_id_for, owner_key
+from nereus.ledger.naming import TopicName
+from nereus.meta import open_engine
+from nereus.objstore import open_object_store
+from nereus.storage import StreamClosed, StreamFenced, StreamStorage
+from nereus.topics import BrokerAddress, NotOwner, TopicRegistry
+
+
+# -- the ring -----------------------------------------------------------------------------------
+def _ring(names, zones=None):
+    zones = zones or ["default"] * len(names)
+    return HashRing({n: (z, n) for n, z in zip(names, zones)})
+
+
+def test_ring_spreads_keys_evenly_and_a_new_broker_takes_only_its_share():
+    keys = [f"persistent://public/default/t{i}" for i in range(6000)]
+    three = _ring(["b0", "b1", "b2"])
+    counts = collections.Counter(three.owner(k) for k in keys)
+    assert all(1500 < c < 2500 for c in counts.values()), counts
+    four = _ring(["b0", "b1", "b2", "b3"])
+    moved = [k for k in keys if three.owner(k) != four.owner(k)]
+    assert all(four.owner(k) == "b3" for k in moved)  # only the newcomer gains keys
+    assert 0.15 < len(moved) / len(keys) < 0.35
+    two = _ring(["b0", "b2"])
+    moved = [k for k in keys if three.owner(k) != two.owner(k)]
+    assert all(three.owner(k) == "b1" for k in moved)  # only the leaver's keys move
+
+
+def test_ring_prefers_a_broker_of_the_asked_zone_and_falls_back_to_any():
+    ring = _ring(["a1", "a2", "b1"], ["a", "a", "b"])
+    keys = [f"k{i}" for i in range(500)]
+    assert {ring.preferred(k, "b") for k in keys} == {"b1"}
+    assert {ring.preferred(k, "a") for k in keys} == {"a1", "a2"}
+    assert all(ring.preferred(k, "c") == ring.owner(k) for k in keys)
+    assert all(ring.preferred(k, None) == ring.owner(k) for k in keys)
+    assert _ring([]).owner("k") is None
+
+
+# -- ownership ------------------------------------------------------------------------------------
+class Broker:
+    """One broker's cluster parts (no listeners): membership, placement, storage, registry."""
+
+    def __init__(self, engine, objects, name: str, zone: str = "default", session_timeout: float = 1.0):
+        self.meta = engine.client(identity=name, session_timeout=session_timeout)
+        self.name, self.zone = name, zone
+        self.objects = objects
+
+    async def start(self) -> "Broker":
+        node_id = await node_id_for(self.meta, self.name)
+        address = BrokerAddress(self.name, node_id, self.zone, f"pulsar://{self.name}:6650", self.name, 9092,
+                                f"http://{self.name}:8080")
+        self.membership = Membership(self.meta, address, refresh_seconds=0.5)
+        self.placement = ClusterPlacement(self.meta, self.membership, rebalance_delay=0.05, rebalance_interval=0.5,
+                                          dead_owner_wait=5.0)
+        self.storage = StreamStorage(self.meta, self.objects, node_id=self.name)
+        self.registry = TopicRegistry(self.storage, self.meta, placement=self.placement)
+        self.placement.bind(self.registry)
+        self.meta.add_session_listener(lambda: asyncio.ensure_future(self.placement.session_lost()))
+        await self.membership.start()
+        self.placement.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.placement.stop()
+        await self.registry.close()
+        await self.membership.stop()
+        await self.storage.close()
+        await self.meta.close()
+
+
+async def wait_for(condition, timeout: float = 15.0, what: str = "condition"):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = condition()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def cluster(names, zones=None):
+    engine = open_engine(None, shards=2)
+    objects = open_object_store("memory://")
+    brokers = [await Broker(engine, objects, n, z).start() for n, z in zip(names, zones or ["default"] * len(names))]
+    try:
+        await wait_for(lambda: all(len(b.membership.ring) == len(brokers) for b in brokers), what="ring of all")
+        yield brokers, engine, objects
+    finally:
+        for b in brokers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(b.stop(), 20)
+        await objects.close()
+        await engine.close()
+
+
+def _by_name(brokers, name):
+    return next(b for b in brokers if b.name == name)
+
+
+async def _owner_name(meta, topic):
+    rec = await meta.get(owner_key(topic))
+    return None if rec is None else __import__("json").loads(rec.value)["broker"]
+
+
+@pytest.mark.asyncio
+async def test_any_broker_answers_a_lookup_and_only_the_ring_owner_claims():
+    async with cluster(["b0", "b1", "b2"]) as (brokers, _engine, _objects):
+        topic = "persistent://public/default/lookup"
+        target = brokers[0].membership.ring.owner(topic)
+        others = [b for b in brokers if b.name != target]
+        answer, final = await others[0].placement.lookup(topic)
+        assert (answer.name, final) == (target, False)  # Redirect to the broker the ring names
+        with pytest.raises(NotOwner) as refused:
+            await others[0].registry.claim(topic)
+        assert refused.value.owner.name == target
+        owner = _by_name(brokers, target)
+        answer, final = await owner.placement.lookup(topic, authoritative=True)
+        assert (answer.name, final) == (target, True)
+        assert await _owner_name(owner.meta, topic) == target
+        for b in others:  # everyone now finds the owner through its record
+            answer, final = await b.placement.lookup(topic)
+            assert (answer.name, final) == (target, True)
+
+
+@pytest.mark.asyncio
+async def test_two_brokers_racing_to_claim_a_topic_leave_one_owner():
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        for i in range(20):
+            topic = f"persistent://public/default/race-{i}"
+            results = await asyncio.gather(*(b.placement.lookup(topic, authoritative=True) for b in brokers),
+                                           return_exceptions=True)
+            owners = {r[0].name for r in results if not isinstance(r, Exception)}
+            assert len(owners) == 1, results
+            assert sum(b.placement.owns(topic) for b in brokers) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_joining_broker_takes_its_share_by_handoff_and_writes_continue():
+    engine = open_engine(None, shards=2)
+    objects = open_object_store("memory://")
+    first = await Broker(engine, objects, "b0").start()
+    joiner = None
+    try:
+        topics = [TopicName.parse(f"persistent://public/default/move-{i}") for i in range(12)]
+        for name in topics:
+            topic = await first.registry.get(name)
+            await topic.ensure_writer()
+            await topic.append(b"before", 1)
+        joiner = await Broker(engine, objects, "b1").start()
+        ring = _ring(["b0", "b1"])
+        moving = [n for n in topics if ring.owner(str(n)) == "b1"]
+        assert moving, "the ring should give the joiner some topics"
+        await wait_for(lambda: all(not first.placement.owns(str(n)) for n in moving), what="handoffs")
+        for name in moving:  # the joiner claims on first write and continues after the committed tail
+            topic = await joiner.registry.get(name)
+            await topic.ensure_writer()
+            result = await topic.append(b"after", 1)
+            assert result.base_offset == 1
+            assert await _owner_name(joiner.meta, str(name)) == "b1"
+        staying = [n for n in topics if n not in moving]
+        assert all(first.placement.owns(str(n)) for n in staying)
+    finally:
+        for b in (joiner, first):
+            if b is not None:
+                await b.stop()
+        await objects.close()
+        await engine.close()
+
+
+@pytest.mark.asyncio
+async def test_a_dead_brokers_topics_are_adopted_and_its_streams_fenced():
+    async with cluster(["b0", "b1", "b2"]) as (brokers, _engine, _objects):
+        victim = brokers[0]
+        names = [TopicName.parse(f"persistent://public/default/dead-{i}") for i in range(30)]
+        mine = [n for n in names if victim.membership.ring.owner(str(n)) == victim.name]
+        assert mine
+        tokens = {}
+        for name in mine:
+            topic = await victim.registry.get(name)
+            await topic.ensure_writer()
+            await topic.append(b"x", 1)
+            tokens[name] = topic.handle.fencing_token
+        # Dead as after kill -9: no heartbeats, no background work; its session expires at the server.
+        await victim.placement.stop()
+        await victim.membership.stop()
+        victim.meta._pause_heartbeats()
+        survivors = brokers[1:]
+
+        def adopted():
+            return all(any(b.placement.owns(str(n)) for b in survivors) for n in mine)
+
+        await wait_for(adopted, what="adoption of the dead broker's topics")
+        for name in mine:  # the adopter took the append session at once: a newer token fences the old
+            adopter = next(b for b in survivors if b.placement.owns(str(name)))
+            topic = await wait_for(lambda: adopter.registry.loaded(name), what="adopted topic loaded")
+            await wait_for(lambda: topic.handle.writable, what="adopter's append session")
+            assert topic.handle.fencing_token > tokens[name]
+            assert (await topic.append(b"after", 1)).base_offset == 1
+
+
+async def test_a_zombie_that_wakes_up_drops_its_topics_rejoins_and_gets_its_share_back():
+    async with cluster(["b0", "b1", "b2"]) as (brokers, _engine, _objects):
+        zombie, survivors = brokers[0], brokers[1:]
+        names = [TopicName.parse(f"persistent://public/default/zombie-{i}") for i in range(30)]
+        mine = [n for n in names if zombie.membership.ring.owner(str(n)) == zombie.name]
+        stale = {}
+        for name in mine:
+            topic = stale[name] = await zombie.registry.get(name)
+            await topic.ensure_writer()
+            await topic.append(b"x", 1)
+        zombie.meta._pause_heartbeats()  # its session expires; it notices at its next ephemeral write
+        await wait_for(lambda: all(any(b.placement.owns(str(n)) for b in survivors) for n in mine),
+                       what="adoption")
+        for name in mine:  # whatever the zombie still holds cannot commit (fenced, or dropped already)
+            with pytest.raises((StreamFenced, StreamClosed)):
+                await stale[name].handle.append(b"zombie", 1)
+        await wait_for(lambda: zombie.membership.live(zombie.name) and len(zombie.membership.ring) == 3
+                       and all(len(b.membership.ring) == 3 for b in survivors), what="the zombie re-registered")
+        # Back in the ring, it gets its share again: the others hand the topics back and writes continue.
+        for name in mine:
+            assert zombie.membership.ring.owner(str(name)) == zombie.name
+            await wait_for(lambda: not any(b.placement.owns(str(name)) for b in survivors), what="handed back")
+            topic = await zombie.registry.get(name)
+            await topic.ensure_writer()
+            assert (await topic.append(b"later", 1)).base_offset >= 1
+            assert sum(b.placement.owns(str(name)) for b in brokers) == 1
