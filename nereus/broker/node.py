@@ -22,6 +22,7 @@ from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
 from .cluster import ClusterPlacement, Membership, node_id_for
+from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
 from .http import attach_admin, start_http
 
@@ -157,6 +158,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
         add_listener(lambda: asyncio.ensure_future(placement.session_lost()))
 
     leases: dict = {}
+    metrics = cluster_metrics.register(placement, leases)
+    stack.callback(cluster_metrics.unregister, metrics)
     holder = name
     collector = GarbageCollector(meta, objects, grace_seconds=options.gc_grace,
                                  pending_timeout_seconds=options.gc_pending_timeout)

@@ -51,6 +51,12 @@ def test_standalone_serves_health_and_metrics_and_stops_cleanly(tmp_path: Path):
         assert wait_http(f"http://127.0.0.1:{port}/admin/v2/brokers/health", proc) == b"ok"
         metrics = wait_http(f"http://127.0.0.1:{port}/metrics", proc).decode()
         assert "nereus_storage_appended_entries_total" in metrics
+        deadline = time.monotonic() + 30  # a broker alone takes the cluster-wide GC lease
+        while 'nereus_cluster_lease_held{worker="gc"} 1.0' not in metrics and time.monotonic() < deadline:
+            time.sleep(0.1)
+            metrics = wait_http(f"http://127.0.0.1:{port}/metrics", proc).decode()
+        assert 'nereus_cluster_lease_held{worker="gc"} 1.0' in metrics
+        assert "nereus_cluster_owned_topics" in metrics
         assert "process_resident_memory_bytes" in metrics
         assert (tmp_path / "data" / "meta").is_dir()
         asyncio.run(_metadata_reachable_over_oxia(oxia_port))
