@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from nereus.broker.cluster.ring import HashRing
 
 from .clients import PUBLIC, PulsarLoad, PulsarSubscriber, assert_exactly_once, pulsar_client, read_all
@@ -31,16 +33,20 @@ def test_rolling_restart_under_pulsar_load(make_cluster):
         assert len({cluster.owner(t) for t in topics}) > 1, cluster.owners()
         for broker in cluster.brokers_list:
             owned = [t for t in topics if cluster.owner(t) == broker.name]
+            started = time.monotonic()
             code = broker.stop()
             assert code == 0, f"{broker.name} exited with {code} on SIGTERM"
             # Drained: its topics are served elsewhere while it is down.
             cluster.wait_for(lambda: all(cluster.owner(t) not in (None, broker.name) for t in owned), 60,
                              f"{owned} served by other brokers while {broker.name} is down")
             _progress(loads)
+            down = time.monotonic()
             broker.launch()
             broker.wait_ready()
             cluster.wait_ring_settled()
             _progress(loads)
+            print(f"{broker.name}: stopped and its topics served elsewhere in {down - started:.1f}s, "
+                  f"back and every producer going in {time.monotonic() - down:.1f}s")
         _check_loads(client, loads)
     finally:
         client.close()
@@ -69,17 +75,22 @@ def test_scale_out_and_in_moves_topics_and_writes_no_object(make_cluster):
         def quiesce() -> dict[str, float]:
             for load in loads:
                 load.pause()
-            for sub in subscribers:
-                sub.pause()
             for load, sub in zip(loads, subscribers):
-                cluster.wait_for(lambda: sub.has_all(load.acked), 60, f"{load.topic}: everything consumed")
+                cluster.wait_for(lambda: sub.has_all(load.acked), 90, f"{load.topic}: everything consumed")
+            for sub in subscribers:
+                sub.pause()  # after it has everything: a paused listener is handed nothing more
             return cluster.objects()
 
         def move(change, what: str) -> dict[str, str]:
             before_owners = {t: cluster.owner(t) for t in topics}
+            started = time.monotonic()
             before = quiesce()
+            quiet = time.monotonic()
             change()
+            changed = time.monotonic()
             cluster.wait_for(lambda: _settled(cluster, topics), 90, f"topics on their ring owners after {what}")
+            print(f"{what}: quiesced in {quiet - started:.1f}s, changed in {changed - quiet:.1f}s, "
+                  f"settled in {time.monotonic() - changed:.1f}s")
             after = cluster.objects()
             new = sorted(set(after) - set(before))
             assert not new, f"{what} wrote {len(new)} object(s) while no client produced: {new[:10]}"
