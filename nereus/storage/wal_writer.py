@@ -114,6 +114,7 @@ class WalWriter:
         self._space = asyncio.Event()
         self._space.set()
         self._flushes: set[asyncio.Task] = set()
+        self._start_waiters: list[asyncio.Future] = []  # callers of flush() waiting for a free slot
         self._closed = False
         # Sessions with pending slices that may need grouping when their stream goes quiet.
         self._sessions: dict[int, AppendSession] = {}
@@ -168,6 +169,10 @@ class WalWriter:
         done = self._last_commit = asyncio.get_running_loop().create_future()
         self._inflight += 1
         self._track(self._flush(batch, previous, done))
+        waiters, self._start_waiters = self._start_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _track(self, coro) -> None:
         task = asyncio.ensure_future(coro)
@@ -367,7 +372,22 @@ class WalWriter:
             done.set_result(None)
 
     async def flush(self) -> None:
-        """Flush what is buffered and wait for every flush in flight."""
+        """Flush what is buffered now; return once it and every flush already in flight are done.
+
+        Flushes that start later (other streams keep appending) do not hold the caller
+        up, and cancelling the caller cancels no flush: other appenders share them.
+        """
+        self._flush_now()
+        if self._buffer:  # every flush slot is busy: the buffer leaves with the next flush to start
+            started = asyncio.get_running_loop().create_future()
+            self._start_waiters.append(started)
+            await started
+        pending = list(self._flushes)
+        if pending:
+            await asyncio.shield(asyncio.gather(*pending, return_exceptions=True))
+
+    async def _drain(self) -> None:
+        """Wait until no flush is in flight (at close, when nothing new is appended)."""
         self._flush_now()
         while self._flushes:
             await asyncio.gather(*list(self._flushes), return_exceptions=True)
@@ -377,14 +397,14 @@ class WalWriter:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             await asyncio.gather(self._housekeeping, return_exceptions=True)
-        await self.flush()
+        await self._drain()
         if self._reservation is not None:
             self._close(self._reservation)
         if self._spare is not None:
             spare, self._spare = self._spare, None
             with contextlib.suppress(Exception):
                 self._close(await spare)
-        await self.flush()
+        await self._drain()
 
 
 def _fail(futures: list[asyncio.Future], exc: Exception) -> None:

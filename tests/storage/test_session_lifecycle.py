@@ -196,3 +196,46 @@ async def test_an_idle_spare_reservation_is_not_used_for_a_write(meta, objects, 
     assert storage.writer._reservation is not await spare
     await storage.close()
 
+
+
+async def _keep_appending(handle, stop: asyncio.Event) -> int:
+    """Append every 3 ms without waiting for acks, as a busy producer does."""
+    appends = []
+    while not stop.is_set():
+        appends.append(asyncio.ensure_future(handle.append(b"busy", 1)))
+        await asyncio.sleep(0.003)
+    await asyncio.gather(*appends)
+    return len(appends)
+
+
+async def test_closing_a_stream_does_not_wait_for_other_streams_that_keep_appending(objects, storage):
+    """A handoff closes one stream while the broker's other streams keep the writer busy forever."""
+    objects.put_delay = 0.02  # every flush takes a while, so one is always in flight
+    busy, moving = await storage.open_stream("busy", create=True), await storage.open_stream("moving", create=True)
+    await moving.append(b"last", 1)
+    stop = asyncio.Event()
+    appender = asyncio.ensure_future(_keep_appending(busy, stop))
+    try:
+        await asyncio.sleep(0.1)
+        pending = asyncio.ensure_future(moving.append(b"in flight", 1))
+        await asyncio.sleep(0)
+        await asyncio.wait_for(moving.close(), 5)  # it used to wait until the busy stream paused
+        assert (await pending).base_offset == 1  # what was appended before the close is committed
+    finally:
+        stop.set()
+        written = await appender
+    assert written > 0
+
+
+async def test_a_cancelled_flush_caller_cancels_no_flush_other_streams_share(objects, storage):
+    objects.put_delay = 0.05
+    a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
+    await a.append(b"first", 1)
+    appends = [asyncio.ensure_future(a.append(b"x", 1)) for _ in range(5)]
+    while not storage.writer._flushes:  # their flush is on its way to the store
+        await asyncio.sleep(0.001)
+    flushing = asyncio.ensure_future(storage.writer.flush())
+    await asyncio.sleep(0.01)
+    flushing.cancel()  # e.g. a handoff given up at shutdown
+    assert [(await t).base_offset for t in appends] == [1, 2, 3, 4, 5]
+    await b.append(b"y", 1)
