@@ -6,16 +6,18 @@ or a ``nereus standalone --brokers N``) and the official ``pulsar-client``:
 
 * ``kill``: produce unavailability after ``kill -9`` of a topic's owner. One client
   process (multi-host ``pulsar://h:p1,h:p2,h:p3`` URL) sends without batching to
-  ``--avail-topics`` topics (spread over the brokers) at ``--rate`` msgs/s each; the
-  owner of one of them is killed; per kill, the unavailability is the first ack after
-  the kill minus the last ack before it (the largest over the victim's topics). The
-  victim is restarted and the ring settles (every topic owned where the ring says,
-  every topic acking) before the next kill. Target: <= session timeout + 2 s.
-* ``handoff``: graceful moves. The owner of some topics is drained
+  ``--avail-topics`` topics (two per broker) at ``--kill-rate`` msgs/s each; the
+  brokers take turns as the victim; per kill, the unavailability is the first ack
+  after the kill minus the last ack before it (the largest over the victim's topics).
+  The victim is restarted and the ring settles (every topic owned where the ring
+  says, every topic acking) before the next kill. Target: <= session timeout + 2 s.
+* ``handoff``: graceful moves. The same kind of client sends to ``--handoff-topics``
+  topics at ``--rate`` msgs/s each; the owner of some is drained
   (``POST /admin/v2/brokers/drain``: its topics go to the others), then undrained
   (the ring gives them back): two moves per topic per cycle. Per topic move, the
   unavailability is the largest gap between consecutive acks from the request until
-  the topic acks again on its new owner. Target p99 <= 500 ms.
+  the topic acks again on its new owner. Default: one topic, so one topic moves at a
+  time; ``--handoff-topics 6`` keeps every broker busy with two. Target p99 <= 500 ms.
 * ``throughput``: aggregate produce rate of 3 brokers vs 1 broker in the same run
   (same metadata server, same topics, same client load: ``--producers`` processes,
   each with its own client and one topic per broker of the 3-broker ring).
@@ -25,7 +27,8 @@ or a ``nereus standalone --brokers N``) and the official ``pulsar-client``:
 
 Usage: .venv/bin/python bench/cluster.py [--only kill,handoff,throughput,standalone]
        [--kills 3] [--moves 12] [--session-timeout 10] [--messages 60000] [--producers 4]
-Full run (the figures in RESULTS.md): --kills 10 --moves 50 --messages 200000.
+Defaults take about 2 minutes; the full run of RESULTS.md (--kills 10 --moves 50
+--messages 300000 --rounds 3) about 5 minutes.
 The last line is ``key=value`` pairs. ``--keep`` keeps the logs (broker logs at INFO
 and the client's log of the kill/handoff parts) in the work directory it prints.
 """
@@ -193,7 +196,7 @@ def ring_owners(cluster: Cluster, topics: list[str]) -> dict[str, str]:
     return {t: ring.owner(t) for t in topics}
 
 
-def wait_settled(cluster: Cluster, load: AvailLoad, timeout: float = 300.0) -> dict[str, str]:
+def wait_settled(cluster: Cluster, load: AvailLoad, timeout: float = 600.0) -> dict[str, str]:
     """Every running broker registered, every topic owned where the ring says and acking again."""
     cluster.wait_ring_settled(timeout)
 
@@ -220,7 +223,7 @@ def run_kill(args, workdir: Path) -> dict[str, float]:
     try:
         names = [b.name for b in cluster.brokers_list]
         topics = [t for row in spread_topics(names, args.avail_topics // 3, "kill") for t in row]
-        load = AvailLoad(cluster.service_url(), topics, args.rate, args.window, workdir / "pulsar-kill.log")
+        load = AvailLoad(cluster.service_url(), topics, args.kill_rate, args.window, workdir / "pulsar-kill.log")
         results = []
         for round_no in range(args.kills):
             t0 = time.time()
@@ -232,8 +235,8 @@ def run_kill(args, workdir: Path) -> dict[str, float]:
             if not victim_topics:  # the ring gives it nothing: kill the owner of the first topic
                 victim = cluster.broker(owners[topics[0]])
                 victim_topics = [t for t, o in owners.items() if o == victim.name]
+            victim.kill()  # SIGKILL and reaped: no ack from it after this
             killed_at = time.time()
-            victim.kill()
             moved_at: dict[str, float] = {}
 
             def recovered():
@@ -257,7 +260,7 @@ def run_kill(args, workdir: Path) -> dict[str, float]:
             owner_after = {t: moved_at.get(t, float("nan")) - killed_at for t in victim_topics}
             print(f"kill {round_no + 1}/{args.kills}: {victim.name} (pid {victim.pids[-1]}) killed at "
                   f"{time.strftime('%H:%M:%S', time.localtime(killed_at))}.{int(killed_at * 1000) % 1000:03d}; "
-                  f"{len(victim_topics)} topic(s); unavailable {worst:.2f} s (per topic: "
+                  f"{len(victim_topics)} topic(s) ({', '.join(t.rsplit('/', 1)[1] for t in victim_topics)}); unavailable {worst:.2f} s (per topic: "
                   f"{', '.join(f'{g:.2f}' for g in gaps.values())}); new owner record after "
                   f"{', '.join(f'{v:.2f}' for v in owner_after.values())} s; send errors so far {errors}",
                   flush=True)
@@ -543,7 +546,8 @@ def main() -> None:
     parser.add_argument("--handoff-topics", type=int, default=1,
                         help="topics of the handoff producer (1: one topic moves at a time and the brokers carry "
                              "no other load; more: spread evenly, every broker busy)")
-    parser.add_argument("--rate", type=float, default=100.0, help="msgs/s per topic of the kill/handoff producer")
+    parser.add_argument("--rate", type=float, default=100.0, help="msgs/s per topic of the handoff producer")
+    parser.add_argument("--kill-rate", type=float, default=20.0, help="msgs/s per topic of the kill producer")
     parser.add_argument("--window", type=int, default=100, help="unacked messages per topic at most (kill/handoff)")
     parser.add_argument("--messages", type=int, default=60_000, help="messages per throughput case")
     parser.add_argument("--size", type=int, default=1024, help="message size of the throughput cases")
