@@ -238,3 +238,25 @@ async def test_a_zombie_that_wakes_up_drops_its_topics_rejoins_and_gets_its_shar
             await topic.ensure_writer()
             assert (await topic.append(b"later", 1)).base_offset >= 1
             assert sum(b.placement.owns(str(name)) for b in brokers) == 1
+
+
+async def test_several_lost_sessions_at_once_lead_to_one_recovery():
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        broker = brokers[0]
+        topic = "persistent://public/default/recover"
+        owner = broker if broker.membership.ring.owner(topic) == broker.name else brokers[1]
+        await owner.registry.claim(topic)
+        registrations = []
+        original = owner.membership.register
+
+        async def counting_register(**kwargs):
+            registrations.append(kwargs)
+            await original(**kwargs)
+
+        owner.membership.register = counting_register
+        before = owner.membership.incarnation
+        await asyncio.gather(*(owner.placement.session_lost() for _ in range(3)))  # one per shard
+        assert registrations == [{"new_incarnation": True}]
+        assert owner.membership.incarnation != before and not owner.placement.owns(topic)
+        await owner.registry.claim(topic)  # claims work again under the new incarnation
+        assert owner.placement.owns(topic)

@@ -70,6 +70,9 @@ class ClusterPlacement(Placement):
         self._ring_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._recovering: asyncio.Future | None = None
+        self._registered = asyncio.Event()
+        self._registered.set()
         self.handoffs = 0
         self.adoptions = 0
         membership.on_change(self._ring_changed.set)
@@ -171,6 +174,8 @@ class ClusterPlacement(Placement):
                 return
             if self.draining:
                 raise NotOwner(f"{topic}: broker {self.local.name} is draining", None)
+            if not self._registered.is_set():
+                raise NotOwner(f"{topic}: broker {self.local.name} is registering again", None)
             pending = self._claiming.get(topic)
             if pending is None:
                 pending = self._claiming[topic] = asyncio.ensure_future(self._try_claim(topic, force))
@@ -246,11 +251,27 @@ class ClusterPlacement(Placement):
                 log.exception("%s: handing over failed", topic)
 
     async def session_lost(self) -> None:
-        """Our ephemeral records may be gone: drop every topic and register anew."""
+        """Our ephemeral records may be gone: drop every topic and register anew.
+
+        A client holds one session per shard and may report several lost at once:
+        they are handled by one recovery (a second registration racing the first
+        could leave claims under an identity nobody recognises).
+        """
+        if self._recovering is not None and not self._recovering.done():
+            await asyncio.shield(self._recovering)
+            return
+        self._recovering = asyncio.ensure_future(self._recover())
+        await asyncio.shield(self._recovering)
+
+    async def _recover(self) -> None:
         log.warning("metadata session lost: dropping %d topic(s) and registering again", len(self.owned))
-        await self.release_all("metadata session lost")
-        await self.membership.register(new_incarnation=True)
-        await self.membership.refresh()
+        self._registered.clear()  # no claims until registered again
+        try:
+            await self.release_all("metadata session lost")
+            await self.membership.register(new_incarnation=True)
+            await self.membership.refresh()
+        finally:
+            self._registered.set()
 
     # -- rebalancing and failover -------------------------------------------------------------
     def _owner_note(self, note: Notification) -> None:

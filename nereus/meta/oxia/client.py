@@ -200,7 +200,13 @@ class OxiaMetadataStore(MetadataStore):
         its = [self._shard_scan(s, lo, hi, with_values) for s in await self._shards(partition_key)]
         heap: list[tuple[bytes, int, Any]] = []
         try:
-            for i, head in enumerate(await asyncio.gather(*(anext(it, None) for it in its))):
+            # Every shard's first step finishes (or fails) before any error is raised, so
+            # that the generators can be closed below: a running one cannot be.
+            heads = await asyncio.gather(*(anext(it, None) for it in its), return_exceptions=True)
+            for head in heads:
+                if isinstance(head, BaseException):
+                    raise head
+            for i, head in enumerate(heads):
                 if head is not None:
                     heap.append((head[0], i, head[1]))
             heapq.heapify(heap)
