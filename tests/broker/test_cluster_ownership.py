@@ -57,8 +57,11 @@ class Broker:
 
     async def start(self) -> "Broker":
         node_id = await node_id_for(self.meta, self.name)
-        address = BrokerAddress(self.name, node_id, self.zone, f"pulsar://{self.name}:6650", self.name, 9092,
-                                f"http://{self.name}:8080")
+        # A listener that accepts and hangs up: lookups check that an owner's port answers.
+        self.listener = await asyncio.start_server(lambda _r, w: w.close(), "127.0.0.1", 0)
+        port = self.listener.sockets[0].getsockname()[1]
+        address = BrokerAddress(self.name, node_id, self.zone, f"pulsar://127.0.0.1:{port}", "127.0.0.1", 9092,
+                                f"http://127.0.0.1:{port}")
         self.membership = Membership(self.meta, address, refresh_seconds=0.5)
         self.placement = ClusterPlacement(self.meta, self.membership, rebalance_delay=0.05, rebalance_interval=0.5,
                                           dead_owner_wait=5.0)
@@ -71,6 +74,7 @@ class Broker:
         return self
 
     async def stop(self) -> None:
+        self.listener.close()
         await self.placement.stop()
         await self.registry.close()
         await self.membership.stop()
@@ -260,3 +264,22 @@ async def test_several_lost_sessions_at_once_lead_to_one_recovery():
         assert owner.membership.incarnation != before and not owner.placement.owns(topic)
         await owner.registry.claim(topic)  # claims work again under the new incarnation
         assert owner.placement.owns(topic)
+
+
+async def test_a_lookup_does_not_send_clients_to_an_owner_that_died_before_its_session_expired():
+    async with cluster(["b0", "b1", "b2"]) as (brokers, _engine, _objects):
+        topic = "persistent://public/default/killed-owner"
+        owner = next(b for b in brokers if b.membership.ring.owner(topic) == b.name)
+        asker = next(b for b in brokers if b is not owner)
+        await owner.placement.lookup(topic, authoritative=True)
+        assert (await asker.placement.lookup(topic))[0].name == owner.name
+        # kill -9: the listener is gone at once, the session only after its timeout
+        owner.listener.close()
+        await owner.listener.wait_closed()
+        await owner.placement.stop()
+        await owner.membership.stop()
+        owner.meta._pause_heartbeats()
+        getattr(asker.placement, "_probes", {}).clear()  # forget that it answered a moment ago
+        answer, _final = await asker.placement.lookup(topic)  # held until the topic moved on
+        assert answer.name != owner.name
+        assert owner.name not in asker.membership.brokers

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 OWNERS = "/nereus/cluster/owners/"
 ORPHAN_SECONDS = 60.0  # how long a topic whose owner vanished is considered for adoption
 UNUSED_SECONDS = 60.0  # a claimed topic no client loaded is released after this long
+PROBE_TIMEOUT = 1.0  # an owner's listener that does not accept within this is unreachable
+PROBE_CACHE_OK, PROBE_CACHE_FAILED = 1.0, 0.2  # seconds a probe's answer is reused
 
 
 def owner_key(topic: str) -> str:
@@ -66,6 +68,7 @@ class ClusterPlacement(Placement):
         self._claiming: dict[str, asyncio.Future] = {}
         self._releasing: dict[str, asyncio.Future] = {}
         self._orphans: dict[str, float] = {}
+        self._probes: dict[str, tuple[bool, float]] = {}  # broker name -> (answers, when probed)
         self._moves = asyncio.Semaphore(max_concurrent_moves)
         self._ring_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -124,7 +127,7 @@ class ClusterPlacement(Placement):
     async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
         if topic in self.owned:
             return self.local, True
-        current = await self._current_owner(topic)
+        current = await self._current_owner(topic, probe=True)
         if current is not None:
             return current, True
         preferred = self.preferred(topic)
@@ -137,8 +140,13 @@ class ClusterPlacement(Placement):
         await self._claim(topic, force=False)
 
     # -- claims ---------------------------------------------------------------------------
-    async def _current_owner(self, topic: str, *, wait: bool = True) -> BrokerAddress | None:
-        """The live owner named by the topic's record (None when there is none or it is dead)."""
+    async def _current_owner(self, topic: str, *, wait: bool = True, probe: bool = False) -> BrokerAddress | None:
+        """The live owner named by the topic's record (None when there is none or it is dead).
+
+        With ``probe``, an owner whose listener refuses connections (killed, its session
+        not expired yet) is waited out like a dead one: a client sent there would only
+        fail and back off further with every retry.
+        """
         rec = await self.meta.get(owner_key(topic))
         if rec is None:
             return None
@@ -147,12 +155,39 @@ class ClusterPlacement(Placement):
             return None  # a record of an earlier incarnation: ours to replace
         record = self.membership.brokers.get(name)
         if record is not None and record.incarnation == incarnation:
-            return record.address
+            if not probe or await self._answers(record.address):
+                return record.address
+            if wait and await self._gone(owner_key(topic), rec.version.version_id):
+                await self._forgotten(name)
+                return None
+            return record.address  # alive after all, or unreachable from here only: let the client try
         # Its owner is gone and its record goes when that session expires: hold the
         # answer until then rather than send the client into its reconnect backoff.
         if wait and await self._gone(owner_key(topic), rec.version.version_id):
             return None
         raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that broker's session expires")
+
+    async def _answers(self, address: BrokerAddress) -> bool:
+        """Does ``address``'s Pulsar listener accept connections? (cached briefly)"""
+        now = time.monotonic()
+        cached = self._probes.get(address.name)
+        if cached is not None and now - cached[1] < (PROBE_CACHE_OK if cached[0] else PROBE_CACHE_FAILED):
+            return cached[0]
+        host, _, port = address.pulsar_url.rpartition("://")[2].rpartition(":")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), PROBE_TIMEOUT)
+            writer.close()
+            ok = True
+        except (OSError, ValueError, asyncio.TimeoutError):
+            ok = False
+        self._probes[address.name] = (ok, time.monotonic())
+        return ok
+
+    async def _forgotten(self, name: str) -> None:
+        """Wait (briefly) until the ring no longer has ``name``, so it is not named again."""
+        deadline = time.monotonic() + 3.0
+        while name in self.membership.brokers and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     async def _gone(self, key: str, version: int) -> bool:
         """Wait (at most ``dead_owner_wait``) until the record ``key`` at ``version`` is deleted or replaced."""
