@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 OWNERS = "/nereus/cluster/owners/"
 ORPHAN_SECONDS = 60.0  # how long a topic whose owner vanished is considered for adoption
 UNUSED_SECONDS = 60.0  # a claimed topic no client loaded is released after this long
+HANDOFF_WAIT = 5.0  # how long a lookup waits for a topic being handed over to be released
 PROBE_TIMEOUT = 1.0  # an owner's listener that does not accept within this is unreachable
 PROBE_CACHE_OK, PROBE_CACHE_FAILED = 1.0, 0.2  # seconds a probe's answer is reused
 
@@ -125,6 +126,9 @@ class ClusterPlacement(Placement):
         return current if current is not None else self.preferred(topic)
 
     async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
+        releasing = self._releasing.get(topic)
+        if releasing is not None:  # handing it over: answer with where it goes
+            await asyncio.shield(releasing)
         if topic in self.owned:
             return self.local, True
         current = await self._current_owner(topic, probe=True)
@@ -155,6 +159,10 @@ class ClusterPlacement(Placement):
             return None  # a record of an earlier incarnation: ours to replace
         record = self.membership.brokers.get(name)
         if record is not None and record.incarnation == incarnation:
+            if wait and _releasing(rec.value):  # being handed over: its next owner is moments away
+                if await self._gone(owner_key(topic), rec.version.version_id, HANDOFF_WAIT):
+                    return None
+                return record.address
             if not probe or await self._answers(record.address):
                 return record.address
             if wait and await self._gone(owner_key(topic), rec.version.version_id):
@@ -189,11 +197,11 @@ class ClusterPlacement(Placement):
         while name in self.membership.brokers and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
-    async def _gone(self, key: str, version: int) -> bool:
+    async def _gone(self, key: str, version: int, timeout: float | None = None) -> bool:
         """Wait (at most ``dead_owner_wait``) until the record ``key`` at ``version`` is deleted or replaced."""
-        deadline = time.monotonic() + self.dead_owner_wait
+        deadline = time.monotonic() + (self.dead_owner_wait if timeout is None else timeout)
         while time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.02)
             rec = await self.meta.get(key, include_value=False)
             if rec is None or rec.version.version_id != version:
                 return True
@@ -231,6 +239,8 @@ class ClusterPlacement(Placement):
                 if name != self.local.name:
                     owner = self.membership.brokers.get(name)
                     if owner is not None and owner.incarnation == incarnation:
+                        if _releasing(rec.value) and await self._gone(key, rec.version.version_id, HANDOFF_WAIT):
+                            continue  # handed over just now: claim it
                         raise NotOwner(f"{topic} is served by {name}", owner.address)
                     raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that session expires")
                 expected = rec.version.version_id  # our earlier incarnation's record
@@ -263,13 +273,22 @@ class ClusterPlacement(Placement):
         done = self._releasing[topic] = asyncio.get_running_loop().create_future()
         try:
             claimed = self.owned.get(topic)
+            version = claimed[0] if claimed is not None else None
+            if version is not None:
+                # Marked first: lookups anywhere now wait for the next owner rather than
+                # send the clients we are about to close straight back here.
+                with contextlib.suppress(UnexpectedVersion, MetadataError):
+                    marked = await self.meta.put(owner_key(topic), json.dumps(
+                        {"broker": self.local.name, "incarnation": self.membership.incarnation,
+                         "releasing": True}).encode(), expected_version_id=version, ephemeral=True)
+                    version = marked.version.version_id
             loaded = self.registry.loaded(topic) if self.registry is not None else None
             if loaded is not None:
                 await self.registry.unload(loaded, reason)
             self.owned.pop(topic, None)
-            if claimed is not None:
+            if version is not None:
                 with contextlib.suppress(UnexpectedVersion, MetadataError):
-                    await self.meta.delete(owner_key(topic), expected_version_id=claimed[0])
+                    await self.meta.delete(owner_key(topic), expected_version_id=version)
         finally:
             del self._releasing[topic]
             done.set_result(None)
@@ -385,6 +404,13 @@ def _decode(raw: bytes) -> tuple[str, str]:
         return str(value["broker"]), str(value["incarnation"])
     except (ValueError, KeyError, TypeError):
         return "", ""
+
+
+def _releasing(raw: bytes) -> bool:
+    try:
+        return bool(json.loads(raw).get("releasing"))
+    except (ValueError, AttributeError):
+        return False
 
 
 __all__ = ["ClusterPlacement", "OWNERS", "owner_key"]
