@@ -3,9 +3,10 @@
 The lease is an ephemeral record ``/nereus/cluster/leases/{worker}`` put only if
 absent. Its holder runs the worker; every other broker checks the record every
 ``poll_seconds`` and takes the lease once it is gone (its holder stopped or its
-session expired). The holder checks too: when its record is gone or replaced (its
-session was lost) it stops the worker at once, so two brokers never keep running the
-same worker for longer than one poll.
+session expired). The holder checks too: when its metadata session's lease ran out
+on its side (which happens before the server expires it) or its record is gone or
+replaced, it stops the worker at once, so two brokers never keep running the same
+worker for longer than one poll.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ async def _hold(meta: MetadataStore, key: str, version: int, task: asyncio.Futur
             if not task.cancelled() and task.exception() is not None:
                 log.error("a leased worker failed", exc_info=task.exception())
             return
+        if not getattr(meta, "sessions_healthy", True):
+            return  # our session's lease ran out: the record may be gone, another broker may take it
         try:
             rec = await meta.get(key, include_value=False)
         except MetadataError:
