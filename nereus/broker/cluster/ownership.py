@@ -48,6 +48,10 @@ PROBE_TIMEOUT = 1.0  # an owner's listener that does not accept within this is u
 PROBE_CACHE_OK, PROBE_CACHE_FAILED = 1.0, 0.2  # seconds a probe's answer is reused
 
 
+class OwnerUnreachable(NotOwner):
+    """The topic's registered owner refuses connections (it died; its session has not expired yet)."""
+
+
 def owner_key(topic: str) -> str:
     return OWNERS + quote(topic, safe="")
 
@@ -120,7 +124,9 @@ class ClusterPlacement(Placement):
         if topic in self.owned:
             return self.local
         try:
-            current = await self._current_owner(topic, wait=False)
+            current = await self._current_owner(topic, wait=False, probe=True)
+        except OwnerUnreachable:
+            raise  # killed, its session not expired yet: nobody to name for now
         except NotOwner:  # its owner died: name the broker that takes it once the record expires
             current = None
         return current if current is not None else self.preferred(topic)
@@ -165,7 +171,9 @@ class ClusterPlacement(Placement):
                 return record.address
             if not probe or await self._answers(record.address):
                 return record.address
-            if wait and await self._gone(owner_key(topic), rec.version.version_id):
+            if not wait:
+                raise OwnerUnreachable(f"{topic}: its owner {name} does not answer", None)
+            if await self._gone(owner_key(topic), rec.version.version_id):
                 await self._forgotten(name)
                 return None
             return record.address  # alive after all, or unreachable from here only: let the client try
