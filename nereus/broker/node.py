@@ -131,10 +131,10 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(registry.close)
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
                            registry=registry)
-    await pulsar.start()
+    await pulsar.start(serve=False)  # bound now; clients are accepted once the broker registered
     stack.push_async_callback(pulsar.stop)
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host)
-    await kafka.start()
+    await kafka.start(serve=False)
     stack.push_async_callback(kafka.stop)
 
     name = options.broker_name or f"{host}:{pulsar.port}:{kafka.port}:{http_port}"
@@ -176,6 +176,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
         stack.push_async_callback(_cancel_and_wait, task)
     node = BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases)
     await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar, node=node)
+    await pulsar.serve()
+    await kafka.serve()
     log.info("broker %s ready (node %d, zone %s): pulsar=%s kafka=%s http=%s", name, node_id, options.zone,
              address.pulsar_url, address.kafka_address, address.http_url)
     return node

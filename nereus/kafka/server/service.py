@@ -58,13 +58,15 @@ class KafkaService:
         self.producer_ids = ProducerIds(meta)
         self._server: asyncio.base_events.Server | None = None
 
-    async def start(self) -> None:
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind the port; with ``serve=False`` connections wait in the backlog until ``serve()``."""
         from .connection import KafkaConnection
 
         self.cluster_id = await self._cluster_id()
         self.coordinator.start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port)
+        self._server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port,
+                                                  start_serving=serve)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         log.info("kafka listener on %s:%d (cluster %s)", self.host, self.port, self.cluster_id)
@@ -78,6 +80,11 @@ class KafkaService:
                 pass
             rec = await self.meta.get(CLUSTER_ID_KEY)
         return rec.value.decode()
+
+    async def serve(self) -> None:
+        """Start accepting connections (after ``start(serve=False)``)."""
+        if self._server is not None and not self._server.is_serving():
+            await self._server.start_serving()
 
     async def stop(self) -> None:
         if self._server is not None:

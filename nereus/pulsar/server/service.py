@@ -56,17 +56,24 @@ class PulsarService:
     def producer_name(self) -> str:
         return f"nereus-{self.broker_id}-{next(self._names)}"
 
-    async def start(self) -> None:
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind the port; with ``serve=False`` connections wait in the backlog until ``serve()``."""
         from .connection import ServerConnection
 
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: ServerConnection(self), self.host, self.port)
+        self._server = await loop.create_server(lambda: ServerConnection(self), self.host, self.port,
+                                                  start_serving=serve)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         self._collector = metrics.register(self)
         if self._own_registry:
             self.registry.start()
         log.info("pulsar listener on %s:%d (service url %s)", self.host, self.port, self.service_url)
+
+    async def serve(self) -> None:
+        """Start accepting connections (after ``start(serve=False)``)."""
+        if self._server is not None and not self._server.is_serving():
+            await self._server.start_serving()
 
     async def stop(self) -> None:
         if self._server is not None:
