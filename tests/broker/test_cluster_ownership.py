@@ -50,7 +50,7 @@ def test_ring_prefers_a_broker_of_the_asked_zone_and_falls_back_to_any():
 class Broker:
     """One broker's cluster parts (no listeners): membership, placement, storage, registry."""
 
-    def __init__(self, engine, objects, name: str, zone: str = "default", session_timeout: float = 1.0):
+    def __init__(self, engine, objects, name: str, zone: str = "default", session_timeout: float = 2.0):
         self.meta = engine.client(identity=name, session_timeout=session_timeout)
         self.name, self.zone = name, zone
         self.objects = objects
@@ -227,14 +227,21 @@ async def test_a_zombie_that_wakes_up_drops_its_topics_rejoins_and_gets_its_shar
             await topic.ensure_writer()
             await topic.append(b"x", 1)
         zombie.meta._pause_heartbeats()  # its session expires; it notices at its next ephemeral write
-        await wait_for(lambda: all(any(b.placement.owns(str(n)) for b in survivors) for n in mine),
-                       what="adoption")
+        def fenced_by_adopters():  # claimed AND the append session taken (the claim alone fences nothing)
+            for n in mine:
+                loaded = [b.registry.loaded(n) for b in survivors if b.placement.owns(str(n))]
+                if not loaded or loaded[0] is None or not loaded[0].handle.writable:
+                    return False
+            return True
+
+        await wait_for(fenced_by_adopters, what="adoption")
         for name in mine:  # whatever the zombie still holds cannot commit (fenced, or dropped already)
             with pytest.raises((StreamFenced, StreamClosed)):
                 await stale[name].handle.append(b"zombie", 1)
         await wait_for(lambda: zombie.membership.live(zombie.name) and len(zombie.membership.ring) == 3
                        and all(len(b.membership.ring) == 3 for b in survivors), what="the zombie re-registered")
         # Back in the ring, it gets its share again: the others hand the topics back and writes continue.
+        await wait_for(lambda: zombie.placement._registered.is_set(), what="the zombie's recovery")
         for name in mine:
             assert zombie.membership.ring.owner(str(name)) == zombie.name
             await wait_for(lambda: not any(b.placement.owns(str(name)) for b in survivors), what="handed back")
