@@ -19,12 +19,26 @@ def _run(coro) -> None:
         uvloop.run(coro)
 
 
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
+
+
+def _set_log_level(_ctx, _param, value: str | None) -> None:
+    if value is not None:
+        logging.getLogger().setLevel(value.upper())
+
+
 @click.group()
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.version_option(package_name="nereus", prog_name="nereus")
+@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 def main(log_level: str) -> None:
     """Nereus: a Pulsar-native, Kafka-compatible streaming engine on object storage."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _log_level_option(command):
+    """``--log-level`` after the subcommand too (``nereus standalone --log-level DEBUG``)."""
+    return click.option("--log-level", "sub_log_level", default=None, type=LOG_LEVELS, expose_value=False,
+                        callback=_set_log_level, help="Overrides the log level given before the command.")(command)
 
 
 def _broker_options(command):
@@ -96,6 +110,7 @@ def _serve(coro) -> None:
 @click.option("--brokers", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Broker processes to run (one core each); the others listen on the next ports up.")
 @_broker_options
+@_log_level_option
 def standalone(data_dir: Path, oxia_port: int, object_store: str | None, metadata_shards: int, brokers: int,
                **kwargs) -> None:
     """Run everything on one machine: metadata engine, object store, storage, listeners."""
@@ -114,6 +129,7 @@ def standalone(data_dir: Path, oxia_port: int, object_store: str | None, metadat
 @click.option("--object-store", required=True, help="The cluster's object store: s3://bucket/prefix?... or a "
               "file:// directory every broker shares.")
 @_broker_options
+@_log_level_option
 def broker(metadata: str, object_store: str, **kwargs) -> None:
     """Run one stateless broker of a cluster (Pulsar, Kafka and HTTP listeners)."""
     from .broker.run import run_broker
@@ -138,6 +154,7 @@ def broker(metadata: str, object_store: str, **kwargs) -> None:
               help="A namespace to serve besides default (repeatable).")
 @click.option("--max-namespaces", type=click.IntRange(0), default=16, show_default=True,
               help="Namespaces clients may create on demand (beyond default, --namespace and earlier ones).")
+@_log_level_option
 def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: str | None,
          namespaces: tuple[str, ...], max_namespaces: int) -> None:
     """Serve the metadata engine over Oxia's client protocol (gRPC)."""

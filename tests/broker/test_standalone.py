@@ -73,3 +73,27 @@ def test_cli_rejects_bad_options_with_a_readable_message(tmp_path: Path):
     assert b"ftp" in result.stderr and b"Traceback" not in result.stderr
     result = subprocess.run(NEREUS + ["standalone", "--http-port", "70000"], capture_output=True, timeout=60)
     assert result.returncode == 2 and b"70000" in result.stderr
+
+
+def test_version_and_a_log_level_given_after_the_command(tmp_path: Path):
+    result = subprocess.run(NEREUS + ["--version"], capture_output=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.decode().startswith("nereus, version ")
+    outputs = {}
+    for level in ("INFO", "WARNING"):
+        port = free_port()
+        proc = subprocess.Popen(NEREUS + ["oxia", "--data-dir", str(tmp_path / level), "--port", str(port),
+                                          "--log-level", level], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            outputs[level] = proc.communicate(timeout=30)[1].decode()
+    # Logged before the port opens, so it is there once the port accepted.
+    assert "INFO nereus.meta.embedded.engine" in outputs["INFO"]
+    assert "INFO" not in outputs["WARNING"]
