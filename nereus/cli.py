@@ -87,8 +87,8 @@ def _options_of(kwargs: dict):
         session_timeout=kwargs["session_timeout"])
 
 
-def _serve(coro) -> None:
-    from .meta.errors import InvalidRequest
+def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = None) -> None:
+    from .meta.errors import InvalidRequest, MetadataError
     from .objstore.errors import UnsupportedStoreUrl
 
     try:
@@ -97,6 +97,10 @@ def _serve(coro) -> None:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
+    except MetadataError as exc:
+        where = f" {metadata}" if metadata else ""
+        waited = f" (gave up after {metadata_timeout:g} s)" if metadata_timeout else ""
+        raise click.ClickException(f"cannot use the metadata service{where}{waited}: {exc}") from None
 
 
 @main.command()
@@ -128,9 +132,11 @@ def standalone(data_dir: Path, oxia_port: int, object_store: str | None, metadat
 @click.option("--metadata", required=True, help="The cluster's metadata service: oxia://host:port[/namespace].")
 @click.option("--object-store", required=True, help="The cluster's object store: s3://bucket/prefix?... or a "
               "file:// directory every broker shares.")
+@click.option("--metadata-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
+              help="Seconds to keep retrying an unreachable metadata service before giving up.")
 @_broker_options
 @_log_level_option
-def broker(metadata: str, object_store: str, **kwargs) -> None:
+def broker(metadata: str, object_store: str, metadata_timeout: float, **kwargs) -> None:
     """Run one stateless broker of a cluster (Pulsar, Kafka and HTTP listeners)."""
     from .broker.run import run_broker
 
@@ -138,7 +144,8 @@ def broker(metadata: str, object_store: str, **kwargs) -> None:
         raise click.UsageError(f"--metadata must be an oxia://host:port[/namespace] URL, not {metadata!r}")
     if object_store.startswith("memory:"):
         raise click.UsageError("a memory:// object store cannot be shared by brokers; use file:// or s3://")
-    _serve(run_broker(metadata, object_store, _options_of(kwargs), session_timeout=kwargs["session_timeout"]))
+    _serve(run_broker(metadata, object_store, _options_of(kwargs), session_timeout=kwargs["session_timeout"],
+                      metadata_timeout=metadata_timeout), metadata, metadata_timeout)
 
 
 @main.command()

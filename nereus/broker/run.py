@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 async def run_broker(metadata_url: str, objects_url: str, options: BrokerOptions, *, session_timeout: float = 10.0,
-                     ready: asyncio.Event | None = None) -> None:
+                     metadata_timeout: float = 30.0, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM; then hand the topics over (drain) and stop."""
     stop = asyncio.Event()
     install_stop_signals(stop)
@@ -24,7 +24,7 @@ async def run_broker(metadata_url: str, objects_url: str, options: BrokerOptions
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(objects.close)
         meta = connect(metadata_url, identity=f"broker-{options.broker_name or os.getpid()}",
-                       session_timeout=session_timeout)
+                       session_timeout=session_timeout, retry_timeout=metadata_timeout)
         stack.push_async_callback(meta.close)
         node = await start_broker(stack, meta, objects, objects_url=objects_url, metadata_url=metadata_url,
                                   options=options)

@@ -97,3 +97,16 @@ def test_version_and_a_log_level_given_after_the_command(tmp_path: Path):
     # Logged before the port opens, so it is there once the port accepted.
     assert "INFO nereus.meta.embedded.engine" in outputs["INFO"]
     assert "INFO" not in outputs["WARNING"]
+
+
+def test_an_unreachable_metadata_service_fails_in_bounded_time_with_one_line(tmp_path: Path):
+    started = time.monotonic()
+    result = subprocess.run(NEREUS + ["broker", "--metadata", f"oxia://127.0.0.1:{free_port()}", "--object-store",
+                                      (tmp_path / "objects").as_uri(), "--metadata-timeout", "2",
+                                      "--http-port", "0", "--pulsar-port", "0", "--kafka-port", "0"],
+                            capture_output=True, timeout=60)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 30
+    stderr = result.stderr.decode()
+    assert "Traceback" not in stderr
+    assert "Error: cannot use the metadata service" in stderr and "gave up after 2 s" in stderr
