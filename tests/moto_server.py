@@ -73,3 +73,18 @@ class MotoServer:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+def serve_for_session(log_path: Path):
+    """A generator for session fixtures: yields the endpoint of a started server, stops it after."""
+    import pytest
+
+    server = MotoServer(log_path)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()

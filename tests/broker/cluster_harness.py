@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 import uuid
 
 from prometheus_client import CollectorRegistry
@@ -21,6 +20,7 @@ from nereus.broker.node import BrokerNode, BrokerOptions, start_broker
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.pulsar.server import metrics
+from tests.pulsar_admin.conftest import wait_until
 
 
 class _PrivateMetrics:
@@ -112,14 +112,7 @@ class Cluster:
 
     @staticmethod
     def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("condition not met in time")
-            time.sleep(interval)
+        return wait_until(predicate, timeout, interval)
 
 
 def rest(name: str) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.moto_server import MotoServer
+from tests.moto_server import serve_for_session
 
 from .harness import Cluster
 
@@ -24,15 +24,7 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def cluster_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = MotoServer(tmp_path_factory.mktemp("cluster-moto") / "moto.log")
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server.endpoint
-    finally:
-        server.stop()
+    yield from serve_for_session(tmp_path_factory.mktemp("cluster-moto") / "moto.log")
 
 
 @pytest.fixture

@@ -8,21 +8,13 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from nereus.objstore import ObjectStore, open_object_store
-from tests.moto_server import BUCKET, CREDENTIALS, MotoServer
+from tests.moto_server import BUCKET, CREDENTIALS, serve_for_session
 
 
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``http://127.0.0.1:PORT`` of a moto S3 server subprocess with bucket ``BUCKET``."""
-    server = MotoServer(tmp_path_factory.mktemp("moto") / "moto.log")
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server.endpoint
-    finally:
-        server.stop()
+    yield from serve_for_session(tmp_path_factory.mktemp("moto") / "moto.log")
 
 
 def open_s3(endpoint: str, prefix: str | None = None, **options) -> ObjectStore:
