@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import pulsar
 import pytest
@@ -165,3 +166,33 @@ def test_kafka_owner_killed_under_idempotent_load(make_cluster, store):
                 first.setdefault(msg.partition(), msg.offset())
     consumer.close()
     assert first == {p: 60 for p in range(partitions)}
+
+
+def test_partitioned_topic_survives_the_kill_of_a_partition_owner(make_cluster):
+    """The partitions of one topic are spread over brokers; losing one owner loses no acknowledged message."""
+    cluster = make_cluster(["a", "a", "b"])
+    base = f"{PUBLIC}pkill"
+    partitions = 6
+    request = urllib.request.Request(f"{cluster.brokers_list[0].http_url}/admin/v2/persistent/public/default/pkill"
+                                     "/partitions", data=str(partitions).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).close()
+    names = [f"{base}-partition-{i}" for i in range(partitions)]
+    client = pulsar_client(cluster.service_url(), cluster.root, "pkill")
+    try:
+        load = PulsarLoad(client, base, "p").start()
+        load.wait_acked(300)
+        owners = {n: cluster.owner(n) for n in names}
+        assert len(set(owners.values())) > 1, owners  # the partitions are spread
+        victim = cluster.broker(owners[names[0]])
+        before = load.acked_count
+        victim.kill()
+        cluster.wait_for(lambda: all(cluster.owner(n) not in (None, victim.name) for n in names), 60,
+                         f"every partition owned by a broker other than {victim.name}")
+        load.wait_acked(before + 300, timeout=90)
+        load.stop()
+        assert not load.errors, load.errors[:5]
+        stored = [value for name in names for value in read_all(client, name)]
+        assert_exactly_once(stored, load.acked, base)
+    finally:
+        client.close()
