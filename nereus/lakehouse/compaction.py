@@ -139,8 +139,27 @@ def run_task(metadata_url: str, objects_url: str, task: CompactionTask) -> dict:
     return run_async(run_task_async(metadata_url, objects_url, task))
 
 
+_driver_loop: asyncio.AbstractEventLoop | None = None
+_driver_loop_lock = threading.Lock()
+
+
+def driver_loop() -> asyncio.AbstractEventLoop:
+    """The driver process's one metadata event loop, on a daemon thread, kept across runs.
+
+    grpc.aio binds its poller to the first loop it sees: a loop per run, closed after
+    it, made the poller call into a closed loop for late events of the run's channels
+    (``nereus compact --interval`` runs many jobs in one process).
+    """
+    global _driver_loop
+    with _driver_loop_lock:
+        if _driver_loop is None:
+            _driver_loop = asyncio.new_event_loop()
+            threading.Thread(target=_driver_loop.run_forever, name="nereus-compact-meta", daemon=True).start()
+        return _driver_loop
+
+
 class _MetadataThread:
-    """The driver's metadata client on an event loop of its own thread.
+    """The driver's metadata client for one run, on ``driver_loop()``.
 
     The client must keep its session alive (heartbeats) while the driver blocks
     in Spark: the streams' compaction leases are ephemeral records of that session,
@@ -148,9 +167,7 @@ class _MetadataThread:
     """
 
     def __init__(self, metadata_url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="nereus-compact-meta", daemon=True)
-        self.thread.start()
+        self.loop = driver_loop()
         self.meta = self.call(self._connect(metadata_url))
 
     @staticmethod
@@ -163,21 +180,7 @@ class _MetadataThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def close(self) -> None:
-        try:
-            self.call(self.meta.close())
-            self.call(_cancel_remaining_tasks())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
-            self.loop.close()
-
-
-async def _cancel_remaining_tasks() -> None:
-    """Cancel and reap what the closed client left (its loop is about to close)."""
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+        self.call(self.meta.close())
 
 
 async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes: int, min_bytes: int,

@@ -201,8 +201,13 @@ async def test_cancelled_waits_leave_no_waiter_behind(storage):
     stream = await storage.open_stream("quiet", create=True)
     await stream.append(b"x", 1)
     waits = [asyncio.ensure_future(stream.wait_for(5, timeout=30)) for _ in range(1000)]
-    await asyncio.sleep(0.1)
-    assert storage.waiter_count() == 1000
+    # The subscription going live makes every waiter re-check: they are uncounted while
+    # they re-register, so wait for it and for all of them rather than for some time.
+    deadline = time.monotonic() + 20
+    while not (storage.tail_watch.live and storage.waiter_count() == 1000):
+        assert not any(w.done() for w in waits), [w.exception() or w.result() for w in waits if w.done()][:3]
+        assert time.monotonic() < deadline, storage.waiter_count()
+        await asyncio.sleep(0.01)
     for w in waits:
         w.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
