@@ -20,7 +20,10 @@ $(STAMP): pyproject.toml
 run: install
 	$(VENV)/bin/nereus standalone --data-dir $(DATA_DIR)
 
+# The web console tests drive a real headless Chromium; Debian's package, not a download.
 test: install
+	@command -v chromium >/dev/null || { echo "installing Chromium for the web console tests"; \
+		apt-get update -q && apt-get install -y -q chromium; }
 	$(VENV)/bin/python -m pytest -q
 
 # Benchmarks (not part of the tests). The Pulsar reference needs Redis from Debian.
