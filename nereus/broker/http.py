@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from . import admin
+from . import admin, console
 
 
 async def _health(_request: web.Request) -> web.Response:
@@ -22,6 +22,7 @@ def build_app() -> web.Application:
     app.router.add_get("/admin/v2/brokers/health", _health)
     app.router.add_get("/metrics", _metrics)
     admin.register(app)
+    console.register(app)
     return app
 
 

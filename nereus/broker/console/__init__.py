@@ -1,0 +1,36 @@
+"""The web console on the broker's HTTP port: ``/console`` (static pages) and ``/console/api`` (JSON).
+
+The pages read Pulsar's admin API (``/admin/v2``) for tenants, namespaces, topics and
+their stats, and the console's own JSON for what that API lacks: the cluster overview
+(``overview.py``), Kafka consumer groups (``groups.py``) and each topic's built-in
+table (``tables.py``). The pages are plain HTML, CSS and JavaScript shipped in
+``static/``: nothing to build, nothing fetched from elsewhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from . import groups, overview, tables
+
+STATIC = Path(__file__).parent / "static"
+
+
+async def _index(_request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def register(app: web.Application) -> None:
+    """Add the console's routes (its JSON answers through the admin API's error middleware)."""
+    app.router.add_get("/console", _index)
+    app.router.add_get("/console/", _index)
+    app.router.add_static("/console/static", STATIC)
+    app.router.add_get("/console/api/overview", overview.get_overview)
+    app.router.add_get("/console/api/kafka/groups", groups.list_groups)
+    app.router.add_get("/console/api/kafka/groups/{group}", groups.get_group)
+    app.router.add_get("/console/api/tables/{tenant}/{namespace}/{topic}", tables.get_table)
+
+
+__all__ = ["register"]

@@ -1,0 +1,122 @@
+"""Kafka consumer groups for the console: members, assignments, committed offsets and lag.
+
+``GET /console/api/kafka/groups`` lists every group with its details,
+``GET /console/api/kafka/groups/{group}`` one group (404 if it has neither a record
+nor committed offsets). A group this broker coordinates is shown as held in memory;
+another broker's group as its metadata record has it (written at each rebalance).
+Lag is the partition's log end offset (the stream's next offset: a Kafka offset is
+the stream offset) minus the committed offset.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from aiohttp import web
+
+from ...kafka.server.catalog import pulsar_name
+from ...kafka.server.groups import EMPTY, Member, group_key
+from ...storage import view
+from ...topics import partitions_of
+from ..admin.common import AdminError, context
+
+
+def _coordinator(request: web.Request):
+    ctx = context(request)
+    if ctx.node is None:
+        raise AdminError(501, "This broker runs without a Kafka listener")
+    return ctx, ctx.node.kafka.coordinator
+
+
+def decode_assignment(data: bytes) -> list[dict] | None:
+    """Kafka's ConsumerProtocolAssignment (any version): ``[{"topic", "partitions"}]``; None if not one."""
+    try:
+        pos = 2  # version
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out = []
+        for _ in range(max(count, 0)):
+            (size,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos:pos + size].decode()
+            pos += size
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            partitions = list(struct.unpack_from(f">{max(n, 0)}i", data, pos))
+            pos += 4 * max(n, 0)
+            out.append({"topic": topic, "partitions": partitions})
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def _member(member: Member, protocol_type: str | None) -> dict:
+    assignment = decode_assignment(member.assignment) if protocol_type == "consumer" and member.assignment else None
+    return {"memberId": member.member_id, "clientId": member.client_id, "clientHost": member.client_host,
+            "instanceId": member.instance_id, "assignment": assignment}
+
+
+async def _log_end(meta, topic: str, partition: int, cache: dict) -> int | None:
+    """The next offset of a Kafka topic's partition, None if it does not exist."""
+    if (topic, partition) not in cache:
+        try:
+            name = pulsar_name(topic)
+            count = await partitions_of(meta, name)
+        except ValueError:
+            cache[(topic, partition)] = None
+            return None
+        stream = name.partition(partition) if count else name
+        stream_id = await view.stream_id(meta, str(stream))
+        cache[(topic, partition)] = None if stream_id is None else (await view.bounds(meta, stream_id))[1]
+    return cache[(topic, partition)]
+
+
+async def describe(ctx, coordinator, group_id: str, listed_state: str | None, cache: dict) -> dict | None:
+    loaded, rec = coordinator.groups.get(group_id), None
+    if loaded is not None and not loaded.gone:
+        state, generation, protocol_type = loaded.state, loaded.generation, loaded.protocol_type
+        protocol, leader, members = loaded.protocol, loaded.leader, list(loaded.members.values())
+    else:
+        rec = await ctx.meta.get(group_key(group_id))
+        value = json.loads(rec.value) if rec is not None else {}
+        members = [Member.from_json(m) for m in value.get("members", ())]
+        state = listed_state or (value.get("state", EMPTY) if members else EMPTY)
+        generation, protocol_type = value.get("generation", 0), value.get("protocol_type")
+        protocol, leader = value.get("protocol"), value.get("leader")
+    committed = await coordinator.fetch_offsets(group_id)
+    if loaded is None and rec is None and not committed:
+        return None
+    offsets = []
+    for (topic, partition), value in sorted(committed.items()):
+        end = await _log_end(ctx.meta, topic, partition, cache)
+        lag = max(0, end - value["offset"]) if end is not None and value["offset"] >= 0 else None
+        offsets.append({"topic": topic, "partition": partition, "committedOffset": value["offset"],
+                        "logEndOffset": end, "lag": lag, "metadata": value.get("metadata"),
+                        "commitTimestamp": value.get("ts")})
+    return {"groupId": group_id, "state": state, "generation": generation, "protocolType": protocol_type,
+            "protocol": protocol, "leader": leader, "coordinatedHere": loaded is not None and not loaded.gone,
+            "members": [_member(m, protocol_type) for m in members], "offsets": offsets,
+            "totalLag": sum(o["lag"] or 0 for o in offsets)}
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    ctx, coordinator = _coordinator(request)
+    cache: dict = {}
+    out = []
+    for listing in await coordinator.list_groups():
+        group = await describe(ctx, coordinator, listing.group_id, listing.state, cache)
+        if group is not None:
+            out.append(group)
+    return web.json_response({"groups": out})
+
+
+async def get_group(request: web.Request) -> web.Response:
+    ctx, coordinator = _coordinator(request)
+    group = await describe(ctx, coordinator, request.match_info["group"], None, {})
+    if group is None:
+        raise AdminError(404, "Group not found")
+    return web.json_response(group)
+
+
+__all__ = ["decode_assignment", "describe", "get_group", "list_groups"]

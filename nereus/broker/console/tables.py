@@ -1,0 +1,136 @@
+"""``GET /console/api/tables/{tenant}/{namespace}/{topic}``: a topic's built-in (SBT) Iceberg table.
+
+Two sources. The metadata plane always answers which compacted objects the topic's
+offset index refers to and the offsets they cover: those objects are the table's data
+files once the compaction worker has synced it. The catalog (read with pyiceberg, from
+the lakehouse extra, only when it is installed; the broker never needs Spark for this)
+gives the table itself: its snapshots with the offsets each one covers, and the data
+files of the current one. The catalog is the one the compaction worker uses by
+default: ``iceberg/catalog.db`` beside a ``file://`` object store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.util
+import json
+import os
+
+from aiohttp import web
+
+from ...lakehouse import sbt
+from ...ledger.naming import InvalidTopicName, TopicName
+from ..admin.common import AdminError, context, partitions, stream_exists
+
+#: At most this many data files and compacted objects are listed (the totals are always given).
+MAX_LISTED = 500
+NO_EXTRA = ("the lakehouse extra is not installed (pip install 'nereus[lakehouse]'): "
+            "the table's snapshots and data files cannot be read")
+
+
+def catalog_location(objects) -> tuple[str, str] | None:
+    """(catalog URI, warehouse) of the default SBT catalog of this object store; None if it has none."""
+    root = getattr(objects, "root", None)
+    if root is None:
+        return None
+    path = os.path.join(os.path.dirname(root.rstrip(os.sep)), "iceberg", "catalog.db")
+    return "sqlite:///" + path, "file://" + root.rstrip("/") + "/iceberg"
+
+
+def coverage(objects) -> dict[str, list[list[int]]]:
+    """Offsets the compacted objects cover per partition (``"-1"``: not partitioned), as ``[first, end)`` ranges."""
+    out: dict[str, list[list[int]]] = {}
+    for obj in sorted(objects, key=lambda o: (o.partition, o.first)):
+        ranges = out.setdefault(str(obj.partition), [])
+        if ranges and ranges[-1][1] >= obj.first:
+            ranges[-1][1] = max(ranges[-1][1], obj.last + 1)
+        else:
+            ranges.append([obj.first, obj.last + 1])
+    return out
+
+
+def _offsets(summary: dict) -> dict:
+    try:
+        return json.loads(summary.get(sbt.OFFSETS_PROPERTY) or "{}")
+    except ValueError:
+        return {}
+
+
+@functools.lru_cache(maxsize=4)
+def _catalog(uri: str, warehouse: str):
+    return sbt.open_catalog(uri, warehouse)
+
+
+def _read_table(uri: str, warehouse: str, ident: tuple[str, str, str]) -> dict:
+    """The table's snapshots and current data files as the catalog has them (blocking: run in a thread)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        table = _catalog(uri, warehouse).load_table(ident)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return {"exists": False, "note": "no table yet: the compaction worker creates it on its first run"}
+    snapshots = []  # ids as strings: 64-bit, beyond what a JavaScript number holds exactly
+    for snap in table.metadata.snapshots:
+        props = snap.summary.additional_properties if snap.summary is not None else {}
+        snapshots.append({
+            "snapshotId": str(snap.snapshot_id),
+            "parentId": None if snap.parent_snapshot_id is None else str(snap.parent_snapshot_id), "timestampMs": snap.timestamp_ms,
+            "operation": snap.summary.operation.value if snap.summary is not None else None,
+            "addedDataFiles": int(props.get("added-data-files", 0)),
+            "deletedDataFiles": int(props.get("deleted-data-files", 0)),
+            "totalDataFiles": int(props.get("total-data-files", 0)),
+            "totalRecords": int(props.get("total-records", 0)),
+            "offsets": _offsets(props)})
+    current = table.current_snapshot()
+    files = []
+    if current is not None:
+        for task in table.scan().plan_files():
+            data = task.file
+            files.append({"path": data.file_path, "partition": data.partition[0] if len(data.partition) else None,
+                          "records": data.record_count, "bytes": data.file_size_in_bytes})
+    files.sort(key=lambda f: (f["partition"] if f["partition"] is not None else -1, f["path"]))
+    return {"exists": True, "location": table.metadata.location,
+            "currentSnapshotId": str(current.snapshot_id) if current is not None else None,
+            "snapshots": snapshots, "dataFileCount": len(files), "dataFiles": files[:MAX_LISTED],
+            "offsets": sbt.read_offsets(table)}
+
+
+async def _catalog_view(objects, ident: tuple[str, str, str]) -> dict:
+    if importlib.util.find_spec("pyiceberg") is None:
+        return {"available": False, "note": NO_EXTRA}
+    location = catalog_location(objects)
+    if location is None:
+        return {"available": False, "note": "the object store is not file://: its tables are in the catalog "
+                                            "given to `nereus compact --catalog`, which the broker does not read"}
+    uri, warehouse = location
+    if not os.path.exists(uri[len("sqlite:///"):]):
+        return {"available": True, "catalog": uri, "exists": False,
+                "note": "no catalog yet: the compaction worker creates it on its first run"}
+    view = await asyncio.to_thread(_read_table, uri, warehouse, ident)
+    return {"available": True, "catalog": uri, **view}
+
+
+async def get_table(request: web.Request) -> web.Response:
+    ctx = context(request)
+    m = request.match_info
+    try:
+        name = TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}").base
+    except InvalidTopicName:
+        raise AdminError(412, "Topic name is not valid") from None
+    streams = await partitions(ctx, name)
+    if not any([await stream_exists(ctx.storage, s) for s in streams]):
+        raise AdminError(404, "Topic not found")
+    objects = await sbt.compacted_objects(ctx.meta, str(name))
+    ident = sbt.identifier(str(name))
+    listed = [{"key": o.key, "partition": o.partition, "firstOffset": o.first, "lastOffset": o.last}
+              for o in sorted(objects, key=lambda o: (o.partition, o.first))]
+    return web.json_response({
+        "topic": str(name), "table": ".".join(ident), "partitioned": streams != [name],
+        "compactedObjectCount": len(listed), "compactedObjects": listed[:MAX_LISTED],
+        "coveredOffsets": coverage(objects),
+        "catalog": await _catalog_view(ctx.storage.objects, ident),
+    })
+
+
+__all__ = ["catalog_location", "coverage", "get_table"]

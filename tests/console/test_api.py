@@ -1,0 +1,150 @@
+"""The console's own JSON (``/console/api``): cluster overview, Kafka groups, built-in tables."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pulsar
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from nereus.broker.console import groups, tables
+
+from .conftest import get_json
+
+
+def test_overview_shows_this_broker(node):
+    status, view = get_json(node, "/console/api/overview")
+    assert status == 200
+    assert view["cluster"] == "standalone"
+    (broker,) = view["brokers"]
+    assert broker["local"] and broker["name"] == view["broker"]
+    assert broker["state"] == "active" and broker["zone"] == "default"
+    assert broker["httpUrl"] == node.http and broker["kafkaAddress"] == node.bootstrap
+    assert isinstance(broker["load"], dict) and isinstance(view["loadedTopics"], int)
+
+
+def _consume_and_commit(node, topic: str, group: str, produced: int, consumed: int) -> Consumer:
+    producer = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(produced):
+        producer.produce(topic, f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = 0
+    for _ in range(600):
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            got += 1
+            if got == consumed:
+                break
+    assert got == consumed
+    consumer.commit(asynchronous=False)
+    return consumer
+
+
+def test_kafka_group_shows_members_committed_offsets_and_lag(node):
+    topic, group = f"orders-{uuid.uuid4().hex[:6]}", "billing <service>"
+    consumer = _consume_and_commit(node, topic, group, produced=20, consumed=5)
+    try:
+        status, view = get_json(node, "/console/api/kafka/groups/" + "billing%20%3Cservice%3E")
+        assert status == 200
+        assert view["groupId"] == group and view["state"] == "Stable" and view["protocolType"] == "consumer"
+        (member,) = view["members"]
+        assert member["assignment"] == [{"topic": topic, "partitions": [0]}]
+        (offset,) = view["offsets"]
+        assert (offset["topic"], offset["partition"]) == (topic, 0)
+        assert (offset["committedOffset"], offset["logEndOffset"], offset["lag"]) == (5, 20, 15)
+        assert view["totalLag"] == 15
+        status, listing = get_json(node, "/console/api/kafka/groups")
+        assert status == 200
+        assert [g for g in listing["groups"] if g["groupId"] == group] == [view]
+    finally:
+        consumer.close()
+    # Left the group: no members any more, the committed offsets stay.
+    status, view = get_json(node, "/console/api/kafka/groups/" + "billing%20%3Cservice%3E")
+    assert view["members"] == [] and view["state"] == "Empty" and view["offsets"][0]["lag"] == 15
+
+
+def test_unknown_kafka_group_is_404(node):
+    status, body = get_json(node, "/console/api/kafka/groups/no-such-group")
+    assert status == 404 and body == {"reason": "Group not found"}
+
+
+def test_assignment_that_is_not_the_consumer_protocol_decodes_to_none():
+    assert groups.decode_assignment(b"\x00\x01\x00\x00\x00\x05ab") is None
+    data = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x00\x00\x00\x00\x03"
+    assert groups.decode_assignment(data + b"\xff\xff\xff\xff") == [{"topic": "t", "partitions": [0, 3]}]
+
+
+def test_table_of_unknown_or_invalid_topic(node):
+    assert get_json(node, "/console/api/tables/public/default/never-created") == (404, {"reason": "Topic not found"})
+    assert get_json(node, "/console/api/tables/public/no%20such/t")[0] == 412
+
+
+async def _compact_now(node, topic: str) -> None:
+    """What the compaction worker does for one topic, without Spark: compact its stream, sync its table."""
+    from nereus.lakehouse import compaction as jobs
+    from nereus.lakehouse import sbt
+    from nereus.meta import connect
+    from nereus.storage import compaction, view
+
+    metadata_url = f"oxia://127.0.0.1:{node.ports['oxia']}"
+    objects_url = (node.data_dir / "objects").as_uri()
+    meta = connect(metadata_url)
+    try:
+        stream_id = await view.stream_id(meta, topic)
+        plans = await compaction.plan(meta, stream_id, min_bytes=1)
+        assert plans
+        for plan in plans:
+            result = await jobs.run_task_async(metadata_url, objects_url, jobs.CompactionTask(topic, -1, plan))
+            assert "object" in result
+        catalog_uri, warehouse = tables.catalog_location(type("Objects", (), {"root": str(node.data_dir / "objects")}))
+        (node.data_dir / "iceberg").mkdir(exist_ok=True)
+        await sbt.sync(meta, sbt.open_catalog(catalog_uri, warehouse), objects_url, topic)
+    finally:
+        await meta.close()
+
+
+def test_builtin_table_shows_snapshots_data_files_and_covered_offsets(node):
+    pytest.importorskip("pyiceberg")  # the lakehouse extra, part of the test extra
+    topic = f"persistent://public/default/table-{uuid.uuid4().hex[:6]}"
+    path = "/console/api/tables/public/default/" + topic.rsplit("/", 1)[1]
+    client = pulsar.Client(node.url)
+    try:
+        producer = client.create_producer(topic)
+        for i in range(50):
+            producer.send(f"r{i}".encode())
+    finally:
+        client.close()
+    status, before = get_json(node, path)
+    assert status == 200
+    assert before["table"] == "public.default." + topic.rsplit("/", 1)[1]
+    assert before["compactedObjects"] == [] and before["coveredOffsets"] == {}
+    assert before["catalog"]["available"] and not before["catalog"]["exists"]
+    assert "compaction worker" in before["catalog"]["note"]
+
+    asyncio.run(_compact_now(node, topic))
+    status, after = get_json(node, path)
+    assert status == 200
+    ((first, end),) = after["coveredOffsets"]["-1"]
+    assert first == 0 and 0 < end <= 50
+    catalog = after["catalog"]
+    assert catalog["exists"]
+    (snapshot,) = catalog["snapshots"]
+    assert snapshot["snapshotId"] == catalog["currentSnapshotId"] and isinstance(snapshot["snapshotId"], str)
+    assert snapshot["offsets"] == after["coveredOffsets"] == catalog["offsets"]
+    assert snapshot["totalRecords"] == end and snapshot["addedDataFiles"] == catalog["dataFileCount"] >= 1
+    assert sum(f["records"] for f in catalog["dataFiles"]) == end
+    assert {f["path"].rsplit("/", 1)[1] for f in catalog["dataFiles"]} == {
+        o["key"].rsplit("/", 1)[1] for o in after["compactedObjects"]}
+
+
+def test_builtin_table_without_the_lakehouse_extra_says_so(monkeypatch):
+    real = tables.importlib.util.find_spec
+    monkeypatch.setattr(tables.importlib.util, "find_spec", lambda name, *a: None if name == "pyiceberg" else real(name, *a))
+    view = asyncio.run(tables._catalog_view(object(), ("public", "default", "t")))
+    assert view == {"available": False, "note": tables.NO_EXTRA}
+    assert "lakehouse extra is not installed" in view["note"]
