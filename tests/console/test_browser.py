@@ -1,0 +1,165 @@
+"""The console in a real headless browser (Debian's Chromium driven by Playwright) against a real standalone.
+
+While a Pulsar producer keeps publishing, the overview lists the topic and its rates and
+charts move; the topic page shows its subscription with a backlog, the consumer and the
+producer; the Kafka groups page shows a confluent-kafka group with its committed offset
+and lag, its markup-looking id as plain text. No page logs a JavaScript error.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import urllib.parse
+import uuid
+
+import pulsar
+import pytest
+from confluent_kafka import Consumer, Producer
+from playwright.sync_api import expect, sync_playwright
+
+TIMEOUT_MS = 60_000  # a deadline, not a pause: every wait below returns as soon as its condition holds
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Chromium is not installed (Debian package `chromium`; `make test` installs it)", pytrace=False)
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=chromium, headless=True)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.errors = []
+    page.on("console", lambda message: page.errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    yield page
+    context.close()
+
+
+class Traffic:
+    """A Pulsar producer publishing until stopped, and a subscriber that receives without acknowledging."""
+
+    def __init__(self, url: str, topic: str, subscription: str) -> None:
+        self.client = pulsar.Client(url)
+        self.consumer = self.client.subscribe(topic, subscription, consumer_name="console-reader",
+                                              receiver_queue_size=10)
+        self.producer = self.client.create_producer(topic, producer_name="console-writer")
+        self.stop = threading.Event()
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.producer.send(f"message {self.sent}".encode())
+            self.sent += 1
+            self.stop.wait(0.02)  # a steady rate, not a synchronisation
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.client.close()
+
+
+@pytest.fixture(scope="module")
+def traffic(node):
+    topic = f"persistent://public/default/live-{uuid.uuid4().hex[:6]}"
+    running = Traffic(node.url, topic, "console-sub")
+    running.topic = topic
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_group(node):
+    topic, group = f"clicks-{uuid.uuid4().hex[:6]}", "<b>dashboard</b> readers"
+    producer = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(30):
+        producer.produce(topic, f"c{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = 0
+    for _ in range(600):
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            got += 1
+            if got == 10:
+                break
+    assert got == 10
+    consumer.commit(asynchronous=False)
+    yield topic, group
+    consumer.close()
+
+
+def _number(selector: str) -> str:
+    """A JS expression: the number shown in the element at ``selector`` (NaN if absent)."""
+    return f"Number((document.querySelector({selector!r}) || {{}}).textContent?.replace(/,/g, ''))"
+
+
+def test_overview_lists_the_topic_and_its_rates_and_charts_update(node, page, traffic):
+    page.goto(node.http + "/console")
+    expect(page.locator("#brokers-table")).to_contain_text("(this broker)")
+    expect(page.locator("#brokers-table")).to_contain_text("active")
+    row = page.locator(f'tr[data-topic="{traffic.topic}"]')
+    expect(row).to_be_visible()
+    expect(row.get_by_role("link")).to_have_text(traffic.topic)
+    page.wait_for_function(_number(f'tr[data-topic="{traffic.topic}"] td.rate-in') + " > 0")
+    page.wait_for_function(_number(f'tr[data-topic="{traffic.topic}"] td.backlog') + " > 0")
+    # The traffic chart keeps adding samples and plots the rate the topics report.
+    points = int(page.locator("#chart-traffic").get_attribute("data-points"))
+    page.wait_for_function(f"Number(document.querySelector('#chart-traffic').dataset.points) >= {points + 2}")
+    page.wait_for_function("Number(document.querySelector('#chart-traffic').dataset.lastIn) > 0")
+    expect(page.locator("#chart-traffic polyline[data-series=in]")).to_have_count(1)
+    assert page.errors == []
+
+
+def test_topic_page_shows_subscription_backlog_consumer_producer_and_live_chart(node, page, traffic):
+    page.goto(node.http + "/console")
+    page.locator(f'tr[data-topic="{traffic.topic}"] a').click()
+    expect(page).to_have_url(node.http + "/console#/topic/" + urllib.parse.quote(traffic.topic, safe=""))
+    expect(page.locator("#topic-name")).to_have_text(traffic.topic)
+    sub = page.locator('tr[data-subscription="console-sub"]')
+    expect(sub).to_be_visible()
+    expect(sub).to_contain_text("Exclusive")
+    page.wait_for_function(_number('tr[data-subscription="console-sub"] td.backlog') + " > 0")
+    page.wait_for_function(_number("#topic-backlog") + " > 0")
+    expect(page.locator('tr[data-consumer="console-reader"]')).to_be_visible()
+    expect(page.locator('tr[data-producer="console-writer"]')).to_be_visible()
+    # Rates and the chart move while the producer runs: more samples, a positive rate in, more published.
+    published = page.evaluate(_number("#topic-msg-in"))
+    points = int(page.locator("#chart-topic-rates").get_attribute("data-points"))
+    page.wait_for_function(f"Number(document.querySelector('#chart-topic-rates').dataset.points) >= {points + 2}")
+    page.wait_for_function("Number(document.querySelector('#chart-topic-rates').dataset.lastIn) > 0")
+    page.wait_for_function(_number("#topic-rate-in") + " > 0")
+    page.wait_for_function(_number("#topic-msg-in") + f" > {published}")
+    # Its built-in table: nothing compacted yet (the standalone runs no compaction worker here).
+    expect(page.locator("#builtin-table")).to_contain_text("public.default." + traffic.topic.rsplit("/", 1)[1])
+    expect(page.locator("#table-note")).to_contain_text("compaction worker")
+    assert page.errors == []
+
+
+def test_kafka_groups_page_shows_group_members_offsets_and_lag_as_text(node, page, kafka_group):
+    topic, group = kafka_group
+    page.goto(node.http + "/console#/groups")
+    section = page.locator("section.group").filter(has=page.get_by_role("heading", name=group, exact=True))
+    expect(section).to_be_visible()
+    expect(section).to_contain_text("Stable")
+    expect(section.locator("tr[data-member]")).to_have_count(1)
+    expect(section.locator("tr[data-member]")).to_contain_text(f"{topic} [0]")
+    offsets = section.locator(f'tr[data-partition="{topic}:0"]')
+    expect(offsets.locator("td").nth(2)).to_have_text("10")
+    expect(offsets.locator("td").nth(3)).to_have_text("30")
+    expect(offsets.locator("td.lag")).to_have_text("20")
+    # The id's markup is shown, not interpreted.
+    assert page.locator("#groups b").count() == 0
+    assert page.errors == []
