@@ -256,6 +256,8 @@ def _attach_lakehouse() -> None:
 
 
 _attach_lakehouse()
+from .admin_cli import admin as _admin  # noqa: E402 (the command group, after the commands above)
+main.add_command(_admin)
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,8 @@
 """Pulsar-compatible admin REST API (``/admin/v2``) on the broker's HTTP listener.
 
-One module per resource: tenants, namespaces (and their policies), topics,
-subscriptions, stats, schemas, the cluster and its brokers (cluster.py), Pulsar's
+One module per resource: tenants, namespaces (and their policies), topics, topic
+policies, subscriptions, stats, schemas, broker configuration (brokers.py), the
+cluster and its brokers (cluster.py), Pulsar's
 HTTP lookup (lookup.py); retention.py applies retention policies; routing.py sends
 topic calls to the topic's owner. ``register(app)`` adds the routes and the
 middlewares; ``attach(app, ...)`` hands them the running storage, metadata store,
@@ -18,7 +19,8 @@ import asyncio
 from aiohttp import web
 
 from ..cluster.lease import run_under_lease
-from . import cluster, lookup, namespaces, retention, routing, schemas, stats, subscriptions, tenants, topics
+from . import (brokers, cluster, lookup, namespaces, retention, routing, schemas, stats, subscriptions, tenants,
+               topic_policies, topics)
 from .common import CONTEXT, AdminContext, errors
 
 #: The lease under which one broker of the cluster applies retention policies.
@@ -29,7 +31,9 @@ def register(app: web.Application) -> None:
     app[CONTEXT] = AdminContext()
     app.middlewares.append(errors)  # outermost: also formats the routing middleware's errors
     app.middlewares.append(routing.to_owner)
-    for module in (tenants, namespaces, topics, subscriptions, stats, schemas, cluster, lookup):
+    # brokers before cluster: ``/brokers/configuration`` before ``/brokers/{cluster}``.
+    for module in (tenants, namespaces, topics, topic_policies, subscriptions, stats, schemas, brokers, cluster,
+                   lookup):
         module.add_routes(app.router)
     app.on_cleanup.append(_stop)
 

@@ -19,7 +19,7 @@ from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
 from ...topics.policies import policies_key
 from ...topics.schemas import STRATEGIES
-from . import retention, topics
+from . import retention, topic_policies, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
 
@@ -60,7 +60,7 @@ async def create_namespace(request: web.Request) -> web.Response:
         raise AdminError(400, "The policies must be a JSON object")
     stored = {k: given[k] for k in _PUBLIC_FIELDS if given.get(k) is not None}
     if "retention_policies" in stored:
-        stored["retention_policies"] = _retention(stored["retention_policies"])
+        stored["retention_policies"] = retention.validate(stored["retention_policies"])
     try:
         await ctx.meta.put(policies_key(tenant, namespace), json.dumps(stored).encode(),
                            expected_version_id=EXPECT_ABSENT)
@@ -94,6 +94,7 @@ async def delete_namespace(request: web.Request) -> web.Response:
         await topics.delete_partitioned(ctx, name, force=True)
     for name in await topics.namespace_topics(ctx, tenant, namespace):
         await topics.delete_topic(ctx, name, force=True)
+    await topic_policies.delete_namespace(ctx, tenant, namespace)
     await ctx.meta.delete(policies_key(tenant, namespace))
     return no_content()
 
@@ -131,23 +132,10 @@ def _field_remover(field: str):
     return remove
 
 
-def _retention(value) -> dict:
-    if not isinstance(value, dict):
-        raise AdminError(400, "The retention policies must be a JSON object")
-    try:
-        minutes = int(value.get("retentionTimeInMinutes", 0))
-        size_mb = int(value.get("retentionSizeInMB", 0))
-    except (TypeError, ValueError):
-        raise AdminError(400, "retentionTimeInMinutes and retentionSizeInMB must be integers") from None
-    if minutes < -1 or size_mb < -1:
-        raise AdminError(412, "Invalid retention policy: values must be >= -1 (-1 is unlimited)")
-    return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
-
-
 async def set_retention(request: web.Request) -> web.Response:
     ctx = context(request)
     tenant, namespace = _names(request)
-    value = _retention(await body(request))
+    value = retention.validate(await body(request))
     await _update(ctx, tenant, namespace, "retention_policies", value)
     # Applied at once in the background, then by the periodic pass.
     task = spawn(retention.enforce_namespace(ctx, tenant, namespace), f"retention of {tenant}/{namespace}")

@@ -1,4 +1,7 @@
-"""Namespace retention policies applied to topics through ``nereus.storage.retention.enforce``.
+"""Retention policies applied to topics through ``nereus.storage.retention.enforce``.
+
+A topic's own policy (``.../{topic}/retention``; on a partitioned topic, for each
+partition) overrides its namespace's, as Pulsar's topic policies do.
 
 Pulsar's retention keeps *acknowledged* messages for a time or size; messages some
 durable subscription has not acknowledged are never removed by it. So the trim is
@@ -7,7 +10,7 @@ whose ``trim`` stops at the first entry that cursor still needs. A topic without
 subscriptions counts as fully acknowledged, as in Pulsar.
 
 Runs every ``INTERVAL`` seconds over the namespaces with a policy, at once for a
-namespace whose policy was just set, and on ``POST .../trim``.
+namespace or topic whose policy was just set, and on ``POST .../trim``.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from urllib.parse import unquote
 
 from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...ledger.naming import TopicName
-from ...topics.policies import POLICIES_ROOT
+from ...topics.policies import POLICIES_ROOT, topic_policies_key, topic_policies_prefix
 from ...storage import OffsetOutOfRange, StorageError, StreamNotFound
 from ...storage.retention import RetentionPolicy, enforce
-from .common import TENANTS_ROOT, AdminContext, list_children, namespace_policies
+from .common import TENANTS_ROOT, AdminError, AdminContext, children_range, list_children, namespace_policies
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,21 @@ def policy_of(policies: dict) -> RetentionPolicy | None:
         return None
     return RetentionPolicy(max_bytes=None if size_mb < 0 else size_mb * _MB,
                            max_age_seconds=None if minutes < 0 else minutes * 60.0)
+
+
+def validate(value) -> dict:
+    """Pulsar's ``RetentionPolicies`` JSON checked (-1: unlimited); AdminError when it is not valid."""
+    if not isinstance(value, dict):
+        raise AdminError(400, "The retention policies must be a JSON object")
+    try:
+        minutes = int(value.get("retentionTimeInMinutes", 0))
+        size_mb = int(value.get("retentionSizeInMB", 0))
+    except (TypeError, ValueError):
+        raise AdminError(400, "retentionTimeInMinutes and retentionSizeInMB must be integers") from None
+    if minutes < -1 or size_mb < -1:
+        raise AdminError(412, "Invalid retention policy: values must be >= -1 (-1 is unlimited)")
+    return {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
+
 
 
 class _Capped:
@@ -102,18 +121,53 @@ async def apply(ctx: AdminContext, name: TopicName, policy: RetentionPolicy) -> 
     return start
 
 
-async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str) -> None:
-    policies = await namespace_policies(ctx.meta, tenant, namespace)
-    policy = policy_of(policies or {})
-    if policy is None:
+async def topic_retention(meta, name: TopicName) -> dict | None:
+    """The topic's own ``RetentionPolicies`` (its partitioned topic's, for a partition); None: unset."""
+    base = name.base
+    rec = await meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
+    return json.loads(rec.value).get("retention_policies") if rec is not None else None
+
+
+async def _topic_retentions(ctx: AdminContext, tenant: str, namespace: str) -> dict[str, dict]:
+    """Local topic name -> its own retention, over the namespace's topic policy records."""
+    lo, hi = children_range(topic_policies_prefix(tenant, namespace))
+    found = {}
+    async for rec in ctx.meta.range_scan(lo, hi):
+        value = json.loads(rec.value).get("retention_policies")
+        if value:
+            found[unquote(rec.key[len(lo):])] = value
+    return found
+
+
+async def effective(ctx: AdminContext, name: TopicName) -> RetentionPolicy | None:
+    """The policy that applies to ``name``: its own, else its namespace's."""
+    own = await topic_retention(ctx.meta, name)
+    if own is not None:
+        return policy_of({"retention_policies": own})
+    return policy_of(await namespace_policies(ctx.meta, name.tenant, name.namespace) or {})
+
+
+async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only: TopicName | None = None) -> None:
+    """Apply retention to the namespace's topics (``only``: to that topic or its partitions)."""
+    default = policy_of(await namespace_policies(ctx.meta, tenant, namespace) or {})
+    own = {local: policy_of({"retention_policies": value})
+           for local, value in (await _topic_retentions(ctx, tenant, namespace)).items()}
+    if default is None and not own:
         return
     prefix = f"persistent://{tenant}/{namespace}/"
     for stream in await ctx.storage.list_streams():
-        if stream.startswith(prefix):
-            try:
-                await apply(ctx, TopicName.parse(stream), policy)
-            except Exception:
-                log.exception("retention of %s failed", stream)
+        if not stream.startswith(prefix):
+            continue
+        name = TopicName.parse(stream)
+        if only is not None and name.base != only.base:
+            continue
+        policy = own[name.base.local] if name.base.local in own else default
+        if policy is None:
+            continue
+        try:
+            await apply(ctx, name, policy)
+        except Exception:
+            log.exception("retention of %s failed", stream)
 
 
 async def enforce_all(ctx: AdminContext) -> None:

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 TOPIC_ROUTE = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 #: Calls on metadata only: any broker answers them.
-ANYWHERE = {("PUT", ""), ("GET", "/partitions"), ("PUT", "/partitions"), ("POST", "/partitions")}
+ANYWHERE = {("PUT", ""), ("GET", "/partitions"), ("PUT", "/partitions"), ("POST", "/partitions"),
+            ("GET", "/retention"), ("POST", "/retention"), ("DELETE", "/retention")}
 #: Calls on a partitioned topic that apply to each partition: (method, route suffix) -> the partition's suffix.
 PER_PARTITION = {
     ("GET", "/subscriptions"): "/subscriptions",

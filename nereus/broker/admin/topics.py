@@ -16,7 +16,7 @@ from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import cas
 from ...storage import StreamExists, StreamNotFound
 from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
-from . import retention
+from . import retention, topic_policies
 from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
                      require_topic, stream_exists, topic_name)
 
@@ -77,6 +77,7 @@ async def delete_partitioned(ctx: AdminContext, name: TopicName, *, force: bool)
                 raise
     await ctx.meta.delete(partitioned_key(name))
     await schemas.delete(ctx.meta, name, force=True)
+    await topic_policies.delete_all(ctx, name)
 
 
 async def _create_streams(ctx: AdminContext, names: list[TopicName]) -> None:
@@ -129,8 +130,9 @@ async def delete(request: web.Request) -> web.Response:
     if await partitions_of(ctx.meta, name):
         raise AdminError(409, "Topic is partitioned: delete it with DELETE .../partitions")
     await delete_topic(ctx, name, force=flag(request, "force"))
-    if name.partition_index < 0:  # a partition shares its partitioned topic's schema
+    if name.partition_index < 0:  # a partition shares its partitioned topic's schema and policies
         await schemas.delete(ctx.meta, name, force=True)
+        await topic_policies.delete_all(ctx, name)
     return no_content()
 
 
@@ -196,24 +198,34 @@ async def delete_partitioned_topic(request: web.Request) -> web.Response:
 
 
 async def unload(request: web.Request) -> web.Response:
-    """Unload the topic (each partition): its clients reconnect and look it up again; ownership is released."""
+    """Unload the topic (each partition): its clients reconnect and look it up again.
+
+    In a cluster, ownership goes too, by the handoff path (marked as releasing first, so
+    lookups wait for the next owner rather than send the clients straight back); the
+    topic's next lookup places it again. A topic that is not loaded is left as it is.
+    """
     ctx = context(request)
     name = topic_name(request)
+    release = getattr(ctx.placement, "release", None)
     for part in await partitions(ctx, name):
+        owned = release is not None and ctx.placement.owns(str(part))
         loaded = ctx.pulsar.registry.loaded(part)
-        if loaded is not None:
+        if owned:
+            await release(str(part), "unloaded through the admin API")
+        elif loaded is not None:
             await ctx.pulsar.registry.unload(loaded, "unloaded through the admin API")
         elif not await stream_exists(ctx.storage, part):
             raise AdminError(404, "Topic not found")
+    log.info("topic %s unloaded through the admin API", name)
     return no_content()
 
 
 async def trim(request: web.Request) -> web.Response:
-    """Apply the namespace's retention to the topic now (Pulsar's ``trimTopic``)."""
+    """Apply the topic's retention (else its namespace's) to the topic now (Pulsar's ``trimTopic``)."""
     ctx = context(request)
     name = topic_name(request)
-    policies = await require_namespace(ctx.meta, name.tenant, name.namespace)
-    policy = retention.policy_of(policies)
+    await require_namespace(ctx.meta, name.tenant, name.namespace)
+    policy = await retention.effective(ctx, name)
     for part in await partitions(ctx, name):
         topic = await require_topic(ctx, part)
         if policy is not None:

@@ -1,0 +1,111 @@
+"""``nereus admin namespaces``: list, create, delete, policies, topics, retention, deduplication."""
+
+from __future__ import annotations
+
+import click
+
+from . import retention
+from .args import _q, namespace_path
+from .session import group, json_option, pass_session
+
+namespaces = group("namespaces", "Namespaces: list, create, delete, policies, retention, deduplication.")
+
+
+@namespaces.command("list")
+@click.argument("tenant")
+@json_option
+@pass_session
+def list_namespaces(s, tenant):
+    """List the namespaces of TENANT."""
+    s.emit(s.client.get(f"/namespaces/{_q(tenant)}"))
+
+
+@namespaces.command("create")
+@click.argument("namespace")
+@pass_session
+def create(s, namespace):
+    """Create NAMESPACE (tenant/namespace)."""
+    s.client.put(f"/namespaces/{namespace_path(namespace)}")
+
+
+@namespaces.command("delete")
+@click.argument("namespace")
+@click.option("-f", "--force", is_flag=True, help="Delete its topics too.")
+@pass_session
+def delete(s, namespace, force):
+    """Delete NAMESPACE (it must be empty, unless --force)."""
+    s.client.delete(f"/namespaces/{namespace_path(namespace)}", query={"force": "true"} if force else None)
+
+
+@namespaces.command("policies")
+@click.argument("namespace")
+@json_option
+@pass_session
+def policies(s, namespace):
+    """Show NAMESPACE's policies."""
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}"))
+
+
+@namespaces.command("topics")
+@click.argument("namespace")
+@json_option
+@pass_session
+def topics(s, namespace):
+    """List NAMESPACE's topics."""
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/topics"))
+
+
+@namespaces.command("get-retention")
+@click.argument("namespace")
+@json_option
+@pass_session
+def get_retention(s, namespace):
+    """Show NAMESPACE's retention."""
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/retention"), view=retention.view)
+
+
+@namespaces.command("set-retention")
+@click.argument("namespace")
+@retention.options
+@pass_session
+def set_retention(s, namespace, size, time_):
+    """Keep acknowledged messages of NAMESPACE's topics for a time or size."""
+    s.client.post(f"/namespaces/{namespace_path(namespace)}/retention", retention.body(size, time_))
+
+
+@namespaces.command("remove-retention")
+@click.argument("namespace")
+@pass_session
+def remove_retention(s, namespace):
+    """Remove NAMESPACE's retention."""
+    s.client.delete(f"/namespaces/{namespace_path(namespace)}/retention")
+
+
+@namespaces.command("get-deduplication")
+@click.argument("namespace")
+@json_option
+@pass_session
+def get_deduplication(s, namespace):
+    """Show whether NAMESPACE deduplicates (unset: the broker default)."""
+    value = s.client.get(f"/namespaces/{namespace_path(namespace)}/deduplication")
+    s.emit(value, view=lambda v: "not set (broker default)" if v is None else ("enabled" if v else "disabled"))
+
+
+@namespaces.command("set-deduplication")
+@click.argument("namespace")
+@click.option("-e", "--enable", "enable", flag_value=True, default=None, help="Deduplicate producers' messages.")
+@click.option("-d", "--disable", "enable", flag_value=False, help="Do not deduplicate.")
+@pass_session
+def set_deduplication(s, namespace, enable):
+    """Enable (-e) or disable (-d) deduplication on NAMESPACE."""
+    if enable is None:
+        raise click.UsageError("give --enable or --disable")
+    s.client.post(f"/namespaces/{namespace_path(namespace)}/deduplication", enable)
+
+
+@namespaces.command("remove-deduplication")
+@click.argument("namespace")
+@pass_session
+def remove_deduplication(s, namespace):
+    """Remove NAMESPACE's deduplication policy (the broker default applies)."""
+    s.client.delete(f"/namespaces/{namespace_path(namespace)}/deduplication")

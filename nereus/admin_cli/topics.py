@@ -1,0 +1,160 @@
+"""``nereus admin topics``: create, list, delete, partitions, stats, unload, retention (and subscriptions)."""
+
+from __future__ import annotations
+
+import click
+
+from . import output, retention
+from .args import namespace_path, topic_path
+from .session import group, json_option, pass_session
+from .subscriptions import TOPIC_COMMANDS
+
+topics = group("topics", "Topics: create, list, delete, stats, unload, retention, subscriptions.")
+
+_force = click.option("-f", "--force", is_flag=True, help="Even with connected clients (they are disconnected).")
+_partitions = click.option("-p", "--partitions", type=click.IntRange(1), required=True, help="Number of partitions.")
+
+
+def _force_query(force: bool):
+    return {"force": "true"} if force else None
+
+
+@topics.command("create")
+@click.argument("topic")
+@pass_session
+def create(s, topic):
+    """Create a non-partitioned TOPIC."""
+    s.client.put(topic_path(topic))
+
+
+@topics.command("create-partitioned-topic")
+@click.argument("topic")
+@_partitions
+@pass_session
+def create_partitioned(s, topic, partitions):
+    """Create a partitioned TOPIC."""
+    s.client.put(f"{topic_path(topic)}/partitions", partitions)
+
+
+@topics.command("update-partitioned-topic")
+@click.argument("topic")
+@_partitions
+@pass_session
+def update_partitioned(s, topic, partitions):
+    """Add partitions to a partitioned TOPIC."""
+    s.client.post(f"{topic_path(topic)}/partitions", partitions)
+
+
+@topics.command("get-partitioned-topic-metadata")
+@click.argument("topic")
+@json_option
+@pass_session
+def partitioned_metadata(s, topic):
+    """Show TOPIC's number of partitions (0: not partitioned)."""
+    s.emit(s.client.get(f"{topic_path(topic)}/partitions"))
+
+
+@topics.command("list")
+@click.argument("namespace")
+@json_option
+@pass_session
+def list_topics(s, namespace):
+    """List NAMESPACE's topics (each partition of a partitioned topic)."""
+    s.emit(s.client.get(f"/persistent/{namespace_path(namespace)}"))
+
+
+@topics.command("list-partitioned-topics")
+@click.argument("namespace")
+@json_option
+@pass_session
+def list_partitioned(s, namespace):
+    """List NAMESPACE's partitioned topics."""
+    s.emit(s.client.get(f"/persistent/{namespace_path(namespace)}/partitioned"))
+
+
+@topics.command("delete")
+@click.argument("topic")
+@_force
+@pass_session
+def delete(s, topic, force):
+    """Delete a non-partitioned TOPIC."""
+    s.client.delete(topic_path(topic), query=_force_query(force))
+
+
+@topics.command("delete-partitioned-topic")
+@click.argument("topic")
+@_force
+@pass_session
+def delete_partitioned(s, topic, force):
+    """Delete a partitioned TOPIC and its partitions."""
+    s.client.delete(f"{topic_path(topic)}/partitions", query=_force_query(force))
+
+
+@topics.command("stats")
+@click.argument("topic")
+@json_option
+@pass_session
+def stats(s, topic):
+    """Show TOPIC's rates, counters, publishers and subscriptions."""
+    s.emit(s.client.get(f"{topic_path(topic)}/stats"), view=output.stats_view)
+
+
+@topics.command("internal-stats")
+@click.argument("topic")
+@json_option
+@pass_session
+def internal_stats(s, topic):
+    """Show TOPIC's storage view: entries, size, cursors."""
+    s.emit(s.client.get(f"{topic_path(topic)}/internalStats"), view=output.internal_stats_view)
+
+
+@topics.command("partitioned-stats")
+@click.argument("topic")
+@click.option("--per-partition", is_flag=True, help="Show each partition too.")
+@json_option
+@pass_session
+def partitioned_stats(s, topic, per_partition):
+    """Show a partitioned TOPIC's stats, summed over its partitions."""
+    value = s.client.get(f"{topic_path(topic)}/partitioned-stats",
+                         query={"perPartition": "true" if per_partition else "false"})
+    s.emit(value, view=output.stats_view)
+
+
+@topics.command("unload")
+@click.argument("topic")
+@pass_session
+def unload(s, topic):
+    """Unload TOPIC: its clients reconnect (in a cluster it may move to another broker)."""
+    s.client.put(f"{topic_path(topic)}/unload")
+
+
+@topics.command("get-retention")
+@click.argument("topic")
+@click.option("--applied", is_flag=True, help="The retention in force (the topic's, else its namespace's).")
+@json_option
+@pass_session
+def get_retention(s, topic, applied):
+    """Show TOPIC's retention."""
+    value = s.client.get(f"{topic_path(topic)}/retention", query={"applied": "true"} if applied else None)
+    s.emit(value, view=retention.view)
+
+
+@topics.command("set-retention")
+@click.argument("topic")
+@retention.options
+@pass_session
+def set_retention(s, topic, size, time_):
+    """Keep TOPIC's acknowledged messages for a time or size (overrides the namespace's)."""
+    s.client.post(f"{topic_path(topic)}/retention", retention.body(size, time_))
+
+
+@topics.command("remove-retention")
+@click.argument("topic")
+@pass_session
+def remove_retention(s, topic):
+    """Remove TOPIC's retention (its namespace's applies)."""
+    s.client.delete(f"{topic_path(topic)}/retention")
+
+
+for _name, _command in TOPIC_COMMANDS.items():
+    topics.add_command(_command, _name)

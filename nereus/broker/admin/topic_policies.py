@@ -1,0 +1,110 @@
+"""Topic-level policies: ``/admin/v2/persistent/{tenant}/{namespace}/{topic}/retention`` (GET, POST, DELETE).
+
+Stored as one JSON record per topic (``nereus.topics.policies.topic_policies_key``)
+shaped like Pulsar's ``TopicPolicies``. Set on a partitioned topic, a policy applies
+to each partition. A topic's retention overrides its namespace's in enforcement
+(``retention.py``). ``GET ...?applied=true`` answers the policy in force: the topic's,
+else the namespace's, else the broker default (keep nothing acknowledged: 0 and 0).
+Metadata only, so any broker answers (see ``routing.ANYWHERE``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from ...meta import UnexpectedVersion, cas
+from ...tasks import spawn
+from ...topics import partitions_of
+from ...topics.policies import topic_policies_key, topic_policies_prefix
+from . import retention
+from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, flag, namespace_policies,
+                     no_content, require_namespace, stream_exists, topic_name)
+
+#: Pulsar's broker defaults (``defaultRetentionTimeInMinutes``, ``defaultRetentionSizeInMB``).
+BROKER_DEFAULT_RETENTION = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
+
+
+async def _require_topic(ctx: AdminContext, request: web.Request):
+    name = topic_name(request)
+    await require_namespace(ctx.meta, name.tenant, name.namespace)
+    if not await partitions_of(ctx.meta, name) and not await stream_exists(ctx.storage, name):
+        raise AdminError(404, "Topic not found")
+    return name.base
+
+
+async def _set(ctx: AdminContext, name, field: str, value) -> None:
+    """Set (or with None remove) one policy of the topic's record by compare-and-set."""
+    def change(old: bytes | None) -> bytes | None:
+        stored = json.loads(old) if old is not None else {}
+        if value is None and field not in stored:
+            return None
+        if value is None:
+            stored.pop(field)
+        else:
+            stored[field] = value
+        return json.dumps(stored).encode()
+
+    try:
+        await cas.update(ctx.meta, topic_policies_key(name.tenant, name.namespace, name.local), change,
+                         max_attempts=UPDATE_ATTEMPTS)
+    except UnexpectedVersion:
+        raise AdminError(409, "The topic policies were modified concurrently; try again") from None
+
+
+def _enforce_soon(ctx: AdminContext, name) -> None:
+    task = spawn(retention.enforce_namespace(ctx, name.tenant, name.namespace, only=name), f"retention of {name}")
+    ctx.tasks.append(task)
+    task.add_done_callback(lambda t: ctx.tasks.remove(t) if t in ctx.tasks else None)
+
+
+async def get_retention(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = await _require_topic(ctx, request)
+    own = await retention.topic_retention(ctx.meta, name)
+    if own is not None:
+        return web.json_response(own)
+    if not flag(request, "applied"):
+        return no_content()  # Pulsar answers an unset policy with an empty body
+    policies = await namespace_policies(ctx.meta, name.tenant, name.namespace) or {}
+    return web.json_response(policies.get("retention_policies") or BROKER_DEFAULT_RETENTION)
+
+
+async def set_retention(request: web.Request) -> web.Response:
+    ctx = context(request)
+    value = retention.validate(await body(request))
+    name = await _require_topic(ctx, request)
+    await _set(ctx, name, "retention_policies", value)
+    _enforce_soon(ctx, name)
+    return no_content()
+
+
+async def remove_retention(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = await _require_topic(ctx, request)
+    await _set(ctx, name, "retention_policies", None)
+    _enforce_soon(ctx, name)  # the namespace's policy applies again
+    return no_content()
+
+
+async def delete_all(ctx: AdminContext, name) -> None:
+    """Forget a deleted topic's policies (a topic created again under the name starts without them)."""
+    base = name.base
+    await ctx.meta.delete(topic_policies_key(base.tenant, base.namespace, base.local))
+
+
+async def delete_namespace(ctx: AdminContext, tenant: str, namespace: str) -> None:
+    """Forget the policies of every topic of a deleted namespace."""
+    prefix = topic_policies_prefix(tenant, namespace)
+    await ctx.meta.delete_range(prefix + "/", prefix + "/\U0010ffff")
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    t = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+    router.add_get(t + "/retention", get_retention)
+    router.add_post(t + "/retention", set_retention)
+    router.add_delete(t + "/retention", remove_retention)
+
+
+__all__ = ["add_routes", "delete_all", "delete_namespace"]
