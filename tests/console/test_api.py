@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer
 
 from nereus.broker.console import groups, tables
 
-from .conftest import get_json
+from .conftest import compact_now, get_json
 
 
 def test_overview_shows_this_broker(node):
@@ -84,30 +84,6 @@ def test_table_of_unknown_or_invalid_topic(node):
     assert get_json(node, "/console/api/tables/public/no%20such/t")[0] == 412
 
 
-async def _compact_now(node, topic: str) -> None:
-    """What the compaction worker does for one topic, without Spark: compact its stream, sync its table."""
-    from nereus.lakehouse import compaction as jobs
-    from nereus.lakehouse import sbt
-    from nereus.meta import connect
-    from nereus.storage import compaction, view
-
-    metadata_url = f"oxia://127.0.0.1:{node.ports['oxia']}"
-    objects_url = (node.data_dir / "objects").as_uri()
-    meta = connect(metadata_url)
-    try:
-        stream_id = await view.stream_id(meta, topic)
-        plans = await compaction.plan(meta, stream_id, min_bytes=1)
-        assert plans
-        for plan in plans:
-            result = await jobs.run_task_async(metadata_url, objects_url, jobs.CompactionTask(topic, -1, plan))
-            assert "object" in result
-        catalog_uri, warehouse = tables.catalog_location(type("Objects", (), {"root": str(node.data_dir / "objects")}))
-        (node.data_dir / "iceberg").mkdir(exist_ok=True)
-        await sbt.sync(meta, sbt.open_catalog(catalog_uri, warehouse), objects_url, topic)
-    finally:
-        await meta.close()
-
-
 def test_builtin_table_shows_snapshots_data_files_and_covered_offsets(node):
     pytest.importorskip("pyiceberg")  # the lakehouse extra, part of the test extra
     topic = f"persistent://public/default/table-{uuid.uuid4().hex[:6]}"
@@ -126,7 +102,7 @@ def test_builtin_table_shows_snapshots_data_files_and_covered_offsets(node):
     assert before["catalog"]["available"] and not before["catalog"]["exists"]
     assert "compaction worker" in before["catalog"]["note"]
 
-    asyncio.run(_compact_now(node, topic))
+    asyncio.run(compact_now(node, topic))
     status, after = get_json(node, path)
     assert status == 200
     ((first, end),) = after["coveredOffsets"]["-1"]

@@ -2,21 +2,25 @@
 
 While a Pulsar producer keeps publishing, the overview lists the topic and its rates and
 charts move; the topic page shows its subscription with a backlog, the consumer and the
-producer; the Kafka groups page shows a confluent-kafka group with its committed offset
+producer, and its built-in table once compacted; the Kafka groups page shows a confluent-kafka group with its committed offset
 and lag, its markup-looking id as plain text. No page logs a JavaScript error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import threading
 import urllib.parse
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pulsar
 import pytest
 from confluent_kafka import Consumer, Producer
 from playwright.sync_api import expect, sync_playwright
+
+from .conftest import compact_now
 
 TIMEOUT_MS = 60_000  # a deadline, not a pause: every wait below returns as soon as its condition holds
 
@@ -162,4 +166,32 @@ def test_kafka_groups_page_shows_group_members_offsets_and_lag_as_text(node, pag
     expect(offsets.locator("td.lag")).to_have_text("20")
     # The id's markup is shown, not interpreted.
     assert page.locator("#groups b").count() == 0
+    assert page.errors == []
+
+
+def test_topic_page_shows_its_builtin_table(node, page):
+    pytest.importorskip("pyiceberg")  # the lakehouse extra, part of the test extra
+    topic = f"persistent://public/default/lake-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client(node.url)
+    try:
+        producer = client.create_producer(topic)
+        for i in range(40):
+            producer.send(f"row {i}".encode())
+    finally:
+        client.close()
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API already runs an event loop on this thread
+        pool.submit(asyncio.run, compact_now(node, topic)).result()
+    page.goto(node.http + "/console#/topic/" + urllib.parse.quote(topic, safe=""))
+    covered = page.locator("#covered-offsets tbody tr")
+    expect(covered).to_have_count(1)
+    expect(covered).to_contain_text("(not partitioned)")
+    ranges = covered.locator("td").nth(1).inner_text()
+    assert ranges.startswith("[0, ")
+    snapshot = page.locator("#snapshots tbody tr")
+    expect(snapshot).to_have_count(1)
+    expect(snapshot).to_contain_text("(current)")
+    expect(snapshot).to_contain_text("append")
+    expect(snapshot).to_contain_text("-1: " + ranges)
+    expect(page.locator("#data-files tbody tr")).to_have_count(1)
+    expect(page.locator("#data-files tbody tr code")).to_contain_text("/compacted/")
     assert page.errors == []
