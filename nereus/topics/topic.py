@@ -29,6 +29,7 @@ from ..storage import StreamFenced, StreamHandle
 from . import dedup as _dedup
 from .dedup import Dedup
 from .policies import policies_key
+from .traffic import TopicTraffic
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class Topic:
         self.stream_id = handle.stream_id
         self.dedup = Dedup(registry.meta, handle.stream_id)
         self.attachments: dict[str, object] = {}
+        self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols
         self.closed = False
         self.last_active = time.monotonic()
         self._loop = asyncio.get_running_loop()
@@ -99,6 +101,7 @@ class Topic:
 
     async def close(self) -> None:
         self.closed = True
+        self.traffic.close()
         try:
             await self.dedup.snapshot()
         except Exception:

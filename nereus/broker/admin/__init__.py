@@ -55,7 +55,7 @@ async def attach(app: web.Application, *, storage, meta, pulsar, node=None,
         passes = run_under_lease(meta, RETENTION_LEASE, node.membership.name,
                                  lambda: retention.run(ctx, retention_interval), status=node.leases,
                                  poll_seconds=node.options.lease_poll_seconds)
-    ctx.tasks += [asyncio.ensure_future(passes), asyncio.ensure_future(stats.sample_loop())]
+    ctx.tasks.append(asyncio.ensure_future(passes))
 
 
 async def _stop(app: web.Application) -> None:

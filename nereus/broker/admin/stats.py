@@ -1,63 +1,36 @@
 """Topic stats (``.../stats``, ``.../partitioned-stats``) and internal stats (``.../internalStats``).
 
-Counters come from the broker's Prometheus counters (process lifetime, like a
-Pulsar broker's after a topic load); rates are their change over the last samples
-taken by ``sample_loop``. Internal stats describe the stream in Pulsar's managed
-ledger terms: one "ledger" (the stream id), entry ids are offsets (as in message
-ids), so ``markDeletePosition`` is ``{stream}:{acked below - 1}``.
+Counters and rates come from the topic's meters (``topics.rates``), kept since
+the topic was loaded on this broker as a Pulsar broker keeps them: Pulsar and
+Kafka traffic both count (a topic written by Kafka shows ``msgRateIn``; what Kafka
+consumers fetch counts in the topic's ``msgRateOut`` and ``msgOutCounter``, under
+no subscription). Rates cover the last ``rates.WINDOW_SECONDS``. Internal stats
+describe the stream in Pulsar's managed ledger terms: one "ledger" (the stream
+id), entry ids are offsets (as in message ids), so ``markDeletePosition`` is
+``{stream}:{acked below - 1}``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections import deque
 
 from aiohttp import web
 
 from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
-from ...pulsar.server import metrics
 from ...storage import view
+from ...topics.rates import RateMeter, combined_rates
 from .common import AdminError, context, flag, partitions, require_topic, topic_name
 
-SAMPLE_EVERY = 5.0
-_WINDOW = 4  # samples kept: rates cover the last 15-20 s
 _SUB_TYPES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
-_samples: deque = deque(maxlen=_WINDOW)
+_ACCESS_MODES = {0: "Shared", 1: "Exclusive", 2: "WaitForExclusive", 3: "ExclusiveWithFencing"}
+_IDLE = RateMeter()  # what a subscription that delivered nothing since the load reads
 
 
-def _counters() -> dict[tuple, float]:
-    values: dict[tuple, float] = {}
-    for counter in (metrics.IN_MESSAGES, metrics.IN_BYTES, metrics.OUT_MESSAGES, metrics.OUT_BYTES,
-                    metrics.REDELIVERED):
-        for family in counter.collect():
-            for s in family.samples:
-                if s.name.endswith("_total"):
-                    values[(family.name,) + tuple(s.labels.values())] = s.value  # labels: topic[, subscription]
-    return values
-
-
-async def sample_loop() -> None:
-    """Keep the last counter samples for rates (a task of the HTTP app)."""
-    while True:
-        _samples.append((time.monotonic(), _counters()))
-        await asyncio.sleep(SAMPLE_EVERY)
-
-
-class _Rates:
-    def __init__(self) -> None:
-        self.now = _counters()
-        self.then, self.elapsed = ({}, 0.0) if not _samples else (_samples[0][1], time.monotonic() - _samples[0][0])
-
-    def total(self, *key) -> float:
-        return self.now.get(key, 0.0)
-
-    def rate(self, *key) -> float:
-        if self.elapsed < 0.5:
-            return 0.0
-        return max(0.0, self.now.get(key, 0.0) - self.then.get(key, 0.0)) / self.elapsed
+def _out_stats(meter: RateMeter) -> dict:
+    rate, throughput = meter.rates()
+    return {"msgRateOut": rate, "msgThroughputOut": throughput, "bytesOutCounter": meter.bytes,
+            "msgOutCounter": meter.messages}
 
 
 async def _size_below(ctx, stream_id: int, offset: int, tail) -> int:
@@ -89,19 +62,16 @@ async def _cursors(ctx, topic) -> dict[str, tuple[AckSet, int | None, object]]:
 
 async def topic_stats(ctx, topic) -> dict:
     await topic.handle.refresh()
-    name = str(topic.name)
     end, start = topic.handle.next_offset(), topic.handle.start_offset()
     tail = await ctx.storage.tail(topic.stream_id)
     storage_size = max(0, tail.size - await _size_below(ctx, topic.stream_id, start, tail))
     per_record = storage_size / (end - start) if end > start else 0.0
-    r = _Rates()
-    in_msgs, in_bytes = r.total("pulsar_in_messages", name), r.total("pulsar_in_bytes", name)
+    traffic = topic.core.traffic
     subs = {}
     backlog_total = 0
     for sub_name, (acks, _read, dispatcher) in sorted((await _cursors(ctx, topic)).items()):
         backlog = max(0, end - acks.acked_below - acks.acked_count_between(acks.acked_below, end))
         backlog_total = max(backlog_total, backlog)
-        key = ("pulsar_out_messages", name, sub_name)
         consumers = []
         sub = dispatcher.sub if dispatcher is not None else None
         for slot in (sub.consumers.values() if sub is not None else ()):
@@ -110,14 +80,13 @@ async def topic_stats(ctx, topic) -> dict:
             consumers.append({
                 "consumerName": slot.name, "availablePermits": max(0, slot.permits), "unackedMessages": unacked,
                 "address": consumer.conn.peer, "priorityLevel": slot.priority, "blockedConsumerOnUnackedMsgs": False,
-                "msgRateOut": 0.0, "msgThroughputOut": 0.0, "bytesOutCounter": 0, "msgOutCounter": 0,
-                "msgRateRedeliver": 0.0, "metadata": {},
+                **_out_stats(consumer.meter), "msgRateRedeliver": 0.0,
+                "avgMessagesPerEntry": 0, "metadata": {},
             })
         active = sub.active() if sub is not None else None
         subs[sub_name] = {
-            "msgRateOut": r.rate(*key), "msgThroughputOut": r.rate("pulsar_out_bytes", name, sub_name),
-            "bytesOutCounter": int(r.total("pulsar_out_bytes", name, sub_name)), "msgOutCounter": int(r.total(*key)),
-            "msgRateRedeliver": r.rate("pulsar_redelivered_messages", name, sub_name),
+            **_out_stats(traffic.outbound.get(sub_name, _IDLE)),
+            "msgRateRedeliver": dispatcher.redelivered.rates()[0] if dispatcher is not None else 0.0,
             "msgBacklog": backlog, "backlogSize": int(backlog * per_record), "msgBacklogNoDelayed": backlog,
             "msgDelayed": len(getattr(dispatcher, "_delayed", ())), "blockedSubscriptionOnUnackedMsgs": False,
             "unackedMessages": sum(c["unackedMessages"] for c in consumers),
@@ -128,20 +97,24 @@ async def topic_stats(ctx, topic) -> dict:
             "nonContiguousDeletedMessagesRanges": len(acks.ranges),
             "subscriptionProperties": dict(sub.cursor.properties) if sub is not None else {},
         }
-    publishers = [{
-        "producerId": p.producer_id, "producerName": p.name, "address": p.conn.peer,
-        "accessMode": {0: "Shared", 1: "Exclusive", 2: "WaitForExclusive", 3: "ExclusiveWithFencing"}.get(
-            p.access_mode, "Shared"),
-        "msgRateIn": 0.0, "msgThroughputIn": 0.0, "averageMsgSize": 0.0, "metadata": {},
-    } for p in topic.producers.values()]
-    msg_out = sum(s["msgOutCounter"] for s in subs.values())
+    publishers = []
+    for p in topic.producers.values():
+        rate, throughput = p.meter.rates()
+        publishers.append({
+            "producerId": p.producer_id, "producerName": p.name, "address": p.conn.peer,
+            "accessMode": _ACCESS_MODES.get(p.access_mode, "Shared"),
+            "msgRateIn": rate, "msgThroughputIn": throughput, "averageMsgSize": p.meter.average_size,
+            "metadata": {},
+        })
+    inbound = traffic.inbound
+    rate_in, throughput_in = inbound.rates()
+    meters = list(traffic.outbound.values())  # every subscription's and Kafka's reads
+    rate_out, throughput_out = combined_rates(meters)
     return {
-        "msgRateIn": r.rate("pulsar_in_messages", name), "msgThroughputIn": r.rate("pulsar_in_bytes", name),
-        "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
-        "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
-        "bytesInCounter": int(in_bytes), "msgInCounter": int(in_msgs),
-        "bytesOutCounter": sum(s["bytesOutCounter"] for s in subs.values()), "msgOutCounter": msg_out,
-        "averageMsgSize": in_bytes / in_msgs if in_msgs else 0.0, "msgChunkPublished": False,
+        "msgRateIn": rate_in, "msgThroughputIn": throughput_in, "msgRateOut": rate_out,
+        "msgThroughputOut": throughput_out, "bytesInCounter": inbound.bytes, "msgInCounter": inbound.messages,
+        "bytesOutCounter": sum(m.bytes for m in meters), "msgOutCounter": sum(m.messages for m in meters),
+        "averageMsgSize": inbound.average_size, "msgChunkPublished": False,
         "storageSize": storage_size, "backlogSize": int(backlog_total * per_record), "offloadedStorageSize": 0,
         "publishers": publishers, "waitingPublishers": 0, "subscriptions": subs, "replication": {},
         "deduplicationStatus": "Enabled", "topicEpoch": topic.epoch,
@@ -226,9 +199,11 @@ def aggregate(per: dict[str, dict], *, per_partition: bool) -> dict:
     subs: dict[str, dict] = {}
     for s in per.values():
         for sub_name, sub in s["subscriptions"].items():
-            agg = subs.setdefault(sub_name, {"msgBacklog": 0, "msgRateOut": 0.0, "msgOutCounter": 0,
-                                             "unackedMessages": 0, "type": sub["type"], "consumers": []})
-            for k in ("msgBacklog", "msgRateOut", "msgOutCounter", "unackedMessages"):
+            agg = subs.setdefault(sub_name, {"msgBacklog": 0, "msgRateOut": 0.0, "msgThroughputOut": 0.0,
+                                             "msgOutCounter": 0, "bytesOutCounter": 0, "unackedMessages": 0,
+                                             "type": sub["type"], "consumers": []})
+            for k in ("msgBacklog", "msgRateOut", "msgThroughputOut", "msgOutCounter", "bytesOutCounter",
+                      "unackedMessages"):
                 agg[k] += sub[k]
             agg["consumers"] += sub["consumers"]
     total["subscriptions"] = subs

@@ -25,6 +25,7 @@ from ..codec.inflate import check_decompressed
 from ..codec.protocol import response_schema
 from ..codec.records import decode_records
 from ...topics.convert import ConversionError
+from ...topics.traffic import KAFKA_READS
 from .cluster import NO_THROTTLE
 from .partition import DUPLICATE, NONE
 from .routing import NO_LEADER, read_replica
@@ -205,7 +206,7 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
     except StorageError as exc:
         log.warning("kafka: fetch %s-%d@%d failed: %s", topic, fp.partition, fp.fetch_offset, exc)
         return reply(ErrorCode.kafka_storage_error, handle.next_offset(), handle.start_offset()), part
-    chunks, size = [], 0
+    chunks, size, records = [], 0, 0
     for entry in result.entries:
         if entry.end_offset <= fp.fetch_offset:
             continue
@@ -221,6 +222,9 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
             break
         chunks.append(batch)
         size += len(batch)
+        records += entry.end_offset - max(entry.base_offset, fp.fetch_offset)
+    if records:
+        part.topic.traffic.delivered(KAFKA_READS, records, size)
     return reply(ErrorCode.none, result.next_offset, result.start_offset, b"".join(chunks)), part
 
 

@@ -104,11 +104,12 @@ class Partition:
                              producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
                              last_sequence=batch.last_sequence, flags=flags | EntryFlags.BATCHED)
         task = self.topic.append(header.pack() + bytes(data), batch.record_count)
-        count = batch.record_count
+        count, size = batch.record_count, len(data)
 
         def done(t: asyncio.Task) -> None:
             if t.cancelled() or t.exception() is not None:
                 return
+            self.topic.traffic.published(count, size)
             # Keeps the Pulsar dedup snapshot covering Kafka entries (no replay of them on load).
             self.topic.dedup.committed("", -1, t.result().base_offset + count)
 

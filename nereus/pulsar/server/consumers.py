@@ -12,6 +12,7 @@ import logging
 
 from ...ledger.subscription import ConsumerBusy, ConsumerSlot, SubType
 from ...topics import NotOwner
+from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import positions, schemas
 from .lookup import parse_topic
@@ -31,6 +32,7 @@ class Consumer:
         self.dispatcher = dispatcher
         self.durable = durable
         self.slot = ConsumerSlot(conn.service.next_token(), name, priority, 0, self)
+        self.meter = RateMeter()  # msgRateOut, msgThroughputOut of its stats
 
     @property
     def sub(self):

@@ -16,6 +16,7 @@ import time
 from ...ledger.errors import CursorFenced
 from ...ledger.subscription import ConsumerSlot, Subscription, SubType
 from ...storage import FetchedEntry, OffsetOutOfRange, StorageError
+from ...topics.rates import RateMeter
 from . import entries, metrics
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Dispatcher:
         self._persist_task: asyncio.Task | None = None
         self._closing: asyncio.Future | None = None
         self._closed = False
+        self.redelivered = RateMeter()  # msgRateRedeliver of the subscription's stats
         sub.cursor.on_fenced = self._cursor_fenced
 
     @property
@@ -236,11 +238,11 @@ class Dispatcher:
         redelivery = sub.dispatched(slot, base, count, key)
         body = entries.body_of(entry.data)
         slot.handle.send_message(base, body, redelivery, ack_set)
-        topic = str(self.topic.name)
-        metrics.OUT_MESSAGES.labels(topic, sub.name).inc(count)
-        metrics.OUT_BYTES.labels(topic, sub.name).inc(len(body))
+        self.topic.traffic.delivered(sub.name, count, len(body))
+        slot.handle.meter.record(count, len(body))
         if redelivery:
-            metrics.REDELIVERED.labels(topic, sub.name).inc()
+            metrics.REDELIVERED.labels(str(self.topic.name), sub.name).inc()
+            self.redelivered.record(count, len(body))
 
     def _delay(self, at: int, base: int, count: int) -> None:
         heapq.heappush(self._delayed, (at, base, count))

@@ -10,10 +10,8 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import GaugeMetricFamily
 
-IN_MESSAGES = Counter("pulsar_in_messages", "Messages published to the topic", ["topic"])
-IN_BYTES = Counter("pulsar_in_bytes", "Bytes published to the topic", ["topic"])
-OUT_MESSAGES = Counter("pulsar_out_messages", "Messages dispatched to consumers", ["topic", "subscription"])
-OUT_BYTES = Counter("pulsar_out_bytes", "Bytes dispatched to consumers", ["topic", "subscription"])
+from ...topics.traffic import KAFKA_READS
+
 REDELIVERED = Counter("pulsar_redelivered_messages", "Entries dispatched again", ["topic", "subscription"])
 SEND_ERRORS = Counter("pulsar_send_errors", "SEND commands answered with an error", ["error"])
 DUPLICATES = Counter("pulsar_deduplicated_messages", "SENDs recognised as duplicates", ["topic"])
@@ -47,7 +45,34 @@ class _Collector:
                 total += value
                 sub_backlog.add_metric([name, sub_name], value)
             backlog.add_metric([name], total)
-        return [topics, producers, consumers, subs, backlog, sub_backlog]
+        return [topics, producers, consumers, subs, backlog, sub_backlog, *self._rates()]
+
+    def _rates(self):
+        """Per-topic rates of every loaded topic, whichever protocol it carries."""
+        families = {key: GaugeMetricFamily(key, doc, labels=["topic"]) for key, doc in (
+            ("pulsar_rate_in", "Messages per second published (Pulsar and Kafka)"),
+            ("pulsar_throughput_in", "Bytes per second published (Pulsar and Kafka)"),
+            ("pulsar_rate_out", "Messages per second delivered (Pulsar and Kafka)"),
+            ("pulsar_throughput_out", "Bytes per second delivered (Pulsar and Kafka)"))}
+        sub_rate = GaugeMetricFamily("pulsar_subscription_msg_rate_out", "Messages per second delivered",
+                                     labels=["topic", "subscription"])
+        sub_throughput = GaugeMetricFamily("pulsar_subscription_msg_throughput_out", "Bytes per second delivered",
+                                           labels=["topic", "subscription"])
+        for core in list(self.service.registry.topics.values()):
+            name, traffic = str(core.name), core.traffic
+            rate_in, throughput_in = traffic.inbound.rates()
+            rate_out = throughput_out = 0.0
+            for sub_name, meter in list(traffic.outbound.items()):
+                rate, throughput = meter.rates()
+                rate_out += rate
+                throughput_out += throughput
+                if sub_name != KAFKA_READS:
+                    sub_rate.add_metric([name, sub_name], rate)
+                    sub_throughput.add_metric([name, sub_name], throughput)
+            for key, value in (("pulsar_rate_in", rate_in), ("pulsar_throughput_in", throughput_in),
+                               ("pulsar_rate_out", rate_out), ("pulsar_throughput_out", throughput_out)):
+                families[key].add_metric([name], value)
+        return [*families.values(), sub_rate, sub_throughput]
 
 
 def register(service) -> object:

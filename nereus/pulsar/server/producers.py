@@ -16,6 +16,7 @@ from collections import deque
 
 from ...storage import StreamFenced
 from ...topics import NotOwner
+from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import entries, metrics, schemas
 from .errors import ProtocolViolation
@@ -50,6 +51,7 @@ class Producer:
         self.access_mode = access_mode
         self.token = conn.service.next_token()
         self.schema_version = b""
+        self.meter = RateMeter()  # msgRateIn, msgThroughputIn, averageMsgSize of its stats
         self._queue: deque[_Pending] = deque()
 
     @property
@@ -258,8 +260,8 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
                 dedup.failed(name)
             return
         topic.dedup.committed(name, stored_highest, t.result().base_offset + count)
-        topic.in_messages.inc(count)
-        topic.in_bytes.inc(size)
+        topic.traffic.published(count, size)
+        producer.meter.record(count, size)
 
     task.add_done_callback(done)
     producer.enqueue(_Pending(seq, highest, task))

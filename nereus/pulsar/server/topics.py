@@ -41,10 +41,8 @@ class PulsarTopic:
         self.producers: dict[int, object] = {}
         self.dispatchers: dict[str, Dispatcher] = {}
         self.epoch = 0  # bumped each time an exclusive producer takes the topic
-        label = str(core.name)  # the labelled counters, looked up once (not per SEND)
-        self.in_messages = metrics.IN_MESSAGES.labels(label)
-        self.in_bytes = metrics.IN_BYTES.labels(label)
-        self.duplicates = metrics.DUPLICATES.labels(label)
+        self.traffic = core.traffic
+        self.duplicates = metrics.DUPLICATES.labels(str(core.name))  # looked up once, not per SEND
         self._sub_lock = asyncio.Lock()
         core.attachments[ATTACHMENT] = self
         core.on_append(self.appended)
@@ -98,6 +96,7 @@ class PulsarTopic:
 
     async def drop_subscription(self, name: str) -> None:
         dispatcher = self.dispatchers.pop(name, None)
+        self.traffic.forget(name)
         if dispatcher is not None:
             await dispatcher.close()
             await dispatcher.sub.cursor.delete()
@@ -133,11 +132,10 @@ class PulsarTopic:
             del self.service.topics[str(self.name)]
         self.disconnect_clients()
         await self.close()
-        for counter in (metrics.IN_MESSAGES, metrics.IN_BYTES, metrics.DUPLICATES):
-            try:  # a label per topic ever loaded would grow without bound
-                counter.remove(str(self.name))
-            except KeyError:
-                pass
+        try:  # a label per topic ever loaded would grow without bound
+            metrics.DUPLICATES.remove(str(self.name))
+        except KeyError:
+            pass
 
     async def close(self) -> None:
         for dispatcher in list(self.dispatchers.values()):
