@@ -19,6 +19,7 @@ from collections import deque
 from ..codec import MalformedRequest, decode_request, encode_response, peek_head, supported
 from ..codec.protocol import API_VERSIONS
 from .handlers import HANDLERS, api_versions_response
+from .metrics import RequestTimer
 
 log = logging.getLogger(__name__)
 
@@ -119,17 +120,31 @@ class KafkaConnection(asyncio.Protocol):
         except MalformedRequest as exc:
             self.protocol_error(str(exc))
             return
-        result = HANDLERS[head.api_key](self, head, request)
-        if inspect.isawaitable(result):
-            result = await result
+        timer = RequestTimer(head.api_key)
+        try:
+            result = HANDLERS[head.api_key](self, head, request)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception:
+            timer.failed()
+            raise
         if result is None:
+            timer.done(None)
             return  # no response (Produce with acks=0)
         if inspect.isawaitable(result):
             fut = asyncio.ensure_future(result)
-            fut.add_done_callback(lambda _f: self._flush())
+            fut.add_done_callback(lambda f: self._finished(timer, f))
             self._responses.append((head, fut))
             return
+        timer.done(result)
         self._queue_done((head, result))
+
+    def _finished(self, timer: RequestTimer, fut: asyncio.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            timer.failed()
+        else:
+            timer.done(fut.result())
+        self._flush()
 
     def _maybe_resume(self) -> None:
         if self._paused and not self.closed and len(self._requests) + len(self._responses) < MAX_PENDING // 2:

@@ -17,7 +17,7 @@ import uuid
 
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...storage import StreamStorage
-from . import routing
+from . import metrics, routing
 from .catalog import Catalog
 from .cluster import ProducerIds
 from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
@@ -57,6 +57,7 @@ class KafkaService:
         self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id))
         self.producer_ids = ProducerIds(meta)
         self._server: asyncio.base_events.Server | None = None
+        self._lag_metrics = None
 
     async def start(self, *, serve: bool = True) -> None:
         """Bind the port; with ``serve=False`` connections wait in the backlog until ``serve()``."""
@@ -64,6 +65,7 @@ class KafkaService:
 
         self.cluster_id = await self._cluster_id()
         self.coordinator.start()
+        self._lag_metrics = metrics.register(self)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port,
                                                   start_serving=serve)
@@ -92,6 +94,8 @@ class KafkaService:
         for conn in list(self.connections):
             conn.close()
         await self.coordinator.stop()
+        await metrics.unregister(self._lag_metrics)
+        self._lag_metrics = None
         if self._server is not None:
             await self._server.wait_closed()
 

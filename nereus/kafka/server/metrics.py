@@ -1,0 +1,225 @@
+"""Prometheus metrics of the Kafka listener.
+
+Per API (``api`` is Kafka's request name, e.g. ``Produce``): requests, errors by
+error code (once per distinct code in a response, as Kafka's ``ErrorsPerSec``
+counts them) and the time from a request's arrival to its response being ready.
+
+Consumer group lag (committed offset against the partition's log end) is computed
+off the scrape: a scrape returns the last computed values and, when they are older
+than ``LAG_REFRESH_SECONDS``, starts a new computation on the event loop, so a
+scrape never waits on the metadata plane. Each broker reports the groups it
+coordinates, so the series of a cluster do not repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from urllib.parse import unquote
+
+from kio.schema.errors import ErrorCode
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from ...storage import view
+from ..codec.protocol import SUPPORTED
+from . import routing
+from .store import OFFSETS_ROOT
+
+log = logging.getLogger(__name__)
+
+REQUESTS = Counter("nereus_kafka_requests", "Kafka requests received", ["api"])
+REQUEST_ERRORS = Counter("nereus_kafka_request_errors", "Kafka responses carrying an error code", ["api", "error"])
+REQUEST_SECONDS = Histogram(
+    "nereus_kafka_request_seconds", "Time from a Kafka request's arrival to its response (long polls included)",
+    ["api"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+#: Seconds a computed lag is served before a scrape starts the next computation.
+LAG_REFRESH_SECONDS = 5.0
+#: Committed offsets looked at per computation (bounds the work of one refresh).
+MAX_LAG_ROWS = 50_000
+_END = "\U0010ffff"
+# Offsets are ``{root}{group}/{topic}:{partition}``: grandchildren of the root. In
+# Oxia's key order (segment by segment, children before grandchildren) these form
+# one span: from the empty group's empty name to the largest possible group's.
+_OFFSETS_RANGE = (OFFSETS_ROOT + "/", OFFSETS_ROOT + _END + "/" + _END)
+
+
+def api_name(api_key: int) -> str:
+    entry = SUPPORTED.get(api_key)
+    return entry[0] if entry is not None else str(api_key)
+
+
+def error_names(body) -> set[str]:
+    """The distinct non-zero ``error_code`` values anywhere in a response, by Kafka's names."""
+    found: set[str] = set()
+    stack = [body]
+    while stack:
+        obj = stack.pop()
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.name == "error_code":
+                if value:
+                    found.add(_error_name(value))
+            elif isinstance(value, tuple):
+                stack.extend(v for v in value if dataclasses.is_dataclass(v))
+            elif dataclasses.is_dataclass(value):
+                stack.append(value)
+    return found
+
+
+def _error_name(code) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(int(code))
+
+
+class RequestTimer:
+    """Counts one request and, once its response is ready, its latency and errors."""
+
+    __slots__ = ("api", "started")
+
+    def __init__(self, api_key: int) -> None:
+        self.api = api_name(api_key)
+        self.started = time.monotonic()
+        REQUESTS.labels(self.api).inc()
+
+    def done(self, body) -> None:
+        REQUEST_SECONDS.labels(self.api).observe(time.monotonic() - self.started)
+        if body is not None and dataclasses.is_dataclass(body):
+            for name in error_names(body):
+                REQUEST_ERRORS.labels(self.api, name).inc()
+
+    def failed(self) -> None:
+        """The handler raised: the connection closes without a response."""
+        REQUEST_SECONDS.labels(self.api).observe(time.monotonic() - self.started)
+        REQUEST_ERRORS.labels(self.api, "UNKNOWN_SERVER_ERROR").inc()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LagRow:
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    log_end: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.log_end - self.committed)
+
+
+class LagCollector:
+    """``nereus_kafka_consumer_group_lag`` and committed offsets, recomputed in the background."""
+
+    def __init__(self, service, *, refresh_seconds: float = LAG_REFRESH_SECONDS, clock=time.monotonic) -> None:
+        self.service = service
+        self.refresh_seconds = refresh_seconds
+        self.clock = clock
+        self.rows: list[LagRow] = []
+        self.computed_at: float | None = None
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task | None = None
+        self._scheduled = False
+
+    def describe(self):
+        return self._families([])  # registering must not start a computation
+
+    def collect(self):
+        self._maybe_refresh()
+        return self._families(self.rows)
+
+    @staticmethod
+    def _families(rows: list[LagRow]):
+        lag = GaugeMetricFamily("nereus_kafka_consumer_group_lag",
+                                "Messages between a group's committed offset and the partition's log end",
+                                labels=["group", "topic", "partition"])
+        committed = GaugeMetricFamily("nereus_kafka_consumer_group_committed_offset",
+                                      "A group's committed offset", labels=["group", "topic", "partition"])
+        for row in rows:
+            labels = [row.group, row.topic, str(row.partition)]
+            lag.add_metric(labels, row.lag)
+            committed.add_metric(labels, row.committed)
+        return [lag, committed]
+
+    def _maybe_refresh(self) -> None:
+        fresh = self.computed_at is not None and self.clock() - self.computed_at < self.refresh_seconds
+        if fresh or self._scheduled or self._loop.is_closed():
+            return
+        self._scheduled = True
+        self._loop.call_soon_threadsafe(self._start)  # a scrape may come from any thread
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = self._loop.create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            self.rows = await self.compute()
+        except Exception as exc:  # the last values stay; the next scrape tries again
+            log.warning("kafka: computing consumer group lag failed: %s", exc)
+        finally:
+            self.computed_at = self.clock()
+            self._scheduled = False
+
+    async def compute(self) -> list[LagRow]:
+        """One pass over the committed offsets of the groups this broker coordinates."""
+        meta, catalog = self.service.meta, self.service.catalog
+        ends: dict[tuple[str, int], int | None] = {}
+        rows: list[LagRow] = []
+        async for rec in meta.range_scan(*_OFFSETS_RANGE):
+            quoted_group, _, rest = rec.key[len(OFFSETS_ROOT):].partition("/")
+            quoted_topic, _, partition_text = rest.rpartition(":")
+            group, topic, partition = unquote(quoted_group), unquote(quoted_topic), int(partition_text)
+            if not routing.is_coordinator(self.service, group):
+                continue
+            key = (topic, partition)
+            if key not in ends:
+                ends[key] = await self._log_end(catalog, meta, topic, partition)
+            if ends[key] is None:
+                continue  # the topic is gone
+            rows.append(LagRow(group, topic, partition, int(json.loads(rec.value)["offset"]), ends[key]))
+            if len(rows) >= MAX_LAG_ROWS:
+                log.warning("kafka: consumer group lag covers the first %d committed offsets only", MAX_LAG_ROWS)
+                break
+        return rows
+
+    @staticmethod
+    async def _log_end(catalog, meta, topic: str, partition: int) -> int | None:
+        stream = await catalog.stream_name(topic, partition)
+        if stream is None:
+            return None
+        sid = await view.stream_id(meta, str(stream))
+        if sid is None:
+            return 0  # created lazily: nothing produced yet
+        return (await view.bounds(meta, sid))[1]
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+def register(service) -> LagCollector | None:
+    """Register the lag collector; None when this process already has one (in-process clusters in tests)."""
+    collector = LagCollector(service)
+    try:
+        REGISTRY.register(collector)
+    except ValueError:
+        log.debug("kafka lag metrics are already registered in this process")
+        return None
+    return collector
+
+
+async def unregister(collector: LagCollector | None) -> None:
+    if collector is not None:
+        REGISTRY.unregister(collector)
+        await collector.close()
