@@ -20,6 +20,7 @@ from ..meta import MetadataStore
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
+from ..storage import metrics as storage_metrics
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
 from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
@@ -160,6 +161,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     leases: dict = {}
     metrics = cluster_metrics.register(placement, leases)
     stack.callback(cluster_metrics.unregister, metrics)
+    progress = storage_metrics.register_progress(meta)
+    stack.push_async_callback(storage_metrics.unregister_progress, progress)
     holder = name
     collector = GarbageCollector(meta, objects, grace_seconds=options.gc_grace,
                                  pending_timeout_seconds=options.gc_pending_timeout)

@@ -36,6 +36,7 @@ from urllib.parse import quote, unquote
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..objstore import ObjectStore
+from ..storage import metrics as storage_metrics
 from ..storage.records import stream_partition
 from .ackset import AckSet
 from .errors import CursorFenced
@@ -172,7 +173,7 @@ class Cursor:
         gen = self._snapshot_gen + 1
         snapshot = snapshot_name(self.stream_id, self.name, gen)
         body = json.dumps(record["acks"], separators=(",", ":")).encode()
-        await self.objects.put_if_absent(snapshot, body)
+        await storage_metrics.put_object(self.objects, snapshot, body, "cursor_snapshot")
         record.update(acks={"below": self.acks.acked_below, "ranges": []}, snapshot=snapshot, gen=gen)
         return snapshot
 

@@ -11,7 +11,11 @@ import bisect
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from . import metrics
 from .api import FetchedEntry
+
+_TAIL_HITS, _TAIL_MISSES = metrics.CACHE_HITS.labels("tail"), metrics.CACHE_MISSES.labels("tail")
+_BLOCK_HITS, _BLOCK_MISSES = metrics.CACHE_HITS.labels("block"), metrics.CACHE_MISSES.labels("block")
 
 
 @dataclass(slots=True)
@@ -58,10 +62,13 @@ class TailCache:
         """Contiguous cached entries from the one containing ``offset``; [] on a miss."""
         tail = self._streams.get(stream_id)
         if tail is None:
+            _TAIL_MISSES.inc()
             return []
         i = bisect.bisect_right(tail.bases, offset, lo=tail.head) - 1
         if i < tail.head or tail.entries[i].end_offset <= offset:
+            _TAIL_MISSES.inc()
             return []
+        _TAIL_HITS.inc()
         out: list[FetchedEntry] = []
         total = 0
         while i < len(tail.entries) and tail.entries[i].base_offset < end and (not out or total < max_bytes):
@@ -89,7 +96,9 @@ class BlockCache:
     def get(self, key: tuple[str, int]) -> list[tuple[int, memoryview]] | None:
         block = self._blocks.get(key)
         if block is None:
+            _BLOCK_MISSES.inc()
             return None
+        _BLOCK_HITS.inc()
         self._blocks.move_to_end(key)
         return block[1]
 

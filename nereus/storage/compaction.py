@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..objstore import ObjectStore
-from . import compacted_format, gc, records
+from . import compacted_format, gc, metrics, records
 from .errors import StorageError
 from .reader import StreamReader
 from .records import IndexEntry, Tail
@@ -193,7 +193,7 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
         "ts": int(time.time() * 1000), "kind": "compaction", "object": key, "stream": job.stream_id,
         "first": job.first, "last": job.last, "groups": [g.key for g in job.groups],
         "replaced": [[e.object, e.base] for e in replaced]}))
-    await objects.put_if_absent(key, data)
+    await metrics.put_object(objects, key, data, "compacted")
     await gc.seal(meta, key, [(job.stream_id, job.first)])
     partition = records.stream_partition(job.stream_id)
     try:
@@ -216,6 +216,10 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
                  [(e.object, e.base) for e in replaced], marker)
     log.info("stream %d: compacted [%d, %d] (%d slices, %d -> %d bytes) into %s", job.stream_id, job.first,
              job.last, len(replaced), job.input_bytes, len(data), key)
+    try:
+        await metrics.record_compaction(meta, job.input_bytes, len(data))
+    except Exception as exc:  # the range is compacted; only the progress series misses it
+        log.warning("stream %d: recording compaction progress failed: %s", job.stream_id, exc)
     return CompactionResult(job.stream_id, job.first, job.last, key, job.input_bytes, len(data), generation)
 
 

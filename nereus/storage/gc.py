@@ -215,7 +215,7 @@ class GarbageCollector:
             if record is not None and records.decode(record.value).get("state") == "sealed":
                 continue
             try:
-                await self.objects.put_if_absent(name, TOMBSTONE)
+                await metrics.put_object(self.objects, name, TOMBSTONE, "tombstone")
                 data = TOMBSTONE  # never written: now it never will be
             except ObjectExists:
                 try:
@@ -327,8 +327,13 @@ class GarbageCollector:
             if value.get("state") != "sealed" or value["live"]:
                 await self.meta.delete(marker_key)  # referenced again (cannot happen today); keep it
                 return False
-        await self.objects.delete(object_key)
-        metrics.GC_DELETED_OBJECTS.inc()
+        try:
+            size = (await self.objects.head(object_key)).size
+        except ObjectNotFound:
+            size = 0
+        if await self.objects.delete(object_key):
+            metrics.GC_DELETED_OBJECTS.inc()
+            metrics.GC_RECLAIMED_BYTES.inc(size)
         if record is not None:
             try:
                 await self.meta.delete(records.object_key(object_key), expected_version_id=record.version.version_id)

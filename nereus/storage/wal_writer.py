@@ -219,7 +219,7 @@ class WalWriter:
             chunks = encoded.chunks if encoded.size > _INLINE_ENCODE_BYTES else [b"".join(encoded.chunks)]
             for attempt in range(3):
                 try:
-                    await self.objects.put_if_absent(key, chunks)
+                    await metrics.put_object(self.objects, key, chunks, "wal")
                     break
                 except ObjectExists:
                     # The collector claimed the name (it took this block for a dead
@@ -232,9 +232,12 @@ class WalWriter:
                     key, reservation = await self._next_name()
             metrics.WAL_OBJECTS.inc()
             metrics.WAL_OBJECT_BYTES.inc(encoded.size)
+            metrics.WAL_FLUSH_BYTES.observe(encoded.size)
             if previous is not None:
                 await previous
+            committing = time.monotonic()
             results = await self._commit_all(batch, key, encoded.slices)
+            metrics.COMMIT_SECONDS.observe(time.monotonic() - committing)
             done.set_result(None)  # the next flush may commit now; sealing is off the ack path
             committed = [(p.session.stream_id, r.base) for p, r in zip(batch, results) if isinstance(r, IndexEntry)]
             metrics.FLUSH_SECONDS.observe(time.monotonic() - started)
