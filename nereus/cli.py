@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from pathlib import Path
 
 import click
 
 
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _run(coro) -> None:
+    # Until the server's loop installs its own stop handlers, SIGTERM stops like a Ctrl-C (no traceback).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         import uvloop
     except ImportError:  # uvloop is pinned, but keep the CLI usable where it cannot build
@@ -44,16 +51,28 @@ def _log_level_option(command):
 def _broker_options(command):
     """The options every broker has, whether standalone or one of a cluster."""
     options = [
+        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="A Pulsar broker.conf / standalone.conf style file (key=value); flags override it."),
         click.option("--bind", default="127.0.0.1", show_default=True, help="Address the listeners bind to."),
         click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True),
         click.option("--pulsar-port", type=click.IntRange(0, 65535), default=6650, show_default=True),
         click.option("--kafka-port", type=click.IntRange(0, 65535), default=9092, show_default=True),
         click.option("--advertised-address", default=None,
                      help="Host name clients are told to use (default: the bind address)."),
+        click.option("--cluster-name", default="standalone", show_default=True, help="Name of the cluster."),
         click.option("--zone", default="default", show_default=True,
                      help="Availability zone (Kafka rack) of this broker."),
         click.option("--broker-name", default=None,
                      help="Stable name of this broker (keeps its Kafka node id). Default: address and ports."),
+        click.option("--auto-topic-creation/--no-auto-topic-creation", default=True, show_default=True,
+                     help="Kafka metadata requests create missing topics (Pulsar producers and consumers "
+                          "always create non-partitioned ones)."),
+        click.option("--default-partitions", type=click.IntRange(1, 10000), default=1, show_default=True,
+                     help="Partitions of a topic a Kafka client creates without giving a count."),
+        click.option("--deduplication/--no-deduplication", default=True, show_default=True,
+                     help="Message deduplication of namespaces without a policy of their own."),
+        click.option("--max-message-size", type=click.IntRange(1024, 1 << 30), default=None,
+                     help="Largest message in bytes (default: 5 MB for Pulsar, 8 MB for a Kafka batch)."),
         click.option("--session-timeout", type=click.FloatRange(0.5), default=10, show_default=True,
                      help="Seconds after which a broker that stopped heartbeating loses its topics."),
         click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
@@ -74,27 +93,101 @@ def _broker_options(command):
     return command
 
 
+def _apply_config(command: str, kwargs: dict) -> None:
+    """Fill the options the command line did not set from ``--config``'s file (flags win)."""
+    from click.core import ParameterSource
+
+    from .broker.config_file import ConfigError, read_config
+
+    path = kwargs.pop("config_file")
+    if path is None:
+        return
+    ctx = click.get_current_context()
+    try:
+        resolved = read_config(str(path), command)
+    except ConfigError as exc:
+        raise click.ClickException(f"{path}: {exc}") from None
+    params = {param.name: param for param in ctx.command.params}
+    for name, value in resolved.values.items():
+        if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            continue
+        param = params[name]
+        try:  # the option's own checks (ranges ...), so a file is held to what a flag is
+            kwargs[name] = None if value is None else param.type.convert(value, param, ctx)
+        except click.BadParameter as exc:
+            key, text = resolved.sources[name]
+            raise click.ClickException(f"{path}: invalid value {text!r} for {key}: {exc.message}") from None
+    log = logging.getLogger("nereus.config")
+    if resolved.ignored:
+        log.info("%s: ignored (no equivalent in Nereus): %s", path, ", ".join(resolved.ignored))
+    if resolved.unknown:
+        log.warning("%s: unknown key(s) ignored: %s", path, ", ".join(resolved.unknown))
+    for note in resolved.notes:
+        log.warning("%s: %s", path, note)
+
+
 def _options_of(kwargs: dict):
     from .broker.node import BrokerOptions
 
     return BrokerOptions(
         bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
         kafka_port=kwargs["kafka_port"], advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
-        broker_name=kwargs["broker_name"], gc_interval=kwargs["gc_interval"], gc_grace=kwargs["gc_grace"],
-        gc_pending_timeout=kwargs["gc_pending_timeout"], compaction_interval=kwargs["compaction_interval"],
-        compaction_max_age=kwargs["compaction_max_age"],
+        broker_name=kwargs["broker_name"], cluster_name=kwargs["cluster_name"], gc_interval=kwargs["gc_interval"],
+        gc_grace=kwargs["gc_grace"], gc_pending_timeout=kwargs["gc_pending_timeout"],
+        compaction_interval=kwargs["compaction_interval"], compaction_max_age=kwargs["compaction_max_age"],
         compaction_min_bytes=max(1, int(kwargs["compaction_min_mb"] * (1 << 20))),
-        session_timeout=kwargs["session_timeout"])
+        session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
+        default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
+        max_message_size=kwargs["max_message_size"])
 
 
-def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = None) -> None:
+#: The flag and the configuration key that set each listener's port.
+LISTENER_SETTINGS = {"http": "--http-port (webServicePort)", "pulsar": "--pulsar-port (brokerServicePort)",
+                     "kafka": "--kafka-port (kafkaListeners)", "oxia": "--oxia-port (oxiaPort)"}
+
+
+def _check_object_store(url: str) -> None:
+    """Refuse a malformed object-store URL, or a local directory this process cannot write, before start-up."""
+    import re
+    import tempfile
+    from urllib.parse import unquote, urlsplit
+
+    from .objstore import UnsupportedStoreUrl, open_object_store
+
+    if "://" not in url and re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
+        raise click.ClickException(f"malformed object store URL {url!r} (expected scheme://...)")
+    try:
+        open_object_store(url)  # parses only: no I/O until first use
+    except UnsupportedStoreUrl as exc:
+        raise click.ClickException(str(exc)) from None
+    if "://" in url and urlsplit(url).scheme.lower() != "file":
+        return
+    directory = Path(unquote(urlsplit(url).path) if "://" in url else url).resolve()
+    try:  # the store creates it on first use anyway; a write now fails here rather than at the first produce
+        directory.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        raise click.ClickException(f"object store directory {directory} is not writable: "
+                                   f"{exc.strerror or exc}") from None
+
+
+def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = None,
+           listeners: dict[str, str] = LISTENER_SETTINGS) -> None:
+    """Run a server until SIGINT/SIGTERM; a start-up failure is one line and exit code 1."""
+    from .broker.data_lock import DataDirLocked
+    from .broker.node import PortInUse
     from .meta.errors import InvalidRequest, MetadataError
     from .objstore.errors import UnsupportedStoreUrl
 
     try:
         _run(coro)
-    except (UnsupportedStoreUrl, InvalidRequest) as exc:
-        raise click.UsageError(str(exc)) from None
+    except KeyboardInterrupt:  # a Ctrl-C before the stop handlers were installed: nothing to clean up yet
+        return
+    except PortInUse as exc:
+        raise click.ClickException(f"cannot start: port {exc.port} of the {exc.listener} listener is already in "
+                                   f"use on {exc.host}; choose another with {listeners[exc.listener]}") from None
+    except (DataDirLocked, UnsupportedStoreUrl, InvalidRequest) as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
     except MetadataError as exc:
@@ -115,35 +208,53 @@ def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = N
               help="Broker processes to run (one core each); the others listen on the next ports up.")
 @_broker_options
 @_log_level_option
-def standalone(data_dir: Path, oxia_port: int, object_store: str | None, metadata_shards: int, brokers: int,
-               **kwargs) -> None:
+def standalone(**kwargs) -> None:
     """Run everything on one machine: metadata engine, object store, storage, listeners."""
+    from .broker.data_lock import DataDirLocked, lock_data_dir
     from .broker.standalone import StandaloneConfig, run_standalone
 
+    _apply_config("standalone", kwargs)
+    data_dir, object_store, brokers = kwargs["data_dir"], kwargs["object_store"], kwargs["brokers"]
     if brokers > 1 and object_store and object_store.startswith("memory:"):
         raise click.UsageError("--brokers > 1 needs an object store the broker processes share (file:// or s3://)")
-    config = StandaloneConfig(data_dir=data_dir, broker=_options_of(kwargs), oxia_port=oxia_port,
-                              object_store=object_store, metadata_shards=metadata_shards,
+    if object_store:
+        _check_object_store(object_store)
+    try:
+        lock_data_dir(data_dir)  # before anything opens there; held until the process ends
+    except DataDirLocked as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot use the data directory {data_dir}: {exc.strerror or exc}") from None
+    config = StandaloneConfig(data_dir=data_dir, broker=_options_of(kwargs), oxia_port=kwargs["oxia_port"],
+                              object_store=object_store, metadata_shards=kwargs["metadata_shards"],
                               session_timeout=kwargs["session_timeout"], brokers=brokers)
     _serve(run_standalone(config))
 
 
 @main.command()
-@click.option("--metadata", required=True, help="The cluster's metadata service: oxia://host:port[/namespace].")
-@click.option("--object-store", required=True, help="The cluster's object store: s3://bucket/prefix?... or a "
-              "file:// directory every broker shares.")
+@click.option("--metadata", default=None,
+              help="The cluster's metadata service: oxia://host:port[/namespace] (required; or metadataStoreUrl).")
+@click.option("--object-store", default=None, help="The cluster's object store: s3://bucket/prefix?... or a "
+              "file:// directory every broker shares (required; or objectStoreUrl).")
 @click.option("--metadata-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
               help="Seconds to keep retrying an unreachable metadata service before giving up.")
 @_broker_options
 @_log_level_option
-def broker(metadata: str, object_store: str, metadata_timeout: float, **kwargs) -> None:
+def broker(**kwargs) -> None:
     """Run one stateless broker of a cluster (Pulsar, Kafka and HTTP listeners)."""
     from .broker.run import run_broker
 
+    _apply_config("broker", kwargs)
+    metadata, object_store, metadata_timeout = kwargs["metadata"], kwargs["object_store"], kwargs["metadata_timeout"]
+    for value, flag, key in ((metadata, "--metadata", "metadataStoreUrl"),
+                             (object_store, "--object-store", "objectStoreUrl")):
+        if not value:
+            raise click.UsageError(f"{flag} (or {key} in the --config file) is required")
     if not metadata.startswith("oxia://"):
         raise click.UsageError(f"--metadata must be an oxia://host:port[/namespace] URL, not {metadata!r}")
     if object_store.startswith("memory:"):
-        raise click.UsageError("a memory:// object store cannot be shared by brokers; use file:// or s3://")
+        raise click.ClickException("a memory:// object store cannot be shared by brokers; use file:// or s3://")
+    _check_object_store(object_store)
     _serve(run_broker(metadata, object_store, _options_of(kwargs), session_timeout=kwargs["session_timeout"],
                       metadata_timeout=metadata_timeout), metadata, metadata_timeout)
 
@@ -165,12 +276,25 @@ def broker(metadata: str, object_store: str, metadata_timeout: float, **kwargs) 
 def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: str | None,
          namespaces: tuple[str, ...], max_namespaces: int) -> None:
     """Serve the metadata engine over Oxia's client protocol (gRPC)."""
+    import errno
+
+    from .broker.data_lock import DataDirLocked, lock_data_dir
     from .meta.oxia.server import serve
 
     try:
+        lock_data_dir(data_dir)
         _run(serve(str(data_dir), bind, port, shards, advertised_address, namespaces=namespaces,
                    max_namespaces=max_namespaces))
-    except (OSError, RuntimeError) as exc:
+    except KeyboardInterrupt:
+        return
+    except DataDirLocked as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(f"cannot start: port {port} of the oxia listener is already in use on "
+                                       f"{bind}; choose another with --port") from None
+        raise click.ClickException(f"cannot start: {exc}") from None
+    except RuntimeError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -22,6 +23,7 @@ from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
 from ..storage import metrics as storage_metrics
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
+from ..topics.dedup import BROKER_DEDUPLICATION_ENABLED
 from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
@@ -49,6 +51,28 @@ class BrokerOptions:
     rebalance_delay: float = 0.5
     lease_poll_seconds: float = 2.0
     session_timeout: float = 10.0
+    auto_topic_creation: bool = True  # Kafka metadata requests create missing topics
+    default_partitions: int = 1  # partitions of a topic a Kafka client creates without a count
+    deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
+    max_message_size: int | None = None  # bytes; None: each protocol's own default
+
+
+class PortInUse(OSError):
+    """A listener's port is taken by another process."""
+
+    def __init__(self, listener: str, host: str, port: int) -> None:
+        super().__init__(errno.EADDRINUSE, f"port {port} of the {listener} listener is already in use on {host}")
+        self.listener, self.host, self.port = listener, host, port
+
+
+async def bind_listener(listener: str, host: str, port: int, start):
+    """Await ``start`` (a listener binding ``host:port``); a port in use raises ``PortInUse``."""
+    try:
+        return await start
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(listener, host, port) from None
+        raise
 
 
 def advertised(bind: str, advertised_address: str | None) -> str:
@@ -123,19 +147,23 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     host = advertised(options.bind, options.advertised_address)
     storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}")
     stack.push_async_callback(storage.close)
-    http = await start_http(options.bind, options.http_port)
+    http = await bind_listener("http", options.bind, options.http_port, start_http(options.bind, options.http_port))
     stack.push_async_callback(http.cleanup)
     http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
     starting = StartingPlacement(BrokerAddress("starting", -1, options.zone, "", host, 0, ""))
-    registry = TopicRegistry(storage, meta, placement=starting)
+    registry = TopicRegistry(storage, meta, placement=starting, deduplication_enabled=options.deduplication)
     registry.start()
     stack.push_async_callback(registry.close)
+    sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
-                           registry=registry)
-    await pulsar.start(serve=False)  # bound now; clients are accepted once the broker registered
+                           registry=registry, **sizes)
+    # Bound now; clients are accepted once the broker registered.
+    await bind_listener("pulsar", options.bind, options.pulsar_port, pulsar.start(serve=False))
     stack.push_async_callback(pulsar.stop)
-    kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host)
-    await kafka.start(serve=False)
+    kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
+                         auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
+                         **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
+    await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))
     stack.push_async_callback(kafka.stop)
 
     name = options.broker_name or f"{host}:{pulsar.port}:{kafka.port}:{http_port}"
@@ -186,4 +214,5 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     return node
 
 
-__all__ = ["BrokerNode", "BrokerOptions", "StartingPlacement", "advertised", "start_broker"]
+__all__ = ["BrokerNode", "BrokerOptions", "PortInUse", "StartingPlacement", "advertised", "bind_listener",
+           "start_broker"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..meta import open_engine
 from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
-from .node import BrokerOptions, advertised, start_broker
+from .node import BrokerOptions, advertised, bind_listener, start_broker
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         stack.push_async_callback(objects.close)
         engine = open_engine(str(config.data_dir / "meta"), shards=config.metadata_shards)
         stack.push_async_callback(engine.close)
-        oxia = await start_oxia_server(engine, options.bind, config.oxia_port)
+        oxia = await bind_listener("oxia", options.bind, config.oxia_port,
+                                   start_oxia_server(engine, options.bind, config.oxia_port))
         stack.push_async_callback(oxia.stop)
         metadata_url = f"oxia://{advertised(options.bind, None)}:{oxia.port}"
         meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}",
@@ -65,7 +66,7 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         stack.push_async_callback(meta.close)
         node = await start_broker(stack, meta, objects, objects_url=objects_url, metadata_url=metadata_url,
                                   options=options)
-        children = [asyncio.ensure_future(_supervise_child(i, config, metadata_url, objects_url))
+        children = [asyncio.ensure_future(_supervise_child(i, config, metadata_url, objects_url, stop))
                     for i in range(1, config.brokers)]
         for child in children:
             stack.push_async_callback(_cancel_and_wait, child)
@@ -100,14 +101,24 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
             "--gc-grace", str(opts.gc_grace), "--gc-pending-timeout", str(opts.gc_pending_timeout),
             "--compaction-interval", str(opts.compaction_interval),
             "--compaction-max-age", str(opts.compaction_max_age),
-            "--compaction-min-mb", str(opts.compaction_min_bytes / (1 << 20))]
+            "--compaction-min-mb", str(opts.compaction_min_bytes / (1 << 20)),
+            "--cluster-name", opts.cluster_name, "--default-partitions", str(opts.default_partitions),
+            "--auto-topic-creation" if opts.auto_topic_creation else "--no-auto-topic-creation",
+            "--deduplication" if opts.deduplication else "--no-deduplication"]
     if opts.advertised_address:
         args += ["--advertised-address", opts.advertised_address]
+    if opts.max_message_size is not None:
+        args += ["--max-message-size", str(opts.max_message_size)]
     return args
 
 
-async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str) -> None:
-    """Keep child broker ``index`` running; on cancel, stop it gracefully (SIGTERM, then SIGKILL)."""
+async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str,
+                           stop: asyncio.Event) -> None:
+    """Keep child broker ``index`` running; on cancel, stop it gracefully (SIGTERM, then SIGKILL).
+
+    A child that exits while the standalone stops (a Ctrl-C reaches the whole process
+    group) is not restarted.
+    """
     command = child_command(index, config, metadata_url, objects_url)
     while True:
         proc = await asyncio.create_subprocess_exec(*command)
@@ -124,6 +135,9 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
                     proc.kill()
                 await proc.wait()
             raise
+        if stop.is_set():
+            log.info("broker %d stopped (exit code %s)", index, code)
+            return
         log.warning("broker %d exited with %s; restarting in %.0f s", index, code, CHILD_RESTART_SECONDS)
         await asyncio.sleep(CHILD_RESTART_SECONDS)
 

@@ -17,6 +17,7 @@ import time
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..storage import StreamStorage
+from .dedup import BROKER_DEDUPLICATION_ENABLED
 from .placement import BrokerAddress, Placement
 from .topic import Topic
 
@@ -30,9 +31,12 @@ class TopicRegistry:
     """Loaded topics of one broker."""
 
     def __init__(self, storage: StreamStorage, meta: MetadataStore, *, idle_seconds: float = 300.0,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None,
+                 deduplication_enabled: bool = BROKER_DEDUPLICATION_ENABLED) -> None:
         self.storage = storage
         self.meta = meta
+        # The broker's default (Pulsar's brokerDeduplicationEnabled) for namespaces without a policy.
+        self.deduplication_enabled = deduplication_enabled
         self.placement = placement if placement is not None else Placement(LOCAL)
         self.idle_seconds = idle_seconds
         self.topics: dict[str, Topic] = {}

@@ -26,7 +26,6 @@ from typing import Awaitable, Callable
 
 from ..ledger.naming import TopicName
 from ..storage import StreamFenced, StreamHandle
-from . import dedup as _dedup
 from .dedup import Dedup
 from .policies import policies_key
 from .traffic import TopicTraffic
@@ -67,7 +66,7 @@ class Topic:
         """Apply the namespace's deduplication policy (the broker default when unset)."""
         rec = await self.meta.get(policies_key(self.name.tenant, self.name.namespace))
         value = json.loads(rec.value).get("deduplicationEnabled") if rec is not None else None
-        enabled = value if isinstance(value, bool) else _dedup.BROKER_DEDUPLICATION_ENABLED
+        enabled = value if isinstance(value, bool) else self.registry.deduplication_enabled
         if enabled != self.dedup.enabled:
             log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
         self.dedup.enabled = enabled

@@ -20,6 +20,7 @@ on demand; a request for any other is answered as Oxia answers an unknown namesp
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import re
@@ -419,6 +420,7 @@ async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int =
     ``namespaces`` exist besides ``default`` (and those created in earlier runs);
     clients may create ``max_namespaces`` others, no more.
     """
+    _check_port_free(host, port)
     # SO_REUSEPORT would let a second server bind the same port silently.
     server = aio.server(options=cv.GRPC_OPTIONS + [("grpc.so_reuseport", 0)])
     bound = server.add_insecure_port(_host_port(host, port))
@@ -432,6 +434,21 @@ async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int =
     await server.start()
     log.info("oxia protocol listening on %s (advertised as %s)", _host_port(host, bound), advertised_address)
     return OxiaServer(server, servicer, bound, advertised_address)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Raise OSError(EADDRINUSE) for a taken port (gRPC only says it failed, and logs a line of its own)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(errno.EADDRINUSE, f"port {port} is already in use on {host}") from None
+            # Anything else (an unknown host name ...) gRPC reports itself.
 
 
 async def serve(data_dir: str, host: str, port: int, shards: int,

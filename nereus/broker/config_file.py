@@ -1,0 +1,300 @@
+"""``--config FILE``: Pulsar's broker.conf / standalone.conf (Java properties) mapped onto the CLI's options.
+
+Sans-io: ``parse_properties(text)`` reads the properties format and ``resolve(entries,
+command)`` turns it into option values (``{parameter name: value}``) through the key
+table ``KEYS``. A key is read under Pulsar's name where Pulsar has one, under KoP's
+for Kafka settings, and under a Nereus name otherwise. Keys of a Pulsar
+deployment that Nereus has no use for (ZooKeeper, BookKeeper, managed ledger ...)
+and unknown keys are reported, not applied; a value that does not convert raises
+``ConfigError`` naming the key and the value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+STANDALONE = "standalone"
+BROKER = "broker"
+BOTH = frozenset({STANDALONE, BROKER})
+
+
+class ConfigError(ValueError):
+    """A key's value is not valid (or the file cannot be read)."""
+
+    def __init__(self, key: str, value: str, reason: str) -> None:
+        super().__init__(f"invalid value {value!r} for {key}: {reason}")
+        self.key, self.value, self.reason = key, value, reason
+
+
+# -- the properties format -------------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2:i + 6]):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _logical_lines(text: str):
+    """(line number, logical line): comments and blank lines dropped, continuations joined."""
+    pending, start = None, 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.lstrip(" \t\f")
+        if pending is None:
+            if not line or line[0] in "#!":
+                continue
+            start, pending = number, ""
+        # A line ending in an odd number of backslashes continues on the next one.
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:
+            pending += line[:-1]
+            continue
+        yield start, pending + line
+        pending = None
+    if pending is not None:
+        yield start, pending
+
+
+def parse_properties(text: str) -> list[tuple[int, str, str]]:
+    """``(line, key, value)`` for each entry of a Java properties text, in order.
+
+    The key ends at the first unescaped ``=``, ``:`` or whitespace; whitespace around
+    the separator is dropped, trailing whitespace of the value too (Pulsar trims it).
+    """
+    entries = []
+    for number, line in _logical_lines(text):
+        i = 0
+        while i < len(line) and line[i] not in "=: \t\f":
+            i += 2 if line[i] == "\\" else 1
+        key, rest = line[:i], line[i:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        entries.append((number, _unescape(key), _unescape(rest).strip()))
+    return entries
+
+
+# -- value converters (each raises ValueError with the reason) ----------------------------------------
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("not an integer") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError("expected true or false")
+
+
+def _text(text: str) -> str:
+    if not text:
+        raise ValueError("empty")
+    return text
+
+
+def _optional_text(text: str) -> str | None:
+    return text or None
+
+
+def _millis(text: str) -> float:
+    return _float(text) / 1000.0
+
+
+def _listener(text: str) -> tuple[str, int]:
+    """KoP's ``kafkaListeners``: ``PLAINTEXT://host:port`` (one PLAINTEXT listener)."""
+    listeners = [item.strip() for item in text.split(",") if item.strip()]
+    plain = []
+    for item in listeners:
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)", item)
+        if match is None:
+            raise ValueError("expected PLAINTEXT://host:port")
+        if match.group(1).upper() == "PLAINTEXT":
+            plain.append((match.group(2).strip("[]"), int(match.group(3))))
+    if len(plain) != 1:
+        raise ValueError("expected exactly one PLAINTEXT://host:port listener (TLS and SASL are not supported)")
+    if not 0 <= plain[0][1] <= 65535:
+        raise ValueError("port out of range")
+    return plain[0]
+
+
+def _creation_type(text: str) -> str:
+    if text not in ("non-partitioned", "partitioned"):
+        raise ValueError("expected non-partitioned or partitioned")
+    return text
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: the option it sets and how its text converts."""
+
+    name: str
+    param: str | None  # the CLI parameter; None: handled by resolve() itself
+    convert: Callable[[str], object]
+    commands: frozenset = BOTH
+    doc: str = ""
+
+
+KEYS: dict[str, Key] = {k.name: k for k in (
+    Key("bindAddress", "bind", _text, doc="Address every listener binds to."),
+    Key("advertisedAddress", "advertised_address", _optional_text, doc="Host name clients are told to use."),
+    Key("webServicePort", "http_port", _int, doc="HTTP port (admin REST API, metrics)."),
+    Key("brokerServicePort", "pulsar_port", _int, doc="Pulsar binary protocol port."),
+    Key("kafkaListeners", None, _listener, doc="KoP: PLAINTEXT://host:port of the Kafka listener."),
+    Key("kafkaAdvertisedListeners", None, _listener, doc="KoP: PLAINTEXT://host:port told to Kafka clients."),
+    Key("clusterName", "cluster_name", _text, doc="Name of the cluster."),
+    Key("metadataStoreUrl", "metadata", _text, frozenset({BROKER}), doc="oxia://host:port[/namespace]."),
+    Key("metadataStoreSessionTimeoutMillis", "session_timeout", _millis,
+        doc="A broker that stopped heartbeating this long loses its topics."),
+    Key("metadataStoreOperationTimeoutSeconds", "metadata_timeout", _float, frozenset({BROKER}),
+        doc="Seconds to keep retrying an unreachable metadata service at start-up."),
+    Key("allowAutoTopicCreation", "auto_topic_creation", _bool,
+        doc="Kafka clients' metadata requests create missing topics."),
+    Key("allowAutoTopicCreationType", None, _creation_type, doc="non-partitioned or partitioned."),
+    Key("defaultNumPartitions", "default_partitions", _int, doc="Partitions of an auto-created topic."),
+    Key("num.partitions", "default_partitions", _int, doc="Kafka's name for defaultNumPartitions."),
+    Key("brokerDeduplicationEnabled", "deduplication", _bool,
+        doc="Deduplication of namespaces without a policy of their own."),
+    Key("maxMessageSize", "max_message_size", _int, doc="Largest message (bytes) a producer may send."),
+    Key("dataDir", "data_dir", _text, frozenset({STANDALONE}), doc="Metadata and local object store files."),
+    Key("oxiaPort", "oxia_port", _int, frozenset({STANDALONE}), doc="Oxia protocol (metadata) port."),
+    Key("objectStoreUrl", "object_store", _text, doc="file://, s3:// or memory:// object store."),
+    Key("metadataShards", "metadata_shards", _int, frozenset({STANDALONE}), doc="Shards of a new namespace."),
+    Key("numBrokers", "brokers", _int, frozenset({STANDALONE}), doc="Broker processes to run."),
+    Key("availabilityZone", "zone", _text, doc="Availability zone (Kafka rack) of the broker."),
+    Key("brokerName", "broker_name", _optional_text, doc="Stable broker name (keeps its Kafka node id)."),
+    Key("gcIntervalSeconds", "gc_interval", _float, doc="Seconds between garbage collection passes."),
+    Key("gcGraceSeconds", "gc_grace", _float, doc="Seconds a released object is kept for readers."),
+    Key("gcPendingTimeoutSeconds", "gc_pending_timeout", _float, doc="Seconds before an unfinished write is resolved."),
+    Key("compactionIntervalSeconds", "compaction_interval", _float, doc="Seconds between compaction runs (0: none)."),
+    Key("compactionMaxAgeSeconds", "compaction_max_age", _float, doc="Compact records once this old ..."),
+    Key("compactionMinMB", "compaction_min_mb", _float, doc="... or once there are this many MB of them."),
+)}
+
+# Pulsar/KoP keys whose concern Nereus handles its own way (metadata plane, object storage,
+# no BookKeeper): expected in a Pulsar operator's file, reported once as ignored.
+IGNORED_PREFIXES = (
+    "zookeeper", "globalZookeeper", "configurationStore", "configurationMetadataStore", "metadataStore",
+    "bookkeeper", "bookie", "managedLedger", "dlog", "journal", "ledger", "dbStorage", "functionsWorker",
+    "loadBalancer", "loadManager", "transaction", "authentication", "authorization", "superUserRoles",
+    "brokerClient", "tls", "webServicePortTls", "brokerServicePortTls", "kafka", "messagingProtocols",
+    "protocolHandler", "entryFormat", "offloaders", "systemTopic", "topicLevelPolicies", "backlogQuota",
+    "brokerDeleteInactive", "brokerShutdownTimeoutMs", "numIOThreads", "numHttpServerThreads",
+    "numOrderedExecutorThreads", "numExecutorThreadPoolSize", "isRunningStandalone", "webSocket",
+    "defaultRetention", "schemaRegistry", "exposeTopicLevelMetricsInPrometheus",
+    "statusFilePath", "brokerDeduplication", "allowAutoSubscriptionCreation", "advertisedListeners",
+    "internalListenerName", "bindAddresses", "bootstrapNamespaces", "maxUnacked", "dispatch", "subscription",
+)
+
+# Keys whose value Nereus cannot honour: why, logged when the key is set to something else.
+_UNSUPPORTED_VALUES = {
+    ("allowAutoTopicCreationType", "partitioned"):
+        "Pulsar producers and consumers create non-partitioned topics; Kafka clients create partitioned ones",
+}
+
+
+@dataclass
+class Resolved:
+    """What a configuration file sets, and what it names without effect."""
+
+    values: dict[str, object] = field(default_factory=dict)
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)  # parameter -> (key, text) that set it
+    ignored: list[str] = field(default_factory=list)  # known Pulsar keys Nereus has no use for
+    unknown: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # keys applied only in part, and why
+
+
+def resolve(entries: list[tuple[int, str, str]], command: str) -> Resolved:
+    """The option values of ``command`` set by ``entries`` (see ``parse_properties``)."""
+    out = Resolved()
+    seen: dict[str, str] = {}
+    listeners: dict[str, tuple[str, int]] = {}
+    for _line, name, text in entries:
+        seen[name] = text  # the last occurrence wins, as in java.util.Properties
+    for name, text in seen.items():
+        key = KEYS.get(name)
+        if key is None or command not in key.commands:
+            (out.ignored if key is not None or name.startswith(IGNORED_PREFIXES) else out.unknown).append(name)
+            continue
+        try:
+            value = key.convert(text)
+        except ValueError as exc:
+            raise ConfigError(name, text, str(exc)) from None
+        why = _UNSUPPORTED_VALUES.get((name, value))
+        if why:
+            out.notes.append(f"{name}={text} is not supported ({why})")
+        if key.param is None:
+            if name.startswith("kafka"):
+                listeners[name] = value
+            continue
+        if key.param in out.values and out.values[key.param] != value:
+            raise ConfigError(name, text, "contradicts {}={}".format(*out.sources[key.param]))
+        out.values[key.param] = value
+        out.sources[key.param] = (name, text)
+    _apply_kafka_listeners(out, listeners, seen)
+    return out
+
+
+def _apply_kafka_listeners(out: Resolved, listeners: dict, seen: dict) -> None:
+    """Nereus binds every listener to one address and advertises one host for every protocol."""
+    if "kafkaListeners" in listeners:
+        host, port = listeners["kafkaListeners"]
+        source = ("kafkaListeners", seen["kafkaListeners"])
+        out.values["kafka_port"], out.sources["kafka_port"] = port, source
+        bind = out.values.get("bind")
+        if host and bind is None:  # KoP binds its listener there; so do all of Nereus's
+            out.values["bind"], out.sources["bind"] = host, source
+        elif host and host != bind:
+            out.notes.append(f"kafkaListeners host {host} is not used: every listener binds to bindAddress {bind}")
+    if "kafkaAdvertisedListeners" in listeners:
+        host, port = listeners["kafkaAdvertisedListeners"]
+        advertised = out.values.get("advertised_address")
+        if advertised is None and host:
+            out.values["advertised_address"] = host
+            out.sources["advertised_address"] = ("kafkaAdvertisedListeners", seen["kafkaAdvertisedListeners"])
+        elif host and host != advertised:
+            out.notes.append(f"kafkaAdvertisedListeners host {host} is not used: every protocol advertises "
+                             f"advertisedAddress {advertised}")
+        listen_port = out.values.get("kafka_port")
+        if listen_port is not None and port != listen_port:
+            out.notes.append(f"kafkaAdvertisedListeners port {port} is not used: Kafka clients are told the "
+                             f"listener's port {listen_port}")
+
+
+def read_config(path: str, command: str) -> Resolved:
+    """Read and resolve a configuration file; an unreadable file is a ``ConfigError`` too."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("--config", path, getattr(exc, "strerror", None) or str(exc)) from None
+    return resolve(parse_properties(text), command)
+
+
+__all__ = ["BROKER", "KEYS", "STANDALONE", "ConfigError", "Key", "Resolved", "parse_properties", "read_config",
+           "resolve"]
