@@ -49,6 +49,15 @@ CACHE_MISSES = Counter("nereus_storage_cache_misses", "Reads a cache could not a
 GC_DELETED_OBJECTS = Counter("nereus_storage_gc_deleted_objects", "Objects deleted by the garbage collector")
 GC_RECLAIMED_BYTES = Counter("nereus_storage_gc_reclaimed_bytes", "Bytes of the objects the collector deleted")
 
+#: Kinds of objects storage writes; their series exist from the start (rate() needs a zero to start from).
+OBJECT_KINDS = ("wal", "compacted", "tombstone", "cursor_snapshot")
+for _kind in OBJECT_KINDS:
+    for _counter in (OBJECT_PUTS, OBJECT_PUT_BYTES, OBJECT_PUT_ERRORS):
+        _counter.labels(_kind)
+for _cache in ("tail", "block"):
+    CACHE_HITS.labels(_cache)
+    CACHE_MISSES.labels(_cache)
+
 #: Where compaction results add up (one record for the cluster).
 PROGRESS_KEY = "/nereus/compaction/progress"
 PROGRESS_REFRESH_SECONDS = 5.0
