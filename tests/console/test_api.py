@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import time
+import urllib.request
 import uuid
 
 import pulsar
@@ -64,7 +67,12 @@ def test_kafka_group_shows_members_committed_offsets_and_lag(node):
     finally:
         consumer.close()
     # Left the group: no members any more, the committed offsets stay.
-    status, view = get_json(node, "/console/api/kafka/groups/" + "billing%20%3Cservice%3E")
+    deadline = time.monotonic() + 30
+    while True:
+        status, view = get_json(node, "/console/api/kafka/groups/" + "billing%20%3Cservice%3E")
+        if view["state"] == "Empty" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)  # polling interval of the wait above
     assert view["members"] == [] and view["state"] == "Empty" and view["offsets"][0]["lag"] == 15
 
 
@@ -124,3 +132,16 @@ def test_builtin_table_without_the_lakehouse_extra_says_so(monkeypatch):
     view = asyncio.run(tables._catalog_view(object(), ("public", "default", "t")))
     assert view == {"available": False, "note": tables.NO_EXTRA}
     assert "lakehouse extra is not installed" in view["note"]
+
+
+def test_console_page_and_its_assets_come_from_the_broker(node):
+    with urllib.request.urlopen(node.http + "/console", timeout=30) as response:
+        assert response.headers["Content-Type"].startswith("text/html")
+        html = response.read().decode()
+    refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert any(r.endswith(".js") for r in refs) and any(r.endswith(".css") for r in refs)
+    assert all(r.startswith(("/console/static/", "#", "data:")) for r in refs), refs  # nothing from elsewhere
+    for ref in refs:
+        if ref.startswith("/console/static/"):
+            with urllib.request.urlopen(node.http + ref, timeout=30) as response:
+                assert response.status == 200 and response.read()

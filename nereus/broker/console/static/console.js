@@ -42,7 +42,7 @@ function bytes(v) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
-  return (i ? v.toFixed(1) : String(v)) + " " + units[i];
+  return (i || !Number.isInteger(v) ? v.toFixed(1) : String(v)) + " " + units[i];
 }
 function bytesRate(v) { return bytes(v) + "/s"; }
 function when(ms) { return ms ? new Date(ms).toLocaleString() : "–"; }
@@ -123,9 +123,9 @@ async function loadOverview() {
 // -- pages --------------------------------------------------------------------------------
 function showOverview(main) {
   const brokers = el("div", {id: "brokers"});
-  const traffic = new LineChart("chart-traffic", "Messages per second (all topics)",
+  const traffic = new LineChart("chart-traffic", "Messages per second (topics of this broker)",
     [{key: "in", label: "in", color: COLORS.in}, {key: "out", label: "out", color: COLORS.out}], rate);
-  const backlog = new LineChart("chart-backlog", "Backlog (messages, all subscriptions)",
+  const backlog = new LineChart("chart-backlog", "Backlog (messages, subscriptions of these topics)",
     [{key: "backlog", label: "backlog", color: COLORS.backlog}], count);
   const topics = el("div", {id: "topics"});
   main.replaceChildren(el("h1", {}, "Overview"), ...section("Brokers", brokers),
