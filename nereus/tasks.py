@@ -31,4 +31,16 @@ def spawn(coro, what: str, tasks: set | None = None) -> asyncio.Task:
     return task
 
 
-__all__ = ["log_failure", "spawn"]
+async def wait_for(aw, timeout: float | None):
+    """``asyncio.wait_for`` that never loses a cancellation.
+
+    Python 3.11's ``asyncio.wait_for`` returns the result instead of raising when the
+    awaited thing completes in the same loop iteration as the cancellation of the task
+    waiting on it: a loop like ``while True: await wait_for(event.wait(), t)`` then never
+    stops. ``asyncio.timeout`` counts cancellations properly. Raises ``TimeoutError``.
+    """
+    async with asyncio.timeout(timeout):
+        return await aw
+
+
+__all__ = ["log_failure", "spawn", "wait_for"]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 
-from nereus.tasks import spawn
+import pytest
+
+from nereus.tasks import spawn, wait_for
 
 
 async def test_a_failed_background_task_is_logged_and_retrieved(caplog):
@@ -28,3 +31,31 @@ async def test_a_failed_background_task_is_logged_and_retrieved(caplog):
     gc.collect()
     await asyncio.sleep(0)
     assert not unretrieved
+
+
+async def _loop_until_cancelled(event: asyncio.Event, wait) -> None:
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await wait(event.wait(), 10)
+        event.clear()
+
+
+@pytest.mark.parametrize("rounds", [50])
+async def test_a_cancel_that_meets_a_completed_wait_still_stops_the_loop(rounds):
+    """The event fires in the same loop iteration as the cancel: the loop must still end."""
+    for _ in range(rounds):
+        event = asyncio.Event()
+        task = asyncio.ensure_future(_loop_until_cancelled(event, wait_for))
+        await asyncio.sleep(0)  # the task now waits on the event
+        event.set()
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=10)
+        assert done and task.cancelled()
+
+
+async def test_wait_for_times_out_and_cancels_what_it_waited_on():
+    future = asyncio.get_running_loop().create_future()
+    with pytest.raises(TimeoutError):
+        await wait_for(future, 0.01)
+    assert future.cancelled()
+    assert await wait_for(asyncio.sleep(0, "now"), 5) == "now"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..lakehouse.compaction import has_work
 from ..meta import MetadataStore
+from ..tasks import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class Worker:
         code = await self.proc.wait()
         self.ended = time.monotonic()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._relay), 5)  # a grandchild may hold the pipe
+            await wait_for(asyncio.shield(self._relay), 5)  # a grandchild may hold the pipe
         return code
 
     def reason(self) -> str | None:
@@ -191,7 +192,7 @@ class Worker:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.terminate()
                 try:
-                    await asyncio.wait_for(asyncio.shield(self.proc.wait()), STOP_TIMEOUT)
+                    await wait_for(asyncio.shield(self.proc.wait()), STOP_TIMEOUT)
                 except asyncio.TimeoutError:
                     log.warning("compaction worker ignored SIGTERM for %.0f s; killing it", STOP_TIMEOUT)
                     with contextlib.suppress(ProcessLookupError):

@@ -20,6 +20,7 @@ from ..meta import open_engine
 from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
 from .node import BrokerOptions, advertised, bind_listener, start_broker
+from ..tasks import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(proc.wait(), 30)
+                await wait_for(proc.wait(), 30)
             except asyncio.TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

@@ -40,6 +40,7 @@ from ..objstore import ObjectStore
 from ..storage.errors import StorageError
 from . import rows as _rows
 from .rows import TopicNotFound
+from ..tasks import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,7 @@ class Delivery:
                 total.commits += stats.commits
                 total.deletes += stats.deletes
             try:
-                await asyncio.wait_for(stop.wait(), interval)
+                await wait_for(stop.wait(), interval)
             except asyncio.TimeoutError:
                 pass
         return total

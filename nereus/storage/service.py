@@ -26,6 +26,7 @@ from .reader import StreamReader
 from .records import IndexEntry, Tail
 from .session import AppendSession, acquire
 from .wal_writer import WalOptions, WalWriter
+from ..tasks import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +395,7 @@ class StreamHandle(Stream):
             try:
                 if check and await self._observe_tail() > offset:
                     return True
-                result = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+                result = await wait_for(future, max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
                 await self.refresh()
                 return self.next_offset() > offset

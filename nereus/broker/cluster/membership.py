@@ -26,6 +26,7 @@ from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion, cas
 from ...meta.api import Notification, NotificationType
 from ...topics.placement import BrokerAddress
 from .ring import HashRing
+from ...tasks import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ class Membership:
         try:
             while True:
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), self.refresh_seconds)
+                    await wait_for(self._changed.wait(), self.refresh_seconds)
                 self._changed.clear()
                 try:
                     await self.refresh()

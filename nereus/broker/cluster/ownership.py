@@ -34,7 +34,7 @@ from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...meta.api import Notification, NotificationType
 from ...meta.errors import MetadataError
-from ...tasks import spawn
+from ...tasks import spawn, wait_for
 from ...topics.placement import BrokerAddress, NotOwner, Placement
 from .membership import ACTIVE, Membership
 
@@ -191,7 +191,7 @@ class ClusterPlacement(Placement):
             return cached[0]
         host, _, port = address.pulsar_url.rpartition("://")[2].rpartition(":")
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), PROBE_TIMEOUT)
+            _, writer = await wait_for(asyncio.open_connection(host, int(port)), PROBE_TIMEOUT)
             writer.close()
             ok = True
         except (OSError, ValueError, asyncio.TimeoutError):
@@ -347,7 +347,7 @@ class ClusterPlacement(Placement):
     async def _rebalance_loop(self) -> None:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._ring_changed.wait(), self.rebalance_interval)
+                await wait_for(self._ring_changed.wait(), self.rebalance_interval)
             # Let a burst of changes settle, so a broker joining does not move topics twice.
             await asyncio.sleep(self.rebalance_delay)
             self._ring_changed.clear()

@@ -19,6 +19,7 @@ from ..keys import key_hash
 from . import convert as cv
 from .proto import client_pb2 as pb
 from .proto import service as pbg
+from ...tasks import wait_for
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,7 +95,7 @@ class Connection:
             self._follower = asyncio.create_task(self._follow(), name=f"oxia-assignments-{self.namespace}")
         if not self._ready.is_set():
             try:
-                await asyncio.wait_for(self._ready.wait(), self.retry_timeout)
+                await wait_for(self._ready.wait(), self.retry_timeout)
             except asyncio.TimeoutError:
                 raise self._error or MetadataUnavailable(f"no shard map from {self.address}") from None
 

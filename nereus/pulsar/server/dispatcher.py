@@ -18,6 +18,7 @@ from ...ledger.subscription import ConsumerSlot, Subscription, SubType
 from ...storage import FetchedEntry, OffsetOutOfRange, StorageError
 from ...topics.rates import RateMeter
 from . import entries, metrics
+from ...tasks import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class Dispatcher:
                 await asyncio.sleep(0.5)
             if not progressed:
                 try:
-                    await asyncio.wait_for(self._wake.wait(), IDLE_POLL)
+                    await wait_for(self._wake.wait(), IDLE_POLL)
                 except asyncio.TimeoutError:
                     if not self.sub.consumers:
                         self._task = None
