@@ -195,3 +195,17 @@ def test_topic_page_shows_its_builtin_table(node, page):
     expect(page.locator("#data-files tbody tr")).to_have_count(1)
     expect(page.locator("#data-files tbody tr code")).to_contain_text("/compacted/")
     assert page.errors == []
+
+
+def test_a_partitioned_topic_is_one_row_with_its_partitions_summed(node, page, kafka_group):
+    topic = "persistent://public/default/" + kafka_group[0]  # Kafka creates partitioned topics
+    page.goto(node.http + "/console")
+    row = page.locator(f'tr[data-topic="{topic}"]')
+    expect(row).to_be_visible()
+    expect(page.locator(f'tr[data-topic="{topic}-partition-0"]')).to_have_count(0)
+    row.get_by_role("link").click()
+    expect(page.locator("#topic-name")).to_have_text(topic)
+    expect(page.locator("#topic-partitions")).to_have_text("1")
+    page.wait_for_function(_number("#topic-msg-in") + " >= 30")  # the Kafka producer's messages, over its partitions
+    expect(page.locator("#builtin-table")).to_contain_text("public.default." + kafka_group[0])
+    assert page.errors == []

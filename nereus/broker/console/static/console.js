@@ -75,16 +75,27 @@ function topicPath(name) {
 
 function topicLink(name) { return el("a", {href: "#/topic/" + enc(name)}, name); }
 
+// A partitioned topic is listed once (its partitions are rows of the admin listing too).
+const partitioned = new Set();
+
 async function namespaceTopics() {
   const tenants = await getJSON("/admin/v2/tenants");
   const out = [];
   for (const tenant of tenants) {
     for (const ns of await getJSON("/admin/v2/namespaces/" + enc(tenant))) {
-      const [t, n] = ns.split("/");
-      out.push({namespace: ns, topics: await getJSON("/admin/v2/persistent/" + enc(t) + "/" + enc(n))});
+      const base = "/admin/v2/persistent/" + ns.split("/").map(enc).join("/");
+      const bases = await getJSON(base + "/partitioned");
+      bases.forEach(b => partitioned.add(b));
+      const plain = (await getJSON(base)).filter(n => !bases.includes(n.replace(/-partition-\d+$/, "")));
+      out.push({namespace: ns, topics: bases.concat(plain).sort()});
     }
   }
   return out;
+}
+
+// Partitioned topics: Pulsar's partitioned-stats, which any broker answers for every partition.
+function statsPath(name) {
+  return "/admin/v2/" + topicPath(name) + (partitioned.has(name) ? "/partitioned-stats?perPartition=false" : "/stats");
 }
 
 // In a cluster a topic's stats live on its owner (another origin): fetched here only when owned here.
@@ -144,10 +155,11 @@ function showOverview(main) {
 
     const owned = await ownedHere();
     const groups = await namespaceTopics();
-    const names = groups.flatMap(g => g.topics).filter(n => !owned || owned.has(n)).slice(0, MAX_TOPICS);
+    const names = groups.flatMap(g => g.topics).filter(n => !owned || owned.has(n) || partitioned.has(n))
+      .slice(0, MAX_TOPICS);
     const stats = {};
     await Promise.all(names.map(async n => {
-      stats[n] = await getJSON("/admin/v2/" + topicPath(n) + "/stats").catch(err => ({error: err.message}));
+      stats[n] = await getJSON(statsPath(n)).catch(err => ({error: err.message}));
     }));
     let rateIn = 0, rateOut = 0, totalBacklog = 0;
     const blocks = [];
@@ -227,8 +239,10 @@ async function showTopic(main, name) {
   const mine = page;
   if (!overview) await loadOverview().catch(() => null);
   const owned = await ownedHere().catch(() => null);
+  const meta = await getJSON("/admin/v2/" + path + "/partitions").catch(() => ({partitions: 0}));
+  if (meta.partitions > 0) partitioned.add(name); else partitioned.delete(name);
   if (mine !== page) return; // navigated away meanwhile
-  if (owned && !owned.has(name)) {
+  if (owned && !owned.has(name) && !partitioned.has(name)) {
     const owner = await getJSON("/lookup/v2/topic/" + path).catch(() => null);
     const link = owner && /^https?:\/\//.test(owner.httpUrl)
       ? el("a", {href: owner.httpUrl + "/console#/topic/" + enc(name)}, owner.httpUrl) : "its owner";
@@ -237,14 +251,15 @@ async function showTopic(main, name) {
   }
   let polls = 0;
   poll(async () => {
-    const s = await getJSON("/admin/v2/" + path + "/stats");
+    const s = await getJSON(statsPath(name));
     const b = subsBacklog(s);
     const card = (label, value, id) => el("div", {class: "card"}, el("div", {class: "label"}, label),
                                           el("div", {class: "value", id: id}, value));
-    cards.replaceChildren(card("In msg/s", rate(s.msgRateIn), "topic-rate-in"),
+    cards.replaceChildren(...[card("In msg/s", rate(s.msgRateIn), "topic-rate-in"),
       card("Out msg/s", rate(s.msgRateOut), "topic-rate-out"), card("In", bytesRate(s.msgThroughputIn)),
       card("Out", bytesRate(s.msgThroughputOut)), card("Backlog", count(b), "topic-backlog"),
-      card("Published", count(s.msgInCounter), "topic-msg-in"), card("Storage", bytes(s.storageSize)));
+      card("Published", count(s.msgInCounter), "topic-msg-in"), card("Storage", bytes(s.storageSize)),
+      partitioned.has(name) ? card("Partitions", count((s.metadata || {}).partitions), "topic-partitions") : null].filter(Boolean));
     rates.push({in: s.msgRateIn, out: s.msgRateOut});
     backlog.push({backlog: b});
     const subRows = [];
