@@ -136,11 +136,13 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
                     proc.kill()
                 await proc.wait()
             raise
+        # A Ctrl-C reaches the child and the standalone at once: give the stop a moment to show.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), CHILD_RESTART_SECONDS)
         if stop.is_set():
             log.info("broker %d stopped (exit code %s)", index, code)
             return
-        log.warning("broker %d exited with %s; restarting in %.0f s", index, code, CHILD_RESTART_SECONDS)
-        await asyncio.sleep(CHILD_RESTART_SECONDS)
+        log.warning("broker %d exited with %s; restarting it", index, code)
 
 
 __all__ = ["StandaloneConfig", "child_command", "install_stop_signals", "run_standalone"]

@@ -456,14 +456,15 @@ async def serve(data_dir: str, host: str, port: int, shards: int,
                 max_namespaces: int = DEFAULT_MAX_NAMESPACES) -> None:
     """Run ``nereus oxia`` until SIGINT/SIGTERM."""
     namespaces = list(namespaces)
+    # Handlers first: a signal while the server starts must not interrupt gRPC half-way.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     engine = Engine(data_dir, shards=shards, namespaces={name: shards for name in namespaces})
     try:
         srv = await start_oxia_server(engine, host, port, advertised_address=advertised_address,
                                       namespaces=namespaces, max_namespaces=max_namespaces)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("stopping the oxia server")
         await srv.stop()
