@@ -206,15 +206,27 @@ IGNORED_PREFIXES = (
     "protocolHandler", "entryFormat", "offloaders", "systemTopic", "topicLevelPolicies", "backlogQuota",
     "brokerDeleteInactive", "brokerShutdownTimeoutMs", "numIOThreads", "numHttpServerThreads",
     "numOrderedExecutorThreads", "numExecutorThreadPoolSize", "isRunningStandalone", "webSocket",
-    "defaultRetention", "schemaRegistry", "exposeTopicLevelMetricsInPrometheus",
+    "schemaRegistry", "exposeTopicLevelMetricsInPrometheus",
     "statusFilePath", "brokerDeduplication", "allowAutoSubscriptionCreation", "advertisedListeners",
     "internalListenerName", "bindAddresses", "bootstrapNamespaces", "maxUnacked", "dispatch", "subscription",
 )
 
-# Keys whose value Nereus cannot honour: why, logged when the key is set to something else.
+# Values Nereus honours only in part: why, logged when the key has that value.
 _UNSUPPORTED_VALUES = {
     ("allowAutoTopicCreationType", "partitioned"):
         "Pulsar producers and consumers create non-partitioned topics; Kafka clients create partitioned ones",
+    ("allowAutoTopicCreation", False):
+        "it stops Kafka clients only; Pulsar producers and consumers still create the topics they name",
+}
+
+# Pulsar keys Nereus reads but does not apply, and why (logged whatever their value).
+_NOT_APPLIED = {
+    # Pulsar's defaults (0 and 0) would let retention delete every acknowledged message, and a
+    # topic without subscriptions counts as acknowledged: data kept for the lakehouse would go.
+    "defaultRetentionTimeInMinutes": "Nereus keeps messages until a namespace retention policy says otherwise "
+                                     "(pulsar-admin namespaces set-retention)",
+    "defaultRetentionSizeInMB": "Nereus keeps messages until a namespace retention policy says otherwise "
+                                "(pulsar-admin namespaces set-retention)",
 }
 
 
@@ -237,6 +249,9 @@ def resolve(entries: list[tuple[int, str, str]], command: str) -> Resolved:
     for _line, name, text in entries:
         seen[name] = text  # the last occurrence wins, as in java.util.Properties
     for name, text in seen.items():
+        if name in _NOT_APPLIED:
+            out.notes.append(f"{name}={text} is not applied: {_NOT_APPLIED[name]}")
+            continue
         key = KEYS.get(name)
         if key is None or command not in key.commands:
             (out.ignored if key is not None or name.startswith(IGNORED_PREFIXES) else out.unknown).append(name)

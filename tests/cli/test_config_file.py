@@ -37,7 +37,8 @@ def test_pulsar_and_kop_names_map_to_the_options():
                           "deduplication": False, "max_message_size": 1048576, "cluster_name": "prod",
                           "session_timeout": 30.0}
     assert got.sources["session_timeout"] == ("metadataStoreSessionTimeoutMillis", "30000")
-    assert not got.ignored and not got.unknown and not got.notes
+    assert not got.ignored and not got.unknown
+    assert len(got.notes) == 1 and got.notes[0].startswith("allowAutoTopicCreation=false")
 
 
 def test_the_kafka_listener_host_binds_when_no_bind_address_is_given():
@@ -121,3 +122,17 @@ def test_the_shipped_example_parses_with_no_unknown_or_ignored_key_and_documents
     documented = {key for _, key, _ in parse_properties(text.replace("\n#", "\n"))}
     missing = set(KEYS) - documented - {"num.partitions"}  # named in defaultNumPartitions' comment
     assert not missing, missing
+
+
+def test_default_retention_is_read_but_not_applied_and_says_why():
+    got = values("defaultRetentionTimeInMinutes=0\ndefaultRetentionSizeInMB=0\n")
+    assert got.values == {} and not got.unknown and not got.ignored
+    assert [note.split(" is not applied")[0] for note in got.notes] == [
+        "defaultRetentionTimeInMinutes=0", "defaultRetentionSizeInMB=0"]
+    assert "set-retention" in got.notes[0]
+
+
+def test_turning_auto_creation_off_says_it_stops_kafka_clients_only():
+    got = values("allowAutoTopicCreation=false\n")
+    assert got.values == {"auto_topic_creation": False}
+    assert "Kafka clients only" in got.notes[0]

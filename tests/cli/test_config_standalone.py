@@ -7,6 +7,8 @@ import urllib.request
 from pathlib import Path
 
 import pulsar
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
 import pytest
 
 from .processes import Server, assert_one_line_failure, free_port
@@ -23,6 +25,7 @@ dataDir={data_dir}
 compactionIntervalSeconds=0
 brokerDeduplicationEnabled=false
 maxMessageSize=65536
+defaultNumPartitions=3
 zookeeperServers=localhost:2181
 managedLedgerDefaultEnsembleSize=1
 bookkeeperClientTimeoutInSeconds=30
@@ -59,6 +62,7 @@ def test_a_standalone_takes_its_settings_from_the_file_and_flags_override_it(tmp
                 producer.send(b"x" * 100_000)
         finally:
             client.close()
+        _kafka_uses_the_configured_listener_and_partitions(ports["kafka"])
         assert (tmp_path / "data" / "meta").is_dir()  # dataDir came from the file
         assert server.proc.poll() is None
     finally:
@@ -72,6 +76,17 @@ def test_a_standalone_takes_its_settings_from_the_file_and_flags_override_it(tmp
     for key in ("zookeeperServers", "managedLedgerDefaultEnsembleSize", "bookkeeperClientTimeoutInSeconds"):
         assert key in ignored[0]
     assert "Traceback" not in log
+
+
+def _kafka_uses_the_configured_listener_and_partitions(port: int) -> None:
+    bootstrap = f"127.0.0.1:{port}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (broker_configs,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "0")]).values()
+    assert broker_configs.result(timeout=30)["num.partitions"].value == "3"
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce("auto-created", b"v")
+    assert producer.flush(30) == 0
+    assert len(admin.list_topics("auto-created", timeout=30).topics["auto-created"].partitions) == 3
 
 
 def test_an_invalid_value_stops_start_up_with_one_line_naming_the_key_and_value(tmp_path: Path):

@@ -136,7 +136,8 @@ async def handle_describe_configs(conn, head, req):
             if res.resource_name not in ("", str(service.node_id)):
                 code, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
             else:
-                configs = BROKER_CONFIGS
+                configs = {**BROKER_CONFIGS, "auto.create.topics.enable": str(service.auto_create).lower(),
+                           "num.partitions": str(service.default_partitions)}
         else:
             code, message = ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported"
         keys = res.configuration_keys
