@@ -10,7 +10,7 @@ import os
 from ..meta import connect
 from ..objstore import open_object_store
 from .node import BrokerOptions, start_broker
-from .standalone import install_stop_signals
+from .standalone import install_stop_signals, until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,10 @@ async def run_broker(metadata_url: str, objects_url: str, options: BrokerOptions
         meta = connect(metadata_url, identity=f"broker-{options.broker_name or os.getpid()}",
                        session_timeout=session_timeout, retry_timeout=metadata_timeout)
         stack.push_async_callback(meta.close)
-        node = await start_broker(stack, meta, objects, objects_url=objects_url, metadata_url=metadata_url,
-                                  options=options)
+        node = await until_stopped(start_broker(stack, meta, objects, objects_url=objects_url,
+                                                metadata_url=metadata_url, options=options), stop)
+        if node is None:
+            return
         if ready is not None:
             ready.set()
         await stop.wait()

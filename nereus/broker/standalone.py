@@ -45,6 +45,24 @@ def install_stop_signals(stop: asyncio.Event) -> None:
             loop.add_signal_handler(sig, stop.set)
 
 
+async def until_stopped(start, stop: asyncio.Event):
+    """``await start`` unless ``stop`` is set first (then cancel it, return None): a signal during
+    start-up (say, while the metadata service is still unreachable) stops at once."""
+    starting = asyncio.ensure_future(start)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("stopped while starting")
+        return None
+    return starting.result()
+
+
 async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -65,8 +83,10 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}",
                              session_timeout=config.session_timeout)
         stack.push_async_callback(meta.close)
-        node = await start_broker(stack, meta, objects, objects_url=objects_url, metadata_url=metadata_url,
-                                  options=options)
+        node = await until_stopped(start_broker(stack, meta, objects, objects_url=objects_url,
+                                                metadata_url=metadata_url, options=options), stop)
+        if node is None:
+            return
         children = [asyncio.ensure_future(_supervise_child(i, config, metadata_url, objects_url, stop))
                     for i in range(1, config.brokers)]
         for child in children:
@@ -145,4 +165,4 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
         log.warning("broker %d exited with %s; restarting it", index, code)
 
 
-__all__ = ["StandaloneConfig", "child_command", "install_stop_signals", "run_standalone"]
+__all__ = ["StandaloneConfig", "child_command", "install_stop_signals", "run_standalone", "until_stopped"]

@@ -94,3 +94,17 @@ def test_an_oxia_server_stops(tmp_path: Path, how: str):
         oxia.stop()
     _assert_clean(oxia, code)
     assert "stopping the oxia server" in oxia.text()
+
+
+def test_a_broker_waiting_for_its_metadata_service_stops_at_once_on_sigterm(tmp_path: Path):
+    broker = Server(["broker", "--metadata", f"oxia://127.0.0.1:{free_port()}", "--object-store",
+                     (tmp_path / "objects").as_uri(), "--metadata-timeout", "300", "--http-port", "0",
+                     "--pulsar-port", "0", "--kafka-port", "0", "--compaction-interval", "0"], tmp_path / "broker.log")
+    try:
+        broker.wait_text("pulsar listener on")  # bound; now waiting for the metadata service
+        broker.proc.send_signal(signal.SIGTERM)
+        code = broker.proc.wait(timeout=120)  # well inside --metadata-timeout: the signal ended the wait
+    finally:
+        broker.stop()
+    _assert_clean(broker, code)
+    assert "cannot use the metadata service" not in broker.text()
