@@ -2,6 +2,9 @@
 
 Zero-copy: the table's data files are the compacted Parquet objects the brokers
 read the stream from (``table_format``); nothing is rewritten to register them.
+The table's schema holds the record columns only: the entry columns the brokers
+read stay in the files, where Iceberg readers (which read the columns of the
+table schema, by name mapping) never see them.
 ``sync`` makes a topic's table list exactly the compacted objects its offset index
 refers to: new ones are added, ones replaced or removed by retention are deleted
 from the table (a table delete, so no snapshot refers to a missing file), in one
@@ -117,7 +120,34 @@ def _load_or_create(catalog, ident: tuple[str, str, str], topic: str):
         with table.update_spec() as spec:
             spec.add_field("partition", IdentityTransform(), "partition")
         table = catalog.load_table(ident)
+    if any(name in table.schema().column_names for name in table_format.ENTRY_COLUMNS):
+        try:
+            _drop_entry_columns(table)
+        except Exception:  # another job dropped them first
+            table = catalog.load_table(ident)
+            if any(name in table.schema().column_names for name in table_format.ENTRY_COLUMNS):
+                raise
+        table = catalog.load_table(ident)
     return table
+
+
+def _drop_entry_columns(table) -> None:
+    """Take the entry columns out of the schema, keeping them in the name mapping.
+
+    Dropped columns keep their field ids in the name mapping, as Iceberg keeps them for
+    any dropped column: readers resolve every column of the (id-less) files, then read
+    those of the schema. The files are not touched.
+    """
+    from pyiceberg.table import TableProperties
+
+    with table.transaction() as tx:
+        if tx.table_metadata.name_mapping() is None:
+            mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+            tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        with tx.update_schema() as update:
+            for name in table_format.ENTRY_COLUMNS:
+                if name in tx.table_metadata.schema().column_names:
+                    update.delete_column(name)
 
 
 async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str) -> SyncReport:
@@ -149,7 +179,9 @@ def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) ->
                 for data_file in to_remove:
                     overwrite.delete_data_file(data_file)
         if to_add:
-            tx.add_files(to_add, snapshot_properties=props, check_duplicate_files=False)
+            with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+                for path in to_add:
+                    append.append_data_file(table_format.iceberg_data_file(table.io, tx.table_metadata, path))
 
 
 async def _unpin_unlisted(meta: MetadataStore, objects_url: str, holder: str, listed: set[str]) -> None:

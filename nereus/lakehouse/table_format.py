@@ -40,6 +40,62 @@ RECORD_SCHEMA = pa.schema([
 SCHEMA = pa.schema(list(RECORD_SCHEMA) + [
     pa.field(name, type_) for name, type_ in compacted_format.ENTRY_COLUMNS_TYPE.items()])
 RECORD_COLUMNS = tuple(RECORD_SCHEMA.names)
+ENTRY_COLUMNS = tuple(compacted_format.ENTRY_COLUMNS_TYPE)
+
+
+def iceberg_data_file(io, table_metadata, path: str):
+    """The Iceberg data file of the compacted object at ``path``: statistics of the record columns only.
+
+    The object's entry columns are not in the table schema; the file is registered as
+    it is (zero-copy), so its statistics are computed over the schema's columns alone.
+    """
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (_check_pyarrow_schema_compatible, compute_statistics_plan,
+                                      data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping)
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    input_file = io.new_input(path)
+    with input_file.open() as stream:
+        metadata = pq.read_metadata(stream)
+    schema = table_metadata.schema()
+    arrow_schema = metadata.schema.to_arrow_schema()
+    records = pa.schema([arrow_schema.field(name) for name in arrow_schema.names if name not in ENTRY_COLUMNS])
+    _check_pyarrow_schema_compatible(schema, records, format_version=table_metadata.format_version)
+    mapping = parquet_path_to_id_mapping(schema)
+    statistics = data_file_statistics_from_parquet_metadata(
+        _ColumnsIn(metadata, mapping), compute_statistics_plan(schema, table_metadata.properties), mapping)
+    return DataFile.from_args(
+        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+        partition=statistics.partition(table_metadata.spec(), schema), file_size_in_bytes=len(input_file),
+        sort_order_id=None, spec_id=table_metadata.default_spec_id, equality_ids=None, key_metadata=None,
+        **statistics.to_serialized_dict())
+
+
+class _ColumnsIn:
+    """Parquet file metadata as if the file held only the columns in ``mapping`` (paths to field ids)."""
+
+    def __init__(self, metadata, mapping: dict[str, int]) -> None:
+        self._metadata = metadata
+        self.num_rows = metadata.num_rows
+        self.num_row_groups = metadata.num_row_groups
+        first = metadata.row_group(0) if metadata.num_row_groups else None
+        self._kept = [] if first is None else [
+            i for i in range(first.num_columns) if first.column(i).path_in_schema in mapping]
+        self.num_columns = len(self._kept)
+
+    def row_group(self, index: int) -> "_RowGroupColumns":
+        return _RowGroupColumns(self._metadata.row_group(index), self._kept)
+
+
+class _RowGroupColumns:
+    def __init__(self, row_group, kept: list[int]) -> None:
+        self._row_group = row_group
+        self._kept = kept
+        self.num_rows = row_group.num_rows
+        self.num_columns = len(kept)
+
+    def column(self, index: int):
+        return self._row_group.column(self._kept[index])
 
 
 def _arrays(values: RecordColumns, partition: int) -> list[pa.Array]:

@@ -16,13 +16,14 @@ import sys
 import threading
 import time
 
+import pyarrow.parquet as pq
 import pytest
 
 pulsar = pytest.importorskip("pulsar")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("pyiceberg")
 
-from nereus.lakehouse import compaction, sbt  # noqa: E402
+from nereus.lakehouse import compaction, sbt, table_format  # noqa: E402
 from nereus.meta import connect  # noqa: E402
 from nereus.storage import gc, records  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
@@ -196,6 +197,14 @@ def test_sbt_table_holds_every_compacted_record_exactly_once(spark, node, urls, 
     ((first, end),) = offsets["-1"]
     rows = table.scan().to_arrow()
     assert rows.num_rows == end - first  # one row per record, no duplicates
+    # The schema shows the records; the entry columns stay in the (unrewritten) objects.
+    assert [f.name for f in table.schema().fields] == list(table_format.RECORD_COLUMNS) == rows.column_names
+    objects = {sbt.object_url(urls[1], o.key) for o in asyncio.run(_compacted_objects(urls[0], PULSAR_TOPIC))}
+    files = [task.file for task in table.scan().plan_files()]
+    assert {f.file_path for f in files} == objects
+    for f in files:
+        assert set(table_format.ENTRY_COLUMNS) <= set(pq.read_schema(_local(f.file_path)).names)
+        assert f.lower_bounds and f.upper_bounds  # record column statistics, for pruning
     assert sorted(rows.column("offset").to_pylist()) == list(range(first, end))
     source = (spark.read.format("nereus").option("metadata", urls[0]).option("objects", urls[1])
               .option("topic", PULSAR_TOPIC).option("endingOffset", str(end)).load())
@@ -204,13 +213,21 @@ def test_sbt_table_holds_every_compacted_record_exactly_once(spark, node, urls, 
         rows.column("offset").to_pylist(), rows.column("key").to_pylist(), rows.column("value").to_pylist(),
         rows.column("properties").to_pylist())}
     assert got == expected
-    # Spark reads the table's snapshot too
-    assert sbt.spark_table(spark, catalog, PULSAR_TOPIC).count() == end - first
+    # Spark reads the table's snapshot too, the same records
+    table_rows = sbt.spark_table(spark, catalog, PULSAR_TOPIC)
+    assert table_rows.columns == list(table_format.RECORD_COLUMNS)
+    assert {(r.offset, r.key, r.value, tuple(sorted(r.properties.items()))) for r in table_rows.collect()} == expected
     kafka_table = catalog.load_table(sbt.identifier(KAFKA_TOPIC))
     assert set(sbt.read_offsets(kafka_table)) == {"0"}
     # a second sync changes nothing
     report = asyncio.run(_sync(urls, catalog, PULSAR_TOPIC))
     assert (report.added, report.removed) == (0, 0)
+
+
+def _local(url: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(url.removeprefix("file://"))
 
 
 async def _sync(urls, catalog, topic):
