@@ -9,12 +9,14 @@ DATA_DIR ?= ./data
 install: $(STAMP)
 
 # Re-run the install only when the dependency pins change; pip itself is idempotent.
+# editable_mode=compat puts the checkout on sys.path: Spark finds the pyspark_nereus
+# data source by scanning sys.path, which import hooks (the default editable mode) hide from it.
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark"; \
 		apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; }
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 run: install

@@ -7,7 +7,12 @@ import sys
 
 
 def local_session(app_name: str, master: str = "local[2]"):
-    """A Spark session whose Python workers use this interpreter (the one Nereus is installed in)."""
+    """A Spark session whose Python workers use this interpreter (the one Nereus is installed in).
+
+    Spark starts its Python workers with ``spark.pyspark.python`` (else ``PYSPARK_PYTHON``,
+    else ``python3`` from PATH); this interpreter is set explicitly so that workers import
+    Nereus and its dependencies without the virtual environment being activated.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -15,10 +20,13 @@ def local_session(app_name: str, master: str = "local[2]"):
     from .spark import register
 
     session = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.pyspark.python", sys.executable)
+               .config("spark.pyspark.driver.python", sys.executable)
                .config("spark.ui.enabled", "false")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.python.filterPushdown.enabled", "true")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     register(session)

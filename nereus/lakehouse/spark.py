@@ -22,8 +22,13 @@ Options (case-insensitive):
   offset for every partition, or JSON per partition (``{"0": 10, "1": 20}``, ``"-1"`` for a
   non-partitioned topic). The end is exclusive; both are clamped to the committed range
   (trim start, tail) seen when the query is planned.
+* ``startingTimestamp``: ms since the epoch; each partition is read from its first
+  record published at or after it (``pruning.offset_for_time``); not with startingOffset.
 * ``recordsPerPartition`` (default 100000): offsets per Spark input partition; each
   (topic partition, offset chunk) is read by one task.
+
+With ``spark.sql.python.filterPushdown.enabled=true``, filters on partition, offset,
+publish_time and event_time prune what is read (``pruning.py``).
 
 Reading a topic that does not exist raises ``rows.TopicNotFound`` (the message names it).
 The planner and the tasks talk to the metadata store and the object store directly; no
@@ -35,12 +40,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from pathlib import Path
 from collections.abc import AsyncIterator, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
                                TimestampType)
 
+from . import pruning as _pruning
 from . import rows as _rows
 from . import schema_columns as _columns
 from .worker_loop import run_async, worker_loop
@@ -152,8 +160,25 @@ def check_read_options(options: Mapping[str, str]) -> None:
     for name in ("startingOffset", "endingOffset"):
         check_offset_option(name, _option(options, name))
     records_per_partition(options)
+    starting_timestamp(options)
     _positive(options, "maxRecordsPerTrigger", None)
     _flag(options, "schemaColumns", True)
+
+
+def starting_timestamp(options: Mapping[str, str]) -> int | None:
+    """The ``startingTimestamp`` option (ms since the epoch), checked; None when unset."""
+    value = _option(options, "startingTimestamp")
+    if value is None:
+        return None
+    try:
+        millis = int(value)
+    except ValueError:
+        millis = -1
+    if millis < 0:
+        raise ValueError(f"the 'startingTimestamp' option must be ms since the epoch (>= 0), not {value!r}")
+    if _option(options, "startingOffset") is not None:
+        raise ValueError("use startingOffset or startingTimestamp, not both")
+    return millis
 
 
 def _offset_for(spec: str | None, partition: int, default: int, earliest: int, latest: int) -> int:
@@ -195,6 +220,10 @@ class NereusDataSource(DataSource):
         return StructType(SCHEMA.fields + run_async(_schema_columns(metadata, topic)))
 
     def reader(self, schema: StructType) -> "NereusReader":
+        # Spark refuses a reader that implements pushFilters unless filter pushdown is on,
+        # and asks for one through its pushdown worker only when it is: answer in kind.
+        if _called_by("data_source_pushdown_filters"):
+            return NereusPushdownReader(dict(self.options), schema)
         return NereusReader(dict(self.options), schema)
 
     def streamReader(self, schema: StructType):
@@ -211,6 +240,16 @@ class NereusDataSource(DataSource):
         from .sink import NereusStreamWriter
 
         return NereusStreamWriter(dict(self.options), schema, overwrite)
+
+
+def _called_by(module: str) -> bool:
+    """Whether a caller up the stack is code of the pyspark worker module ``module``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if Path(frame.f_code.co_filename).stem == module:
+            return True
+        frame = frame.f_back
+    return False
 
 
 async def _schema_columns(metadata: str, topic: str) -> list[StructField]:
@@ -232,20 +271,29 @@ async def plan_values(meta, topic: str, schema: StructType) -> _columns.ValueCol
     return _columns.ValueColumns(tuple(extra), await _columns.topic_schemas(meta, topic))
 
 
-async def _plan(metadata: str, topic: str, starting: str | None, ending: str | None, chunk: int,
-                schema: StructType) -> tuple[list[_rows.StreamRange], _columns.ValueColumns | None]:
+async def _plan(reader: "NereusReader") -> tuple[list[_rows.StreamRange], _columns.ValueColumns | None]:
     from ..meta import connect
+    from ..objstore import open_object_store
 
-    meta = connect(metadata)
+    meta = connect(reader.metadata)
+    objects = open_object_store(reader.objects)
     try:
         out: list[_rows.StreamRange] = []
         # Partitions nothing was ever written to have no stream (and no rows).
-        for bounds in await _rows.topic_ranges(meta, topic, must_exist=True):
-            lo = max(bounds.start, _offset_for(starting, bounds.partition, bounds.start, bounds.start, bounds.end))
-            hi = min(bounds.end, _offset_for(ending, bounds.partition, bounds.end, bounds.start, bounds.end))
-            out.extend(split_range(bounds, lo, hi, chunk))
-        return out, await plan_values(meta, topic, schema)
+        for bounds in await _rows.topic_ranges(meta, reader.topic, must_exist=True):
+            if not reader.pruning.keeps_partition(bounds.partition):
+                continue
+            lo = max(bounds.start, _offset_for(reader.starting, bounds.partition, bounds.start, bounds.start,
+                                               bounds.end))
+            hi = min(bounds.end, _offset_for(reader.ending, bounds.partition, bounds.end, bounds.start, bounds.end))
+            lo, hi = reader.pruning.offsets(lo, hi)
+            if reader.starting_timestamp is not None and lo < hi:
+                lo = max(lo, await _pruning.offset_for_time(meta, objects, bounds, reader.starting_timestamp))
+            for first, end in await _pruning.kept_ranges(meta, objects, bounds, lo, hi, reader.pruning):
+                out.extend(split_range(bounds, first, end, reader.chunk))
+        return out, await plan_values(meta, reader.topic, reader.schema)
     finally:
+        await objects.close()
         await meta.close()
 
 
@@ -267,18 +315,26 @@ class NereusReader(DataSourceReader):
         self.topic = _required(options, "topic")
         self.starting = _option(options, "startingOffset")
         self.ending = _option(options, "endingOffset")
+        self.starting_timestamp = starting_timestamp(options)
         self.chunk = records_per_partition(options)
         self.schema = schema
+        self.pruning = _pruning.Pruning()
 
     def partitions(self) -> list[InputPartition]:
-        ranges, values = run_async(_plan(self.metadata, self.topic, self.starting, self.ending, self.chunk,
-                                           self.schema))
+        ranges, values = run_async(_plan(self))
         if not ranges:
             return [InputPartition(None)]  # Spark needs at least one partition: an empty one
         return [NereusRange(self.metadata, self.objects, r, values) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return read_partition(partition)
+
+
+class NereusPushdownReader(NereusReader):
+    """The reader when Spark pushes filters down (``spark.sql.python.filterPushdown.enabled``)."""
+
+    def pushFilters(self, filters):
+        return self.pruning.push(filters)
 
 
 def read_partition(partition: InputPartition) -> Iterator[tuple]:

@@ -18,6 +18,8 @@ Options, besides ``metadata``, ``objects``, ``topic``, ``recordsPerPartition`` a
 * ``startingOffset``: ``earliest`` (default), ``latest``, one offset, or JSON per
   partition (partitions not named start at their earliest offset). Only used when the
   query starts without a checkpoint.
+* ``startingTimestamp``: instead of startingOffset, ms since the epoch: each partition
+  starts at its first record published at or after it (its tail if none is).
 * ``maxRecordsPerTrigger``: at most this many offsets per micro-batch, shared among the
   partitions in proportion to their backlog. Spark's availableNow trigger runs this
   source as one micro-batch, so the cap also bounds that batch.
@@ -39,8 +41,9 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from . import rows as _rows
+from .pruning import offset_for_time
 from .spark import (NereusRange, _offset_for, _option, _positive, _required, check_read_options, plan_values,
-                    read_partition, records_per_partition, run_async, split_range)
+                    read_partition, records_per_partition, run_async, split_range, starting_timestamp)
 
 Offsets = dict[str, int]
 
@@ -94,6 +97,20 @@ async def _bounds_in(meta, topic: str) -> dict[str, _rows.StreamRange]:
     return out
 
 
+async def _offsets_for_time(metadata: str, objects_url: str, bounds: Mapping[str, _rows.StreamRange],
+                            millis: int) -> Offsets:
+    from ..meta import connect
+    from ..objstore import open_object_store
+
+    meta = connect(metadata)
+    objects = open_object_store(objects_url)
+    try:
+        return {key: await offset_for_time(meta, objects, b, millis) for key, b in bounds.items()}
+    finally:
+        await objects.close()
+        await meta.close()
+
+
 class NereusStreamReader(DataSourceStreamReader):
     """Offsets, micro-batch planning and reads of ``readStream.format("nereus")``."""
 
@@ -103,6 +120,7 @@ class NereusStreamReader(DataSourceStreamReader):
         self.objects = _required(options, "objects")
         self.topic = _required(options, "topic")
         self.starting = _option(options, "startingOffset")
+        self.starting_timestamp = starting_timestamp(options)
         if _option(options, "endingOffset") is not None:
             raise ValueError("endingOffset is for batch reads; a stream has no end (see maxRecordsPerTrigger)")
         self.max_records = _positive(options, "maxRecordsPerTrigger", None)
@@ -121,6 +139,8 @@ class NereusStreamReader(DataSourceStreamReader):
             for key, b in bounds.items():
                 wanted = _offset_for(self.starting, b.partition, b.start, b.start, b.end)
                 initial[key] = min(max(wanted, b.start), b.end)
+            if self.starting_timestamp is not None:
+                initial = run_async(_offsets_for_time(self.metadata, self.objects, bounds, self.starting_timestamp))
             self._initial = sorted_offsets(initial)
         return dict(self._initial)
 
