@@ -3,9 +3,7 @@
 Batch and streaming reads (``spark.read`` / ``spark.readStream``, see ``streaming.py``)
 and writes (``df.write`` / ``df.writeStream``, see ``sink.py``)::
 
-    from nereus.lakehouse.spark import register
-    register(spark)
-    df = (spark.read.format("nereus")
+    df = (spark.read.format("nereus")    # found by Spark in the pyspark_nereus package
           .option("metadata", "oxia://127.0.0.1:6648")       # the cluster's metadata (Oxia protocol)
           .option("objects", "file:///var/lib/nereus/objects")  # its object store URL
           .option("topic", "persistent://public/default/t")     # or a short name: "t"
@@ -72,7 +70,7 @@ _READ_BYTES = 8 << 20
 
 
 def register(spark) -> None:
-    """Make ``format("nereus")`` available in this session (reads and writes, batch and streaming)."""
+    """Make ``format("nereus")`` available in this session (Spark 4.1 finds it by itself, see pyspark_nereus)."""
     spark.dataSource.register(NereusDataSource)
 
 
