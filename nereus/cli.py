@@ -97,7 +97,7 @@ def _apply_config(command: str, kwargs: dict) -> None:
     """Fill the options the command line did not set from ``--config``'s file (flags win)."""
     from click.core import ParameterSource
 
-    from .broker.config_file import ConfigError, read_config
+    from .broker.config_file import ConfigError, read_config, suggest
 
     path = kwargs.pop("config_file")
     if path is None:
@@ -121,7 +121,8 @@ def _apply_config(command: str, kwargs: dict) -> None:
     if resolved.ignored:
         log.info("%s: ignored (no equivalent in Nereus): %s", path, ", ".join(resolved.ignored))
     if resolved.unknown:
-        log.warning("%s: unknown key(s) ignored: %s", path, ", ".join(resolved.unknown))
+        log.warning("%s: unknown key(s) ignored: %s", path,
+                    ", ".join(f"{name} (did you mean {suggest(name)}?)" for name in resolved.unknown))
     for note in resolved.notes:
         log.warning("%s: %s", path, note)
 

@@ -11,6 +11,7 @@ and unknown keys are reported, not applied; a value that does not convert raises
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -118,10 +119,6 @@ def _text(text: str) -> str:
     return text
 
 
-def _optional_text(text: str) -> str | None:
-    return text or None
-
-
 def _millis(text: str) -> float:
     return _float(text) / 1000.0
 
@@ -162,7 +159,7 @@ class Key:
 
 KEYS: dict[str, Key] = {k.name: k for k in (
     Key("bindAddress", "bind", _text, doc="Address every listener binds to."),
-    Key("advertisedAddress", "advertised_address", _optional_text, doc="Host name clients are told to use."),
+    Key("advertisedAddress", "advertised_address", _text, doc="Host name clients are told to use."),
     Key("webServicePort", "http_port", _int, doc="HTTP port (admin REST API, metrics)."),
     Key("brokerServicePort", "pulsar_port", _int, doc="Pulsar binary protocol port."),
     Key("kafkaListeners", None, _listener, doc="KoP: PLAINTEXT://host:port of the Kafka listener."),
@@ -187,7 +184,7 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("metadataShards", "metadata_shards", _int, frozenset({STANDALONE}), doc="Shards of a new namespace."),
     Key("numBrokers", "brokers", _int, frozenset({STANDALONE}), doc="Broker processes to run."),
     Key("availabilityZone", "zone", _text, doc="Availability zone (Kafka rack) of the broker."),
-    Key("brokerName", "broker_name", _optional_text, doc="Stable broker name (keeps its Kafka node id)."),
+    Key("brokerName", "broker_name", _text, doc="Stable broker name (keeps its Kafka node id)."),
     Key("gcIntervalSeconds", "gc_interval", _float, doc="Seconds between garbage collection passes."),
     Key("gcGraceSeconds", "gc_grace", _float, doc="Seconds a released object is kept for readers."),
     Key("gcPendingTimeoutSeconds", "gc_pending_timeout", _float, doc="Seconds before an unfinished write is resolved."),
@@ -236,9 +233,17 @@ class Resolved:
 
     values: dict[str, object] = field(default_factory=dict)
     sources: dict[str, tuple[str, str]] = field(default_factory=dict)  # parameter -> (key, text) that set it
-    ignored: list[str] = field(default_factory=list)  # known Pulsar keys Nereus has no use for
-    unknown: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # keys Nereus has no use for (Pulsar's, or unknown)
+    unknown: list[str] = field(default_factory=list)  # keys that look like a misspelt Nereus key
     notes: list[str] = field(default_factory=list)  # keys applied only in part, and why
+
+
+def suggest(name: str) -> str | None:
+    """The Nereus key ``name`` was probably meant to be (a typo would otherwise pass for a key Nereus ignores)."""
+    if name.startswith(IGNORED_PREFIXES):
+        return None
+    close = difflib.get_close_matches(name, KEYS, n=1, cutoff=0.85)
+    return close[0] if close else None
 
 
 def resolve(entries: list[tuple[int, str, str]], command: str) -> Resolved:
@@ -249,12 +254,14 @@ def resolve(entries: list[tuple[int, str, str]], command: str) -> Resolved:
     for _line, name, text in entries:
         seen[name] = text  # the last occurrence wins, as in java.util.Properties
     for name, text in seen.items():
+        if not text:  # a blank value leaves the default, as Pulsar's configuration loader does
+            continue
         if name in _NOT_APPLIED:
             out.notes.append(f"{name}={text} is not applied: {_NOT_APPLIED[name]}")
             continue
         key = KEYS.get(name)
         if key is None or command not in key.commands:
-            (out.ignored if key is not None or name.startswith(IGNORED_PREFIXES) else out.unknown).append(name)
+            (out.unknown if key is None and suggest(name) else out.ignored).append(name)
             continue
         try:
             value = key.convert(text)
@@ -312,4 +319,4 @@ def read_config(path: str, command: str) -> Resolved:
 
 
 __all__ = ["BROKER", "KEYS", "STANDALONE", "ConfigError", "Key", "Resolved", "parse_properties", "read_config",
-           "resolve"]
+           "resolve", "suggest"]

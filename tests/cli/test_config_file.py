@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nereus.broker.config_file import BROKER, KEYS, STANDALONE, ConfigError, parse_properties, resolve
+from nereus.broker.config_file import BROKER, KEYS, STANDALONE, ConfigError, parse_properties, resolve, suggest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "standalone.conf"
 
@@ -71,7 +71,6 @@ def test_one_plaintext_listener_among_others_is_used_and_tls_alone_is_refused():
     ("kafkaListeners=localhost:9092", "kafkaListeners"),
     ("kafkaListeners=PLAINTEXT://h:99999", "kafkaListeners"),
     ("gcIntervalSeconds=soon", "gcIntervalSeconds"),
-    ("bindAddress=", "bindAddress"),
 ])
 def test_an_invalid_value_names_the_key_and_the_value(line, key):
     with pytest.raises(ConfigError) as info:
@@ -92,13 +91,21 @@ def test_the_last_occurrence_of_a_key_wins():
     assert values("brokerServicePort=1\nbrokerServicePort=2\n").values == {"pulsar_port": 2}
 
 
-def test_pulsar_keys_without_use_are_ignored_and_unknown_keys_reported_apart():
+def test_keys_without_use_are_ignored_and_misspelt_keys_reported_apart():
     got = values("zookeeperServers=zk:2181\nbookkeeperClientTimeoutInSeconds=30\nmanagedLedgerDefaultEnsembleSize=1\n"
-                 "brokerServicePortTls=6651\nbrokerServicePrt=6650\nmetadataStoreUrl=zk:localhost:2181\n")
+                 "brokerServicePortTls=6651\nbrokerServicePrt=6650\nmetadataStoreUrl=zk:localhost:2181\n"
+                 "haProxyProtocolEnabled=false\nwebServicePot=8081\n")
     assert got.ignored == ["zookeeperServers", "bookkeeperClientTimeoutInSeconds", "managedLedgerDefaultEnsembleSize",
-                           "brokerServicePortTls", "metadataStoreUrl"]  # a standalone has its own metadata
-    assert got.unknown == ["brokerServicePrt"]
+                           "brokerServicePortTls", "metadataStoreUrl",  # a standalone has its own metadata
+                           "haProxyProtocolEnabled"]
+    assert got.unknown == ["brokerServicePrt", "webServicePot"]
+    assert [suggest(name) for name in got.unknown] == ["brokerServicePort", "webServicePort"]
     assert got.values == {}
+
+
+def test_a_blank_value_leaves_the_default():
+    got = values("bindAddress=\nadvertisedAddress=\nclusterName=\nnumIOThreads=\nwebServicePort=8081\n")
+    assert got.values == {"http_port": 8081} and not got.ignored and not got.unknown
 
 
 def test_keys_of_one_command_only():
