@@ -27,7 +27,8 @@ from nereus.lakehouse import sbt  # noqa: E402
 from nereus.meta import connect  # noqa: E402
 from tests.standalone_process import Standalone, admin  # noqa: E402
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CHECKOUT = Path(__file__).resolve().parents[2]
+README = CHECKOUT / "README.md"
 MARKED = re.compile(r"<!-- readme-test: (\w+)( output)? -->\n```(\w+)\n(.*?)\n```", re.S)
 DEFAULT_PORTS = {"6650": "pulsar", "6648": "oxia", "8080": "http", "9092": "kafka"}
 #: Bounds a hang only (Spark starts slowly on a loaded machine).
@@ -56,6 +57,9 @@ def with_ports(code: str, node: Standalone) -> str:
 def run_block(root: Path, language: str, code: str) -> str:
     venv_bin = Path(sys.prefix) / "bin"
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # As `make install` leaves it (an editable install in compat mode): the checkout on
+    # sys.path, where Spark's data source lookup finds pyspark_nereus.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p)
     env.pop("PYSPARK_PYTHON", None)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     if language == "sh":
@@ -118,3 +122,14 @@ def test_the_lakehouse_walkthrough_runs_as_written(clone):
         output = run_block(root, language, with_ports(code, node))
         assert_prints(output, expected, code)
     assert (root / "lake" / "t" / "_delta_log").is_dir()
+
+
+def test_every_data_source_option_is_documented():
+    read = re.compile(r'_(?:option|required|flag|positive)\(\w+, "(\w+)"')
+    sources = ("spark.py", "streaming.py", "sink.py")
+    options = {name for source in sources
+               for name in read.findall((CHECKOUT / "nereus" / "lakehouse" / source).read_text())}
+    assert {"metadata", "topic", "startingTimestamp", "serviceUrl"} <= options
+    documented = set(re.findall(r"^\| ([^|]+) \|", README.read_text(), re.M))
+    names = {name.strip("` ") for row in documented for name in row.split(",")}
+    assert options <= names, f"options missing from the README's table: {sorted(options - names)}"

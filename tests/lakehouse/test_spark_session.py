@@ -51,6 +51,9 @@ def test_workers_use_this_interpreter_and_the_source_is_found_without_registerin
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
     env["PATH"] = f"{other}{os.pathsep}{path}"
+    # The checkout on sys.path, as the editable install (compat mode) of `make install` puts it.
+    checkout = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p)
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)  # bounds a hang only
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
