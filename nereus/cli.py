@@ -87,6 +87,9 @@ def _broker_options(command):
                      help="Compact a stream's newest records once the oldest of them is this many seconds old ..."),
         click.option("--compaction-min-mb", type=click.FloatRange(0), default=8, show_default=True,
                      help="... or once there are this many MB of them."),
+        click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                     help="Where the compaction worker's output goes (compaction.log). "
+                     "Default: DATA_DIR/logs (standalone), ./logs (broker)."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -139,7 +142,7 @@ def _options_of(kwargs: dict):
         compaction_min_bytes=max(1, int(kwargs["compaction_min_mb"] * (1 << 20))),
         session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
-        max_message_size=kwargs["max_message_size"])
+        max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"])
 
 
 #: The flag and the configuration key that set each listener's port.

@@ -7,6 +7,11 @@ dies (logging its exit status and the last error it printed), and stops it on
 shutdown. The worker keeps one Spark session and compacts every ``interval``
 seconds, then syncs the topics' SBT tables.
 
+The worker's output (Spark, JVM and py4j lines, its own log) goes to its log file
+(``<data-dir>/logs/compaction.log`` for a standalone), appended, never to the
+broker's: the broker logs one line per compaction run that did something, relayed
+from the worker's report, and why a worker died.
+
 The worker runs in a session of its own: a Ctrl-C in the broker's terminal reaches
 the broker only, which then stops the worker with SIGTERM. Compaction is crash-safe
 (leases are ephemeral, a half-done switch is finished or undone by the collector),
@@ -19,12 +24,15 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import os
 import re
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..lakehouse.compaction import has_work
+from ..lakehouse.java_runtime import ensure_java_home
 from ..meta import MetadataStore
 from ..tasks import wait_for
 
@@ -36,8 +44,12 @@ MAX_RESTART_DELAY = 300.0
 HEALTHY_SECONDS = 600.0
 #: How long a stopping worker gets after SIGTERM before SIGKILL.
 STOP_TIMEOUT = 30.0
-#: Last bytes of the worker's stderr kept to say why it died.
+#: Last bytes of the worker's log read to say why it died.
 _TAIL_BYTES = 16 << 10
+#: The worker's report lines (``nereus compact``'s output), relayed to the broker's log.
+_REPORT_LINE = re.compile(r"^(?:compacted \d+ of \d+ range|table \S+: [+]\d+ -\d+ data files)")
+#: The worker is not on a terminal: no Spark console progress bars in its log.
+_SPARK_SUBMIT_ARGS = "--conf spark.ui.showConsoleProgress=false pyspark-shell"
 _ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b|Error: ).*")
 _WORKER_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -49,6 +61,7 @@ class CompactionSchedule:
     min_bytes: int  # ... or once it holds this many bytes
     metadata_url: str
     objects_url: str
+    log_file: Path = Path("logs/compaction.log")  # the worker's output, appended
 
 
 class RestartDelay:
@@ -72,11 +85,13 @@ async def run_schedule(meta: MetadataStore, schedule: CompactionSchedule) -> Non
         log.warning("compaction schedule off: pyspark (the lakehouse extra) is not installed")
         return
     delay = RestartDelay(schedule.interval)
+    log.info("compaction schedule: every %g s; the worker's output goes to %s", schedule.interval,
+             schedule.log_file.resolve())
     while True:
         await _wait_for_work(meta, schedule)
         try:
             worker = await Worker.start(schedule)
-        except OSError as exc:  # no interpreter, no processes left, ...
+        except OSError as exc:  # no interpreter, no processes left, an unwritable log file, ...
             pause = delay.after_exit(0)
             log.warning("cannot start the compaction worker (%s); trying again in %.0f s", exc, pause)
             await asyncio.sleep(pause)
@@ -119,15 +134,6 @@ def _status(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"code {code}"
 
 
-def _write_stderr(chunk: bytes) -> None:
-    buffer = getattr(sys.stderr, "buffer", None)
-    if buffer is None:
-        sys.stderr.write(chunk.decode("utf-8", "replace"))
-    else:
-        buffer.write(chunk)
-        buffer.flush()
-
-
 def _worker_log_level() -> str:
     """The broker's log level, for the worker (its command line takes one of ``_WORKER_LEVELS``)."""
     level = logging.getLogger().getEffectiveLevel()
@@ -138,14 +144,19 @@ def _worker_log_level() -> str:
 
 
 class Worker:
-    """One ``nereus compact --interval`` process; its stderr is passed through to the broker's."""
+    """One ``nereus compact --interval`` process writing to the schedule's log file.
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    Its stderr goes straight to the file; its stdout (the run reports) passes through
+    the broker, which appends each line to the file and logs the report lines.
+    """
+
+    def __init__(self, proc: asyncio.subprocess.Process, log_fd: int, log_start: int) -> None:
         self.proc = proc
         self.started = time.monotonic()
         self.ended: float | None = None
-        self._tail = bytearray()
-        self._relay = asyncio.ensure_future(self._pass_stderr())
+        self._log_fd = log_fd
+        self._log_start = log_start
+        self._relay = asyncio.ensure_future(self._relay_reports())
 
     @classmethod
     async def start(cls, schedule: CompactionSchedule) -> "Worker":
@@ -153,28 +164,41 @@ class Worker:
                 "--metadata", schedule.metadata_url, "--objects", schedule.objects_url,
                 "--interval", str(schedule.interval), "--min-bytes", str(schedule.min_bytes),
                 "--max-age", str(schedule.max_age), "--no-progress"]
-        log.info("starting the compaction worker (every %.0f s)", schedule.interval)
-        proc = await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL,
-                                                    stderr=asyncio.subprocess.PIPE, start_new_session=True)
-        return cls(proc)
+        env = dict(os.environ, PYSPARK_SUBMIT_ARGS=_SPARK_SUBMIT_ARGS)
+        ensure_java_home(env)
+        schedule.log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(schedule.log_file, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            log_start = os.lseek(log_fd, 0, os.SEEK_END)
+            proc = await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=asyncio.subprocess.PIPE, stderr=log_fd, env=env,
+                                                        start_new_session=True)
+        except BaseException:
+            os.close(log_fd)
+            raise
+        log.info("compaction worker started (pid %d, every %g s)", proc.pid, schedule.interval)
+        return cls(proc, log_fd, log_start)
 
     @property
     def lived(self) -> float:
         return (self.ended or time.monotonic()) - self.started
 
-    async def _pass_stderr(self) -> None:
-        echo = True
-        while chunk := await self.proc.stderr.read(1 << 16):
-            self._tail += chunk
-            del self._tail[:-_TAIL_BYTES]
-            if echo:
-                try:
-                    _write_stderr(chunk)
-                except (OSError, ValueError):  # the broker's stderr is gone: keep draining the pipe
-                    echo = False
+    async def _relay_reports(self) -> None:
+        pending = b""
+        while chunk := await self.proc.stdout.read(1 << 16):
+            try:
+                os.write(self._log_fd, chunk)
+            except OSError:  # a full disk must not stop the pipe from draining
+                pass
+            *lines, pending = (pending + chunk).split(b"\n")
+            pending = pending[-_TAIL_BYTES:]
+            for line in lines:
+                text = line.decode("utf-8", "replace").strip()
+                if _REPORT_LINE.match(text):
+                    log.info("compaction: %s", text)
 
     async def wait(self) -> int:
-        """The exit status, once the process has exited and its stderr is drained."""
+        """The exit status, once the process has exited and its stdout is drained."""
         code = await self.proc.wait()
         self.ended = time.monotonic()
         with contextlib.suppress(asyncio.TimeoutError):
@@ -182,8 +206,14 @@ class Worker:
         return code
 
     def reason(self) -> str | None:
-        """The last error line the worker printed (see ``last_error``)."""
-        return last_error(self._tail.decode("utf-8", "replace"))
+        """The last error line the worker wrote to its log since it started (see ``last_error``)."""
+        try:
+            end = os.lseek(self._log_fd, 0, os.SEEK_END)
+            start = max(self._log_start, end - _TAIL_BYTES)
+            tail = os.pread(self._log_fd, end - start, start)
+        except OSError:
+            return None
+        return last_error(tail.decode("utf-8", "replace"))
 
     async def stop(self) -> None:
         """SIGTERM, then SIGKILL after ``STOP_TIMEOUT``; waits for the exit (also when cancelled)."""
@@ -200,3 +230,6 @@ class Worker:
                     await asyncio.shield(self.proc.wait())
         finally:
             self._relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._relay  # finished or cancelled: never left pending when the loop closes
+            os.close(self._log_fd)

@@ -191,6 +191,7 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("compactionIntervalSeconds", "compaction_interval", _float, doc="Seconds between compaction runs (0: none)."),
     Key("compactionMaxAgeSeconds", "compaction_max_age", _float, doc="Compact records once this old ..."),
     Key("compactionMinMB", "compaction_min_mb", _float, doc="... or once there are this many MB of them."),
+    Key("logDir", "log_dir", _text, doc="Where the compaction worker's output goes (compaction.log)."),
 )}
 
 # Pulsar/KoP keys whose concern Nereus handles its own way (metadata plane, object storage,

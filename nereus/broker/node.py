@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import importlib.metadata
 import logging
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..kafka.server import KafkaService
 from ..meta import MetadataStore
@@ -55,6 +57,7 @@ class BrokerOptions:
     default_partitions: int = 1  # partitions of a topic a Kafka client creates without a count
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
     max_message_size: int | None = None  # bytes; None: each protocol's own default
+    log_dir: Path | None = None  # the compaction worker's log; default: ./logs
 
 
 class PortInUse(OSError):
@@ -137,6 +140,13 @@ async def _cancel_and_wait(task: asyncio.Task) -> None:
         await task
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("nereus")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def _object_prefix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
 
@@ -150,6 +160,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     http = await bind_listener("http", options.bind, options.http_port, start_http(options.bind, options.http_port))
     stack.push_async_callback(http.cleanup)
     http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
+    log.info("http listener on %s:%d (admin REST, lookup, metrics)", options.bind, http_port)
     starting = StartingPlacement(BrokerAddress("starting", -1, options.zone, "", host, 0, ""))
     registry = TopicRegistry(storage, meta, placement=starting, deduplication_enabled=options.deduplication)
     registry.start()
@@ -199,7 +210,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
         from .compaction_schedule import CompactionSchedule, run_schedule
 
         schedule = CompactionSchedule(options.compaction_interval, options.compaction_max_age,
-                                      options.compaction_min_bytes, metadata_url, objects_url)
+                                      options.compaction_min_bytes, metadata_url, objects_url,
+                                      Path(options.log_dir or "logs") / "compaction.log")
         workers["compaction"] = lambda: run_schedule(meta, schedule)
     for worker, run in workers.items():
         task = asyncio.ensure_future(run_under_lease(meta, worker, holder, run, status=leases,
@@ -209,8 +221,9 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar, node=node)
     await pulsar.serve()
     await kafka.serve()
-    log.info("broker %s ready (node %d, zone %s): pulsar=%s kafka=%s http=%s", name, node_id, options.zone,
-             address.pulsar_url, address.kafka_address, address.http_url)
+    log.info("broker %s ready (nereus %s, node %d, zone %s): pulsar=%s kafka=%s http=%s metadata=%s objects=%s",
+             name, _version(), node_id, options.zone, address.pulsar_url, address.kafka_address, address.http_url,
+             metadata_url, objects_url.partition("?")[0])  # the query may hold credentials
     return node
 
 

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..meta import open_engine
@@ -69,7 +69,7 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
     objects_url = config.object_store or (config.data_dir / "objects").resolve().as_uri()
     stop = asyncio.Event()
     install_stop_signals(stop)
-    options = config.broker
+    options = config.broker if config.broker.log_dir else replace(config.broker, log_dir=config.data_dir / "logs")
     objects = open_object_store(objects_url)  # first: a bad URL fails before anything opens
     async with contextlib.AsyncExitStack() as stack:
         # Unwound in reverse order, also when a listener fails to start (port in use).
@@ -125,7 +125,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
             "--compaction-min-mb", str(opts.compaction_min_bytes / (1 << 20)),
             "--cluster-name", opts.cluster_name, "--default-partitions", str(opts.default_partitions),
             "--auto-topic-creation" if opts.auto_topic_creation else "--no-auto-topic-creation",
-            "--deduplication" if opts.deduplication else "--no-deduplication"]
+            "--deduplication" if opts.deduplication else "--no-deduplication",
+            "--log-dir", str(opts.log_dir or config.data_dir / "logs")]
     if opts.advertised_address:
         args += ["--advertised-address", opts.advertised_address]
     if opts.max_message_size is not None:

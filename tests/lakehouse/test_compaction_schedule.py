@@ -1,7 +1,8 @@
 """The broker's compaction schedule, end to end: a standalone with a short schedule
 compacts on its own, the topics' built-in Iceberg tables show the records (plain,
-partitioned and Kafka auto-created topics), a dead worker is restarted, and a Ctrl-C
-ends the broker and its worker cleanly.
+partitioned and Kafka auto-created topics), a dead worker is restarted, a Ctrl-C
+ends the broker and its worker cleanly, and the worker's Spark output stays in its
+own log file while the broker logs one line per event.
 
 The node runs in a session of its own so a test can send SIGINT to its whole process
 group, as a terminal does on Ctrl-C.
@@ -35,7 +36,8 @@ DEADLINE = 200.0
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     node = Standalone(tmp_path_factory.mktemp("schedule") / "data",
-                      ["--compaction-interval", "2", "--compaction-max-age", "2", "--compaction-min-mb", "100"])
+                      ["--compaction-interval", "2", "--compaction-max-age", "2", "--compaction-min-mb", "100",
+                       "--log-level", "INFO"])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(standalone_process.subprocess, "Popen",
                       functools.partial(subprocess.Popen, start_new_session=True))
@@ -233,3 +235,28 @@ def test_ctrl_c_ends_the_broker_and_its_worker_cleanly(node):
     assert not alive, alive
     log = node.log.read_text()
     assert "Traceback" not in log, log[-4000:]
+
+
+#: What Spark, its JVM and py4j print; none of it belongs in the broker's output.
+SPARK_OUTPUT = ("log4j", "SparkContext", "WARN Utils", "NativeCodeLoader", "py4j", "jdk.incubator", "[Stage ")
+
+
+def test_the_workers_output_is_in_its_own_log_and_the_broker_logs_events(node):
+    """Runs after the Ctrl-C test: the broker's whole output, start to stop, is in ``node.log``."""
+    assert not node.alive()
+    broker_log = node.log.read_text()
+    for spark_line in SPARK_OUTPUT:
+        assert spark_line not in broker_log, spark_line
+    assert "\r" not in broker_log and "Task was destroyed" not in broker_log
+    worker_log = node.data_dir / "logs" / "compaction.log"
+    assert f"the worker's output goes to {worker_log.resolve()}" in broker_log
+    text = worker_log.read_text()
+    assert "Spark's default log4j profile" in text  # Spark's own lines: where they went instead
+    assert "[Stage " not in text and "\r" not in text  # no console progress bars, also not there
+    for event in ("nereus standalone ready", "pulsar listener on", "kafka listener on", "oxia protocol listening on",
+                  "compaction worker started", "topic persistent://public/default/scheduled loaded",
+                  "unloading: broker draining"):
+        assert event in broker_log, event
+    runs = [line for line in broker_log.splitlines() if "compaction: compacted" in line]
+    assert runs and all(" INFO " in line for line in runs), runs
+    assert "compaction: table public.default.scheduled: +" in broker_log
