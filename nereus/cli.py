@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from pathlib import Path
 
 import click
+
+# Nereus processes start children with fork+exec only (the compaction worker, child
+# brokers); gRPC's fork handlers would just print a line at each start.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 
 def _interrupt(_signum, _frame) -> None:

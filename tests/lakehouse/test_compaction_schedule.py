@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import subprocess
 import time
@@ -238,6 +239,7 @@ def test_ctrl_c_ends_the_broker_and_its_worker_cleanly(node):
 
 
 #: What Spark, its JVM and py4j print; none of it belongs in the broker's output.
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
 SPARK_OUTPUT = ("log4j", "SparkContext", "WARN Utils", "NativeCodeLoader", "py4j", "jdk.incubator", "[Stage ")
 
 
@@ -248,11 +250,14 @@ def test_the_workers_output_is_in_its_own_log_and_the_broker_logs_events(node):
     for spark_line in SPARK_OUTPUT:
         assert spark_line not in broker_log, spark_line
     assert "\r" not in broker_log and "Task was destroyed" not in broker_log
+    foreign = [line for line in broker_log.splitlines() if line and not LOG_LINE.match(line)]
+    assert not foreign, foreign[:20]  # only the broker's own log lines: no gRPC, JVM or Python warnings
     worker_log = node.data_dir / "logs" / "compaction.log"
     assert f"the worker's output goes to {worker_log.resolve()}" in broker_log
     text = worker_log.read_text()
     assert "Spark's default log4j profile" in text  # Spark's own lines: where they went instead
     assert "[Stage " not in text and "\r" not in text  # no console progress bars, also not there
+    assert "Task was destroyed" not in text
     for event in ("nereus standalone ready", "pulsar listener on", "kafka listener on", "oxia protocol listening on",
                   "compaction worker started", "topic persistent://public/default/scheduled loaded",
                   "unloading: broker draining"):
