@@ -185,6 +185,7 @@ def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = N
     """Run a server until SIGINT/SIGTERM; a start-up failure is one line and exit code 1."""
     from .broker.data_lock import DataDirLocked
     from .broker.node import PortInUse
+    from .broker.standalone import ChildBrokerFailed
     from .meta.errors import InvalidRequest, MetadataError
     from .objstore.errors import UnsupportedStoreUrl
 
@@ -195,7 +196,7 @@ def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = N
     except PortInUse as exc:
         raise click.ClickException(f"cannot start: port {exc.port} of the {exc.listener} listener is already in "
                                    f"use on {exc.host}; choose another with {listeners[exc.listener]}") from None
-    except (DataDirLocked, UnsupportedStoreUrl, InvalidRequest) as exc:
+    except (DataDirLocked, UnsupportedStoreUrl, InvalidRequest, ChildBrokerFailed) as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None

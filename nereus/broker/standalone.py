@@ -89,7 +89,15 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
             return
         children = [asyncio.ensure_future(_supervise_child(i, config, metadata_url, objects_url, stop))
                     for i in range(1, config.brokers)]
+        failed: list[ChildBrokerFailed] = []
+
+        def _child_done(task: asyncio.Task) -> None:
+            if not task.cancelled() and isinstance(task.exception(), ChildBrokerFailed):
+                failed.append(task.exception())
+                stop.set()
+
         for child in children:
+            child.add_done_callback(_child_done)
             stack.push_async_callback(_cancel_and_wait, child)
         log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s brokers=%d",
                  options.bind, node.http_port, node.pulsar.port, node.kafka.port, oxia.port, config.data_dir,
@@ -99,12 +107,18 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         await stop.wait()
         log.info("shutting down")
         await node.drain()
+        if failed:
+            raise failed[0]
 
 
 async def _cancel_and_wait(task: asyncio.Task) -> None:
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    with contextlib.suppress(asyncio.CancelledError, ChildBrokerFailed):  # a failure is raised by its watcher
         await task
+
+
+class ChildBrokerFailed(RuntimeError):
+    """A broker process of ``--brokers N`` could not start (its own error line is printed above)."""
 
 
 def child_command(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str) -> list[str]:
@@ -142,6 +156,7 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
     group) is not restarted.
     """
     command = child_command(index, config, metadata_url, objects_url)
+    first = True
     while True:
         proc = await asyncio.create_subprocess_exec(*command)
         log.info("broker %d started (pid %d)", index, proc.pid)
@@ -157,6 +172,10 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
                     proc.kill()
                 await proc.wait()
             raise
+        if first and code == 1 and not stop.is_set():  # a start-up failure (a port in use ...): restarting won't help
+            raise ChildBrokerFailed(f"broker process {index} could not start (its error is above); it listens on "
+                                    f"the given ports + {index}")
+        first = False
         # A Ctrl-C reaches the child and the standalone at once: give the stop a moment to show.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), CHILD_RESTART_SECONDS)
@@ -166,4 +185,4 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
         log.warning("broker %d exited with %s; restarting it", index, code)
 
 
-__all__ = ["StandaloneConfig", "child_command", "install_stop_signals", "run_standalone", "until_stopped"]
+__all__ = ["ChildBrokerFailed", "StandaloneConfig", "child_command", "install_stop_signals", "run_standalone", "until_stopped"]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
 
-from .processes import Server, assert_one_line_failure, free_port, hold_port
+from .processes import Server, assert_one_line_failure, fail, free_port, hold_port
 
 STANDALONE_PORTS = ("http", "pulsar", "kafka", "oxia")
 FLAGS = {"http": "--http-port (webServicePort)", "pulsar": "--pulsar-port (brokerServicePort)",
@@ -129,3 +130,22 @@ def test_an_unreachable_metadata_service_is_one_line_stating_the_time_waited(tmp
     assert_one_line_failure(["broker", "--metadata", url, "--object-store", (tmp_path / "objects").as_uri(),
                              "--metadata-timeout", "1.5", "--http-port", "0", "--pulsar-port", "0", "--kafka-port",
                              "0"], url, "gave up after 1.5 s")
+
+
+def test_a_port_in_use_by_a_second_broker_process_stops_the_standalone(tmp_path: Path):
+    ports = {name: free_port() for name in STANDALONE_PORTS}
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", ports["pulsar"] + 1))  # broker process 1 listens on the given ports + 1
+        taken.listen()
+    except OSError:
+        taken.close()
+        pytest.skip("the port after the chosen one is taken")
+    try:
+        code, last, stderr = fail(_standalone(tmp_path / "data", ports) + ["--brokers", "2"])
+    finally:
+        taken.close()
+    assert code == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert last.startswith("Error: ") and "broker process 1 could not start" in last, last
+    assert f"port {ports['pulsar'] + 1} of the pulsar listener is already in use" in stderr
+    assert "restarting" not in stderr
