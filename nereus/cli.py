@@ -127,7 +127,8 @@ def _apply_config(command: str, kwargs: dict) -> None:
             raise click.ClickException(f"{path}: invalid value {text!r} for {key}: {exc.message}") from None
     log = logging.getLogger("nereus.config")
     if resolved.ignored:
-        log.info("%s: ignored (no equivalent in Nereus): %s", path, ", ".join(resolved.ignored))
+        log.info("%s: %d key(s) ignored, unknown to Nereus or without an equivalent here: %s", path,
+                 len(resolved.ignored), ", ".join(resolved.ignored))
     if resolved.unknown:
         log.warning("%s: unknown key(s) ignored: %s", path,
                     ", ".join(f"{name} (did you mean {suggest(name)}?)" for name in resolved.unknown))

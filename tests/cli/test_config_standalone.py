@@ -29,6 +29,8 @@ defaultNumPartitions=3
 zookeeperServers=localhost:2181
 managedLedgerDefaultEnsembleSize=1
 bookkeeperClientTimeoutInSeconds=30
+someUnknownSetting=1
+webServicePot=1
 """)
 
 
@@ -72,9 +74,11 @@ def test_a_standalone_takes_its_settings_from_the_file_and_flags_override_it(tmp
     # The flag won: nothing listened on the file's HTTP port.
     assert f"http=127.0.0.1:{ports['http']}" in log
     ignored = [line for line in log.splitlines() if "ignored" in line]
-    assert len(ignored) == 1, ignored
-    for key in ("zookeeperServers", "managedLedgerDefaultEnsembleSize", "bookkeeperClientTimeoutInSeconds"):
+    assert len(ignored) == 2, ignored  # once each: the keys without use, the likely misspelling
+    for key in ("zookeeperServers", "managedLedgerDefaultEnsembleSize", "bookkeeperClientTimeoutInSeconds",
+                "someUnknownSetting"):
         assert key in ignored[0]
+    assert "webServicePot (did you mean webServicePort?)" in ignored[1]
     assert "Traceback" not in log
 
 
