@@ -86,7 +86,9 @@ def _kafka_uses_the_configured_listener_and_partitions(port: int) -> None:
     bootstrap = f"127.0.0.1:{port}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     (broker_configs,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "0")]).values()
-    assert broker_configs.result(timeout=30)["num.partitions"].value == "3"
+    configs = broker_configs.result(timeout=30)
+    assert configs["num.partitions"].value == "3"
+    assert configs["message.max.bytes"].value == "65536"  # maxMessageSize: what Kafka clients are told too
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce("auto-created", b"v")
     assert producer.flush(30) == 0

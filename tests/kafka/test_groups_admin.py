@@ -38,6 +38,7 @@ def test_admin_operations(broker, topic, group):
     configs = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
     entries = list(configs.values())[0].result(10)
     assert entries["cleanup.policy"].value == "delete"
+    assert int(entries["max.message.bytes"].value) > 1 << 20  # the limit the broker enforces, not Kafka's default
     cluster = admin.describe_cluster().result(10)
     assert len(cluster.nodes) == 1 and cluster.cluster_id
     # a group with committed offsets: listed, described, deleted

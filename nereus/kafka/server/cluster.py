@@ -26,9 +26,9 @@ PRODUCER_ID_BLOCK = 1000
 
 # Broker and topic configs reported by DescribeConfigs (what this broker actually does).
 BROKER_CONFIGS = {"auto.create.topics.enable": "true", "num.partitions": "1", "default.replication.factor": "1",
-                  "message.max.bytes": "1048588", "log.message.timestamp.type": "CreateTime",
+                  "log.message.timestamp.type": "CreateTime",
                   "offsets.topic.replication.factor": "1"}
-TOPIC_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer", "max.message.bytes": "1048588",
+TOPIC_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer",
                  "message.timestamp.type": "CreateTime", "retention.ms": "-1", "min.insync.replicas": "1"}
 
 
@@ -131,13 +131,14 @@ async def handle_describe_configs(conn, head, req):
             if await service.catalog.partition_count(res.resource_name) is None:
                 code, message = ErrorCode.unknown_topic_or_partition, f"topic {res.resource_name!r} does not exist"
             else:
-                configs = TOPIC_CONFIGS
+                configs = {**TOPIC_CONFIGS, "max.message.bytes": str(service.max_message_bytes)}
         elif res.resource_type == 4:  # broker
             if res.resource_name not in ("", str(service.node_id)):
                 code, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
             else:
                 configs = {**BROKER_CONFIGS, "auto.create.topics.enable": str(service.auto_create).lower(),
-                           "num.partitions": str(service.default_partitions)}
+                           "num.partitions": str(service.default_partitions),
+                           "message.max.bytes": str(service.max_message_bytes)}
         else:
             code, message = ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported"
         keys = res.configuration_keys
