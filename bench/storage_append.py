@@ -18,7 +18,6 @@ import os
 
 import uvloop
 import shutil
-import statistics
 import sys
 import tempfile
 import time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import signal
@@ -39,7 +40,29 @@ def _set_log_level(_ctx, _param, value: str | None) -> None:
         logging.getLogger().setLevel(value.upper())
 
 
-@click.group()
+class _Commands(click.Group):
+    """The command groups that pull in heavy modules load only when asked for.
+
+    ``nereus lakehouse`` imports the pipeline (pyarrow, the Kafka codec): a second of
+    start-up that ``nereus standalone`` or ``nereus admin`` must not pay.
+    """
+
+    lazy = {"lakehouse": ("nereus.lakehouse.cli", "lakehouse", "the lakehouse extra")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str):
+        if name not in self.lazy:
+            return super().get_command(ctx, name)
+        module, attribute, needs = self.lazy[name]
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except ImportError as exc:
+            raise click.ClickException(f"{needs} is not installed ({exc})") from None
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="nereus", prog_name="nereus")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 def main(log_level: str) -> None:
@@ -382,15 +405,6 @@ def _report_compaction(report) -> None:
             click.echo(f"table {table.table}: +{table.added} -{table.removed} data files, offsets {table.offsets}")
 
 
-def _attach_lakehouse() -> None:
-    try:
-        from .lakehouse.cli import lakehouse
-    except ImportError:  # the lakehouse extra is not installed: no lakehouse commands
-        return
-    main.add_command(lakehouse)
-
-
-_attach_lakehouse()
 from .admin_cli import admin as _admin  # noqa: E402 (the command group, after the commands above)
 main.add_command(_admin)
 

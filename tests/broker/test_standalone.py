@@ -1,7 +1,6 @@
 """`nereus standalone` as a real process: health, metrics, clean shutdown, CLI errors."""
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess

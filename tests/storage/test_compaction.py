@@ -100,7 +100,7 @@ async def test_compaction_keeps_offsets_and_bytes_and_frees_the_wal(meta, object
     assert await read_all(a) == expected_a and await read_all(b) == expected_b
     # appends go on after compaction; the next run compacts the new groups only
     for i in range(16):
-        expected_a.append((base := (await a.append(b"more-%d" % i, 1)).base_offset, 1, b"more-%d" % i))
+        expected_a.append(((await a.append(b"more-%d" % i, 1)).base_offset, 1, b"more-%d" % i))
     plans = await compaction.plan(meta, a.stream_id)
     assert len(plans) == 1 and plans[0].first == result.last + 1
     await compaction.compact(meta, objects, storage.reader, plans[0], encode)
