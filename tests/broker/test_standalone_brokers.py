@@ -79,6 +79,11 @@ def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Pa
                 producer.close()
             owned = [_get_json(f"http://127.0.0.1:{p}/admin/v2/nereus/owned-topics") for p in (http, http + 1)]
             assert all(owned), owned  # each process serves some of them
+            for topic in topics:  # the console of either broker shows every topic's stats, wherever it lives
+                path = "/console/api/stats/" + topic.replace("persistent://", "persistent/")
+                for port in (http, http + 1):
+                    stats = _get_json(f"http://127.0.0.1:{port}{path}")
+                    assert stats["storageSize"] > 0 and "publishers" in stats, (port, topic, stats)
             for topic in topics:  # and every one reads back through the first broker's address
                 reader = client.create_reader(topic, pulsar.MessageId.earliest)
                 assert reader.read_next(10_000).data() == topic.encode()

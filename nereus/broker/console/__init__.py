@@ -2,8 +2,8 @@
 
 The pages read Pulsar's admin API (``/admin/v2``) for tenants, namespaces, topics and
 their stats, and the console's own JSON for what that API lacks: the cluster overview
-(``overview.py``), Kafka consumer groups (``groups.py``) and each topic's built-in
-table (``tables.py``). The pages are plain HTML, CSS and JavaScript shipped in
+(``overview.py``), Kafka consumer groups (``groups.py``), each topic's built-in
+table (``tables.py``) and any topic's stats in a cluster (``stats.py``). The pages are plain HTML, CSS and JavaScript shipped in
 ``static/``: nothing to build, nothing fetched from elsewhere.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from . import groups, overview, tables
+from . import groups, overview, stats, tables
 
 STATIC = Path(__file__).parent / "static"
 
@@ -31,6 +31,7 @@ def register(app: web.Application) -> None:
     app.router.add_get("/console/api/kafka/groups", groups.list_groups)
     app.router.add_get("/console/api/kafka/groups/{group}", groups.get_group)
     app.router.add_get("/console/api/tables/{tenant}/{namespace}/{topic}", tables.get_table)
+    app.router.add_get("/console/api/stats/persistent/{tenant}/{namespace}/{topic}", stats.get_stats)
 
 
 __all__ = ["register"]

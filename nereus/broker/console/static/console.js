@@ -93,15 +93,10 @@ async function namespaceTopics() {
   return out;
 }
 
+// Through the console's API: in a cluster a topic's stats live on its owner, another origin.
 // Partitioned topics: Pulsar's partitioned-stats, which any broker answers for every partition.
 function statsPath(name) {
-  return "/admin/v2/" + topicPath(name) + (partitioned.has(name) ? "/partitioned-stats?perPartition=false" : "/stats");
-}
-
-// In a cluster a topic's stats live on its owner (another origin): fetched here only when owned here.
-async function ownedHere() {
-  if (!overview || overview.brokers.length <= 1) return null;
-  return new Set(await getJSON("/admin/v2/nereus/owned-topics"));
+  return "/console/api/stats/" + topicPath(name) + (partitioned.has(name) ? "?partitioned=true" : "");
 }
 
 function subsBacklog(stats) {
@@ -134,7 +129,7 @@ async function loadOverview() {
 // -- pages --------------------------------------------------------------------------------
 function showOverview(main) {
   const brokers = el("div", {id: "brokers"});
-  const traffic = new LineChart("chart-traffic", "Messages per second (topics of this broker)",
+  const traffic = new LineChart("chart-traffic", "Messages per second (topics listed)",
     [{key: "in", label: "in", color: COLORS.in}, {key: "out", label: "out", color: COLORS.out}], rate);
   const backlog = new LineChart("chart-backlog", "Backlog (messages, subscriptions of these topics)",
     [{key: "backlog", label: "backlog", color: COLORS.backlog}], count);
@@ -153,10 +148,8 @@ function showOverview(main) {
         td(when(b.startedMs)))),
       {id: "brokers-table"}));
 
-    const owned = await ownedHere();
     const groups = await namespaceTopics();
-    const names = groups.flatMap(g => g.topics).filter(n => !owned || owned.has(n) || partitioned.has(n))
-      .slice(0, MAX_TOPICS);
+    const names = groups.flatMap(g => g.topics).slice(0, MAX_TOPICS);
     const stats = {};
     await Promise.all(names.map(async n => {
       stats[n] = await getJSON(statsPath(n)).catch(err => ({error: err.message}));
@@ -167,7 +160,7 @@ function showOverview(main) {
       const rows = g.topics.map(n => {
         const s = stats[n];
         if (!s) return el("tr", {"data-topic": n}, td(topicLink(n), "name"),
-                          el("td", {colspan: 7, class: "note"}, owned ? "owned by another broker" : "not shown"));
+                          el("td", {colspan: 7, class: "note"}, "not shown"));
         if (s.error) return el("tr", {"data-topic": n}, td(topicLink(n), "name"), el("td", {colspan: 7, class: "error"}, s.error));
         const b = subsBacklog(s);
         rateIn += s.msgRateIn || 0; rateOut += s.msgRateOut || 0; totalBacklog += b;
@@ -238,17 +231,9 @@ async function showTopic(main, name) {
     ...section("Producers", producers), ...section("Built-in table", builtin));
   const mine = page;
   if (!overview) await loadOverview().catch(() => null);
-  const owned = await ownedHere().catch(() => null);
   const meta = await getJSON("/admin/v2/" + path + "/partitions").catch(() => ({partitions: 0}));
   if (meta.partitions > 0) partitioned.add(name); else partitioned.delete(name);
   if (mine !== page) return; // navigated away meanwhile
-  if (owned && !owned.has(name) && !partitioned.has(name)) {
-    const owner = await getJSON("/lookup/v2/topic/" + path).catch(() => null);
-    const link = owner && /^https?:\/\//.test(owner.httpUrl)
-      ? el("a", {href: owner.httpUrl + "/console#/topic/" + enc(name)}, owner.httpUrl) : "its owner";
-    cards.replaceChildren(el("p", {class: "note"}, "Another broker owns this topic: see the console of ", link));
-    return;
-  }
   let polls = 0;
   poll(async () => {
     const s = await getJSON(statsPath(name));
