@@ -208,14 +208,15 @@ async def unload(request: web.Request) -> web.Response:
     name = topic_name(request)
     release = getattr(ctx.placement, "release", None)
     for part in await partitions(ctx, name):
-        owned = release is not None and ctx.placement.owns(str(part))
         loaded = ctx.pulsar.registry.loaded(part)
-        if owned:
+        # Checked before releasing: the redirect that brought the call here may have made
+        # this broker the owner of a topic that does not exist.
+        if loaded is None and not await stream_exists(ctx.storage, part):
+            raise AdminError(404, "Topic not found")
+        if release is not None and ctx.placement.owns(str(part)):
             await release(str(part), "unloaded through the admin API")
         elif loaded is not None:
             await ctx.pulsar.registry.unload(loaded, "unloaded through the admin API")
-        elif not await stream_exists(ctx.storage, part):
-            raise AdminError(404, "Topic not found")
     log.info("topic %s unloaded through the admin API", name)
     return no_content()
 
