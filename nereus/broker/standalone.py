@@ -148,6 +148,26 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     return args
 
 
+async def _relay_stderr(stream: asyncio.StreamReader) -> str:
+    """Copy a child's stderr (its log) to ours; returns its last line (its error, if it failed)."""
+    last = b""
+    while line := await stream.readline():
+        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+        if line.strip():
+            last = line
+    return last.decode(errors="replace").strip()
+
+
+async def _end_relay(relay: asyncio.Task) -> str:
+    """The child is gone: its stderr ends once its own children let go of it too."""
+    try:
+        return await wait_for(asyncio.shield(relay), 5)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        relay.cancel()
+        return ""
+
+
 async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str,
                            stop: asyncio.Event) -> None:
     """Keep child broker ``index`` running; on cancel, stop it gracefully (SIGTERM, then SIGKILL).
@@ -158,8 +178,9 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
     command = child_command(index, config, metadata_url, objects_url)
     first = True
     while True:
-        proc = await asyncio.create_subprocess_exec(*command)
+        proc = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.PIPE)
         log.info("broker %d started (pid %d)", index, proc.pid)
+        relay = asyncio.ensure_future(_relay_stderr(proc.stderr))
         try:
             code = await proc.wait()
         except asyncio.CancelledError:
@@ -172,13 +193,16 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
                     proc.kill()
                 await proc.wait()
             raise
+        finally:
+            last_line = await _end_relay(relay)
         if first and code == 1 and not stop.is_set():  # a start-up failure (a port in use ...): restarting won't help
-            raise ChildBrokerFailed(f"broker process {index} could not start (its error is above); it listens on "
-                                    f"the given ports + {index}")
+            error = last_line.removeprefix("Error: ") or f"exit code {code}"
+            raise ChildBrokerFailed(f"broker process {index} could not start: {error} (it listens on the given "
+                                    f"ports + {index})")
         first = False
         # A Ctrl-C reaches the child and the standalone at once: give the stop a moment to show.
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), CHILD_RESTART_SECONDS)
+            await wait_for(stop.wait(), CHILD_RESTART_SECONDS)
         if stop.is_set():
             log.info("broker %d stopped (exit code %s)", index, code)
             return
