@@ -6,10 +6,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from . import admin, console
-
-
-async def _health(_request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+from .admin import health
 
 
 async def _metrics(_request: web.Request) -> web.Response:
@@ -19,7 +16,7 @@ async def _metrics(_request: web.Request) -> web.Response:
 
 def build_app() -> web.Application:
     app = web.Application()
-    app.router.add_get("/admin/v2/brokers/health", _health)
+    health.register(app)
     app.router.add_get("/metrics", _metrics)
     admin.register(app)
     console.register(app)
