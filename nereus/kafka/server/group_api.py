@@ -34,7 +34,7 @@ async def handle_join_group(conn, head, req):
                     protocol_type=result.protocol_type, leader=result.leader,
                     # nullable only from v7: older versions answer an error with an empty name
                     protocol_name=result.protocol if result.protocol is not None or head.api_version >= 7 else "",
-                    skip_assignment=False, member_id=result.member_id, members=members)
+                    skip_assignment=result.skip_assignment, member_id=result.member_id, members=members)
 
     session = req.session_timeout.total_seconds()
     rebalance = getattr(req, "rebalance_timeout", req.session_timeout).total_seconds()
@@ -74,7 +74,8 @@ async def handle_sync_group(conn, head, req):
         if group is None:
             return reply(ErrorCode.unknown_member_id.value)
         fut = group.sync(req.member_id, req.generation_id,
-                         {a.member_id: bytes(a.assignment) for a in req.assignments})
+                         {a.member_id: bytes(a.assignment) for a in req.assignments},
+                         getattr(req, "group_instance_id", None))
     except GroupError as exc:
         return reply(exc.code)
 
@@ -93,7 +94,7 @@ async def handle_heartbeat(conn, head, req):
             raise GroupError(ErrorCode.not_coordinator.value)
         group = await conn.service.coordinator.group(req.group_id, create=False)
         if group is not None:
-            code = group.heartbeat(req.member_id, req.generation_id)
+            code = group.heartbeat(req.member_id, req.generation_id, getattr(req, "group_instance_id", None))
     except GroupError as exc:
         code = exc.code
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(code))
@@ -101,16 +102,17 @@ async def handle_heartbeat(conn, head, req):
 
 async def handle_leave_group(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    ids = [m.member_id for m in req.members] if hasattr(req, "members") else [req.member_id]
+    ids = ([(m.member_id, m.group_instance_id) for m in req.members] if hasattr(req, "members")
+           else [(req.member_id, None)])
     if not coordinates(conn.service, req.group_id):  # one top-level error, as Kafka answers it
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.not_coordinator, members=())
     try:
         group = await conn.service.coordinator.group(req.group_id, create=False)
-        codes = [group.leave(mid) if group is not None else ErrorCode.unknown_member_id.value for mid in ids]
+        codes = [group.leave(mid, iid) if group is not None else ErrorCode.unknown_member_id.value for mid, iid in ids]
     except GroupError as exc:
         codes = [exc.code] * len(ids)
-    members = tuple(make(nested(cls, "MemberResponse"), member_id=mid, group_instance_id=None,
-                         error_code=ErrorCode(code)) for mid, code in zip(ids, codes)) if hasattr(req, "members") else ()
+    members = tuple(make(nested(cls, "MemberResponse"), member_id=mid, group_instance_id=iid,
+                         error_code=ErrorCode(code)) for (mid, iid), code in zip(ids, codes)) if hasattr(req, "members") else ()
     top = codes[0] if len(codes) == 1 and not hasattr(req, "members") else 0
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(top), members=members)
 
@@ -126,7 +128,7 @@ async def handle_offset_commit(conn, head, req):
     elif req.group_id:
         try:
             group = await coordinator.group(req.group_id)
-            code = group.check_commit(req.member_id, generation)
+            code = group.check_commit(req.member_id, generation, getattr(req, "group_instance_id", None))
         except GroupError as exc:
             code = exc.code
     commits: dict[tuple[str, int], tuple] = {}

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
+from ..codec.consumer_protocol import subscribed_topics
+
 log = logging.getLogger(__name__)
 
 GROUPS_ROOT = "/nereus/kafka/groups/"
@@ -35,7 +37,7 @@ INITIAL_REBALANCE_DELAY = 0.3  # lets consumers started together land in one gen
 # Kafka error codes used here
 NONE, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, UNKNOWN_MEMBER = 0, 22, 23, 25
 INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, NOT_COORDINATOR = 26, 27, 16
-COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED = 15, 81
+COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID = 15, 81, 82
 
 
 class GroupError(Exception):
@@ -85,6 +87,13 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    skip_assignment: bool = False
+
+
+def _same_subscription(new: bytes, old: bytes) -> bool:
+    """Same topics subscribed (owned partitions and user data may differ after a restart)."""
+    topics = subscribed_topics(new)
+    return new == old or (topics is not None and topics == subscribed_topics(old))
 
 
 def group_key(group_id: str) -> str:
@@ -135,19 +144,25 @@ class Group:
             raise GroupError(INCONSISTENT_PROTOCOL)
         if self.members and not {n for n, _ in protocols} & self._common_protocols():
             raise GroupError(INCONSISTENT_PROTOCOL)
+        static = self.static_member(instance_id)
+        if static is not None and not member_id:
+            return self._replace_static(static, client_id, host, session, rebalance, protocols)
+        if static is not None and member_id != static.member_id:
+            raise GroupError(FENCED_INSTANCE_ID)
         if member_id and member_id not in self.members:
             raise GroupError(UNKNOWN_MEMBER)
         if not member_id and len(self.members) >= self.coordinator.max_group_size:
             raise GroupError(GROUP_MAX_SIZE_REACHED)  # Kafka's group.max.size: members are held in memory
         if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            member_id = f"{instance_id or client_id or 'member'}-{uuid.uuid4()}"
         member = self.members.get(member_id)
         fut = asyncio.get_running_loop().create_future()
         if member is None:
             member = self.members[member_id] = Member(member_id, client_id, host, session, rebalance, protocols,
                                                      instance_id)
-        elif self.state == STABLE and member.protocols == protocols and member.member_id != self.leader:
-            # A follower rejoining with unchanged metadata: no rebalance needed.
+        elif member.protocols == protocols and (
+                (self.state == STABLE and member.member_id != self.leader) or self.state == COMPLETING):
+            # Rejoining with unchanged metadata: the generation in progress (or in force) stands.
             member.last_seen = self._now()
             fut.set_result(self._join_result(member_id))
             return fut
@@ -158,6 +173,50 @@ class Group:
         member.join = fut
         self.protocol_type = protocol_type
         self._prepare(initial=self.state == EMPTY)
+        self._maybe_complete()
+        return fut
+
+    def static_member(self, instance_id: str | None) -> Member | None:
+        """The member holding ``instance_id`` (KIP-345), if any."""
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def check_instance(self, member_id: str, instance_id: str | None) -> None:
+        """FENCED_INSTANCE_ID when ``instance_id`` belongs to another member id than ``member_id``."""
+        static = self.static_member(instance_id)
+        if static is not None and static.member_id != member_id:
+            raise GroupError(FENCED_INSTANCE_ID)
+
+    def _replace_static(self, old: Member, client_id: str, host: str, session: float, rebalance: float,
+                        protocols: list[tuple[str, bytes]]) -> asyncio.Future:
+        """A static member restarted: a new member id takes the old one's place and assignment (KIP-345).
+
+        In a Stable group, with the chosen protocol and the member's subscription (its
+        metadata) unchanged, nobody else rebalances; the
+        old member id is fenced (its pending calls answer FENCED_INSTANCE_ID).
+        """
+        new_id = f"{old.instance_id}-{uuid.uuid4()}"
+        for fut in (old.join, old.sync):
+            if fut is not None and not fut.done():
+                fut.set_result(JoinResult(FENCED_INSTANCE_ID) if fut is old.join else (FENCED_INSTANCE_ID, b""))
+        member = Member(new_id, client_id, host, session, rebalance, protocols, old.instance_id, old.assignment,
+                        self._now())
+        # Same position in the member order: the leader's assignors see the same group.
+        self.members = {(new_id if k == old.member_id else k): (member if k == old.member_id else v)
+                        for k, v in self.members.items()}
+        if self.leader == old.member_id:
+            self.leader = new_id
+        log.info("kafka group %s: static member %s rejoined as %s", self.group_id, old.instance_id, new_id)
+        fut = asyncio.get_running_loop().create_future()
+        unchanged = (self._choose_protocol() == self.protocol
+                     and _same_subscription(member.metadata_for(self.protocol), old.metadata_for(self.protocol)))
+        if self.state == STABLE and unchanged:
+            self._answer_when_durable([(fut, self._join_result(new_id, skip_assignment=True))],
+                                      lambda code: JoinResult(code))
+            return fut
+        member.join = fut
+        self._prepare()
         self._maybe_complete()
         return fut
 
@@ -252,14 +311,16 @@ class Group:
         order = [n for n, _ in leader.protocols if n in common]
         return max(order, key=lambda n: (votes.get(n, 0), -order.index(n)))
 
-    def _join_result(self, member_id: str) -> JoinResult:
+    def _join_result(self, member_id: str, skip_assignment: bool = False) -> JoinResult:
         members = []
         if member_id == self.leader:
             members = [(m.member_id, m.instance_id, m.metadata_for(self.protocol)) for m in self.members.values()]
-        return JoinResult(NONE, self.generation, self.protocol_type, self.protocol, self.leader, member_id, members)
+        return JoinResult(NONE, self.generation, self.protocol_type, self.protocol, self.leader, member_id, members,
+                          skip_assignment and member_id == self.leader)
 
-    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes]) -> asyncio.Future:
-        member = self._check(member_id, generation)
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes],
+             instance_id: str | None = None) -> asyncio.Future:
+        member = self._check(member_id, generation, instance_id)
         fut = asyncio.get_running_loop().create_future()
         if self.state == PREPARING:
             fut.set_result((REBALANCE_IN_PROGRESS, b""))
@@ -282,14 +343,22 @@ class Group:
             self._answer_when_durable(answers, lambda code: (code, b""))
         return fut
 
-    def heartbeat(self, member_id: str, generation: int) -> int:
-        member = self._check(member_id, generation)
+    def heartbeat(self, member_id: str, generation: int, instance_id: str | None = None) -> int:
+        member = self._check(member_id, generation, instance_id)
         member.last_seen = self._now()
         return REBALANCE_IN_PROGRESS if self.state == PREPARING else NONE
 
-    def leave(self, member_id: str) -> int:
+    def leave(self, member_id: str, instance_id: str | None = None) -> int:
+        """A member leaves; a static one may be named by its instance id alone (KIP-345)."""
         if self.gone:
             return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
+        if instance_id is not None:
+            static = self.static_member(instance_id)
+            if static is None:
+                return UNKNOWN_MEMBER
+            if member_id and member_id != static.member_id:
+                return FENCED_INSTANCE_ID
+            member_id = static.member_id
         member = self.members.pop(member_id, None)
         if member is None:
             return UNKNOWN_MEMBER
@@ -313,8 +382,9 @@ class Group:
         else:
             self._prepare()
 
-    def _check(self, member_id: str, generation: int) -> Member:
+    def _check(self, member_id: str, generation: int, instance_id: str | None = None) -> Member:
         self._check_served()
+        self.check_instance(member_id, instance_id)
         member = self.members.get(member_id)
         if member is None:
             raise GroupError(UNKNOWN_MEMBER)
@@ -322,9 +392,12 @@ class Group:
             raise GroupError(ILLEGAL_GENERATION)
         return member
 
-    def check_commit(self, member_id: str, generation: int) -> int:
+    def check_commit(self, member_id: str, generation: int, instance_id: str | None = None) -> int:
         if self.gone:
             return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
+        static = self.static_member(instance_id)
+        if static is not None and static.member_id != member_id:
+            return FENCED_INSTANCE_ID
         if generation < 0 and not member_id:
             return NONE if not self.members else ILLEGAL_GENERATION  # a simple (standalone) commit
         member = self.members.get(member_id)
