@@ -73,3 +73,26 @@ def test_static_member_restart_keeps_its_partitions_without_rebalancing_the_othe
     assert len({m.member_id for m in described.members} - old_ids) == 1  # the restarted one has a new member id
     first.consumer.close()
     restarted.consumer.close()
+
+
+def test_cooperative_sticky_two_to_three_members_never_revokes_kept_partitions(broker, topic, group):
+    _topic(broker.bootstrap, topic, 6)
+    coop = {"partition.assignment.strategy": "cooperative-sticky"}
+    first = Tracked(broker.bootstrap, group, topic, **coop)
+    wait_until(lambda: _settled([first], 6, 6), timeout=30)
+    second = Tracked(broker.bootstrap, group, topic, **coop)
+    wait_until(lambda: _settled([first, second], 6, 3), timeout=40)
+    third = Tracked(broker.bootstrap, group, topic, **coop)
+    before = {id(m): m.owned() for m in (first, second)}
+    revoked_before = {id(m): len(m.revoked) for m in (first, second)}
+    wait_until(lambda: _settled([first, second, third], 6, 2), timeout=40)
+    for member in (first, second):
+        kept = member.owned()
+        assert kept <= before[id(member)]  # nothing new, only some given away
+        given_away = set().union(*member.revoked[revoked_before[id(member)]:])
+        assert given_away == before[id(member)] - kept and not given_away & kept  # incremental revocation only
+    # incremental assignment: the new member was handed its partitions, nobody's kept ones were re-assigned
+    assert set().union(*third.assigned) == third.owned()
+    assert third.revoked == []
+    for member in (first, second, third):
+        member.consumer.close()
