@@ -190,6 +190,11 @@ class GarbageCollector:
                 if value.get("kind") == "compaction":
                     await self._resolve_compaction(marker.key, value)
                     stats.resolved += 1
+                elif value.get("kind") == "keyview":
+                    from .key_view import resolve_marker
+
+                    await resolve_marker(self.meta, marker.key, value)
+                    stats.resolved += 1
                 elif await self._resolve(marker, value):
                     stats.resolved += 1
         async for marker in self.meta.range_scan(records.GC_FREE_ROOT + "/", records.GC_FREE_ROOT + "/\U0010ffff"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..meta import cas
 from ..objstore import ObjectStore
-from . import gc, records
+from . import gc, key_view, records
 from .api import AppendResult, FetchResult, FetchedEntry, Stream
 from .cache import BlockCache, TailCache
 from .errors import (InvalidStreamName, ObjectMissing, OffsetOutOfRange, StreamClosed, StreamExists,
@@ -130,6 +130,7 @@ class StreamStorage:
         await self.meta.delete(records.name_key(name))
         tail = await self.tail(stream_id)
         await self._release_index(stream_id, 10**records.OFFSET_WIDTH - 1)
+        await key_view.drop(self.meta, stream_id)
         by_object: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for entry in tail.pending:  # releases are idempotent: overlap with idx groups is fine
             by_object[entry.object].append((stream_id, entry.base))

@@ -1,0 +1,367 @@
+"""Key-compacted views of a stream: the latest record per key below a horizon.
+
+A view covers the offsets ``[0, horizon)`` of one stream and holds, for that range,
+only the latest record of each key, at its ORIGINAL offset; records without a key
+are all kept; a tombstone (the caller says which records are: a null value) is kept
+until ``delete_retention_ms`` past its timestamp, then dropped with its key. The
+storage layer never looks inside entries: the caller passes a ``KeyExtractor`` that
+gives the keys of one stored entry (the topic layer knows the protocols).
+
+A view is ONE immutable Parquet object, one row per surviving record::
+
+    offset int64 | key binary (null: no key) | tombstone bool | timestamp int64 (ms)
+    | entry_base int64 | entry_records int32 | entry binary
+
+``entry`` holds the stored entry byte for byte on the first surviving row of each
+entry (null on the others), so a reader serves the original entries and says which
+of their records survive (Pulsar: an ack set; Kafka: a rebuilt batch with gaps).
+
+The stream's ``keyview`` record ``{horizon, object, records, entries, ...}`` names the
+view in force; a new view is built from the previous one plus the records of
+``[previous horizon, new horizon)`` (incremental) and switched in by one CAS on that
+record, under the stream's compaction lease. The object is referenced as the pair
+``[stream, VIEW_REF]`` in the reference records of ``gc``; the previous view is
+released after the switch. A pending marker (``kind: keyview``) written before the
+object put lets the collector finish or undo the change of a builder that died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..objstore import ObjectStore
+from . import gc, metrics, records
+from .api import FetchedEntry
+from .compaction import CompactionConflict, check_lease
+from .errors import CorruptObject, StorageError
+from .reader import StreamReader
+
+log = logging.getLogger(__name__)
+
+#: The ``base`` of a view's reference pair (a view is no slice of the stream).
+VIEW_REF = -1
+#: Kafka's default ``delete.retention.ms``: how long a tombstone outlives its write.
+DELETE_RETENTION_MS = 24 * 3600 * 1000
+_READ_BYTES = 8 << 20
+
+#: (offsets, keys, tombstones, timestamps in ms) of the records of one stored entry.
+EntryKeys = tuple[list[int], list[bytes | None], list[bool], list[int]]
+#: Gives the keys of a stored entry whose first record is at offset ``base``.
+KeyExtractor = Callable[[int, memoryview], EntryKeys]
+
+SCHEMA = pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("tombstone", pa.bool_()),
+                    ("timestamp", pa.int64()), ("entry_base", pa.int64()), ("entry_records", pa.int32()),
+                    ("entry", pa.binary())])
+
+
+def view_key(stream_id: int) -> str:
+    """The stream's record naming its key-compacted view."""
+    return f"{records.stream_partition(stream_id)}/keyview"
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEntry:
+    """A stored entry of the view and which of its records survive (indexes in the entry)."""
+
+    entry: FetchedEntry
+    keep: tuple[int, ...]
+
+    @property
+    def whole(self) -> bool:
+        return len(self.keep) == self.entry.record_count
+
+
+@dataclass(slots=True)
+class KeyView:
+    """A loaded view: its horizon and its entries in offset order."""
+
+    stream_id: int
+    horizon: int
+    object: str | None
+    entries: list[ViewEntry] = field(default_factory=list)
+    _bases: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._bases = [e.entry.base_offset for e in self.entries]
+
+    @property
+    def records(self) -> int:
+        return sum(len(e.keep) for e in self.entries)
+
+    def read(self, start: int, max_bytes: int = 1 << 20) -> list[ViewEntry]:
+        """View entries with a surviving record at or after ``start`` (at least one if any)."""
+        from bisect import bisect_right
+
+        i = max(0, bisect_right(self._bases, start) - 1)
+        out, total = [], 0
+        for item in self.entries[i:]:
+            if item.entry.base_offset + item.keep[-1] < start:
+                continue
+            if out and total >= max_bytes:
+                break
+            out.append(item)
+            total += len(item.entry.data)
+        return out
+
+    def entry_at(self, base: int) -> ViewEntry | None:
+        from bisect import bisect_left
+
+        i = bisect_left(self._bases, base)
+        return self.entries[i] if i < len(self._bases) and self._bases[i] == base else None
+
+
+@dataclass(frozen=True, slots=True)
+class ViewState:
+    """What the ``keyview`` record says (and its version, for the CAS)."""
+
+    horizon: int = 0
+    object: str | None = None
+    records: int = 0
+    entries: int = 0
+    size: int = 0
+    built_ms: int = 0
+    version: int | None = None
+
+    def to_json(self) -> dict:
+        return {"horizon": self.horizon, "object": self.object, "records": self.records, "entries": self.entries,
+                "size": self.size, "built": self.built_ms}
+
+
+async def state(meta: MetadataStore, stream_id: int) -> ViewState:
+    rec = await meta.get(view_key(stream_id), partition_key=records.stream_partition(stream_id))
+    if rec is None:
+        return ViewState()
+    v = records.decode(rec.value)
+    return ViewState(v.get("horizon", 0), v.get("object"), v.get("records", 0), v.get("entries", 0),
+                     v.get("size", 0), v.get("built", 0), rec.version.version_id)
+
+
+def decode_view(stream_id: int, horizon: int, key: str | None, data: bytes | memoryview | None) -> KeyView:
+    """A view object's entries (raises CorruptObject if it is not one)."""
+    if key is None or data is None:
+        return KeyView(stream_id, horizon, key)
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except pa.ArrowException as exc:
+        raise CorruptObject(f"unreadable key view {key}: {exc}") from None
+    if table.schema.names != SCHEMA.names:
+        raise CorruptObject(f"{key} is not a key view")
+    offsets = table.column("offset").to_pylist()
+    bases = table.column("entry_base").to_pylist()
+    counts = table.column("entry_records").to_pylist()
+    blobs = table.column("entry").combine_chunks()
+    out: list[ViewEntry] = []
+    current: tuple[int, int, memoryview] | None = None
+    keep: list[int] = []
+    for i, (offset, base, count) in enumerate(zip(offsets, bases, counts)):
+        if current is None or base != current[0]:
+            if current is not None:
+                out.append(ViewEntry(FetchedEntry(current[0], current[1], current[2]), tuple(keep)))
+            blob = blobs[i]
+            if not blob.is_valid:
+                raise CorruptObject(f"key view {key}: the entry at {base} has no bytes")
+            current, keep = (base, count, memoryview(blob.as_buffer()).cast("B")), []
+        keep.append(offset - base)
+    if current is not None:
+        out.append(ViewEntry(FetchedEntry(current[0], current[1], current[2]), tuple(keep)))
+    return KeyView(stream_id, horizon, key, out)
+
+
+async def load(meta: MetadataStore, objects: ObjectStore, stream_id: int,
+               current: ViewState | None = None) -> tuple[ViewState, KeyView]:
+    """The view in force (an empty one at horizon 0 when none was built)."""
+    st = current or await state(meta, stream_id)
+    data = await objects.get(st.object) if st.object else None
+    loop = asyncio.get_running_loop()
+    view = await loop.run_in_executor(None, decode_view, stream_id, st.horizon, st.object, data)
+    return st, view
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    stream_id: int
+    horizon: int
+    object: str | None
+    input_bytes: int
+    input_records: int
+    records: int
+    size: int
+
+
+class _Input:
+    """The records of ``[previous horizon, new horizon)`` as columns, and their entries."""
+
+    def __init__(self) -> None:
+        self.offset: list[int] = []
+        self.key: list[bytes | None] = []
+        self.tombstone: list[bool] = []
+        self.timestamp: list[int] = []
+        self.entry_base: list[int] = []
+        self.entry_records: list[int] = []
+        self.entries: dict[int, bytes | memoryview] = {}
+        self.bytes = 0
+
+    def add(self, entry: FetchedEntry, extract: KeyExtractor) -> None:
+        offsets, keys, tombstones, stamps = extract(entry.base_offset, memoryview(entry.data))
+        n = len(offsets)
+        self.bytes += len(entry.data)
+        if not n:
+            return  # markers, control batches: nothing a view serves
+        self.offset += offsets
+        self.key += keys
+        self.tombstone += tombstones
+        self.timestamp += stamps
+        self.entry_base += [entry.base_offset] * n
+        self.entry_records += [entry.record_count] * n
+        self.entries[entry.base_offset] = entry.data
+
+
+def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retention_ms: int) -> pa.Table:
+    """The rows of the new view: previous rows + new records, the latest per key (pure)."""
+    fresh = pa.table({
+        "offset": pa.array(new.offset, pa.int64()), "key": pa.array(new.key, pa.binary()),
+        "tombstone": pa.array(new.tombstone, pa.bool_()), "timestamp": pa.array(new.timestamp, pa.int64()),
+        "entry_base": pa.array(new.entry_base, pa.int64()),
+        "entry_records": pa.array(new.entry_records, pa.int32())})
+    base_entries: dict[int, bytes | memoryview] = dict(new.entries)
+    if previous is not None and previous.num_rows:
+        blobs = previous.column("entry").combine_chunks()
+        for i, base in enumerate(previous.column("entry_base").to_pylist()):
+            if blobs[i].is_valid and base not in base_entries:
+                base_entries[base] = blobs[i].as_buffer()
+        rows = pa.concat_tables([previous.drop_columns(["entry"]), fresh])
+    else:
+        rows = fresh
+    keyed = rows.filter(pc.is_valid(rows.column("key")))
+    latest = keyed.group_by("key", use_threads=False).aggregate([("offset", "max")]).column("offset_max")
+    keep = pc.or_(pc.is_null(rows.column("key")), pc.is_in(rows.column("offset"), value_set=latest))
+    expired = pc.and_(rows.column("tombstone"),
+                      pc.less(rows.column("timestamp"), pa.scalar(now_ms - delete_retention_ms, pa.int64())))
+    rows = rows.filter(pc.and_(keep, pc.invert(expired)))
+    rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
+    column: list[bytes | memoryview | None] = []
+    last = None
+    for base in rows.column("entry_base").to_pylist():
+        column.append(base_entries[base] if base != last else None)
+        last = base
+    blobs = pa.array([None if b is None else bytes(b) for b in column], pa.binary())
+    return rows.append_column("entry", blobs)
+
+
+def encode(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    compression = {name: "none" if name == "entry" else "zstd" for name in table.column_names}
+    pq.write_table(table.cast(SCHEMA), sink, compression=compression, row_group_size=64 * 1024)
+    return sink.getvalue()
+
+
+async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, stream_id: int,
+                extract: KeyExtractor, *, horizon: int, delete_retention_ms: int = DELETE_RETENTION_MS,
+                lease_owner: str | None = None, now_ms: int | None = None) -> BuildResult:
+    """Build the view up to ``horizon`` (an entry boundary, at most the committed end) and switch to it.
+
+    Raises CompactionConflict if the view changed meanwhile or the lease was lost.
+    The caller holds the stream's compaction lease (``compaction.lease``).
+    """
+    partition = records.stream_partition(stream_id)
+    before = await state(meta, stream_id)
+    if horizon <= before.horizon:
+        return BuildResult(stream_id, before.horizon, before.object, 0, 0, before.records, before.size)
+    previous = None
+    if before.object:
+        data = await objects.get(before.object)
+        previous = pq.read_table(pa.BufferReader(data))
+    start_rec = await meta.get(records.start_key(stream_id), partition_key=partition)
+    start = records.decode(start_rec.value).get("start", 0) if start_rec is not None else 0
+    new = _Input()
+    offset = max(before.horizon, start)
+    while offset < horizon:
+        got = await reader.read(stream_id, offset, horizon, _READ_BYTES)
+        if not got:
+            break
+        for entry in got:
+            if entry.base_offset < offset:
+                continue  # began below the previous horizon: it is in the previous view
+            if entry.end_offset > horizon:
+                raise StorageError(f"stream {stream_id}: horizon {horizon} is inside the entry at {entry.base_offset}")
+            new.add(entry, extract)
+        offset = got[-1].end_offset
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    loop = asyncio.get_running_loop()
+    table = await loop.run_in_executor(
+        None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms))
+    data = await loop.run_in_executor(None, encode, table) if table.num_rows else None
+    key = None
+    if data is not None:
+        key = (f"keyview/{stream_id:0{records.OFFSET_WIDTH}d}/{horizon:0{records.OFFSET_WIDTH}d}"
+               f"-{uuid.uuid4().hex[:8]}.parquet")
+    entries = len(set(table.column("entry_base").to_pylist())) if table.num_rows else 0
+    after = ViewState(horizon, key, table.num_rows, entries, len(data) if data else 0, now)
+    marker = records.gc_pending_key(key) if key else None
+    if key is not None:
+        await meta.put(marker, records.encode({"ts": now, "kind": "keyview", "object": key, "stream": stream_id,
+                                               "previous": before.object}))
+        await metrics.put_object(objects, key, data, "keyview")
+        await gc.seal(meta, key, [(stream_id, VIEW_REF)])
+    try:
+        if lease_owner is not None:
+            await check_lease(meta, stream_id, lease_owner)
+        await meta.put(view_key(stream_id), records.encode(after.to_json()),
+                       expected_version_id=EXPECT_ABSENT if before.version is None else before.version,
+                       partition_key=partition)
+    except (UnexpectedVersion, CompactionConflict) as exc:
+        if key is not None:
+            await meta.put(marker, records.encode({"ts": now, "kind": "keyview", "object": key, "stream": stream_id,
+                                                   "aborted": True}))
+            await gc.release(meta, key, [(stream_id, VIEW_REF)])
+            await meta.delete(marker)
+        if isinstance(exc, CompactionConflict):
+            raise
+        raise CompactionConflict(f"stream {stream_id}: its key view changed meanwhile") from None
+    if before.object:
+        await gc.release(meta, before.object, [(stream_id, VIEW_REF)])
+    if marker is not None:
+        await meta.delete(marker)
+    log.info("stream %d: key view up to %d: %d records in (%d bytes), %d kept (%d bytes)", stream_id, horizon,
+             len(new.offset), new.bytes, table.num_rows, after.size)
+    return BuildResult(stream_id, horizon, key, new.bytes, len(new.offset), table.num_rows, after.size)
+
+
+async def resolve_marker(meta: MetadataStore, marker_key: str, value: dict) -> None:
+    """Finish or undo the view change of a builder that died (called by the collector)."""
+    name, stream_id = value["object"], value["stream"]
+    current = await state(meta, stream_id)
+    if not value.get("aborted") and current.object == name:
+        if value.get("previous"):
+            await gc.release(meta, value["previous"], [(stream_id, VIEW_REF)])
+        log.info("gc: finishing the key view %s of stream %d", name, stream_id)
+    else:
+        record = await meta.get(records.object_key(name))
+        if record is not None and records.decode(record.value).get("state") == "sealed":
+            await gc.release(meta, name, [(stream_id, VIEW_REF)])
+        else:
+            await gc.seal(meta, name, [])
+        log.info("gc: undoing the key view %s of stream %d (never switched in)", name, stream_id)
+    await meta.delete(marker_key)
+
+
+async def drop(meta: MetadataStore, stream_id: int) -> None:
+    """Release the stream's view (the stream is being deleted)."""
+    st = await state(meta, stream_id)
+    if st.object:
+        await gc.release(meta, st.object, [(stream_id, VIEW_REF)])
+
+
+__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntryKeys", "KeyExtractor", "KeyView", "ViewEntry", "ViewState",
+           "build", "decode_view", "drop", "load", "merge", "resolve_marker", "state", "view_key"]

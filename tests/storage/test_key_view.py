@@ -1,0 +1,142 @@
+"""Key-compacted views at the storage layer (no protocol): a toy entry format of
+``key=value;key=value`` records (``key=`` a tombstone, ``=value`` no key)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from nereus.storage import gc, key_view, records
+from nereus.storage.compaction import CompactionConflict, lease
+from nereus.storage.gc import GarbageCollector
+
+
+def extract(base: int, data: memoryview):
+    offsets, keys, tombstones, stamps = [], [], [], []
+    for i, rec in enumerate(bytes(data).split(b";")):
+        key, _, value = rec.partition(b"=")
+        offsets.append(base + i)
+        keys.append(key or None)
+        tombstones.append(not value)
+        stamps.append(int(key[1:]) if key.startswith(b"t") else 0)
+    return offsets, keys, tombstones, stamps
+
+
+async def write(stream, recs: list[tuple[bytes, bytes]]) -> int:
+    data = b";".join(k + b"=" + v for k, v in recs)
+    return (await stream.append(data, len(recs))).base_offset
+
+
+def model(log: list[tuple[int, bytes, bytes]], horizon: int) -> dict[int, tuple[bytes | None, bytes]]:
+    latest: dict[bytes, int] = {}
+    for offset, key, _ in log:
+        if offset < horizon and key:
+            latest[key] = offset
+    return {o: (k or None, v) for o, k, v in log
+            if o < horizon and (not k or latest[k] == o) and v}
+
+
+def seen(view) -> dict[int, tuple[bytes | None, bytes]]:
+    out = {}
+    for item in view.read(0, max_bytes=1 << 40):
+        recs = bytes(item.entry.data).split(b";")
+        for i in item.keep:
+            key, _, value = recs[i].partition(b"=")
+            out[item.entry.base_offset + i] = (key or None, value)
+    return out
+
+
+async def test_incremental_views_match_the_model(storage, meta, objects):
+    stream = await storage.open_stream("kv", create=True)
+    rng = random.Random(7)
+    log: list[tuple[int, bytes, bytes]] = []
+    for round_ in range(3):
+        for _ in range(60):
+            recs = []
+            for _ in range(rng.randint(1, 4)):
+                key = b"" if rng.random() < 0.05 else b"k%d" % rng.randrange(20)
+                value = b"" if key and rng.random() < 0.1 else b"v%d" % len(log + recs)
+                recs.append((key, value))
+            base = await write(stream, recs)
+            log += [(base + i, k, v) for i, (k, v) in enumerate(recs)]
+        horizon = stream.next_offset()
+        async with lease(meta, stream.stream_id, "test"):
+            result = await key_view.build(meta, objects, storage.reader, stream.stream_id, extract,
+                                          horizon=horizon, delete_retention_ms=0, lease_owner="test")
+        assert result.horizon == horizon
+        _, view = await key_view.load(meta, objects, stream.stream_id)
+        assert view.horizon == horizon
+        assert seen(view) == model(log, horizon), f"round {round_}"
+    # Reading from an offset inside the view skips what lies before it.
+    middle = sorted(seen(view))[len(seen(view)) // 2]
+    first = view.read(middle)[0]
+    assert first.entry.base_offset + first.keep[-1] >= middle
+
+
+async def test_tombstones_stay_until_their_retention(storage, meta, objects):
+    stream = await storage.open_stream("tomb", create=True)
+    await write(stream, [(b"t1000", b"a"), (b"t1000", b""), (b"x", b"1")])
+    sid = stream.stream_id
+    await key_view.build(meta, objects, storage.reader, sid, extract, horizon=stream.next_offset(),
+                         delete_retention_ms=500, now_ms=1400)
+    _, view = await key_view.load(meta, objects, sid)
+    assert seen(view) == {1: (b"t1000", b""), 2: (b"x", b"1")}  # the tombstone is still there
+    await write(stream, [(b"y", b"2")])
+    await key_view.build(meta, objects, storage.reader, sid, extract, horizon=stream.next_offset(),
+                         delete_retention_ms=500, now_ms=1600)
+    _, view = await key_view.load(meta, objects, sid)
+    assert view.records == 2 and seen(view) == {2: (b"x", b"1"), 3: (b"y", b"2")}
+
+
+async def test_a_failed_switch_keeps_the_old_view_and_gc_frees_exactly_the_replaced(storage, meta, objects):
+    stream = await storage.open_stream("gcv", create=True)
+    sid = stream.stream_id
+    await write(stream, [(b"a", b"1"), (b"b", b"1")])
+    first = await key_view.build(meta, objects, storage.reader, sid, extract, horizon=stream.next_offset())
+    await write(stream, [(b"a", b"2")])
+    # Another builder's switch in between: this one must not land.
+    async with lease(meta, sid, "someone-else"):
+        with pytest.raises(CompactionConflict):
+            await key_view.build(meta, objects, storage.reader, sid, extract, horizon=stream.next_offset(),
+                                 lease_owner="me")
+    assert (await key_view.state(meta, sid)).object == first.object
+    second = await key_view.build(meta, objects, storage.reader, sid, extract, horizon=stream.next_offset())
+    collector = GarbageCollector(meta, objects, pending_timeout_seconds=0, grace_seconds=0)
+    await collector.collect()
+    await collector.collect()
+    names = {k for k in objects.inner._bucket.objects if k.startswith("keyview/")}
+    assert names == {second.object}
+    _, view = await key_view.load(meta, objects, sid)
+    assert seen(view) == {1: (b"b", b"1"), 2: (b"a", b"2")}
+
+
+async def test_a_dead_builder_is_finished_or_undone_by_the_collector(storage, meta, objects):
+    stream = await storage.open_stream("dead", create=True)
+    sid = stream.stream_id
+    await write(stream, [(b"a", b"1")])
+    first = await key_view.build(meta, objects, storage.reader, sid, extract, horizon=stream.next_offset())
+    await write(stream, [(b"a", b"2")])
+    # A builder that died after its object put, before the switch: the marker is all that is left.
+    orphan = "keyview/orphan.parquet"
+    await objects.put_if_absent(orphan, b"x")
+    await meta.put(records.gc_pending_key(orphan), records.encode(
+        {"ts": 0, "kind": "keyview", "object": orphan, "stream": sid, "previous": first.object}))
+    await gc.seal(meta, orphan, [(sid, key_view.VIEW_REF)])
+    collector = GarbageCollector(meta, objects, pending_timeout_seconds=0, grace_seconds=0)
+    await collector.collect()
+    await collector.collect()
+    names = {k for k in objects.inner._bucket.objects if k.startswith("keyview/")}
+    assert names == {first.object}
+    assert (await key_view.state(meta, sid)).object == first.object
+
+
+async def test_deleting_the_stream_releases_its_view(storage, meta, objects):
+    stream = await storage.open_stream("gone", create=True)
+    await write(stream, [(b"a", b"1")])
+    await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=stream.next_offset())
+    await storage.delete_stream("gone")
+    collector = GarbageCollector(meta, objects, pending_timeout_seconds=0, grace_seconds=0)
+    await collector.collect()
+    await collector.collect()
+    assert not [k for k in objects.inner._bucket.objects if k.startswith("keyview/")]
