@@ -50,8 +50,10 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
     60: ("DescribeCluster", 0, 1),
 }
 API_VERSIONS = 18

@@ -17,6 +17,7 @@ from ...ledger.naming import TopicName
 from ...meta import cas
 from ...storage import StreamNotFound
 from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of
+from ...topics.topic_configs import delete_topic_configs, replace_topic_configs
 from .partition import ATTACHMENT, Partition
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,9 @@ class Catalog:
             out[name.local] = 1
         return out
 
-    async def create(self, topic: str, partitions: int) -> None:
+    async def create(self, topic: str, partitions: int, configs: dict[str, str] | None = None,
+                     replication_factor: int | None = None) -> None:
+        """Create a partitioned topic with ``configs`` (validated) set on it."""
         if not valid_name(topic):
             raise TopicError(17, f"invalid topic name {topic!r}")
         if partitions < 1:
@@ -149,6 +152,9 @@ class Catalog:
             raise TopicError(36, f"topic {topic!r} already exists")
         if not await create_partitioned_topic(self.meta, pulsar_name(topic), partitions):
             raise TopicError(36, f"topic {topic!r} already exists")
+        # Whatever a topic of this name had set before it was deleted elsewhere goes with it.
+        await replace_topic_configs(self.meta, topic, configs or {}, replication_factor)
+        self.service.configs.changed(topic)
         log.info("kafka: topic %s created with %d partition(s)", topic, partitions)
 
     async def add_partitions(self, topic: str, total: int) -> None:
@@ -184,6 +190,8 @@ class Catalog:
                 pass
         if partitioned:
             await self.meta.delete(partitioned_key(name))
+        await delete_topic_configs(self.meta, topic)
+        self.service.configs.changed(topic)
         log.info("kafka: topic %s deleted", topic)
 
 

@@ -11,6 +11,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ...meta import cas
+from ...topics.topic_configs import replication_factors
 from ..codec import make, nested
 from ..codec.protocol import SUPPORTED, response_schema
 from . import routing
@@ -23,14 +24,6 @@ ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648
 PRODUCER_ID_KEY = "/nereus/kafka/next-producer-id"
 PRODUCER_ID_BLOCK = 1000
-
-# Broker and topic configs reported by DescribeConfigs (what this broker actually does).
-BROKER_CONFIGS = {"auto.create.topics.enable": "true", "num.partitions": "1", "default.replication.factor": "1",
-                  "log.message.timestamp.type": "CreateTime",
-                  "offsets.topic.replication.factor": "1"}
-TOPIC_CONFIGS = {"cleanup.policy": "delete", "compression.type": "producer",
-                 "message.timestamp.type": "CreateTime", "retention.ms": "-1", "min.insync.replicas": "1"}
-
 
 def api_versions_response(head):
     """ApiVersions v0 with UNSUPPORTED_VERSION (for versions we do not speak)."""
@@ -86,6 +79,8 @@ async def handle_metadata(conn, head, req):
 
     described = iter(await routing.gather_bounded(describe, flat))
     partitions = {name: [next(described) for _ in names] for name, names in streams}
+    factors = await replication_factors(service.meta, [name for name, _ in known])
+    live = [b.node_id for b in routing.brokers(service)]
     topics = []
     for name, count in wanted:
         if count is None:
@@ -101,14 +96,25 @@ async def handle_metadata(conn, head, req):
                                   offline_replicas=()))
                 continue
             node = routing.node_id(service, leader)
+            replicas = _replicas(node, live, factors.get(name))
             parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
-                              leader_epoch=epoch, replica_nodes=(node,), isr_nodes=(node,), offline_replicas=()))
+                              leader_epoch=epoch, replica_nodes=replicas, isr_nodes=replicas, offline_replicas=()))
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=ZERO_UUID, is_internal=False,
                            partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
     leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
     brokers, controller = _brokers(cls, "MetadataResponseBroker", service, also=leaders)
     return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
+
+
+def _replicas(leader: int, live: list[int], factor: int | None) -> tuple[int, ...]:
+    """The leader, then other live brokers: the replication factor's worth (None: all of them).
+
+    Every broker reads the partition from the shared storage and can take it over, so
+    the live brokers are its replicas and all of them are in sync.
+    """
+    others = [n for n in live if n != leader]
+    return tuple([leader] + others)[:factor or None]
 
 
 def handle_describe_cluster(conn, head, req):
@@ -118,37 +124,6 @@ def handle_describe_cluster(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                 cluster_id=service.cluster_id, controller_id=controller, brokers=brokers,
                 cluster_authorized_operations=NO_OPERATIONS)
-
-
-async def handle_describe_configs(conn, head, req):
-    service = conn.service
-    cls = response_schema(head.api_key, head.api_version)
-    result_cls, entry_cls = nested(cls, "DescribeConfigsResult"), nested(cls, "DescribeConfigsResourceResult")
-    results = []
-    for res in req.resources:
-        code, message, configs = ErrorCode.none, None, {}
-        if res.resource_type == 2:  # topic
-            if await service.catalog.partition_count(res.resource_name) is None:
-                code, message = ErrorCode.unknown_topic_or_partition, f"topic {res.resource_name!r} does not exist"
-            else:
-                configs = {**TOPIC_CONFIGS, "max.message.bytes": str(service.max_message_bytes)}
-        elif res.resource_type == 4:  # broker
-            if res.resource_name not in ("", str(service.node_id)):
-                code, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
-            else:
-                configs = {**BROKER_CONFIGS, "auto.create.topics.enable": str(service.auto_create).lower(),
-                           "num.partitions": str(service.default_partitions),
-                           "message.max.bytes": str(service.max_message_bytes)}
-        else:
-            code, message = ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported"
-        keys = res.configuration_keys
-        source = 5 if res.resource_type == 2 else 4  # DEFAULT_CONFIG / STATIC_BROKER_CONFIG
-        entries = tuple(make(entry_cls, name=k, value=v, read_only=True, config_source=source, is_default=True,
-                             is_sensitive=False, synonyms=(), config_type=0, documentation=None)
-                        for k, v in sorted(configs.items()) if keys is None or k in keys)
-        results.append(make(result_cls, error_code=code, error_message=message, resource_type=res.resource_type,
-                            resource_name=res.resource_name, configs=entries))
-    return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
 def handle_find_coordinator(conn, head, req):
@@ -204,4 +179,4 @@ async def handle_init_producer_id(conn, head, req):
 
 
 __all__ = ["ProducerIds", "api_versions_response", "handle_api_versions", "handle_describe_cluster",
-           "handle_describe_configs", "handle_find_coordinator", "handle_init_producer_id", "handle_metadata"]
+           "handle_find_coordinator", "handle_init_producer_id", "handle_metadata"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin, cluster, data, group_api
+from . import admin, cluster, configs, data, group_api
 from .cluster import api_versions_response
 
 HANDLERS = {
@@ -24,9 +24,11 @@ HANDLERS = {
     20: admin.handle_delete_topics,
     22: cluster.handle_init_producer_id,
     23: data.handle_offset_for_leader_epoch,
-    32: cluster.handle_describe_configs,
+    32: configs.handle_describe_configs,
+    33: configs.handle_alter_configs,
     37: admin.handle_create_partitions,
     42: group_api.handle_delete_groups,
+    44: configs.handle_incremental_alter_configs,
     60: cluster.handle_describe_cluster,
 }
 

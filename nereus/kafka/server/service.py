@@ -20,6 +20,7 @@ from ...storage import StreamStorage
 from . import metrics, routing
 from .catalog import Catalog
 from .cluster import ProducerIds
+from .configs import TopicConfigs
 from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
 from .store import Coordinator
 
@@ -54,6 +55,7 @@ class KafkaService:
         self.cluster_id = ""
         self.connections: set = set()
         self.catalog = Catalog(self)
+        self.configs = TopicConfigs(self)
         self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id))
         self.producer_ids = ProducerIds(meta)
         self._server: asyncio.base_events.Server | None = None
