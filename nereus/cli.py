@@ -87,6 +87,14 @@ def _broker_options(command):
         click.option("--kafka-port", type=click.IntRange(0, 65535), default=9092, show_default=True),
         click.option("--advertised-address", default=None,
                      help="Host name clients are told to use (default: the bind address)."),
+        click.option("--advertised-listeners", default=None,
+                     help="Pulsar's advertised listeners, name:pulsar://host:port[,...]: a client's listener_name "
+                          "picks the URL its lookups answer (advertising binds nothing; see --bind-addresses)."),
+        click.option("--internal-listener-name", default=None,
+                     help="The advertised listener brokers and clients naming none use (default: the first)."),
+        click.option("--bind-addresses", default=None,
+                     help="More Pulsar ports to listen on, listener:pulsar://host:port[,...]; a client connected "
+                          "there and naming no listener gets that listener's URLs."),
         click.option("--cluster-name", default="standalone", show_default=True, help="Name of the cluster."),
         click.option("--zone", default="default", show_default=True,
                      help="Availability zone (Kafka rack) of this broker."),
@@ -159,10 +167,33 @@ def _apply_config(command: str, kwargs: dict) -> None:
         log.warning("%s: %s", path, note)
 
 
+def _advertised_listeners(kwargs: dict) -> tuple:
+    from .broker.listeners import ListenerError, parse_bind_addresses, parse_listeners
+
+    text, internal, binds = kwargs["advertised_listeners"], kwargs["internal_listener_name"], kwargs["bind_addresses"]
+    if not text:
+        if internal or binds:
+            raise click.UsageError("--internal-listener-name and --bind-addresses need --advertised-listeners")
+        return (), None, ()
+    if kwargs["advertised_address"]:
+        raise click.UsageError("--advertised-address and --advertised-listeners cannot be used together "
+                               "(advertisedAddress and advertisedListeners)")
+    try:
+        listeners, internal = parse_listeners(text, internal)
+    except ListenerError as exc:
+        raise click.UsageError(f"--advertised-listeners: {exc}") from None
+    try:
+        return listeners, internal, parse_bind_addresses(binds or "", listeners)
+    except ListenerError as exc:
+        raise click.UsageError(f"--bind-addresses: {exc}") from None
+
+
 def _options_of(kwargs: dict):
     from .broker.node import BrokerOptions
 
+    listeners, internal, binds = _advertised_listeners(kwargs)
     return BrokerOptions(
+        advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds,
         bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
         kafka_port=kwargs["kafka_port"], advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
         broker_name=kwargs["broker_name"], cluster_name=kwargs["cluster_name"], gc_interval=kwargs["gc_interval"],
@@ -176,6 +207,7 @@ def _options_of(kwargs: dict):
 
 #: The flag and the configuration key that set each listener's port.
 LISTENER_SETTINGS = {"http": "--http-port (webServicePort)", "pulsar": "--pulsar-port (brokerServicePort)",
+                     "bind-address": "--bind-addresses (bindAddresses)",
                      "kafka": "--kafka-port (kafkaListeners)", "oxia": "--oxia-port (oxiaPort)"}
 
 
@@ -251,6 +283,9 @@ def standalone(**kwargs) -> None:
     data_dir, object_store, brokers = kwargs["data_dir"], kwargs["object_store"], kwargs["brokers"]
     if brokers > 1 and object_store and object_store.startswith("memory:"):
         raise click.UsageError("--brokers > 1 needs an object store the broker processes share (file:// or s3://)")
+    if brokers > 1 and kwargs["advertised_listeners"]:
+        raise click.UsageError("--advertised-listeners names one broker's addresses: run the brokers of a cluster "
+                               "with `nereus broker`, each with its own")
     if object_store:
         _check_object_store(object_store)
     try:

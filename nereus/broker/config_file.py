@@ -160,6 +160,10 @@ class Key:
 KEYS: dict[str, Key] = {k.name: k for k in (
     Key("bindAddress", "bind", _text, doc="Address every listener binds to."),
     Key("advertisedAddress", "advertised_address", _text, doc="Host name clients are told to use."),
+    Key("advertisedListeners", "advertised_listeners", _text,
+        doc="name:pulsar://host:port,... told to clients by their listener_name."),
+    Key("internalListenerName", "internal_listener_name", _text, doc="The default advertised listener."),
+    Key("bindAddresses", "bind_addresses", _text, doc="listener:pulsar://host:port,... more Pulsar ports to bind."),
     Key("webServicePort", "http_port", _int, doc="HTTP port (admin REST API, metrics)."),
     Key("brokerServicePort", "pulsar_port", _int, doc="Pulsar binary protocol port."),
     Key("kafkaListeners", None, _listener, doc="KoP: PLAINTEXT://host:port of the Kafka listener."),
@@ -205,8 +209,8 @@ IGNORED_PREFIXES = (
     "brokerDeleteInactive", "brokerShutdownTimeoutMs", "numIOThreads", "numHttpServerThreads",
     "numOrderedExecutorThreads", "numExecutorThreadPoolSize", "isRunningStandalone", "webSocket",
     "schemaRegistry", "exposeTopicLevelMetricsInPrometheus",
-    "statusFilePath", "brokerDeduplication", "allowAutoSubscriptionCreation", "advertisedListeners",
-    "internalListenerName", "bindAddresses", "bootstrapNamespaces", "maxUnacked", "dispatch", "subscription",
+    "statusFilePath", "brokerDeduplication", "allowAutoSubscriptionCreation",
+    "bootstrapNamespaces", "maxUnacked", "dispatch", "subscription",
 )
 
 # Values Nereus honours only in part: why, logged when the key has that value.

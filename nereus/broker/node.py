@@ -30,6 +30,7 @@ from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
 from .http import attach_admin, start_http
+from .listeners import AdvertisedListener
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ class BrokerOptions:
     pulsar_port: int = 6650
     kafka_port: int = 9092
     advertised_address: str | None = None  # default: the bind address (loopback for a wildcard)
+    advertised_listeners: tuple[AdvertisedListener, ...] = ()  # Pulsar's advertisedListeners (listeners.py)
+    internal_listener: str | None = None  # internalListenerName; default: the first advertised listener
+    bind_addresses: tuple[tuple[str, str, int], ...] = ()  # Pulsar's bindAddresses: (listener, host, port)
     zone: str = "default"
     broker_name: str | None = None  # default: advertised address and ports
     cluster_name: str = "standalone"
@@ -154,7 +158,9 @@ def _object_prefix(name: str) -> str:
 async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, objects: ObjectStore, *,
                        objects_url: str, metadata_url: str, options: BrokerOptions) -> BrokerNode:
     """Start a broker; everything it opens is closed when ``stack`` unwinds (in reverse order)."""
-    host = advertised(options.bind, options.advertised_address)
+    internal = next((li for li in options.advertised_listeners
+                     if li.name == (options.internal_listener or options.advertised_listeners[0].name)), None)
+    host = internal.host if internal is not None else advertised(options.bind, options.advertised_address)
     storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}")
     stack.push_async_callback(storage.close)
     http = await bind_listener("http", options.bind, options.http_port, start_http(options.bind, options.http_port))
@@ -171,6 +177,10 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     # Bound now; clients are accepted once the broker registered.
     await bind_listener("pulsar", options.bind, options.pulsar_port, pulsar.start(serve=False))
     stack.push_async_callback(pulsar.stop)
+    for listener, bind_host, port in options.bind_addresses:
+        await bind_listener("bind-address", bind_host, port, pulsar.add_listener(listener, bind_host, port))
+    if internal is not None:
+        pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
@@ -180,7 +190,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     name = options.broker_name or f"{host}:{pulsar.port}:{kafka.port}:{http_port}"
     node_id = await node_id_for(meta, name)
     address = BrokerAddress(name, node_id, options.zone, pulsar.service_url, host, kafka.port,
-                            f"http://{host}:{http_port}")
+                            (internal and internal.http_url) or f"http://{host}:{http_port}",
+                            tuple(li.as_tuple() for li in options.advertised_listeners))
     membership = Membership(meta, address)
     placement = ClusterPlacement(meta, membership, rebalance_delay=options.rebalance_delay,
                                  dead_owner_wait=options.session_timeout + 2)

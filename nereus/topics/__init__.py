@@ -8,9 +8,9 @@ of them reaches into another protocol's internals.
 
 from .partitioned import (PARTITIONED_ROOT, create_partitioned_topic, list_partitioned_topics, partitioned_key,
                           partitions_of)
-from .placement import BrokerAddress, NotOwner, Placement
+from .placement import BrokerAddress, NotOwner, Placement, UnknownListener
 from .registry import TopicRegistry
 from .topic import Topic, TopicUnloaded
 
-__all__ = ["PARTITIONED_ROOT", "BrokerAddress", "NotOwner", "Placement", "Topic", "TopicRegistry", "TopicUnloaded", "create_partitioned_topic",
+__all__ = ["PARTITIONED_ROOT", "BrokerAddress", "NotOwner", "Placement", "Topic", "TopicRegistry", "TopicUnloaded", "UnknownListener", "create_partitioned_topic",
            "list_partitioned_topics", "partitioned_key", "partitions_of"]

@@ -25,10 +25,30 @@ class BrokerAddress:
     kafka_host: str
     kafka_port: int
     http_url: str  # http://host:port
+    # Pulsar's advertised listeners: (name, pulsar://host:port, http://host:port or ""); empty when not configured
+    # (records of brokers that predate them have none either).
+    listeners: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def kafka_address(self) -> str:
         return f"{self.kafka_host}:{self.kafka_port}"
+
+    def urls_for(self, listener: str | None) -> tuple[str, str]:
+        """The (pulsar, http) URLs a client of advertised listener ``listener`` is told (None: the default ones).
+
+        Raises UnknownListener when the broker has no such listener.
+        """
+        if not listener:
+            return self.pulsar_url, self.http_url
+        for name, pulsar_url, http_url in self.listeners:
+            if name == listener:
+                return pulsar_url, http_url or self.http_url
+        # Pulsar's wording: the official clients recognise it.
+        raise UnknownListener(f"the broker do not have {listener} listener")
+
+
+class UnknownListener(LookupError):
+    """A lookup named an advertised listener the broker does not have."""
 
 
 class NotOwner(StreamFenced):
@@ -68,4 +88,4 @@ class Placement:
         return True
 
 
-__all__ = ["BrokerAddress", "NotOwner", "Placement"]
+__all__ = ["BrokerAddress", "NotOwner", "Placement", "UnknownListener"]

@@ -6,7 +6,9 @@ Pulsar's ``LookupData`` of the topic's owner. When nobody owns the topic yet and
 the ring gives it to another broker, the answer is a 307 to that broker's same
 lookup URL with ``authoritative=true``: that broker then takes the topic (as a
 Pulsar broker redirects; the official clients' HTTP lookup follows redirects).
-A topic whose owner just died answers 503 until it has moved.
+A topic whose owner just died answers 503 until it has moved. ``?listenerName=``
+(or the ``X-Pulsar-ListenerName`` header) picks the advertised listener whose URLs
+are answered; one the broker does not have is an error.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
-from ...topics import NotOwner
+from ...topics import NotOwner, UnknownListener
 from .common import AdminError, context, flag
 
 
@@ -36,12 +38,17 @@ async def lookup_topic(request: web.Request) -> web.Response:
         broker, final = await placement.lookup(str(name), authoritative=flag(request, "authoritative"))
     except NotOwner as exc:
         raise AdminError(503, str(exc)) from None
+    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or None
+    try:
+        pulsar_url, http_url = broker.urls_for(listener)
+    except UnknownListener as exc:
+        raise AdminError(500, str(exc)) from None  # as Pulsar answers it
     if broker.name == placement.local.name:
-        return web.json_response(lookup_data(ctx.pulsar.service_url, broker.http_url))
-    if not final:
+        return web.json_response(lookup_data(pulsar_url if listener else ctx.pulsar.service_url, http_url))
+    if not final:  # the redirect keeps the query, listenerName included
         target = request.rel_url.update_query(authoritative="true")
-        raise web.HTTPTemporaryRedirect(broker.http_url + str(target))
-    return web.json_response(lookup_data(broker.pulsar_url, broker.http_url))
+        raise web.HTTPTemporaryRedirect(http_url + str(target))
+    return web.json_response(lookup_data(pulsar_url, http_url))
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -55,8 +55,15 @@ class BrokerRecord:
     @classmethod
     def decode(cls, raw: bytes) -> "BrokerRecord":
         value = json.loads(raw)
-        return cls(BrokerAddress(**value["address"]), value["incarnation"], value.get("state", ACTIVE),
+        return cls(_address(value["address"]), value["incarnation"], value.get("state", ACTIVE),
                    value.get("started_ms", 0), value.get("load") or {})
+
+
+def _address(value: dict) -> BrokerAddress:
+    """A stored address: fields a newer broker added are skipped, ones an older broker lacks get their defaults."""
+    known = {k: v for k, v in value.items() if k in BrokerAddress.__dataclass_fields__}
+    known["listeners"] = tuple(tuple(listener) for listener in known.get("listeners") or ())
+    return BrokerAddress(**known)
 
 
 async def node_id_for(meta: MetadataStore, name: str) -> int:

@@ -27,8 +27,9 @@ MAX_PENDING_SENDS = 2000
 
 
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, service) -> None:
+    def __init__(self, service, *, listener: str | None = None) -> None:
         self.service = service
+        self.listener = listener  # the advertised listener whose port the client connected to (None: the main port)
         self.decoder = FrameDecoder(service.max_message_size + FRAME_HEADROOM)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"

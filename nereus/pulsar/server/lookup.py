@@ -1,7 +1,8 @@
 """Topic discovery: LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA, GET_OR_CREATE_SCHEMA.
 
 Any broker answers a lookup: ``Connect`` to the topic's owner, or ``Redirect`` to
-the broker the ring gives it when nobody owns it yet (that broker takes it). Topics
+the broker the ring gives it when nobody owns it yet (that broker takes it), at
+the URL of the advertised listener the client names (``listener_name``). Topics
 are auto-created on first PRODUCER or SUBSCRIBE; partitioned topics come from
 metadata (see topics.py).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ...ledger.naming import InvalidTopicName, TopicName
-from ...topics import NotOwner
+from ...topics import NotOwner, UnknownListener
 from ..codec import pb, wrap
 from . import schemas
 from .topics import list_partitioned_topics, partitions_of
@@ -41,7 +42,15 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.ServiceNotReady,
                                message=str(exc))))
         return
-    url = conn.service.service_url if broker.name == placement.local.name else broker.pulsar_url
+    # The listener the client names (an empty name is none: some clients send one), else the one it came in by.
+    listener = cmd.advertised_listener_name or conn.listener
+    try:
+        url = (conn.service.service_url if broker.name == placement.local.name and not listener
+               else broker.urls_for(listener)[0])
+    except UnknownListener as exc:  # Pulsar's answer: an error the client does not retry
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.UnknownError,
+                               message=str(exc))))
+        return
     # Connect: the broker serves the topic. Redirect (authoritative): ask that broker, which then takes it.
     conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect if final else _Lookup.Redirect,
                            brokerServiceUrl=url, authoritative=True, proxy_through_service_url=False)))

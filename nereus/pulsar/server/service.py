@@ -44,11 +44,13 @@ class PulsarService:
         self._tokens = itertools.count(1)
         self._names = itertools.count(0)
         self._server: asyncio.base_events.Server | None = None
+        self._listener_servers: list[asyncio.base_events.Server] = []
         self._collector = None
+        self.advertised_url: str | None = None  # the internal advertised listener's URL, when one is configured
 
     @property
     def service_url(self) -> str:
-        return f"pulsar://{self.advertised_host}:{self.port}"
+        return self.advertised_url or f"pulsar://{self.advertised_host}:{self.port}"
 
     def next_token(self) -> int:
         return next(self._tokens)
@@ -70,12 +72,28 @@ class PulsarService:
             self.registry.start()
         log.info("pulsar listener on %s:%d (service url %s)", self.host, self.port, self.service_url)
 
+    async def add_listener(self, name: str, host: str, port: int) -> None:
+        """Bind ``host:port`` too, for advertised listener ``name``: its connections' lookups default to it.
+
+        Accepts connections from ``serve()`` on.
+        """
+        from .connection import ServerConnection
+
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: ServerConnection(self, listener=name), host, port,
+                                          start_serving=False)
+        self._listener_servers.append(server)
+        log.info("pulsar listener %r on %s:%d", name, host, port)
+
     async def serve(self) -> None:
         """Start accepting connections (after ``start(serve=False)``)."""
-        if self._server is not None and not self._server.is_serving():
-            await self._server.start_serving()
+        for server in [self._server, *self._listener_servers]:
+            if server is not None and not server.is_serving():
+                await server.start_serving()
 
     async def stop(self) -> None:
+        for server in self._listener_servers:
+            server.close()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -91,8 +109,9 @@ class PulsarService:
         if self._collector is not None:
             metrics.unregister(self._collector)
             self._collector = None
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in [self._server, *self._listener_servers]:
+            if server is not None:
+                await server.wait_closed()
 
     async def get_topic(self, name: TopicName) -> PulsarTopic:
         """The loaded topic's Pulsar state, loading the topic on first use.
