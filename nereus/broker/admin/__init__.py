@@ -18,6 +18,8 @@ import asyncio
 
 from aiohttp import web
 
+from ...ledger.naming import TopicName
+from ...tasks import spawn
 from ..cluster.lease import run_under_lease
 from . import (brokers, cluster, lookup, namespaces, retention, routing, schemas, stats, subscriptions, tenants,
                topic_policies, topics)
@@ -56,6 +58,15 @@ async def attach(app: web.Application, *, storage, meta, pulsar, node=None,
                                  lambda: retention.run(ctx, retention_interval), status=node.leases,
                                  poll_seconds=node.options.lease_poll_seconds)
     ctx.tasks.append(asyncio.ensure_future(passes))
+    kafka = getattr(node, "kafka", None)
+    if kafka is not None:
+        # A Kafka topic's retention.ms / retention.bytes apply at once, as a Pulsar topic policy does.
+        def configs_changed(topic: str | None) -> None:
+            only = TopicName("persistent", retention.KAFKA_TENANT, retention.KAFKA_NAMESPACE, topic) if topic else None
+            spawn(retention.enforce_namespace(ctx, retention.KAFKA_TENANT, retention.KAFKA_NAMESPACE, only),
+                  f"retention of kafka topic {topic or '(all)'}")
+
+        kafka.configs.listeners.append(configs_changed)
 
 
 async def _stop(app: web.Application) -> None:

@@ -1,7 +1,10 @@
 """Retention policies applied to topics through ``nereus.storage.retention.enforce``.
 
 A topic's own policy (``.../{topic}/retention``; on a partitioned topic, for each
-partition) overrides its namespace's, as Pulsar's topic policies do.
+partition) overrides its namespace's, as Pulsar's topic policies do. A Kafka topic
+(in ``public/default``) with ``retention.ms`` or ``retention.bytes`` set on it has
+that as its own policy (per partition, as in Kafka) unless a Pulsar topic policy is
+set too.
 
 Pulsar's retention keeps *acknowledged* messages for a time or size; messages some
 durable subscription has not acknowledged are never removed by it. So the trim is
@@ -24,6 +27,7 @@ from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...ledger.naming import TopicName
 from ...topics.policies import POLICIES_ROOT, topic_policies_key, topic_policies_prefix
+from ...topics.topic_configs import all_topic_configs, read_topic_configs
 from ...storage import OffsetOutOfRange, StorageError, StreamNotFound
 from ...storage.retention import RetentionPolicy, enforce
 from .common import TENANTS_ROOT, AdminError, AdminContext, children_range, list_children, namespace_policies
@@ -44,6 +48,21 @@ def policy_of(policies: dict) -> RetentionPolicy | None:
         return None
     return RetentionPolicy(max_bytes=None if size_mb < 0 else size_mb * _MB,
                            max_age_seconds=None if minutes < 0 else minutes * 60.0)
+
+
+KAFKA_TENANT, KAFKA_NAMESPACE = "public", "default"  # where Kafka topics live
+
+
+def kafka_policy(configs: dict[str, str]) -> RetentionPolicy | None:
+    """The storage policy of a Kafka topic's ``retention.ms`` / ``retention.bytes`` (-1: unlimited)."""
+    ms, size = int(configs.get("retention.ms", -1)), int(configs.get("retention.bytes", -1))
+    if ms < 0 and size < 0:
+        return None
+    return RetentionPolicy(max_bytes=None if size < 0 else size, max_age_seconds=None if ms < 0 else ms / 1000)
+
+
+def _is_kafka_namespace(tenant: str, namespace: str) -> bool:
+    return (tenant, namespace) == (KAFKA_TENANT, KAFKA_NAMESPACE)
 
 
 def validate(value) -> dict:
@@ -144,14 +163,22 @@ async def effective(ctx: AdminContext, name: TopicName) -> RetentionPolicy | Non
     own = await topic_retention(ctx.meta, name)
     if own is not None:
         return policy_of({"retention_policies": own})
+    if _is_kafka_namespace(name.tenant, name.namespace):
+        kafka = kafka_policy(await read_topic_configs(ctx.meta, name.base.local))
+        if kafka is not None:
+            return kafka
     return policy_of(await namespace_policies(ctx.meta, name.tenant, name.namespace) or {})
 
 
 async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only: TopicName | None = None) -> None:
     """Apply retention to the namespace's topics (``only``: to that topic or its partitions)."""
     default = policy_of(await namespace_policies(ctx.meta, tenant, namespace) or {})
-    own = {local: policy_of({"retention_policies": value})
-           for local, value in (await _topic_retentions(ctx, tenant, namespace)).items()}
+    own = {}
+    if _is_kafka_namespace(tenant, namespace):
+        own = {topic: kafka_policy(configs) for topic, configs in (await all_topic_configs(ctx.meta)).items()}
+        own = {topic: policy for topic, policy in own.items() if policy is not None}
+    own.update({local: policy_of({"retention_policies": value})
+                for local, value in (await _topic_retentions(ctx, tenant, namespace)).items()})
     if default is None and not own:
         return
     prefix = f"persistent://{tenant}/{namespace}/"

@@ -131,5 +131,21 @@ def with_base_offset(batch: bytes | memoryview, base_offset: int, leader_epoch: 
     return out
 
 
+_ATTRS_AND_TIMES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+
+
+def with_log_append_time(batch: bytes | memoryview, append_time_ms: int) -> tuple[BatchHeader, bytearray]:
+    """The batch stamped as a broker stamps it for ``LogAppendTime``: timestamp type bit set,
+    max timestamp = the append time (records then read that time), CRC recomputed."""
+    out = bytearray(batch)
+    (attrs,) = _ATTRS_AND_TIMES.unpack_from(out, CRC_START)
+    _ATTRS_AND_TIMES.pack_into(out, CRC_START, attrs | TIMESTAMP_TYPE_MASK)
+    _MAX_TIMESTAMP.pack_into(out, CRC_START + 14, append_time_ms)
+    _CRC.pack_into(out, CRC_START - 4, crc32c.crc32c(bytes(out[CRC_START:])))
+    return parse_header(out), out
+
+
 __all__ = ["BatchHeader", "CONTROL_MASK", "GZIP", "HEADER_SIZE", "InvalidBatch", "LZ4", "NO_COMPRESSION", "SNAPPY",
-           "UnsupportedMagic", "ZSTD", "parse_header", "split_batches", "with_base_offset"]
+           "UnsupportedMagic", "ZSTD", "parse_header", "split_batches", "with_base_offset", "with_log_append_time"]

@@ -12,6 +12,7 @@ and a consumer of another zone is sent to a broker of its own zone (KIP-392).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 
@@ -20,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from ...ledger.entry import decode_entry
 from ...storage import OffsetOutOfRange, StorageError, StreamFenced
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
-from ..codec.batch import HEADER_SIZE
+from ..codec.batch import HEADER_SIZE, with_log_append_time
 from ..codec.inflate import check_decompressed
 from ..codec.protocol import response_schema
 from ..codec.records import decode_records
@@ -54,8 +55,10 @@ async def handle_produce(conn, head, req):
         for name, parts in results:
             responses = []
             for index, outcome in parts:
-                code, base, start, message = await _outcome(outcome)
-                responses.append(make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=None,
+                code, base, start, message, append_time = await _outcome(outcome)
+                stamp = datetime.datetime.fromtimestamp(append_time / 1000, datetime.timezone.utc) \
+                    if append_time >= 0 else None
+                responses.append(make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=stamp,
                                       log_start_offset=start, record_errors=(), error_message=message))
             topics.append(make(topic_cls, name=name, partition_responses=tuple(responses)))
         return make(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
@@ -64,10 +67,10 @@ async def handle_produce(conn, head, req):
 
 
 async def _outcome(outcome):
-    """(error code, base offset, log start offset, message) of a partition's produce."""
+    """(error code, base offset, log start offset, message, log append time) of a partition's produce."""
     if len(outcome) == 4:
-        return outcome  # failed before appending
-    part, futures = outcome
+        return (*outcome, -1)  # failed before appending
+    part, futures, append_time = outcome
     base = None
     for fut in futures:
         try:
@@ -75,12 +78,12 @@ async def _outcome(outcome):
             offset = offset.base_offset if hasattr(offset, "base_offset") else offset
         except StreamFenced as exc:  # the topic unloads: the client refreshes metadata and retries
             log.info("kafka: append to %s-%d not committed: %s", part.name, part.index, exc)
-            return ErrorCode.not_leader_or_follower, -1, -1, str(exc)
+            return ErrorCode.not_leader_or_follower, -1, -1, str(exc), -1
         except Exception as exc:
             log.warning("kafka: append to %s-%d failed: %s", part.name, part.index, exc)
-            return ErrorCode.kafka_storage_error, -1, -1, str(exc)
+            return ErrorCode.kafka_storage_error, -1, -1, str(exc), -1
         base = offset if base is None else base
-    return ErrorCode.none, base, part.handle.start_offset(), None
+    return ErrorCode.none, base, part.handle.start_offset(), None, append_time
 
 
 async def _produce_partition(service, topic: str, pdata, acks: int):
@@ -90,10 +93,14 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
     if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, None
     records = pdata.records or b""
-    if len(records) > service.max_message_bytes:
-        return ErrorCode.message_too_large, -1, -1, None
+    configs = await service.configs.topic(topic)
+    max_bytes = int(configs["max.message.bytes"].value)
     try:
         batches = split_batches(records)
+        for batch, _ in batches:  # Kafka's limit is per batch, as the producer sent it
+            if batch.length > max_bytes:
+                return (ErrorCode.message_too_large, -1, -1,
+                        f"the batch is {batch.length} bytes, more than max.message.bytes ({max_bytes})")
         for batch, data in batches:  # what compressed records expand to is bounded (no bombs)
             check_decompressed(batch.compression, data[HEADER_SIZE:])
     except UnsupportedMagic as exc:
@@ -111,6 +118,10 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
         code, _ = part.check_sequence(batch)
         if code not in (NONE, DUPLICATE):
             return ErrorCode(code), -1, -1, None
+    append_time = -1
+    if configs["message.timestamp.type"].value == "LogAppendTime":
+        append_time = int(time.time() * 1000)
+        batches = [with_log_append_time(data, append_time) for _, data in batches]
     futures = []
     for batch, data in batches:
         code, original = part.check_sequence(batch)
@@ -123,7 +134,7 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
         part.accept(batch, fut)
         fut.add_done_callback(lambda f, b=batch: part.forget_failed(b, f) if f.cancelled() or f.exception() else None)
         futures.append(fut)
-    return part, futures
+    return part, futures, append_time
 
 
 # -- fetch -----------------------------------------------------------------------------------
