@@ -97,7 +97,7 @@ async def compacted_objects(meta: MetadataStore, topic: str) -> list[_DataObject
     return out
 
 
-def _coverage(objects: list[_DataObject]) -> dict[str, list[list[int]]]:
+def coverage(objects: list[_DataObject]) -> dict[str, list[list[int]]]:
     """Offsets covered per partition, as merged ``[first, end)`` ranges."""
     out: dict[str, list[list[int]]] = {}
     for obj in sorted(objects, key=lambda o: (o.partition, o.first)):
@@ -161,7 +161,7 @@ async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str) -> Sy
     listed = await asyncio.to_thread(lambda: {t.file.file_path: t.file for t in table.scan().plan_files()})
     to_add = sorted(path for path in wanted if path not in listed)
     to_remove = [listed[path] for path in listed if path not in wanted]
-    report = SyncReport(".".join(ident), len(to_add), len(to_remove), _coverage(list(wanted.values())))
+    report = SyncReport(".".join(ident), len(to_add), len(to_remove), coverage(list(wanted.values())))
     for path in to_add:  # pinned before the table lists it: the collector can never race the commit
         await gc.pin(meta, wanted[path].key, holder)
     if to_add or to_remove:

@@ -38,18 +38,6 @@ def catalog_location(objects) -> tuple[str, str] | None:
     return "sqlite:///" + path, "file://" + root.rstrip("/") + "/iceberg"
 
 
-def coverage(objects) -> dict[str, list[list[int]]]:
-    """Offsets the compacted objects cover per partition (``"-1"``: not partitioned), as ``[first, end)`` ranges."""
-    out: dict[str, list[list[int]]] = {}
-    for obj in sorted(objects, key=lambda o: (o.partition, o.first)):
-        ranges = out.setdefault(str(obj.partition), [])
-        if ranges and ranges[-1][1] >= obj.first:
-            ranges[-1][1] = max(ranges[-1][1], obj.last + 1)
-        else:
-            ranges.append([obj.first, obj.last + 1])
-    return out
-
-
 def _offsets(summary: dict) -> dict:
     try:
         return json.loads(summary.get(sbt.OFFSETS_PROPERTY) or "{}")
@@ -128,9 +116,9 @@ async def get_table(request: web.Request) -> web.Response:
     return web.json_response({
         "topic": str(name), "table": ".".join(ident), "partitioned": streams != [name],
         "compactedObjectCount": len(listed), "compactedObjects": listed[:MAX_LISTED],
-        "coveredOffsets": coverage(objects),
+        "coveredOffsets": sbt.coverage(objects),
         "catalog": await _catalog_view(ctx.storage.objects, ident),
     })
 
 
-__all__ = ["catalog_location", "coverage", "get_table"]
+__all__ = ["catalog_location", "get_table"]
