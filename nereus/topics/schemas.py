@@ -8,11 +8,16 @@ Versions count from 0. Deleting a schema appends a tombstone version; the versio
 before the last tombstone no longer take part in checks. Registering a schema equal
 to a live version (same type; Avro-style definitions compared as JSON) returns that
 version; otherwise the new schema is checked against the live ones under the
-namespace's compatibility strategy (``schema_compatibility_strategy`` of the
-namespace policies; Pulsar's default, FULL, when unset).
-AVRO and JSON (Avro-style definitions) are checked by Avro schema resolution (the
-``avro`` library's reader/writer compatibility checker): a reader field missing
-from the writer needs a default, types must match or promote.
+topic's compatibility strategy: the topic policy ``schema_compatibility_strategy``,
+else the namespace's, else the namespace's older ``schema_auto_update_compatibility_strategy``
+(``AutoUpdateDisabled`` is ALWAYS_INCOMPATIBLE), else Pulsar's broker default, FULL.
+AVRO, JSON and PROTOBUF (Pulsar describes all three with Avro definitions) are
+checked by Avro schema resolution (the ``avro`` library's reader/writer
+compatibility checker): a reader field missing from the writer needs a default,
+types must match or promote. PROTOBUF_NATIVE schemas (descriptor sets) may not
+change their root message type, as Pulsar checks them; other types are compatible
+with themselves only. A namespace with ``is_allow_auto_update_schema`` false takes
+no new schema from clients (producers, consumers): only an admin upload adds one.
 
 Schema types are Pulsar's SchemaType names ("AVRO", "JSON", ...); the protocol
 edges translate their own type numbers (``nereus.pulsar.server.schemas``).
@@ -34,12 +39,18 @@ from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibi
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..meta import cas
-from .policies import policies_key
+from .policies import policies_key, topic_policies_key
 
 SCHEMAS_ROOT = "/nereus/pulsar/schemas"
 DEFAULT_STRATEGY = "FULL"
 STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
               "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
+#: Pulsar's older namespace policy, ``SchemaAutoUpdateCompatibilityStrategy``, as the strategy it stands for.
+AUTO_UPDATE_STRATEGIES = {"AutoUpdateDisabled": "ALWAYS_INCOMPATIBLE", "Backward": "BACKWARD", "Forward": "FORWARD",
+                          "Full": "FULL", "AlwaysCompatible": "ALWAYS_COMPATIBLE",
+                          "BackwardTransitive": "BACKWARD_TRANSITIVE", "ForwardTransitive": "FORWARD_TRANSITIVE",
+                          "FullTransitive": "FULL_TRANSITIVE"}
+AUTO_UPDATE_DISABLED = "Schema not found and schema auto updating is disabled."  # Pulsar's message
 _VERSION = struct.Struct(">q")
 
 
@@ -104,21 +115,42 @@ async def get(meta: MetadataStore, topic: TopicName, version: int | None = None)
     return next((v for v in versions if v.version == version), None)
 
 
+async def _record(meta: MetadataStore, key: str) -> dict:
+    rec = await meta.get(key)
+    return json.loads(rec.value) if rec is not None else {}
+
+
 async def strategy_of(meta: MetadataStore, topic: TopicName) -> str:
-    rec = await meta.get(policies_key(topic.tenant, topic.namespace))
-    value = json.loads(rec.value).get("schema_compatibility_strategy") if rec is not None else None
-    return value if value in STRATEGIES else DEFAULT_STRATEGY
+    """The compatibility strategy in force for ``topic`` (topic policy, namespace policies, broker default)."""
+    base = topic.base
+    value = (await _record(meta, topic_policies_key(base.tenant, base.namespace, base.local))).get(
+        "schema_compatibility_strategy")
+    if value in STRATEGIES:
+        return value
+    policies = await _record(meta, policies_key(topic.tenant, topic.namespace))
+    value = policies.get("schema_compatibility_strategy")
+    if value in STRATEGIES:
+        return value
+    return AUTO_UPDATE_STRATEGIES.get(policies.get("schema_auto_update_compatibility_strategy"), DEFAULT_STRATEGY)
+
+
+async def auto_update_allowed(meta: MetadataStore, topic: TopicName) -> bool:
+    """May clients add schemas to ``topic``? (the namespace's ``is_allow_auto_update_schema``, default true)"""
+    value = (await _record(meta, policies_key(topic.tenant, topic.namespace))).get("is_allow_auto_update_schema")
+    return value is not False
 
 
 async def put_if_absent(meta: MetadataStore, topic: TopicName, type_: str, data: bytes, props: dict | None = None,
-                        *, strategy: str | None = None) -> int:
+                        *, strategy: str | None = None, from_client: bool = False) -> int:
     """Register a schema; returns its version (an equal live version is reused).
 
-    Raises IncompatibleSchema or InvalidSchema.
+    ``from_client``: a producer's or consumer's schema, which only reuses a version when
+    the namespace does not allow auto updates. Raises IncompatibleSchema or InvalidSchema.
     """
     if type_ in ("AVRO", "JSON", "PROTOBUF") and data:
         _parse(type_, data)  # invalid definitions are refused before anything is stored
     strategy = strategy or await strategy_of(meta, topic)
+    frozen = from_client and not await auto_update_allowed(meta, topic)
     result: list[int] = []
 
     def update(old: bytes | None) -> bytes | None:
@@ -129,6 +161,8 @@ async def put_if_absent(meta: MetadataStore, topic: TopicName, type_: str, data:
         if same is not None:
             result.append(same.version)
             return None
+        if frozen:
+            raise IncompatibleSchema(AUTO_UPDATE_DISABLED)
         check(strategy, type_, data, current)
         info = SchemaInfo(versions[-1].version + 1 if versions else 0, type_, data, dict(props or {}),
                           int(time.time() * 1000))
@@ -202,7 +236,10 @@ def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> 
     latest = current[-1]
     if latest.type != type_:
         raise IncompatibleSchema(f"incompatible schema: the topic's schema type is {latest.type}, not {type_}")
-    if type_ not in ("AVRO", "JSON"):
+    if type_ == "PROTOBUF_NATIVE":
+        _check_protobuf_native(data, latest)
+        return
+    if type_ not in ("AVRO", "JSON", "PROTOBUF"):
         return  # other types are compatible with themselves
     new = _parse(type_, data)
     if new is None:
@@ -221,6 +258,20 @@ def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> 
                                      f"written with it ({mode})")
 
 
+def _check_protobuf_native(data: bytes, latest: SchemaInfo) -> None:
+    """Pulsar's rule for descriptor-based protobuf schemas: the root message type may not change."""
+    def root(raw: bytes) -> str | None:
+        try:
+            value = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return value.get("rootMessageTypeName") if isinstance(value, dict) else None
+
+    old, new = root(latest.data), root(data)
+    if old is not None and new is not None and old != new:
+        raise IncompatibleSchema(f"incompatible schema: the root message type changed from {old} to {new}")
+
+
 def _parse(type_: str, data: bytes) -> avro.schema.Schema | None:
     """The Avro schema of a definition; None where there is nothing to check."""
     try:
@@ -229,13 +280,11 @@ def _parse(type_: str, data: bytes) -> avro.schema.Schema | None:
         if type_ == "JSON":
             return None
         raise InvalidSchema("the schema definition is not valid JSON") from None
-    if type_ == "PROTOBUF":
-        return None
     try:
         return avro.schema.parse(data.decode())
     except (avro.errors.AvroException, ValueError, TypeError, KeyError) as exc:
-        if type_ == "JSON":
-            return None  # a JSON schema that is not an Avro definition: not checkable (Pulsar accepts it)
+        if type_ in ("JSON", "PROTOBUF"):
+            return None  # not an Avro definition: not checkable (Pulsar accepts it)
         raise InvalidSchema(f"invalid Avro schema: {exc}") from None
 
 
@@ -244,6 +293,6 @@ def _can_read(reader: avro.schema.Schema, writer: avro.schema.Schema) -> bool:
     return result.compatibility is SchemaCompatibilityType.compatible
 
 
-__all__ = ["DEFAULT_STRATEGY", "IncompatibleSchema", "InvalidSchema", "SchemaInfo", "STRATEGIES", "check",
+__all__ = ["AUTO_UPDATE_DISABLED", "AUTO_UPDATE_STRATEGIES", "auto_update_allowed", "DEFAULT_STRATEGY", "IncompatibleSchema", "InvalidSchema", "SchemaInfo", "STRATEGIES", "check",
            "check_for_consumer", "delete", "get", "history", "is_compatible", "live", "put_if_absent", "schema_key",
            "strategy_of", "version_bytes", "version_from_bytes"]

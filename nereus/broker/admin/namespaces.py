@@ -18,7 +18,7 @@ from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
 from ...topics.policies import policies_key
-from ...topics.schemas import STRATEGIES
+from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
@@ -34,7 +34,8 @@ def _policies(stored: dict) -> dict:
         "retention_policies": stored.get("retention_policies"),
         "deduplicationEnabled": stored.get("deduplicationEnabled"),
         "schema_compatibility_strategy": stored.get("schema_compatibility_strategy") or "UNDEFINED",
-        "is_allow_auto_update_schema": True,
+        "is_allow_auto_update_schema": stored.get("is_allow_auto_update_schema", True),
+        "schema_auto_update_compatibility_strategy": stored.get("schema_auto_update_compatibility_strategy") or "Full",
         "deleted": False,
     }
 
@@ -169,6 +170,38 @@ async def set_strategy(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def get_auto_update(request: web.Request) -> web.Response:
+    ctx = context(request)
+    stored = await require_namespace(ctx.meta, *_names(request))
+    return web.json_response(stored.get("is_allow_auto_update_schema", True))
+
+
+async def set_auto_update(request: web.Request) -> web.Response:
+    ctx = context(request)
+    value = await body(request)
+    if not isinstance(value, bool):
+        raise AdminError(400, "isAllowAutoUpdateSchema must be true or false")
+    await _update(ctx, *_names(request), "is_allow_auto_update_schema", value)
+    return no_content()
+
+
+async def get_auto_update_strategy(request: web.Request) -> web.Response:
+    ctx = context(request)
+    stored = await require_namespace(ctx.meta, *_names(request))
+    return web.json_response(stored.get("schema_auto_update_compatibility_strategy") or "Full")
+
+
+async def set_auto_update_strategy(request: web.Request) -> web.Response:
+    """Pulsar's older policy; the schemaCompatibilityStrategy policy wins when both are set."""
+    ctx = context(request)
+    value = await body(request)
+    if value not in AUTO_UPDATE_STRATEGIES:
+        raise AdminError(400, f"Unknown schema auto update compatibility strategy {value!r} "
+                              f"(one of {', '.join(AUTO_UPDATE_STRATEGIES)})")
+    await _update(ctx, *_names(request), "schema_auto_update_compatibility_strategy", value)
+    return no_content()
+
+
 async def list_topics(request: web.Request) -> web.Response:
     """The namespace's topics of ``mode`` (PERSISTENT, the default, NON_PERSISTENT or ALL), as Pulsar lists them."""
     ctx = context(request)
@@ -194,3 +227,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_delete(ns + "/deduplication", _field_remover("deduplicationEnabled"))
     router.add_get(ns + "/schemaCompatibilityStrategy", get_strategy)
     router.add_put(ns + "/schemaCompatibilityStrategy", set_strategy)
+    router.add_get(ns + "/isAllowAutoUpdateSchema", get_auto_update)
+    router.add_post(ns + "/isAllowAutoUpdateSchema", set_auto_update)
+    router.add_get(ns + "/schemaAutoUpdateCompatibilityStrategy", get_auto_update_strategy)
+    router.add_put(ns + "/schemaAutoUpdateCompatibilityStrategy", set_auto_update_strategy)

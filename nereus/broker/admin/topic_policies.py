@@ -1,4 +1,5 @@
-"""Topic-level policies: ``/admin/v2/persistent/{tenant}/{namespace}/{topic}/retention`` (GET, POST, DELETE).
+"""Topic-level policies: ``/admin/v2/persistent/{tenant}/{namespace}/{topic}/retention`` (GET, POST, DELETE)
+and ``.../schemaCompatibilityStrategy`` (GET, PUT, DELETE; read by the schema registry).
 
 Stored as one JSON record per topic (``nereus.topics.policies.topic_policies_key``)
 shaped like Pulsar's ``TopicPolicies``. Set on a partitioned topic, a policy applies
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from ...meta import UnexpectedVersion, cas
 from ...tasks import spawn
-from ...topics import partitions_of
+from ...topics import partitions_of, schemas
 from ...topics.policies import topic_policies_key, topic_policies_prefix
 from . import retention
 from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, flag, namespace_policies,
@@ -100,8 +101,40 @@ async def delete_namespace(ctx: AdminContext, tenant: str, namespace: str) -> No
     await ctx.meta.delete_range(prefix + "/", prefix + "/\U0010ffff")
 
 
+async def get_schema_strategy(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = await _require_topic(ctx, request)
+    raw = await ctx.meta.get(topic_policies_key(name.tenant, name.namespace, name.local))
+    own = json.loads(raw.value).get("schema_compatibility_strategy") if raw is not None else None
+    if own is not None:
+        return web.json_response(own)
+    if not flag(request, "applied"):
+        return no_content()
+    return web.json_response(await schemas.strategy_of(ctx.meta, name))
+
+
+async def set_schema_strategy(request: web.Request) -> web.Response:
+    ctx = context(request)
+    value = await body(request)
+    if value not in schemas.STRATEGIES + ("UNDEFINED",):
+        raise AdminError(400, f"Unknown schema compatibility strategy {value!r}")
+    name = await _require_topic(ctx, request)
+    await _set(ctx, name, "schema_compatibility_strategy", None if value == "UNDEFINED" else value)
+    return no_content()
+
+
+async def remove_schema_strategy(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = await _require_topic(ctx, request)
+    await _set(ctx, name, "schema_compatibility_strategy", None)
+    return no_content()
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     t = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+    router.add_get(t + "/schemaCompatibilityStrategy", get_schema_strategy)
+    router.add_put(t + "/schemaCompatibilityStrategy", set_schema_strategy)
+    router.add_delete(t + "/schemaCompatibilityStrategy", remove_schema_strategy)
     router.add_get(t + "/retention", get_retention)
     router.add_post(t + "/retention", set_retention)
     router.add_delete(t + "/retention", remove_retention)

@@ -116,7 +116,7 @@ async def _consumer_schema(conn, cmd: pb.CommandSubscribe, topic) -> bool:
     meta = conn.service.meta
     try:
         if await schemas.get(meta, topic.name) is None and _idle(topic):
-            await schemas.put_if_absent(meta, topic.name, type_, data, props)
+            await schemas.put_if_absent(meta, topic.name, type_, data, props, from_client=True)
         else:
             await schemas.check_for_consumer(meta, topic.name, type_, data)
     except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:

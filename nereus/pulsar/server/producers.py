@@ -173,7 +173,8 @@ async def _producer_schema(conn, cmd: pb.CommandProducer, name) -> bytes | None:
     if not cmd.HasField("schema") or cmd.schema.type == 0:
         return b""  # a bytes producer is accepted on any topic (Pulsar's schemaValidationEnforced=false)
     try:
-        version = await schemas.put_if_absent(conn.service.meta, name, *schemas.from_proto(cmd.schema))
+        version = await schemas.put_if_absent(conn.service.meta, name, *schemas.from_proto(cmd.schema),
+                                              from_client=True)
     except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:
         conn.send_error(cmd.request_id, pb.IncompatibleSchema, str(exc))
         return None
