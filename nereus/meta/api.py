@@ -7,6 +7,13 @@ one key are linearizable. Keys sort in Oxia's hierarchical order (see
 ``nereus.meta.keys.compare_keys``): segment by segment, and at the first differing
 position a key that has fewer ``/`` left sorts first.
 
+Secondary indexes (as Oxia's): a put may carry ``secondary_indexes``, entries
+(index name, secondary key) that point to the record's key. They are stored with
+the record, replaced by its next put and removed with it. ``get``, ``list`` and
+``range_scan`` with ``use_index=name`` look keys up by secondary key instead: they
+compare and range over secondary keys (in key order, then by primary key) and
+return primary keys and their records.
+
 Writes take an optional ``expected_version_id``: ``EXPECT_ABSENT`` means "the key
 must not exist", any other value must equal the record's current version id.
 A mismatch raises ``UnexpectedVersion``.
@@ -19,7 +26,7 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,10 @@ class PutResult:
     version: Version
 
 
+#: A put's secondary index entries: ``{index name: secondary key}`` or (name, key) pairs.
+SecondaryIndexes = Mapping[str, str] | Iterable[tuple[str, str]]
+
+
 @dataclass(frozen=True, slots=True)
 class PutOp:
     """One put of a ``put_many`` batch (same meaning as ``put``'s arguments)."""
@@ -70,6 +81,7 @@ class PutOp:
     value: bytes
     expected_version_id: int | None = None
     partition_key: str | None = None
+    secondary_indexes: SecondaryIndexes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +164,11 @@ class MetadataStore(abc.ABC):
         partition_key: str | None = None,
         sequence_key_deltas: Sequence[int] | None = None,
         ephemeral: bool = False,
+        secondary_indexes: SecondaryIndexes | None = None,
     ) -> PutResult:
         """Create or replace a record.
 
+        ``secondary_indexes`` replace the entries the previous version had.
         With ``sequence_key_deltas`` (requires ``partition_key``, forbids
         ``expected_version_id``) the server appends ``-%020d`` suffixes to ``key``:
         each suffix is the previous highest suffix under ``key`` plus its delta, and
@@ -170,7 +184,8 @@ class MetadataStore(abc.ABC):
         override this to send one message per shard instead of one per op.
         """
         return await asyncio.gather(
-            *(self.put(op.key, op.value, expected_version_id=op.expected_version_id, partition_key=op.partition_key)
+            *(self.put(op.key, op.value, expected_version_id=op.expected_version_id, partition_key=op.partition_key,
+                       secondary_indexes=op.secondary_indexes)
               for op in ops),
             return_exceptions=True,
         )
@@ -199,11 +214,16 @@ class MetadataStore(abc.ABC):
         comparison: Comparison = Comparison.EQUAL,
         partition_key: str | None = None,
         include_value: bool = True,
+        use_index: str | None = None,
     ) -> Record | None:
         """Read the record matching ``key`` under ``comparison``; None if there is none.
 
-        Without a partition key, non-EQUAL comparisons consult every shard and
-        return the nearest match overall.
+        Without a partition key, non-EQUAL comparisons (and every lookup by index)
+        consult every shard and return the nearest match overall. With
+        ``use_index``, ``key`` is a secondary key of that index and the record (with
+        its primary key) of the matching entry is returned: EQUAL, CEILING, HIGHER
+        and an exact FLOOR take the lowest primary key of their secondary key, LOWER
+        and an inexact FLOOR the highest one of the nearest lower secondary key.
         """
 
     def list(
@@ -213,9 +233,14 @@ class MetadataStore(abc.ABC):
         *,
         partition_key: str | None = None,
         page_size: int = 1000,
+        use_index: str | None = None,
     ) -> AsyncIterator[str]:
-        """Keys in ``[min, max)`` in key order, fetched page by page."""
-        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False)
+        """Keys in ``[min, max)`` in key order, fetched page by page.
+
+        With ``use_index``, the primary keys of the entries of that index whose
+        secondary keys are in ``[min, max)``, in index order.
+        """
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False, use_index)
 
     def range_scan(
         self,
@@ -224,13 +249,18 @@ class MetadataStore(abc.ABC):
         *,
         partition_key: str | None = None,
         page_size: int = 1000,
+        use_index: str | None = None,
     ) -> AsyncIterator[Record]:
-        """Records in ``[min, max)`` in key order, fetched page by page."""
-        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, True)
+        """Records in ``[min, max)`` in key order, fetched page by page.
+
+        With ``use_index``, the records of the entries of that index whose secondary
+        keys are in ``[min, max)``, in index order.
+        """
+        return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, True, use_index)
 
     @abc.abstractmethod
     def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
-              with_values: bool) -> AsyncIterator[Any]:
+              with_values: bool, use_index: str | None = None) -> AsyncIterator[Any]:
         """Backend part of ``list`` (keys) and ``range_scan`` (Records when ``with_values``)."""
 
     @abc.abstractmethod

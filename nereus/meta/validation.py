@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
-from .embedded.store import MAX_ENCODED_KEY
+from .embedded.store import MAX_ENCODED_KEY, index_key
 from .errors import InvalidRequest
 from .keys import encode_key
 
@@ -13,15 +13,58 @@ MAX_VALUE = 8 << 20
 
 
 def check_key(key: object, what: str = "key") -> bytes:
-    """Validate a key and return its order-preserving encoding."""
+    """Validate a key and return its order-preserving encoding.
+
+    A key is stored in ``len(utf-8 bytes) + 1 + number of "/"`` bytes, at most
+    ``MAX_ENCODED_KEY`` (500): a key without "/" may have 499 UTF-8 bytes.
+    """
     if not isinstance(key, str):
         raise InvalidRequest(f"{what} must be a str, not {type(key).__name__}")
     if "\x00" in key:
         raise InvalidRequest(f"{what} must not contain NUL characters")
     ekey = encode_key(key)
     if len(ekey) > MAX_ENCODED_KEY:
-        raise InvalidRequest(f"{what} too long ({len(ekey)} encoded bytes > {MAX_ENCODED_KEY})")
+        raise InvalidRequest(
+            f"{what} too long: {len(ekey)} bytes stored (UTF-8 length + 1 + one per '/'), "
+            f"the limit is {MAX_ENCODED_KEY}")
     return ekey
+
+
+def check_index_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"a secondary index name must be a non-empty str, not {name!r}")
+    if "\x00" in name:
+        raise InvalidRequest("a secondary index name must not contain NUL characters")
+    return name
+
+
+def check_indexes(indexes: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[bytes, ...]:
+    """Validate a put's secondary index entries; return their idx keys (duplicates dropped).
+
+    Given as ``{index name: secondary key}`` or as (name, secondary key) pairs (an
+    index may hold several entries of one record, as Oxia's requests allow).
+    """
+    if not indexes:
+        return ()
+    pairs = indexes.items() if isinstance(indexes, Mapping) else indexes
+    out: dict[bytes, None] = {}
+    for pair in pairs:
+        try:
+            name, secondary = pair
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"a secondary index entry must be (name, secondary key), not {pair!r}") from None
+        check_index_name(name)
+        if not isinstance(secondary, str):
+            raise InvalidRequest(f"secondary key of index {name!r} must be a str, not {type(secondary).__name__}")
+        if "\x00" in secondary:
+            raise InvalidRequest(f"secondary key of index {name!r} must not contain NUL characters")
+        ik = index_key(name, secondary)
+        if len(ik) > MAX_ENCODED_KEY:
+            raise InvalidRequest(
+                f"secondary index entry too long: index name + secondary key take {len(ik)} bytes stored, "
+                f"the limit is {MAX_ENCODED_KEY}")
+        out[ik] = None
+    return tuple(out)
 
 
 def check_value(value: object) -> bytes:

@@ -15,7 +15,7 @@ async def test_a_failing_shard_scan_raises_its_own_error_not_a_closing_error():
         await client.put("/scan/a", b"1")
         calls = []
 
-        async def shard_scan(shard, lo, hi, with_values):
+        async def shard_scan(shard, lo, hi, with_values, index=None):
             calls.append(shard.id)
             if len(calls) == 1:
                 raise MetadataUnavailable("shard unreachable")

@@ -19,7 +19,7 @@ from nereus.meta.embedded import Engine, ManualClock
 from nereus.meta.embedded.store import CLOSE_SESSION
 from nereus.meta.errors import SessionNotFound
 
-TIMEOUT = 1.0  # session timeout of the clients under test: heartbeats every 0.25 s
+TIMEOUT = 2.0  # session timeout of the clients under test (Oxia's least): heartbeats every 0.5 s
 
 
 class Backend:

@@ -55,7 +55,10 @@ async def test_bad_requests_then_server_still_serves(stub):
         pb.PutRequest(key="/k", value=b"", expected_version_id=-7),
         pb.PutRequest(key="/k", value=b"", sequence_key_delta=[1]),  # no partition key
         pb.PutRequest(key="/k", value=b"", partition_key="p", sequence_key_delta=[0]),
-        pb.PutRequest(key="/k", value=b"", secondary_indexes=[pb.SecondaryIndex(index_name="i", secondary_key="s")]),
+        pb.PutRequest(key="/k", value=b"", secondary_indexes=[pb.SecondaryIndex(index_name="", secondary_key="s")]),
+        pb.PutRequest(key="/k", value=b"", secondary_indexes=[pb.SecondaryIndex(index_name="i", secondary_key="\x00")]),
+        pb.PutRequest(key="/k", value=b"", secondary_indexes=[pb.SecondaryIndex(index_name="i",
+                                                                               secondary_key="s" * 600)]),
     ]
     for p in bad_puts:
         assert await _code(stub.Write(pb.WriteRequest(shard=s0, puts=[p]), metadata=md)) == \
@@ -74,7 +77,7 @@ async def test_bad_requests_then_server_still_serves(stub):
     assert await _stream_code(stub.Read(pb.ReadRequest(shard=s0, gets=[pb.GetRequest(key="\x00")]), metadata=md)) \
         == grpc.StatusCode.INVALID_ARGUMENT
     assert await _stream_code(stub.List(pb.ListRequest(shard=s0, start_inclusive="a", end_exclusive="b",
-                                                       secondary_index_name="idx"), metadata=md)) \
+                                                       secondary_index_name=""), metadata=md)) \
         == grpc.StatusCode.INVALID_ARGUMENT
     # Oversized: beyond the message limit, refused by gRPC itself.
     huge = pb.WriteRequest(shard=s0, puts=[pb.PutRequest(key=f"/h{i}", value=b"x" * (4 << 20)) for i in range(9)])

@@ -8,12 +8,14 @@ import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
-from ..api import Comparison, MetadataStore, NotificationStream, PutOp, PutResult, Record
+from ..api import Comparison, MetadataStore, NotificationStream, PutOp, PutResult, Record, SecondaryIndexes
 from ..errors import InvalidRequest, MetadataClosed, MetadataError, SessionNotFound
 from ..keys import encode_key, validate_key
-from ..validation import check_deltas, check_expected, check_key, check_page_size, check_value
+from ..validation import (check_deltas, check_expected, check_index_name, check_indexes, check_key,
+                          check_page_size, check_value)
 from .shard import Shard
-from .store import CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, LIST, PUT
+from .store import (CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, GET_INDEX, LIST, LIST_INDEX,
+                    PUT)
 
 if TYPE_CHECKING:
     from .engine import Engine, Namespace
@@ -69,16 +71,17 @@ class EmbeddedMetadataStore(MetadataStore):
     # ------------------------------------------------------------------ writes
     async def put(self, key: str, value: bytes, *, expected_version_id: int | None = None,
                   partition_key: str | None = None, sequence_key_deltas: Sequence[int] | None = None,
-                  ephemeral: bool = False) -> PutResult:
+                  ephemeral: bool = False, secondary_indexes: SecondaryIndexes | None = None) -> PutResult:
         self._check()
         ekey = check_key(key)
         value = check_value(value)
         expected = check_expected(expected_version_id)
         deltas = check_deltas(sequence_key_deltas, partition_key, expected)
+        indexes = check_indexes(secondary_indexes)
         shard = self._route(key, partition_key)
         sid = await self._session(shard) if ephemeral else 0
         try:
-            return await shard.call(PUT, key, ekey, value, expected, sid, self.identity, deltas)
+            return await shard.call(PUT, key, ekey, value, expected, sid, self.identity, deltas, indexes)
         except SessionNotFound:
             self._lose(shard, sid, "the server no longer has it")  # the next ephemeral put opens a new one
             raise
@@ -92,7 +95,7 @@ class EmbeddedMetadataStore(MetadataStore):
             try:
                 futures.append(self._route(op.key, op.partition_key).call(
                     PUT, op.key, check_key(op.key), check_value(op.value), check_expected(op.expected_version_id), 0,
-                    self.identity, None))
+                    self.identity, None, check_indexes(op.secondary_indexes)))
             except MetadataError as e:
                 results[i] = e
                 futures.append(None)  # type: ignore[arg-type]
@@ -122,11 +125,14 @@ class EmbeddedMetadataStore(MetadataStore):
 
     # ------------------------------------------------------------------- reads
     async def get(self, key: str, *, comparison: Comparison = Comparison.EQUAL,
-                  partition_key: str | None = None, include_value: bool = True) -> Record | None:
+                  partition_key: str | None = None, include_value: bool = True,
+                  use_index: str | None = None) -> Record | None:
         self._check()
-        ekey = check_key(key)
         if not isinstance(comparison, Comparison):
             raise InvalidRequest(f"invalid comparison {comparison!r}")
+        if use_index is not None:
+            return await self._get_by_index(key, comparison, partition_key, include_value, use_index)
+        ekey = check_key(key)
         if comparison is Comparison.EQUAL or partition_key is not None:
             return await self._route(key, partition_key).call(GET, ekey, comparison, include_value)
         found = [r for r in await asyncio.gather(
@@ -136,9 +142,29 @@ class EmbeddedMetadataStore(MetadataStore):
         pick = min if _NEAREST_IS_MIN[comparison] else max
         return pick(found, key=lambda r: encode_key(r.key))
 
+    async def _get_by_index(self, key: str, comparison: Comparison, partition_key: str | None,
+                            include_value: bool, index: str) -> Record | None:
+        check_index_name(index)
+        esec = encode_key(validate_key(key))
+        shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
+        found = [r for r in await asyncio.gather(
+            *(s.call(GET_INDEX, index, esec, comparison, include_value) for s in shards)) if r is not None]
+        if not found:
+            return None
+        # Across shards: the nearest secondary key, then the primary key as one shard orders them.
+        pick = max if comparison in (Comparison.FLOOR, Comparison.LOWER) else min
+        exact = [f for f in found if f[1] == key]
+        if comparison is Comparison.FLOOR and exact:
+            pick, found = min, exact  # an exact FLOOR takes the first entry of that secondary key
+        return pick(found, key=lambda f: (encode_key(f[1]), encode_key(f[0].key)))[0]
+
     async def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
-                    with_values: bool) -> AsyncIterator[Any]:
+                    with_values: bool, use_index: str | None = None) -> AsyncIterator[Any]:
         self._check()
+        if use_index is not None:
+            async for item in self._scan_index(lo, hi, partition_key, page_size, with_values, use_index):
+                yield item
+            return
         elo, ehi = encode_key(validate_key(lo)), encode_key(validate_key(hi))
         check_page_size(page_size)
         shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
@@ -167,6 +193,37 @@ class EmbeddedMetadataStore(MetadataStore):
             if best < 0:
                 return
             yield bufs[best].popleft()[1]
+
+    async def _scan_index(self, lo: str, hi: str, partition_key: str | None, page_size: int,
+                          with_values: bool, index: str) -> AsyncIterator[Any]:
+        check_index_name(index)
+        elo, ehi = encode_key(validate_key(lo)), encode_key(validate_key(hi))
+        check_page_size(page_size)
+        shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
+        # As _scan, merged by (index key, primary key): one index's order across shards.
+        bufs: list[deque[tuple]] = [deque() for _ in shards]
+        after: list[tuple[bytes, bytes] | None] = [None] * len(shards)
+        done = [False] * len(shards)
+
+        async def fill(i: int) -> None:
+            page = await shards[i].call(LIST_INDEX, index, elo, ehi, after[i], page_size, with_values)
+            bufs[i].extend(page)
+            done[i] = len(page) < page_size
+            if page:
+                after[i] = page[-1][:2]
+
+        while True:
+            need = [i for i in range(len(shards)) if not bufs[i] and not done[i]]
+            if need:
+                self._check()
+                await asyncio.gather(*(fill(i) for i in need))
+            best = -1
+            for i, buf in enumerate(bufs):
+                if buf and (best < 0 or buf[0][:2] < bufs[best][0][:2]):
+                    best = i
+            if best < 0:
+                return
+            yield bufs[best].popleft()[3]
 
     # ----------------------------------------------------------- notifications
     def notifications(self) -> NotificationStream:

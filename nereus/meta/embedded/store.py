@@ -8,10 +8,17 @@ the OS page cache, not the heap, so millions of keys need no process memory.
 Keys are limited to ``MAX_ENCODED_KEY`` bytes by LMDB's 511-byte key limit.
 
 Sub-databases of the environment:
-  kv        encoded key -> HDR + client identity + value
+  kv        encoded key -> HDR + client identity + [index entries] + value
   eph       session id (8 bytes) + encoded key -> b""  (ephemeral records by session)
   sessions  session id -> timeout ms (8 bytes) + client identity
   meta      b"last_version_id" -> 8 bytes
+  idx       index name + NUL + encoded secondary key -> encoded primary keys (sorted
+            duplicates): Oxia's secondary indexes, ordered by secondary key, then by
+            primary key
+
+A record's index entries are kept inside the record too (flagged in HDR), so that
+replacing or deleting it removes exactly its old entries, in the same transaction
+as the record itself: index and records are never out of step, even after a crash.
 
 ``execute`` applies a batch of operations in ONE write transaction and commits it
 (fsync'd when durable) before returning; every operation gets its own result or
@@ -33,25 +40,64 @@ from ..keys import decode_key, encode_key
 log = logging.getLogger(__name__)
 
 # Opcodes; an operation is a tuple (opcode, future_or_None, *args).
-PUT, DELETE, DELETE_RANGE, GET, LIST, CREATE_SESSION, CLOSE_SESSION = range(7)
+PUT, DELETE, DELETE_RANGE, GET, LIST, CREATE_SESSION, CLOSE_SESSION, GET_INDEX, LIST_INDEX = range(9)
 
 #: LMDB's key limit is 511 bytes; eph keys add an 8-byte session id prefix.
 MAX_ENCODED_KEY = 500
 _MAX_SEQ = 2**64 - 1
 
 # version id, modifications count, created ms, modified ms, session id (0 = none),
-# length of the client identity that follows.
+# flags + length of the client identity that follows.
 HDR = struct.Struct(">QQqqQH")
+_HAS_INDEXES = 0x8000  # in HDR's last field: index entries follow the identity
+MAX_IDENTITY = 0x7FFF  # bytes of client identity the rest of that field can count
 _U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
 _LAST_VID = b"last_version_id"
 _CREATED, _MODIFIED = NotificationType.KEY_CREATED, NotificationType.KEY_MODIFIED
 
 
 def _record(ekey: bytes, raw: bytes, include_value: bool) -> Record:
-    vid, mods, ctime, mtime, sid, ilen = HDR.unpack_from(raw)
+    vid, mods, ctime, mtime, sid, flags = HDR.unpack_from(raw)
+    ilen = flags & MAX_IDENTITY
     ident = raw[HDR.size : HDR.size + ilen].decode() if ilen else None
-    value = raw[HDR.size + ilen :] if include_value else None
+    value = None
+    if include_value:
+        off = HDR.size + ilen
+        if flags & _HAS_INDEXES:
+            off += 2 + _U16.unpack_from(raw, off)[0]
+        value = raw[off:]
     return Record(decode_key(ekey), value, Version(vid, mods, ctime, mtime, sid or None, ident))
+
+
+def index_key(name: str, secondary_key: str) -> bytes:
+    """The idx database key of an index entry (its value is the primary key)."""
+    return name.encode() + b"\x00" + encode_key(secondary_key)
+
+
+def _pack_record(vid: int, mods: int, ctime: int, mtime: int, sid: int, identb: bytes,
+                 indexes: tuple, value: bytes) -> bytes:
+    if not indexes:
+        return HDR.pack(vid, mods, ctime, mtime, sid, len(identb)) + identb + value
+    blob = b"".join(_U16.pack(len(ik)) + ik for ik in indexes)
+    return (HDR.pack(vid, mods, ctime, mtime, sid, len(identb) | _HAS_INDEXES) + identb
+            + _U16.pack(len(blob)) + blob + value)
+
+
+def _index_keys(raw: bytes) -> list[bytes]:
+    """The idx keys a stored record holds entries under (none for most records)."""
+    flags = HDR.unpack_from(raw)[5]
+    if not flags & _HAS_INDEXES:
+        return []
+    off = HDR.size + (flags & MAX_IDENTITY)
+    end = off + 2 + _U16.unpack_from(raw, off)[0]
+    off += 2
+    out = []
+    while off < end:
+        n = _U16.unpack_from(raw, off)[0]
+        out.append(raw[off + 2 : off + 2 + n])
+        off += 2 + n
+    return out
 
 
 class ShardStore:
@@ -59,13 +105,14 @@ class ShardStore:
 
     def __init__(self, path: str, *, durable: bool, map_size: int, now_ms: Callable[[], int]):
         self.env = lmdb.open(
-            path, map_size=map_size, max_dbs=4, sync=durable, metasync=durable,
+            path, map_size=map_size, max_dbs=5, sync=durable, metasync=durable,
             readahead=False, meminit=False,  # random access: do not page in neighbours
         )
         self.kv = self.env.open_db(b"kv")
         self.eph = self.env.open_db(b"eph")
         self.sess = self.env.open_db(b"sessions")
         self.meta = self.env.open_db(b"meta")
+        self.idx = self.env.open_db(b"idx", dupsort=True)
         self.now_ms = now_ms
         self.commits = 0  # write transactions committed (tests check group commit)
         with self.env.begin() as txn:
@@ -75,6 +122,7 @@ class ShardStore:
             PUT: self._put, DELETE: self._delete, DELETE_RANGE: self._delete_range,
             GET: self._get, LIST: self._list,
             CREATE_SESSION: self._create_session, CLOSE_SESSION: self._close_session,
+            GET_INDEX: self._get_index, LIST_INDEX: self._list_index,
         }
 
     def sessions(self) -> list[tuple[int, int, str]]:
@@ -134,24 +182,30 @@ class ShardStore:
         return results, effects
 
     # ------------------------------------------------------------ operations
-    def _put(self, txn, now, notes, effects, key, ekey, value, expected, sid, ident, deltas):
+    def _put(self, txn, now, notes, effects, key, ekey, value, expected, sid, ident, deltas, indexes=()):
+        """``indexes``: the idx keys (``index_key``) of the record's index entries."""
         if deltas:
             key = self._sequence_key(txn, key, deltas)
             ekey = encode_key(key)
             if len(ekey) > MAX_ENCODED_KEY:
-                raise InvalidRequest("sequence key too long")
+                raise InvalidRequest(f"sequence key too long ({len(ekey)} encoded bytes, the limit is "
+                                     f"{MAX_ENCODED_KEY})")
         if sid and txn.get(_U64.pack(sid), db=self.sess) is None:
             raise SessionNotFound(f"session {sid} does not exist")
+        identb = ident.encode() if sid else b""
+        if len(identb) > MAX_IDENTITY:
+            raise InvalidRequest(f"client identity too long ({len(identb)} bytes > {MAX_IDENTITY})")
         if expected == -1:
             # Must-not-exist create: one LMDB call (each call hands the GIL around).
-            identb = ident.encode() if sid else b""
             vid = self.vid + 1
-            rec = HDR.pack(vid, 0, now, now, sid or 0, len(identb)) + identb + value
+            rec = _pack_record(vid, 0, now, now, sid or 0, identb, indexes, value)
             if not txn.put(ekey, rec, db=self.kv, overwrite=False):
                 raise UnexpectedVersion(f"{key!r} already exists")
             self.vid = vid
             if sid:
                 txn.put(_U64.pack(sid) + ekey, b"", db=self.eph)
+            for ik in indexes:
+                txn.put(ik, ekey, db=self.idx)
             if notes is not None:
                 notes.append(Notification(_CREATED, key, vid))
             return PutResult(key, Version(vid, 0, now, now, sid or None, ident if sid else None))
@@ -167,12 +221,15 @@ class ShardStore:
             mods = omods + 1
             if osid and osid != sid:
                 txn.delete(_U64.pack(osid) + ekey, db=self.eph)
+            for ik in _index_keys(old):  # the new version's entries replace the old ones
+                txn.delete(ik, ekey, db=self.idx)
         self.vid += 1
         vid = self.vid
-        identb = ident.encode() if sid else b""
-        txn.put(ekey, HDR.pack(vid, mods, ctime, now, sid or 0, len(identb)) + identb + value, db=self.kv)
+        txn.put(ekey, _pack_record(vid, mods, ctime, now, sid or 0, identb, indexes, value), db=self.kv)
         if sid and osid != sid:
             txn.put(_U64.pack(sid) + ekey, b"", db=self.eph)
+        for ik in indexes:
+            txn.put(ik, ekey, db=self.idx)
         if notes is not None:
             notes.append(Notification(_CREATED if old is None else _MODIFIED, key, vid))
         return PutResult(key, Version(vid, mods, ctime, now, sid or None, ident if sid else None))
@@ -213,6 +270,8 @@ class ShardStore:
         txn.delete(ekey, db=self.kv)
         if osid:
             txn.delete(_U64.pack(osid) + ekey, db=self.eph)
+        for ik in _index_keys(old):
+            txn.delete(ik, ekey, db=self.idx)
         if notes is not None:
             notes.append(Notification(NotificationType.KEY_DELETED, key))
         return True
@@ -225,9 +284,12 @@ class ShardStore:
             k = cur.key()  # b"" once the cursor ran off the end (no key is empty)
             if not k or k >= ehi:
                 break
-            sid = HDR.unpack_from(cur.value())[4]
+            raw = cur.value()
+            sid = HDR.unpack_from(raw)[4]
             if sid:
                 txn.delete(_U64.pack(sid) + k, db=self.eph)
+            for ik in _index_keys(raw):
+                txn.delete(ik, k, db=self.idx)
             cur.delete()  # moves to the next record
             count += 1
         if notes is not None:
@@ -265,6 +327,71 @@ class ShardStore:
             ok = cur.next()
         return out
 
+    def _get_index(self, txn, now, notes, effects, name, esec, comparison, include_value):
+        """The record an index entry of ``name`` points to, chosen as Oxia does.
+
+        Entries sort by secondary key, then primary key. EQUAL, CEILING, HIGHER and a
+        FLOOR that matches exactly take the first entry of their secondary key; LOWER
+        and an inexact FLOOR take the last entry of the nearest lower one. Returns
+        ``(record, secondary key)`` or None.
+        """
+        prefix = name.encode() + b"\x00"
+        target = prefix + esec
+        cur = txn.cursor(db=self.idx)
+        ok = cur.set_range(target)  # first entry of the lowest secondary key >= target
+        exact = ok and cur.key() == target
+        if comparison is Comparison.EQUAL:
+            ok = exact
+        elif comparison is Comparison.HIGHER:
+            if exact:
+                ok = cur.next_nodup()
+        elif comparison is Comparison.LOWER or (comparison is Comparison.FLOOR and not exact):
+            ok = cur.prev() if ok else cur.last()  # last entry of the previous secondary key
+        if not ok or not cur.key().startswith(prefix):
+            return None
+        ikey, ekey = cur.key(), cur.value()
+        raw = txn.get(ekey, db=self.kv)
+        if raw is None:  # cannot happen: entries change with their record
+            log.error("index %r points to a missing record %r", name, decode_key(ekey))
+            return None
+        return _record(ekey, raw, include_value), decode_key(ikey[len(prefix):])
+
+    def _list_index(self, txn, now, notes, effects, name, elo, ehi, after, limit, with_values):
+        """Up to ``limit`` entries of index ``name`` with secondary keys in [elo, ehi), in
+        index order, after the entry ``after`` ((idx key, primary key) or None).
+
+        Returns ``(idx key, encoded primary key, secondary key, key or Record)`` tuples.
+        """
+        prefix = name.encode() + b"\x00"
+        hi = prefix + ehi
+        cur = txn.cursor(db=self.idx)
+        if after is None:
+            ok = cur.set_range(prefix + elo)
+        else:
+            ik, ek = after
+            ok = cur.set_range_dup(ik, ek)  # the first entry of ik at or after ek
+            if ok and cur.value() == ek:
+                ok = cur.next()
+            elif not ok:
+                ok = cur.set_range(ik)
+                if ok and cur.key() == ik:
+                    ok = cur.next_nodup()
+        out: list[tuple] = []
+        while ok and len(out) < limit:
+            k = cur.key()
+            if k >= hi:
+                break
+            ekey = cur.value()
+            if with_values:
+                raw = txn.get(ekey, db=self.kv)
+                item = _record(ekey, raw, True) if raw is not None else None
+            else:
+                item = decode_key(ekey)
+            if item is not None:
+                out.append((k, ekey, decode_key(k[len(prefix):]), item))
+            ok = cur.next()
+        return out
+
     def _create_session(self, txn, now, notes, effects, timeout_ms, ident):
         self.vid += 1
         sid = self.vid
@@ -283,7 +410,9 @@ class ShardStore:
             k = cur.key()
             if k[:8] != sk:
                 break
-            txn.delete(k[8:], db=self.kv)
+            raw = txn.pop(k[8:], db=self.kv)
+            for ik in _index_keys(raw) if raw is not None else ():
+                txn.delete(ik, k[8:], db=self.idx)
             if notes is not None:
                 notes.append(Notification(NotificationType.KEY_DELETED, decode_key(k[8:])))
             cur.delete()

@@ -14,11 +14,11 @@ import heapq
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import grpc
 
-from ..api import Comparison, MetadataStore, NotificationStream, PutResult, Record
+from ..api import Comparison, MetadataStore, NotificationStream, PutResult, Record, SecondaryIndexes
 from ..errors import (InvalidRequest, MetadataClosed, MetadataError, MetadataUnavailable,
                       SessionNotFound, UnexpectedVersion)
 from . import convert as cv
@@ -29,6 +29,9 @@ from .proto import client_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+#: Oxia's session timeout bounds, in seconds (a server refuses sessions outside them).
+MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT = 2.0, 300.0
+
 _NEAREST_IS_MIN = {Comparison.CEILING: True, Comparison.HIGHER: True,
                    Comparison.FLOOR: False, Comparison.LOWER: False}
 
@@ -37,12 +40,14 @@ class OxiaMetadataStore(MetadataStore):
     """Client of one namespace of an Oxia-protocol server at ``address`` (host:port).
 
     ``retry_timeout`` bounds how long an operation waits for an unreachable server.
+    ``session_timeout`` must be within Oxia's bounds, 2 s to 5 min.
     """
 
     def __init__(self, address: str, namespace: str = "default", *, identity: str | None = None,
                  session_timeout: float = 15.0, retry_timeout: float = 30.0, max_inflight: int = 2):
-        if session_timeout <= 0:
-            raise InvalidRequest("session_timeout must be positive")
+        if not MIN_SESSION_TIMEOUT <= session_timeout <= MAX_SESSION_TIMEOUT:
+            raise InvalidRequest(f"session_timeout {session_timeout} s is outside Oxia's bounds "
+                                 f"({MIN_SESSION_TIMEOUT:g} s to {MAX_SESSION_TIMEOUT:g} s)")
         super().__init__()
         self._conn = Connection(address, namespace, retry_timeout)
         self.namespace = namespace
@@ -88,14 +93,17 @@ class OxiaMetadataStore(MetadataStore):
     # ------------------------------------------------------------------ writes
     async def put(self, key: str, value: bytes, *, expected_version_id: int | None = None,
                   partition_key: str | None = None, sequence_key_deltas: Sequence[int] | None = None,
-                  ephemeral: bool = False) -> PutResult:
+                  ephemeral: bool = False, secondary_indexes: SecondaryIndexes | None = None) -> PutResult:
         self._check()
         cv.check_key(key)
         value = cv.check_value(value)
         expected = cv.check_expected(expected_version_id)
         deltas = cv.check_deltas(sequence_key_deltas, partition_key, expected)
+        indexes = _index_pairs(secondary_indexes)
         shard = await self._route(key, partition_key)
         msg = pb.PutRequest(key=key, value=value)
+        for name, secondary in indexes:
+            msg.secondary_indexes.add(index_name=name, secondary_key=secondary)
         if expected is not None:
             msg.expected_version_id = expected
         if partition_key is not None:
@@ -109,7 +117,7 @@ class OxiaMetadataStore(MetadataStore):
             msg.sequence_key_delta.extend(deltas)
             res = await self._write_alone(shard, msg)
         else:
-            res = await self._write(shard, PUT, msg, len(key) + len(value) + 32)
+            res = await self._write(shard, PUT, msg, msg.ByteSize() + 8)
         if res.status == pb.OK:
             return PutResult(res.key if res.HasField("key") else key, cv.version_from_pb(res.version))
         if res.status == pb.SESSION_DOES_NOT_EXIST:
@@ -157,13 +165,18 @@ class OxiaMetadataStore(MetadataStore):
 
     # ------------------------------------------------------------------- reads
     async def get(self, key: str, *, comparison: Comparison = Comparison.EQUAL,
-                  partition_key: str | None = None, include_value: bool = True) -> Record | None:
+                  partition_key: str | None = None, include_value: bool = True,
+                  use_index: str | None = None) -> Record | None:
         self._check()
-        cv.check_key(key)
         if not isinstance(comparison, Comparison):
             raise InvalidRequest(f"invalid comparison {comparison!r}")
         req = pb.GetRequest(key=key, include_value=include_value,
                             comparison_type=cv.COMPARISON_TO_PB[comparison])
+        if use_index is not None:
+            cv.check_range_bound(key)
+            req.secondary_index_name = cv.check_index_name(use_index)
+            return await self._get_by_index(req, comparison, partition_key)
+        cv.check_key(key)
         if comparison is Comparison.EQUAL or partition_key is not None:
             return await self._get(await self._route(key, partition_key), req)
         found = [r for r in await asyncio.gather(*(self._get(s, req) for s in await self._shards(None)))
@@ -173,7 +186,21 @@ class OxiaMetadataStore(MetadataStore):
         pick = min if _NEAREST_IS_MIN[comparison] else max
         return pick(found, key=lambda r: cv.encode_key(r.key))
 
-    async def _get(self, shard: ShardInfo, req: pb.GetRequest) -> Record | None:
+    async def _get_by_index(self, req: pb.GetRequest, comparison: Comparison,
+                            partition_key: str | None) -> Record | None:
+        found = [r for r in await asyncio.gather(
+            *(self._get(s, req, raw=True) for s in await self._shards(partition_key))) if r is not None]
+        if not found:
+            return None
+        # Across shards: the nearest secondary key, then the primary key (as each shard orders them).
+        pick = max if comparison in (Comparison.FLOOR, Comparison.LOWER) else min
+        exact = [r for r in found if r.secondary_index_key == req.key]
+        if comparison is Comparison.FLOOR and exact:
+            pick, found = min, exact  # an exact FLOOR takes the first entry of that secondary key
+        best = pick(found, key=lambda r: (cv.encode_key(r.secondary_index_key), cv.encode_key(r.key)))
+        return cv.record_from_pb(best, best.key, req.include_value)
+
+    async def _get(self, shard: ShardInfo, req: pb.GetRequest, *, raw: bool = False) -> Any:
         async def call() -> pb.GetResponse:
             stream = self._conn.stub(shard.leader).Read(
                 pb.ReadRequest(shard=shard.id, gets=[req]), metadata=self._conn.shard_metadata(shard.id))
@@ -187,18 +214,24 @@ class OxiaMetadataStore(MetadataStore):
             return None
         if res.status != pb.OK:
             raise _status_error(res.status, req.key)
-        return cv.record_from_pb(res, req.key, req.include_value)
+        return res if raw else cv.record_from_pb(res, req.key, req.include_value)
 
     async def _scan(self, lo: str, hi: str, partition_key: str | None, page_size: int,
-                    with_values: bool) -> AsyncIterator[Any]:
+                    with_values: bool, use_index: str | None = None) -> AsyncIterator[Any]:
         self._check()
-        cv.check_key(lo, "range start")
-        cv.check_key(hi, "range end")
+        if use_index is None:
+            cv.check_key(lo, "range start")
+            cv.check_key(hi, "range end")
+        else:
+            cv.check_range_bound(lo)
+            cv.check_range_bound(hi)
+            cv.check_index_name(use_index)
         cv.check_page_size(page_size)
         # The server streams each shard's range in chunks (its own page size); the
-        # shards are merged here by encoded key, which orders as Oxia's key order.
-        its = [self._shard_scan(s, lo, hi, with_values) for s in await self._shards(partition_key)]
-        heap: list[tuple[bytes, int, Any]] = []
+        # shards are merged here by encoded key, which orders as Oxia's key order
+        # (by index key, then primary key, for an index).
+        its = [self._shard_scan(s, lo, hi, with_values, use_index) for s in await self._shards(partition_key)]
+        heap: list[tuple[Any, int, Any]] = []
         try:
             # Every shard's first step finishes (or fails) before any error is raised, so
             # that the generators can be closed below: a running one cannot be.
@@ -220,36 +253,46 @@ class OxiaMetadataStore(MetadataStore):
             for it in its:
                 await it.aclose()
 
-    async def _shard_scan(self, shard: ShardInfo, lo: str, hi: str,
-                          with_values: bool) -> AsyncIterator[tuple[bytes, Any]]:
-        last: bytes | None = None
+    async def _shard_scan(self, shard: ShardInfo, lo: str, hi: str, with_values: bool,
+                          index: str | None = None) -> AsyncIterator[tuple[Any, Any]]:
+        """(sort key, item) pairs of one shard; resumes after the last one on a retry.
+
+        An index is always read with RangeScan: its answers name each entry's
+        secondary key, which the merge needs (a List answer has primary keys only).
+        """
+        last: Any = None
         start = lo
         deadline = time.monotonic() + self._conn.retry_timeout
         backoff = Backoff()
         while True:
             self._check()
             stub, md = self._conn.stub(shard.leader), self._conn.shard_metadata(shard.id)
-            if with_values:
-                call = stub.RangeScan(pb.RangeScanRequest(shard=shard.id, start_inclusive=start,
-                                                          end_exclusive=hi), metadata=md)
+            if with_values or index is not None:
+                req = pb.RangeScanRequest(shard=shard.id, start_inclusive=start, end_exclusive=hi)
+                if index is not None:
+                    req.secondary_index_name = index
+                call = stub.RangeScan(req, metadata=md)
             else:
                 call = stub.List(pb.ListRequest(shard=shard.id, start_inclusive=start, end_exclusive=hi),
                                  metadata=md)
             try:
                 async for resp in call:
-                    for item in (resp.records if with_values else resp.keys):
-                        k = item.key if with_values else item
-                        ek = cv.encode_key(k)
-                        if last is not None and ek <= last:
+                    for item in (resp.records if with_values or index is not None else resp.keys):
+                        k = item if isinstance(item, str) else item.key
+                        if index is None:
+                            order: Any = cv.encode_key(k)
+                        else:
+                            order = (cv.encode_key(item.secondary_index_key), cv.encode_key(k))
+                        if last is not None and order <= last:
                             continue  # already yielded before a retry
-                        last = ek
-                        yield ek, (cv.record_from_pb(item, k, True) if with_values else k)
+                        last = order
+                        yield order, (cv.record_from_pb(item, k, True) if with_values else k)
                 return
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE or time.monotonic() >= deadline:
                     raise error_from_rpc(e) from None
-                if last is not None:
-                    start = cv.decode_key(last)  # resume at the last key seen (skipped above)
+                if last is not None:  # resume at the last key seen (skipped above)
+                    start = cv.decode_key(last[0] if index is not None else last)
             finally:
                 call.cancel()
             await backoff.wait()
@@ -383,6 +426,15 @@ class OxiaMetadataStore(MetadataStore):
         self._sessions.clear()
         self._renewed.clear()
         await self._conn.close()
+
+
+def _index_pairs(indexes: SecondaryIndexes | None) -> list[tuple[str, str]]:
+    """A put's index entries as (name, secondary key) pairs, validated as the server will."""
+    if not indexes:
+        return []
+    pairs = list(indexes.items()) if isinstance(indexes, Mapping) else list(indexes)
+    cv.check_indexes(pairs)
+    return [(name, secondary) for name, secondary in pairs]
 
 
 def _status_error(status: int, key: str) -> MetadataError:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..api import Comparison, Notification, NotificationType, Record, Version
 from ..errors import InvalidRequest
 from ..keys import decode_key, encode_key  # noqa: F401 - decode_key re-exported for the client
-from ..validation import (MAX_VALUE, check_deltas, check_expected, check_key,  # noqa: F401 - re-exported
-                          check_page_size, check_value)
+from ..validation import (MAX_VALUE, check_deltas, check_expected, check_index_name,  # noqa: F401
+                          check_indexes, check_key, check_page_size, check_value)
 from .proto import client_pb2 as pb
 
 #: gRPC metadata keys Oxia clients send along with their calls.

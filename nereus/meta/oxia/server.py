@@ -35,7 +35,8 @@ from grpc import aio
 from ..api import Comparison, NotificationType
 from ..embedded import DEFAULT_NAMESPACE, Engine, Namespace
 from ..embedded.shard import Shard
-from ..embedded.store import CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, LIST, PUT
+from ..embedded.store import (CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, GET_INDEX, LIST,
+                              LIST_INDEX, PUT)
 from ..errors import (InvalidRequest, MetadataError, NamespaceNotFound, SessionNotFound,
                       UnexpectedVersion)
 from ..keys import encode_key
@@ -49,7 +50,8 @@ log = logging.getLogger(__name__)
 LIST_CHUNK = 1000  # keys per ListResponse
 SCAN_PAGE = 256  # records fetched from the shard at a time
 SCAN_BYTES = 1 << 20  # soft size limit of one RangeScanResponse
-MIN_SESSION_MS, MAX_SESSION_MS = 100, 3_600_000
+#: Oxia's bounds of a session timeout (2 s to 5 min): outside them CreateSession fails.
+MIN_SESSION_MS, MAX_SESSION_MS = 2_000, 300_000
 _MAX_SEQ = 2**64 - 1
 _SEQ_SUFFIX = re.compile(r"(?:-\d{20})+")
 DEFAULT_MAX_NAMESPACES = 16  # created on demand by clients, beyond those that exist
@@ -170,10 +172,10 @@ class OxiaServicer:
             expected = cv.check_expected(_opt(p, "expected_version_id"))
             pk = _opt(p, "partition_key")
             deltas = cv.check_deltas(list(p.sequence_key_delta) or None, pk, expected)
-            if len(p.secondary_indexes):
-                raise InvalidRequest("secondary indexes are not supported")
+            indexes = cv.check_indexes([(i.index_name, i.secondary_key) for i in p.secondary_indexes])
             sid = p.session_id if p.HasField("session_id") else 0
-            ops.append((PUT, p.key, ekey, cv.check_value(p.value), expected, sid, p.client_identity, deltas))
+            ops.append((PUT, p.key, ekey, cv.check_value(p.value), expected, sid, p.client_identity, deltas,
+                        indexes))
         for d in req.deletes:
             ops.append((DELETE, d.key, cv.check_key(d.key), cv.check_expected(_opt(d, "expected_version_id"))))
         for r in req.delete_ranges:
@@ -240,33 +242,57 @@ class OxiaServicer:
     @_stream
     async def Read(self, request, context) -> AsyncIterator[pb.ReadResponse]:
         _, shard = self._resolve(_opt(request, "shard"), context)
-        futs = []
+        ops = []
         for g in request.gets:
-            if g.HasField("secondary_index_name"):
-                raise InvalidRequest("secondary indexes are not supported")
             cmp = cv.PB_TO_COMPARISON.get(g.comparison_type)
             if cmp is None:
                 raise InvalidRequest(f"unknown comparison type {g.comparison_type}")
-            futs.append((cv.check_key(g.key), cmp, g.include_value))
-        results = await asyncio.gather(*(shard.call(GET, *f) for f in futs))
-        resp = pb.ReadResponse()
-        for rec in results:
-            if rec is None:
-                resp.gets.add(status=pb.KEY_NOT_FOUND)
+            if g.HasField("secondary_index_name"):
+                ops.append((GET_INDEX, cv.check_index_name(g.secondary_index_name),
+                            cv.check_range_bound(g.key), cmp, g.include_value))
             else:
-                resp.gets.append(cv.record_to_pb(rec))
+                ops.append((GET, cv.check_key(g.key), cmp, g.include_value))
+        results = await asyncio.gather(*(shard.call(*op) for op in ops))
+        resp = pb.ReadResponse()
+        for res in results:
+            if res is None:
+                resp.gets.add(status=pb.KEY_NOT_FOUND)
+            elif isinstance(res, tuple):  # by index: the primary key's record and the entry's secondary key
+                msg = cv.record_to_pb(res[0])
+                msg.secondary_index_key = res[1]
+                resp.gets.append(msg)
+            else:
+                resp.gets.append(cv.record_to_pb(res))
         yield resp
 
-    def _scan_args(self, request, context) -> tuple[Shard, bytes, bytes]:
+    def _scan_args(self, request, context) -> tuple[Shard, bytes, bytes, str | None]:
         _, shard = self._resolve(_opt(request, "shard"), context)
         if request.HasField("secondary_index_name"):
-            raise InvalidRequest("secondary indexes are not supported")
+            # Index ranges are over secondary keys, which may be as long as a request allows.
+            return (shard, cv.check_range_bound(request.start_inclusive),
+                    cv.check_range_bound(request.end_exclusive), cv.check_index_name(request.secondary_index_name))
         return (shard, cv.check_key(request.start_inclusive, "range start"),
-                cv.check_key(request.end_exclusive, "range end"))
+                cv.check_key(request.end_exclusive, "range end"), None)
+
+    @staticmethod
+    async def _index_pages(shard: Shard, index: str, start: bytes, end: bytes, page_size: int,
+                           with_values: bool) -> AsyncIterator[list[tuple]]:
+        after = None
+        while True:
+            page = await shard.call(LIST_INDEX, index, start, end, after, page_size, with_values)
+            if page:
+                yield page
+                after = page[-1][:2]
+            if len(page) < page_size:
+                return
 
     @_stream
     async def List(self, request, context) -> AsyncIterator[pb.ListResponse]:
-        shard, start, end = self._scan_args(request, context)
+        shard, start, end, index = self._scan_args(request, context)
+        if index is not None:  # the primary keys of the index entries, in index order
+            async for page in self._index_pages(shard, index, start, end, LIST_CHUNK, False):
+                yield pb.ListResponse(keys=[e[3] for e in page])
+            return
         while True:
             page = await shard.call(LIST, start, end, LIST_CHUNK, False)
             if page:
@@ -277,8 +303,23 @@ class OxiaServicer:
 
     @_stream
     async def RangeScan(self, request, context) -> AsyncIterator[pb.RangeScanResponse]:
-        shard, start, end = self._scan_args(request, context)
+        shard, start, end, index = self._scan_args(request, context)
         resp, size = pb.RangeScanResponse(), 0
+        if index is not None:
+            # Records of the index entries in index order; each names its secondary key
+            # too, so that a client can merge the shards in index order.
+            async for page in self._index_pages(shard, index, start, end, SCAN_PAGE, True):
+                for _, _, secondary, rec in page:
+                    msg = cv.record_to_pb(rec)
+                    msg.secondary_index_key = secondary
+                    resp.records.append(msg)
+                    size += len(rec.key) + len(rec.value or b"") + len(secondary) + 64
+                    if size >= SCAN_BYTES:
+                        yield resp
+                        resp, size = pb.RangeScanResponse(), 0
+            if len(resp.records):
+                yield resp
+            return
         while True:
             page = await shard.call(LIST, start, end, SCAN_PAGE, True)
             for _, rec in page:
@@ -298,7 +339,11 @@ class OxiaServicer:
     async def CreateSession(self, request, context) -> pb.CreateSessionResponse:
         _, shard = self._resolve(request.shard, context)
         if not MIN_SESSION_MS <= request.session_timeout_ms <= MAX_SESSION_MS:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, cv.INVALID_SESSION_TIMEOUT)
+            # Oxia answers its own code 109, which Python gRPC cannot send: the standard
+            # code closest to it, with Oxia's message and the bounds.
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{cv.INVALID_SESSION_TIMEOUT}: timeoutMs={request.session_timeout_ms}, "
+                                f"must be between {MIN_SESSION_MS} and {MAX_SESSION_MS}")
         sid = await shard.call(CREATE_SESSION, request.session_timeout_ms, request.client_identity)
         log.debug("session %d on shard %s for %r", sid, shard.name, request.client_identity)
         return pb.CreateSessionResponse(session_id=sid)
