@@ -29,6 +29,7 @@ from nereus.topics import BrokerAddress, NotOwner, Placement, TopicRegistry
 from .raw import RawKafka
 
 NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, NOT_COORDINATOR = 6, 5, 16
+INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT = 38, 39
 ZONES = ("a", "a", "b")
 
 
@@ -195,8 +196,42 @@ async def test_metadata_lists_every_broker_and_each_partitions_owner(cluster, ve
         assert resp.controller_id == 0
         parts = sorted(resp.topics[0].partitions, key=lambda p: p.partition_index)
         assert [(p.error_code, p.leader_id) for p in parts] == [(0, 2), (0, 1), (0, 0), (LEADER_NOT_AVAILABLE, -1)]
-        assert [tuple(p.replica_nodes) for p in parts[:3]] == [(2,), (1,), (0,)]
-        assert [tuple(p.isr_nodes) for p in parts[:3]] == [(2,), (1,), (0,)]
+        # created without a replication factor: every live broker is a replica, the leader first
+        assert [tuple(p.replica_nodes) for p in parts[:3]] == [(2, 0, 1), (1, 0, 2), (0, 1, 2)]
+        assert [tuple(p.isr_nodes) for p in parts[:3]] == [(2, 0, 1), (1, 0, 2), (0, 1, 2)]
+
+
+async def test_replication_factor_up_to_the_live_brokers(cluster):
+    cls = request_schema(19, 7)
+
+    async def create(topic, partitions=-1, factor=-1, assignments=()):
+        assigned = tuple(make(nested(cls, "CreatableReplicaAssignment"), partition_index=i, broker_ids=ids)
+                         for i, ids in enumerate(assignments))
+        entry = make(nested(cls, "CreatableTopic"), name=topic, num_partitions=partitions,
+                     replication_factor=factor, assignments=assigned, configs=())
+        resp = await call(cluster, 1, 19, 7, topics=(entry,), timeout=datetime.timedelta(seconds=5),
+                          validate_only=False)
+        return resp.topics[0]
+
+    too_many = await create(new_name("rf"), 1, 4)
+    assert too_many.error_code == INVALID_REPLICATION_FACTOR and "3 broker" in too_many.error_message
+    bad = await create(new_name("rf"), assignments=[[0, 1], [1, 5]])
+    assert bad.error_code == INVALID_REPLICA_ASSIGNMENT
+    topic = new_name("rf")
+    answer = await create(topic, 2, 2)
+    assert (answer.error_code, answer.num_partitions, answer.replication_factor) == (0, 2, 2)
+    assigned = new_name("rf")
+    answer = await create(assigned, assignments=[[0, 2, 1], [2, 1, 0]])
+    assert (answer.error_code, answer.num_partitions, answer.replication_factor) == (0, 2, 3)
+    for index, node in enumerate([2, 0]):
+        cluster.pin(stream(topic, index), node)
+        cluster.pin(stream(assigned, index), node)
+    for asked in range(3):
+        resp = await metadata(cluster, asked, [topic, assigned])
+        by_name = {t.name: sorted(t.partitions, key=lambda p: p.partition_index) for t in resp.topics}
+        assert [(p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes)) for p in by_name[topic]] == \
+            [(2, (2, 0), (2, 0)), (0, (0, 1), (0, 1))]
+        assert [len(p.replica_nodes) for p in by_name[assigned]] == [3, 3]
 
 
 async def test_a_draining_owner_is_listed_while_it_leads(cluster):

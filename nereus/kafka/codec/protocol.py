@@ -47,6 +47,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
+    21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),

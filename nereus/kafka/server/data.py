@@ -322,7 +322,8 @@ async def handle_list_offsets(conn, head, req):
 
 
 async def handle_offset_for_leader_epoch(conn, head, req):
-    # Our logs are never truncated: the end offset of any epoch a client knows is the current end.
+    # Offsets are never truncated or rewritten, whoever leads: the end offset of every
+    # epoch up to the current one is the current end (a client never needs to truncate).
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     topics = []
@@ -339,11 +340,48 @@ async def handle_offset_for_leader_epoch(conn, head, req):
                 # older view (a lower answer than the consumer's position reads as a truncation).
                 await part.handle.refresh()
                 await service.catalog.leader_epoch(part.topic.name)
+            if p.leader_epoch > part.leader_epoch:  # an epoch this partition never had: Kafka's undefined answer
+                epoch, end = -1, -1
+            else:
+                epoch, end = (p.leader_epoch if p.leader_epoch >= 0 else part.leader_epoch), part.handle.next_offset()
             parts.append(make(nested(cls, "EpochEndOffset"), error_code=ErrorCode.none, partition=p.partition,
-                              leader_epoch=min(p.leader_epoch, part.leader_epoch) if p.leader_epoch >= 0
-                              else part.leader_epoch, end_offset=part.handle.next_offset()))
+                              leader_epoch=epoch, end_offset=end))
         topics.append(make(nested(cls, "OffsetForLeaderTopicResult"), topic=topic.topic, partitions=tuple(parts)))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-__all__ = ["handle_fetch", "handle_list_offsets", "handle_offset_for_leader_epoch", "handle_produce"]
+async def handle_delete_records(conn, head, req):
+    """Trim each partition's stream to the offset given (-1: the high watermark); answers the low watermark."""
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    tcls, pcls = nested(cls, "DeleteRecordsTopicResult"), nested(cls, "DeleteRecordsPartitionResult")
+    topics = []
+    for topic in req.topics:
+        parts = []
+        for p in topic.partitions:
+            code, low = ErrorCode.none, -1
+            part = await service.catalog.partition(topic.name, p.partition_index)
+            if part is None:
+                code = ErrorCode.unknown_topic_or_partition
+            else:
+                await part.handle.refresh()
+                end = part.handle.next_offset()
+                target = end if p.offset == -1 else p.offset
+                if not 0 <= target <= end:
+                    code = ErrorCode.offset_out_of_range
+                else:
+                    try:
+                        await part.handle.trim(target)
+                        low = part.handle.start_offset()
+                        log.info("kafka: records of %s-%d below %d deleted", topic.name, p.partition_index, low)
+                    except OffsetOutOfRange:
+                        code = ErrorCode.offset_out_of_range
+                    except StorageError as exc:
+                        log.warning("kafka: delete records of %s-%d failed: %s", topic.name, p.partition_index, exc)
+                        code = ErrorCode.kafka_storage_error
+            parts.append(make(pcls, partition_index=p.partition_index, low_watermark=low, error_code=code))
+        topics.append(make(tcls, name=topic.name, partitions=tuple(parts)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+__all__ = ["handle_delete_records", "handle_fetch", "handle_list_offsets", "handle_offset_for_leader_epoch", "handle_produce"]

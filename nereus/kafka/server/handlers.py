@@ -22,6 +22,7 @@ HANDLERS = {
     18: cluster.handle_api_versions,
     19: admin.handle_create_topics,
     20: admin.handle_delete_topics,
+    21: data.handle_delete_records,
     22: cluster.handle_init_producer_id,
     23: data.handle_offset_for_leader_epoch,
     32: configs.handle_describe_configs,
