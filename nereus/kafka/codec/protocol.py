@@ -29,7 +29,7 @@ _SIZE = struct.Struct(">i")
 
 # API key -> (name, min version, max version) we serve. Upper bounds stop before
 # versions that need features we do not have (topic ids in Produce/Fetch v13+,
-# the KIP-848 consumer protocol, batched OffsetFetch).
+# batched OffsetFetch).
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 11),
     1: ("Fetch", 4, 12),
@@ -56,6 +56,8 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     60: ("DescribeCluster", 0, 1),
+    68: ("ConsumerGroupHeartbeat", 0, 1),
+    69: ("ConsumerGroupDescribe", 0, 1),
 }
 API_VERSIONS = 18
 

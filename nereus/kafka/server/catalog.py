@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import re
+import uuid
 
 from ...ledger.naming import TopicName
 from ...meta import cas
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 _LEGAL = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 NAMESPACE_PREFIX = "persistent://public/default/"
+_TOPIC_IDS = uuid.UUID("6e657265-7573-4b61-666b-61546f706963")  # the uuid5 namespace of topic ids
 
 
 class TopicError(Exception):
@@ -121,6 +123,33 @@ class Catalog:
                 raise
             if not part.closed:
                 return part
+
+    async def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (Kafka's topic UUID): stable for its life, new when re-created under the same name.
+
+        Derived from what identifies this incarnation of the topic in metadata (the
+        creation time of its partitioned record, else its stream's id), so every
+        broker computes the same id without storing one.
+        """
+        name = pulsar_name(topic)
+        if not valid_name(topic) or name.partition_index >= 0:
+            return None
+        rec = await self.meta.get(partitioned_key(name))
+        if rec is not None:
+            incarnation = f"p{rec.version.created_timestamp}"
+        else:
+            try:
+                incarnation = f"s{await self.storage.stream_id(str(name))}"
+            except StreamNotFound:
+                return None
+        return uuid.uuid5(_TOPIC_IDS, f"{topic}/{incarnation}")
+
+    async def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, or None (looked up among the topics of public/default)."""
+        for topic in await self.list_topics():
+            if await self.topic_id(topic) == topic_id:
+                return topic
+        return None
 
     async def list_topics(self) -> dict[str, int]:
         """Every topic of public/default with its partition count."""

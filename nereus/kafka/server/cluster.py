@@ -61,6 +61,8 @@ async def handle_metadata(conn, head, req):
     else:
         wanted = []
         for t in req.topics:
+            if not t.name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
+                t = make(type(t), name=await catalog.topic_name(t.topic_id) or "", topic_id=t.topic_id)
             count = await catalog.partition_count(t.name) if t.name else None
             if count is None and auto_create and valid_name(t.name) and service.auto_create:
                 try:
@@ -99,8 +101,9 @@ async def handle_metadata(conn, head, req):
             replicas = _replicas(node, live, factors.get(name))
             parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
                               leader_epoch=epoch, replica_nodes=replicas, isr_nodes=replicas, offline_replicas=()))
-        topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=ZERO_UUID, is_internal=False,
-                           partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
+        topic_id = await catalog.topic_id(name) if head.api_version >= 10 else None
+        topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
+                           is_internal=False, partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
     leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
     brokers, controller = _brokers(cls, "MetadataResponseBroker", service, also=leaders)
     return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,

@@ -237,7 +237,7 @@ async def handle_list_groups(conn, head, req):
     groups = [g for g in await conn.service.coordinator.list_groups()
               if (not states or g.state in states) and is_coordinator(conn.service, g.group_id)]
     listed = tuple(make(nested(cls, "ListedGroup"), group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
-                        group_state=g.state, group_type="classic") for g in groups)
+                        group_state=g.state, group_type=g.group_type) for g in groups)
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 
 

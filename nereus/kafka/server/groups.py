@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ..codec.consumer_protocol import subscribed_topics
+from .consumer_group import ConsumerGroupState, HeartbeatAnswer
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ INITIAL_REBALANCE_DELAY = 0.3  # lets consumers started together land in one gen
 NONE, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, UNKNOWN_MEMBER = 0, 22, 23, 25
 INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, NOT_COORDINATOR = 26, 27, 16
 COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID = 15, 81, 82
+GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH = 69, 113
+CONSUMER_SESSION_TIMEOUT = 45.0  # Kafka's group.consumer.session.timeout.ms
 
 
 class GroupError(Exception):
@@ -115,6 +118,20 @@ class Group:
         self.members: dict[str, Member] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._initial_until = 0.0
+        self.consumer: ConsumerGroupState | None = None  # the KIP-848 protocol's state, if it ever served one
+
+    @property
+    def is_consumer(self) -> bool:
+        """A consumer-protocol group now (a group is either that or classic; an empty one may switch)."""
+        return self.consumer is not None and bool(self.consumer.members)
+
+    @property
+    def consumer_members(self) -> dict:
+        return self.consumer.members if self.consumer is not None else {}
+
+    @property
+    def described_state(self) -> str:
+        return self.consumer.state if self.is_consumer else self.state
 
     def _now(self) -> float:
         return self.coordinator.clock()
@@ -133,13 +150,15 @@ class Group:
     @property
     def idle(self) -> bool:
         """Nothing in memory that metadata does not have: the group may be dropped and reloaded."""
-        return (self.state == EMPTY and not self.members and self._timer is None
+        return (self.state == EMPTY and not self.members and not self.consumer_members and self._timer is None
                 and self.record.settled)
 
     # -- rebalancing ------------------------------------------------------------------------
     def join(self, member_id: str, client_id: str, host: str, session: float, rebalance: float, protocol_type: str,
              protocols: list[tuple[str, bytes]], instance_id: str | None) -> asyncio.Future:
         self._check_served()
+        if self.is_consumer:
+            raise GroupError(INCONSISTENT_PROTOCOL)
         if self.members and protocol_type != self.protocol_type:
             raise GroupError(INCONSISTENT_PROTOCOL)
         if self.members and not {n for n, _ in protocols} & self._common_protocols():
@@ -392,9 +411,35 @@ class Group:
             raise GroupError(ILLEGAL_GENERATION)
         return member
 
+    def consumer_heartbeat(self, now: float, **request) -> asyncio.Future:
+        """A ConsumerGroupHeartbeat (KIP-848); answered once the changed group is durable."""
+        self._check_served()
+        if self.members:
+            raise GroupError(GROUP_ID_NOT_FOUND)  # a classic group with members is not a consumer group
+        if self.consumer is None:
+            self.consumer = ConsumerGroupState()
+        before = json.dumps(self.consumer.to_json(), sort_keys=True)
+        answer = self.consumer.heartbeat(now=now, **request)
+        fut = asyncio.get_running_loop().create_future()
+        changed = json.dumps(self.consumer.to_json(), sort_keys=True) != before
+        self.protocol_type = "consumer"
+        if changed:
+            self._answer_when_durable([(fut, answer)], lambda code: HeartbeatAnswer(code))
+        else:
+            fut.set_result(answer)
+        return fut
+
     def check_commit(self, member_id: str, generation: int, instance_id: str | None = None) -> int:
         if self.gone:
             return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
+        if self.is_consumer and not (generation < 0 and not member_id):
+            member = self.consumer_members.get(member_id)
+            if member is None:
+                return UNKNOWN_MEMBER
+            if generation != member.epoch:
+                return STALE_MEMBER_EPOCH
+            member.last_seen = self._now()
+            return NONE
         static = self.static_member(instance_id)
         if static is not None and static.member_id != member_id:
             return FENCED_INSTANCE_ID
@@ -414,6 +459,8 @@ class Group:
         """Drop members whose session timed out (not those waiting in a join)."""
         if self.gone:
             return
+        if self.consumer is not None and self.consumer.expire(now, CONSUMER_SESSION_TIMEOUT):
+            self.coordinator.persist(self)
         expired = [m.member_id for m in self.members.values()
                    if (m.join is None or m.join.done()) and now - m.last_seen > m.session_timeout]
         for member_id in expired:
@@ -440,13 +487,18 @@ class Group:
     def to_json(self) -> bytes:
         return json.dumps({"state": self.state, "generation": self.generation, "protocol_type": self.protocol_type,
                            "protocol": self.protocol, "leader": self.leader,
-                           "members": [m.to_json() for m in self.members.values()]}).encode()
+                           "members": [m.to_json() for m in self.members.values()],
+                           "consumer": self.consumer.to_json() if self.consumer is not None else None}).encode()
 
     def restore(self, value: bytes) -> None:
         v = json.loads(value)
         self.generation, self.protocol_type, self.protocol = v["generation"], v["protocol_type"], v["protocol"]
         self.leader = v["leader"]
         self.members = {m["id"]: Member.from_json(m) for m in v["members"]}
+        if v.get("consumer") is not None:
+            self.consumer = ConsumerGroupState.from_json(v["consumer"])
+            for m in self.consumer.members.values():
+                m.last_seen = self._now()
         if not self.members:
             self.state = EMPTY
         elif v["state"] == STABLE:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin, cluster, configs, data, group_api
+from . import admin, cluster, configs, consumer_group_api, data, group_api
 from .cluster import api_versions_response
 
 HANDLERS = {
@@ -31,6 +31,8 @@ HANDLERS = {
     42: group_api.handle_delete_groups,
     44: configs.handle_incremental_alter_configs,
     60: cluster.handle_describe_cluster,
+    68: consumer_group_api.handle_consumer_group_heartbeat,
+    69: consumer_group_api.handle_consumer_group_describe,
 }
 
 __all__ = ["HANDLERS", "api_versions_response"]

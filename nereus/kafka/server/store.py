@@ -100,6 +100,7 @@ class GroupListing:
     group_id: str
     state: str
     protocol_type: str | None
+    group_type: str = "classic"
 
 
 class GroupRecord:
@@ -264,7 +265,7 @@ class Coordinator:
             for group_id in [g for g in self.groups if not self.serves(g)]:
                 self.release(group_id, "the ring moved its coordinator to another broker")
         for group in list(self.groups.values()):
-            if group.members:
+            if group.members or group.consumer_members:
                 try:
                     group.expire(now)
                 except Exception:
@@ -379,15 +380,18 @@ class Coordinator:
         async for rec in self.meta.range_scan(GROUPS_ROOT, GROUPS_ROOT + _END):
             group_id = unquote(rec.key[len(GROUPS_ROOT):])
             value = json.loads(rec.value)
-            state = EMPTY if not value["members"] else value["state"]
-            found[group_id] = GroupListing(group_id, state, value["protocol_type"])
+            consumer = (value.get("consumer") or {}).get("members")
+            state = EMPTY if not value["members"] and not consumer else value["state"]
+            found[group_id] = GroupListing(group_id, "Stable" if consumer else state, value["protocol_type"],
+                                           "consumer" if consumer else "classic")
         lo, hi = subtree_ranges(OFFSETS_ROOT.rstrip("/"))[1]  # keys two levels below the root
         async for key in self.meta.list(lo, hi):
             group_id = unquote(key[len(OFFSETS_ROOT):].split("/", 1)[0])
             found.setdefault(group_id, GroupListing(group_id, EMPTY, None))
         for group_id, group in self.groups.items():  # the loaded copies are newer than their records
             if not group.gone:
-                found[group_id] = GroupListing(group_id, group.state, group.protocol_type)
+                found[group_id] = GroupListing(group_id, group.described_state, group.protocol_type,
+                                               "consumer" if group.is_consumer else "classic")
         return [found[g] for g in sorted(found)]
 
     async def delete_group(self, group_id: str) -> int:
@@ -401,14 +405,14 @@ class Coordinator:
         if group is None and not offsets:
             return GROUP_ID_NOT_FOUND
         if group is not None:
-            if group.state != EMPTY or group.members:
+            if group.state != EMPTY or group.members or group.consumer_members:
                 return NON_EMPTY_GROUP
             async with group.record.commits:  # no commit of this broker in flight
                 try:
                     await self.durable(group)
                 except GroupLost:
                     return NOT_COORDINATOR
-                if group.state != EMPTY or group.members:
+                if group.state != EMPTY or group.members or group.consumer_members:
                     return NON_EMPTY_GROUP  # joined while we waited
                 group.state = DEAD
                 if self.groups.get(group_id) is group:
