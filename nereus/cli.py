@@ -101,10 +101,14 @@ def _broker_options(command):
         click.option("--broker-name", default=None,
                      help="Stable name of this broker (keeps its Kafka node id). Default: address and ports."),
         click.option("--auto-topic-creation/--no-auto-topic-creation", default=True, show_default=True,
-                     help="Kafka metadata requests create missing topics (Pulsar producers and consumers "
-                          "always create non-partitioned ones)."),
+                     help="Missing topics are created on first use (inside existing namespaces; a namespace's "
+                          "autoTopicCreation policy overrides this)."),
+        click.option("--auto-topic-creation-type", type=click.Choice(["non-partitioned", "partitioned"]),
+                     default="non-partitioned", show_default=True,
+                     help="What a Pulsar client's first use of a missing topic creates."),
         click.option("--default-partitions", type=click.IntRange(1, 10000), default=1, show_default=True,
-                     help="Partitions of a topic a Kafka client creates without giving a count."),
+                     help="Partitions of an auto-created partitioned topic (and of a Kafka topic created "
+                          "without a count)."),
         click.option("--deduplication/--no-deduplication", default=True, show_default=True,
                      help="Message deduplication of namespaces without a policy of their own."),
         click.option("--max-message-size", type=click.IntRange(1024, 1 << 30), default=None,
@@ -201,6 +205,7 @@ def _options_of(kwargs: dict):
         compaction_interval=kwargs["compaction_interval"], compaction_max_age=kwargs["compaction_max_age"],
         compaction_min_bytes=max(1, int(kwargs["compaction_min_mb"] * (1 << 20))),
         session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
+        auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"])
 

@@ -175,8 +175,9 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("metadataStoreOperationTimeoutSeconds", "metadata_timeout", _float, frozenset({BROKER}),
         doc="Seconds to keep retrying an unreachable metadata service at start-up."),
     Key("allowAutoTopicCreation", "auto_topic_creation", _bool,
-        doc="Kafka clients' metadata requests create missing topics."),
-    Key("allowAutoTopicCreationType", None, _creation_type, doc="non-partitioned or partitioned."),
+        doc="Missing topics are created on first use (inside existing namespaces)."),
+    Key("allowAutoTopicCreationType", "auto_topic_creation_type", _creation_type,
+        doc="non-partitioned or partitioned: what a Pulsar client's first use creates."),
     Key("defaultNumPartitions", "default_partitions", _int, doc="Partitions of an auto-created topic."),
     Key("num.partitions", "default_partitions", _int, doc="Kafka's name for defaultNumPartitions."),
     Key("brokerDeduplicationEnabled", "deduplication", _bool,
@@ -215,10 +216,6 @@ IGNORED_PREFIXES = (
 
 # Values Nereus honours only in part: why, logged when the key has that value.
 _UNSUPPORTED_VALUES = {
-    ("allowAutoTopicCreationType", "partitioned"):
-        "Pulsar producers and consumers create non-partitioned topics; Kafka clients create partitioned ones",
-    ("allowAutoTopicCreation", False):
-        "it stops Kafka clients only; Pulsar producers and consumers still create the topics they name",
 }
 
 # Pulsar keys Nereus reads but does not apply, and why (logged whatever their value).

@@ -25,6 +25,7 @@ from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
 from ..storage import metrics as storage_metrics
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
+from ..topics.autocreate import AutoCreation
 from ..topics.dedup import BROKER_DEDUPLICATION_ENABLED
 from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
@@ -57,8 +58,9 @@ class BrokerOptions:
     rebalance_delay: float = 0.5
     lease_poll_seconds: float = 2.0
     session_timeout: float = 10.0
-    auto_topic_creation: bool = True  # Kafka metadata requests create missing topics
-    default_partitions: int = 1  # partitions of a topic a Kafka client creates without a count
+    auto_topic_creation: bool = True  # missing topics are created on first use (Pulsar and Kafka clients)
+    auto_topic_creation_type: str = "non-partitioned"  # what a Pulsar client's first use creates
+    default_partitions: int = 1  # partitions of an auto-created partitioned topic (and of Kafka's)
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
     max_message_size: int | None = None  # bytes; None: each protocol's own default
     log_dir: Path | None = None  # the compaction worker's log; default: ./logs
@@ -168,7 +170,10 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
     log.info("http listener on %s:%d (admin REST, lookup, metrics)", options.bind, http_port)
     starting = StartingPlacement(BrokerAddress("starting", -1, options.zone, "", host, 0, ""))
-    registry = TopicRegistry(storage, meta, placement=starting, deduplication_enabled=options.deduplication)
+    auto_creation = AutoCreation(options.auto_topic_creation, options.auto_topic_creation_type,
+                                 options.default_partitions)
+    registry = TopicRegistry(storage, meta, placement=starting, deduplication_enabled=options.deduplication,
+                             auto_creation=auto_creation)
     registry.start()
     stack.push_async_callback(registry.close)
     sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}

@@ -139,6 +139,7 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
             "--compaction-min-mb", str(opts.compaction_min_bytes / (1 << 20)),
             "--cluster-name", opts.cluster_name, "--default-partitions", str(opts.default_partitions),
             "--auto-topic-creation" if opts.auto_topic_creation else "--no-auto-topic-creation",
+            "--auto-topic-creation-type", opts.auto_topic_creation_type,
             "--deduplication" if opts.deduplication else "--no-deduplication",
             "--log-dir", str(opts.log_dir or config.data_dir / "logs")]
     if opts.advertised_address:

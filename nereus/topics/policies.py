@@ -8,10 +8,28 @@
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
+from ..meta import EXPECT_ABSENT, UnexpectedVersion
+
+TENANTS_ROOT = "/nereus/pulsar/tenants"
 POLICIES_ROOT = "/nereus/pulsar/namespaces"
 TOPIC_POLICIES_ROOT = "/nereus/pulsar/topic-policies"
+
+
+def tenant_key(tenant: str) -> str:
+    return f"{TENANTS_ROOT}/{tenant}"
+
+
+async def ensure_default_namespace(meta, cluster: str = "standalone") -> None:
+    """Create ``public`` and ``public/default`` if absent, as a Pulsar standalone does."""
+    for key, value in ((tenant_key("public"), {"adminRoles": [], "allowedClusters": [cluster]}),
+                       (policies_key("public", "default"), {})):
+        try:
+            await meta.put(key, json.dumps(value).encode(), expected_version_id=EXPECT_ABSENT)
+        except UnexpectedVersion:
+            pass
 
 
 def policies_key(tenant: str, namespace: str) -> str:
@@ -28,4 +46,5 @@ def topic_policies_key(tenant: str, namespace: str, local: str) -> str:
     return f"{topic_policies_prefix(tenant, namespace)}/{quote(local, safe='')}"
 
 
-__all__ = ["POLICIES_ROOT", "TOPIC_POLICIES_ROOT", "policies_key", "topic_policies_key", "topic_policies_prefix"]
+__all__ = ["POLICIES_ROOT", "TENANTS_ROOT", "TOPIC_POLICIES_ROOT", "ensure_default_namespace", "policies_key",
+           "tenant_key", "topic_policies_key", "topic_policies_prefix"]

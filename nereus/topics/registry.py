@@ -17,6 +17,7 @@ import time
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..storage import StreamStorage
+from .autocreate import AutoCreation
 from .dedup import BROKER_DEDUPLICATION_ENABLED
 from .placement import BrokerAddress, Placement
 from .topic import Topic
@@ -32,14 +33,20 @@ class TopicRegistry:
 
     def __init__(self, storage: StreamStorage, meta: MetadataStore, *, idle_seconds: float = 300.0,
                  placement: Placement | None = None,
-                 deduplication_enabled: bool = BROKER_DEDUPLICATION_ENABLED) -> None:
+                 deduplication_enabled: bool = BROKER_DEDUPLICATION_ENABLED,
+                 auto_creation: AutoCreation = AutoCreation()) -> None:
         self.storage = storage
+        # The broker's allowAutoTopicCreation settings (a namespace policy may override them).
+        self.auto_creation = auto_creation
         self.meta = meta
         # The broker's default (Pulsar's brokerDeduplicationEnabled) for namespaces without a policy.
         self.deduplication_enabled = deduplication_enabled
         self.placement = placement if placement is not None else Placement(LOCAL)
         self.idle_seconds = idle_seconds
         self.topics: dict[str, Topic] = {}
+        # Topics served from memory alone (Pulsar's non-persistent ones), by name: each has
+        # ``disconnect_clients()``. They keep their owner claim while present.
+        self.memory_topics: dict[str, object] = {}
         self._loading: dict[str, asyncio.Future] = {}
         self._unloading: dict[str, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -56,6 +63,16 @@ class TopicRegistry:
 
     def loaded(self, name: TopicName | str) -> Topic | None:
         return self.topics.get(str(name))
+
+    def in_use(self, name: TopicName | str) -> bool:
+        """Loaded, or served from memory: its owner claim is still needed."""
+        return str(name) in self.topics or str(name) in self.memory_topics
+
+    def drop_memory_topic(self, name: TopicName | str) -> None:
+        """Tell the clients of a topic served from memory to look it up again, and forget it."""
+        topic = self.memory_topics.pop(str(name), None)
+        if topic is not None:
+            topic.disconnect_clients()
 
     async def claim(self, name: TopicName | str) -> None:
         """Make sure this broker may serve ``name``'s writes; raises NotOwner when another does."""

@@ -37,8 +37,7 @@ def test_pulsar_and_kop_names_map_to_the_options():
                           "deduplication": False, "max_message_size": 1048576, "cluster_name": "prod",
                           "session_timeout": 30.0}
     assert got.sources["session_timeout"] == ("metadataStoreSessionTimeoutMillis", "30000")
-    assert not got.ignored and not got.unknown
-    assert len(got.notes) == 1 and got.notes[0].startswith("allowAutoTopicCreation=false")
+    assert not got.ignored and not got.unknown and not got.notes
 
 
 def test_the_kafka_listener_host_binds_when_no_bind_address_is_given():
@@ -115,9 +114,9 @@ def test_keys_of_one_command_only():
     assert values(text, STANDALONE).values == {"data_dir": "/d", "brokers": 2}
 
 
-def test_partitioned_auto_creation_is_reported_as_not_supported():
+def test_partitioned_auto_creation_is_an_option():
     got = values("allowAutoTopicCreationType=partitioned\n")
-    assert got.values == {} and "not supported" in got.notes[0]
+    assert got.values == {"auto_topic_creation_type": "partitioned"} and not got.notes
 
 
 def test_the_shipped_example_parses_with_no_unknown_or_ignored_key_and_documents_every_key():
@@ -139,7 +138,6 @@ def test_default_retention_is_read_but_not_applied_and_says_why():
     assert "set-retention" in got.notes[0]
 
 
-def test_turning_auto_creation_off_says_it_stops_kafka_clients_only():
+def test_turning_auto_creation_off_applies_without_a_note():
     got = values("allowAutoTopicCreation=false\n")
-    assert got.values == {"auto_topic_creation": False}
-    assert "Kafka clients only" in got.notes[0]
+    assert got.values == {"auto_topic_creation": False} and not got.notes

@@ -11,14 +11,13 @@ from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import MetadataStore, UnexpectedVersion, cas
-from ...topics.policies import POLICIES_ROOT, policies_key
+from ...topics.policies import POLICIES_ROOT, TENANTS_ROOT, policies_key, tenant_key
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
 from ...topics import NotOwner
 
 log = logging.getLogger(__name__)
 
-TENANTS_ROOT = "/nereus/pulsar/tenants"
 DEFAULT_CLUSTER = "standalone"
 _NAME = re.compile(r"^[A-Za-z0-9_=:.\-]+$")
 _TOP = "\U0010ffff"
@@ -144,10 +143,6 @@ def topic_name(request: web.Request) -> TopicName:
 def children_range(prefix: str) -> tuple[str, str]:
     """Keys directly below ``prefix`` (hierarchical key order: deeper keys sort after)."""
     return f"{prefix}/", f"{prefix}/{_TOP}"
-
-
-def tenant_key(tenant: str) -> str:
-    return f"{TENANTS_ROOT}/{tenant}"
 
 
 async def list_children(meta: MetadataStore, prefix: str) -> list[str]:

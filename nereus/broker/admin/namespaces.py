@@ -5,7 +5,9 @@ Pulsar's ``Policies``: ``retention_policies`` (applied by ``retention.py``),
 ``deduplicationEnabled`` (applied by the Pulsar broker's topics: re-read by the loaded
 topics of the namespace whenever it is set or removed here, and at every topic load;
 unset means the broker default, enabled) and ``schema_compatibility_strategy`` (read by the schema
-registry when a producer or ``POST .../schema`` registers a schema).
+registry when a producer or ``POST .../schema`` registers a schema) and
+``autoTopicCreationOverride`` (read by the Pulsar broker on every first use of a
+missing topic: ``topics/autocreate.py``).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from aiohttp import web
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
+from ...topics.autocreate import OVERRIDE_FIELD, InvalidAutoCreation, validate_override
 from ...topics.policies import policies_key
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
 
-_PUBLIC_FIELDS = ("retention_policies", "deduplicationEnabled", "schema_compatibility_strategy")
+_PUBLIC_FIELDS = ("retention_policies", "deduplicationEnabled", "schema_compatibility_strategy", OVERRIDE_FIELD)
 
 
 def _policies(stored: dict) -> dict:
@@ -36,6 +39,7 @@ def _policies(stored: dict) -> dict:
         "schema_compatibility_strategy": stored.get("schema_compatibility_strategy") or "UNDEFINED",
         "is_allow_auto_update_schema": stored.get("is_allow_auto_update_schema", True),
         "schema_auto_update_compatibility_strategy": stored.get("schema_auto_update_compatibility_strategy") or "Full",
+        OVERRIDE_FIELD: stored.get(OVERRIDE_FIELD),
         "deleted": False,
     }
 
@@ -62,6 +66,8 @@ async def create_namespace(request: web.Request) -> web.Response:
     stored = {k: given[k] for k in _PUBLIC_FIELDS if given.get(k) is not None}
     if "retention_policies" in stored:
         stored["retention_policies"] = retention.validate(stored["retention_policies"])
+    if OVERRIDE_FIELD in stored:
+        stored[OVERRIDE_FIELD] = _auto_creation(stored[OVERRIDE_FIELD])
     try:
         await ctx.meta.put(policies_key(tenant, namespace), json.dumps(stored).encode(),
                            expected_version_id=EXPECT_ABSENT)
@@ -155,6 +161,21 @@ async def set_deduplication(request: web.Request) -> web.Response:
     return no_content()
 
 
+def _auto_creation(value) -> dict:
+    try:
+        return validate_override(value)
+    except InvalidAutoCreation as exc:
+        raise AdminError(400, f"Invalid autoTopicCreation policy: {exc}") from None
+
+
+async def set_auto_creation(request: web.Request) -> web.Response:
+    """Pulsar's ``autoTopicCreationOverride``: whether and how a missing topic is created on first use."""
+    ctx = context(request)
+    value = _auto_creation(await body(request))
+    await _update(ctx, *_names(request), OVERRIDE_FIELD, value)
+    return no_content()
+
+
 async def get_strategy(request: web.Request) -> web.Response:
     ctx = context(request)
     stored = await require_namespace(ctx.meta, *_names(request))
@@ -225,6 +246,9 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(ns + "/deduplication", _field_getter("deduplicationEnabled"))
     router.add_post(ns + "/deduplication", set_deduplication)
     router.add_delete(ns + "/deduplication", _field_remover("deduplicationEnabled"))
+    router.add_get(ns + "/autoTopicCreation", _field_getter(OVERRIDE_FIELD))
+    router.add_post(ns + "/autoTopicCreation", set_auto_creation)
+    router.add_delete(ns + "/autoTopicCreation", _field_remover(OVERRIDE_FIELD))
     router.add_get(ns + "/schemaCompatibilityStrategy", get_strategy)
     router.add_put(ns + "/schemaCompatibilityStrategy", set_strategy)
     router.add_get(ns + "/isAllowAutoUpdateSchema", get_auto_update)

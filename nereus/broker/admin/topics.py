@@ -30,6 +30,8 @@ async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str,
     names = {TopicName.parse(n) for n in await ctx.storage.list_streams() if n.startswith(prefixes)}
     for base in await partitioned_topics(ctx, tenant, namespace, domains):
         names.update(base.partition(i) for i in range(await partitions_of(ctx.meta, base)))
+    if "non-persistent" in domains:  # those served from memory here now
+        names.update(n for n in map(TopicName.parse, ctx.pulsar.registry.memory_topics) if str(n).startswith(prefixes))
     return sorted(names, key=str)
 
 

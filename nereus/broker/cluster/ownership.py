@@ -293,6 +293,8 @@ class ClusterPlacement(Placement):
             loaded = self.registry.loaded(topic) if self.registry is not None else None
             if loaded is not None:
                 await self.registry.unload(loaded, reason)
+            if self.registry is not None:
+                self.registry.drop_memory_topic(topic)
             self.owned.pop(topic, None)
             if version is not None:
                 with contextlib.suppress(UnexpectedVersion, MetadataError):
@@ -365,7 +367,7 @@ class ClusterPlacement(Placement):
             target = ring.owner(topic)
             if target is not None and target != self.local.name:
                 moves.append(self._move(topic, f"moved to {target}"))
-            elif self.registry is not None and self.registry.loaded(topic) is None \
+            elif self.registry is not None and not self.registry.in_use(topic) \
                     and now - claimed_at > UNUSED_SECONDS and topic not in self._claiming:
                 moves.append(self.release(topic, "unused"))
         adopt = []
@@ -389,6 +391,8 @@ class ClusterPlacement(Placement):
             name = TopicName.parse(topic)
         except InvalidTopicName:
             return
+        if name.domain != "persistent":
+            return  # served from memory: nothing to fence, its clients claim it again on lookup
         async with self._moves:
             try:
                 await self._claim(topic, force=False)

@@ -15,6 +15,7 @@ from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import positions, schemas
+from .existence import TopicMissing, check_usable
 from .lookup import parse_topic
 
 log = logging.getLogger(__name__)
@@ -75,14 +76,19 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         conn.send_error(cmd.request_id, pb.UnknownError, "empty subscription name")
         return
     try:
+        await check_usable(conn.service, name)
         topic = await conn.service.get_topic(name)
+    except TopicMissing as exc:
+        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
+        return
     except NotOwner as exc:  # served by another broker: the client looks it up again
         conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
         return
     if not await _consumer_schema(conn, cmd, topic):
         return
     sub_type = SubType(cmd.subType)
-    durable = cmd.durable if cmd.HasField("durable") else True
+    # A non-persistent topic's subscriptions live as long as their consumers, as in Pulsar.
+    durable = (cmd.durable if cmd.HasField("durable") else True) and topic.persistent
     await topic.handle.refresh()
     if durable or not cmd.HasField("start_message_id"):
         latest = cmd.initialPosition == pb.CommandSubscribe.Latest
@@ -150,6 +156,10 @@ def handle_ack(conn, frame) -> None:
             conn.send(wrap(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=cmd.request_id,
                                                  error=pb.ConsumerNotFound, message="consumer not found")))
         return
+    if not consumer.topic.persistent:  # nothing kept to acknowledge: accepted as Pulsar does
+        if wants_receipt:
+            conn.send(wrap(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=cmd.request_id)))
+        return
     if cmd.HasField("validation_error"):
         log.warning("%s: consumer %s discarded a corrupt entry (%s)", consumer.topic.name, consumer.slot.name,
                     _Ack.ValidationError.Name(cmd.validation_error))
@@ -213,7 +223,7 @@ def _apply_acks(consumer: Consumer, cmd: pb.CommandAck, sizes: dict[int, int]) -
 def handle_redeliver(conn, frame) -> None:
     cmd: pb.CommandRedeliverUnacknowledgedMessages = frame.body
     consumer = conn.consumers.get(cmd.consumer_id)
-    if consumer is None:
+    if consumer is None or not consumer.topic.persistent:  # non-persistent: nothing to redeliver
         return
     bases = [m.entryId for m in cmd.message_ids] or None
     if consumer.sub.type in (SubType.EXCLUSIVE, SubType.FAILOVER):
@@ -253,6 +263,9 @@ async def handle_seek(conn, cmd: pb.CommandSeek) -> None:
         conn.send_error(cmd.request_id, pb.ConsumerNotFound, "consumer not found")
         return
     topic, dispatcher = consumer.topic, consumer.dispatcher
+    if not topic.persistent:
+        conn.send_error(cmd.request_id, pb.NotAllowedError, "seek is not supported on non-persistent topics")
+        return
     await topic.handle.refresh()
     if cmd.HasField("message_publish_time"):
         position = await positions.by_publish_time(topic, cmd.message_publish_time)
@@ -279,6 +292,10 @@ async def handle_get_last_message_id(conn, cmd: pb.CommandGetLastMessageId) -> N
     consumer = conn.consumers.get(cmd.consumer_id)
     if consumer is None:
         conn.send_error(cmd.request_id, pb.ConsumerNotFound, "consumer not found")
+        return
+    if not consumer.topic.persistent:
+        conn.send_error(cmd.request_id, pb.NotAllowedError,
+                        "GetLastMessageId is not supported on non-persistent topics")
         return
     last = await positions.last_message_id(consumer.topic)
     response = pb.CommandGetLastMessageIdResponse(request_id=cmd.request_id, last_message_id=last)

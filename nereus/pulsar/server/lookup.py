@@ -3,8 +3,10 @@
 Any broker answers a lookup: ``Connect`` to the topic's owner, or ``Redirect`` to
 the broker the ring gives it when nobody owns it yet (that broker takes it), at
 the URL of the advertised listener the client names (``listener_name``). Topics
-are auto-created on first PRODUCER or SUBSCRIBE; partitioned topics come from
-metadata (see topics.py).
+are auto-created on first PRODUCER or SUBSCRIBE where allowed (existence.py: a
+missing namespace, or a missing topic that may not be created, is TopicNotFound);
+partitioned topics come from metadata (see topics.py), and PARTITIONED_METADATA
+creates one when the namespace's rule says partitioned.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ...ledger.naming import InvalidTopicName, TopicName
 from ...topics import NotOwner, UnknownListener
 from ..codec import pb, wrap
 from . import schemas
+from .existence import TopicMissing, check_usable, partitions_for_client
 from .topics import list_partitioned_topics, partitions_of
 
 _Lookup = pb.CommandLookupTopicResponse
@@ -34,6 +37,12 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
     if topic is None:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.InvalidTopicName,
                                message=f"invalid topic name {cmd.topic!r}")))
+        return
+    try:
+        await check_usable(conn.service, topic)
+    except TopicMissing as exc:
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.TopicNotFound,
+                               message=str(exc))))
         return
     placement = conn.service.registry.placement
     try:
@@ -62,7 +71,12 @@ async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetad
         conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.InvalidTopicName,
                              message=f"invalid topic name {cmd.topic!r}")))
         return
-    partitions = await partitions_of(conn.service.meta, topic)
+    try:
+        partitions = await partitions_for_client(conn.service, topic, may_create=cmd.metadata_auto_creation_enabled)
+    except TopicMissing as exc:
+        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.TopicNotFound,
+                             message=str(exc))))
+        return
     conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Success, partitions=partitions)))
 
 
@@ -73,6 +87,7 @@ async def handle_get_topics(conn, cmd: pb.CommandGetTopicsOfNamespace) -> None:
                _Mode.ALL: ("persistent", "non-persistent")}[cmd.mode]
     prefixes = tuple(f"{d}://{namespace}/" for d in domains)
     names = {n for n in await conn.service.storage.list_streams() if n.startswith(prefixes)}
+    names.update(n for n in conn.service.registry.memory_topics if n.startswith(prefixes))
     for base in await list_partitioned_topics(conn.service.meta):
         if base.startswith(prefixes):
             topic = TopicName.parse(base)

@@ -18,14 +18,14 @@ from ...storage import StreamFenced
 from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ..codec import pb, wrap
-from . import entries, metrics, schemas
+from . import access, entries, metrics, schemas
 from .errors import ProtocolViolation
+from .existence import TopicMissing, check_usable
 from .lookup import parse_topic
 
 log = logging.getLogger(__name__)
 
 _NO_ID = (1 << 64) - 1  # -1 as the uint64 of MessageIdData
-_WAIT_FOR_EXCLUSIVE_POLL = 0.2
 
 
 class _Pending:
@@ -61,6 +61,9 @@ class Producer:
     def detach(self) -> None:
         self.topic.producers.pop(self.token, None)
         self._queue.clear()
+        access.next_turn(self.topic)
+        if not self.topic.persistent:
+            self.topic.forget_if_unused()
 
     def enqueue(self, item: _Pending) -> None:
         self._queue.append(item)
@@ -110,6 +113,7 @@ class Producer:
 
 
 async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
+    """Create a producer: the topic must be usable (existence.py), its access mode granted (access.py)."""
     name = parse_topic(cmd.topic)
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
@@ -119,53 +123,67 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
         _success(conn, cmd.request_id, existing)
         return
     try:
+        await check_usable(conn.service, name)
         topic = await conn.service.get_topic(name)
+    except TopicMissing as exc:
+        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
+        return
     except NotOwner as exc:  # served by another broker: the client looks it up again
         conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
         return
     mode = cmd.producer_access_mode
     producer_name = cmd.producer_name if cmd.HasField("producer_name") and cmd.producer_name else None
-    while True:
-        others = [p for p in topic.producers.values() if not p.conn.closed]
-        if producer_name is not None and any(p.name == producer_name for p in others):
-            conn.send_error(cmd.request_id, pb.ProducerBusy,
-                            f"producer with name {producer_name!r} is already connected to {name}")
+    others = [p for p in topic.producers.values() if not p.conn.closed]
+    if producer_name is not None and any(p.name == producer_name for p in others):
+        conn.send_error(cmd.request_id, pb.ProducerBusy,
+                        f"producer with name {producer_name!r} is already connected to {name}")
+        return
+    given_epoch = cmd.topic_epoch if cmd.HasField("topic_epoch") else None
+    refusal = access.refusal(topic, mode, given_epoch)
+    if refusal is not None:
+        conn.send_error(cmd.request_id, *refusal)
+        return
+    if mode == pb.ExclusiveWithFencing:
+        access.fence_all(topic)
+    elif mode == pb.WaitForExclusive and access.must_wait(topic):
+        producer_name = producer_name or conn.service.producer_name()
+        if not await access.wait_turn(conn, cmd.request_id, cmd.producer_id, topic, producer_name):
             return
-        busy = any(p.exclusive for p in others) or (mode != pb.Shared and others)
-        if not busy:
-            break
-        if mode == pb.ExclusiveWithFencing:
-            for other in others:
-                topic.close_producer(other)
-            break
-        if mode != pb.WaitForExclusive:
-            conn.send_error(cmd.request_id, pb.ProducerBusy, f"{name} has an exclusive producer")
-            return
-        await asyncio.sleep(_WAIT_FOR_EXCLUSIVE_POLL)
-        if conn.closed:
-            return
+    producer = None
+    try:
+        producer = await _create(conn, cmd, topic, name, producer_name, given_epoch)
+    finally:
+        access.done_waiting(topic, mode=mode, failed=producer is None)
+    if producer is None:
+        return
+    log.debug("producer %s created on %s", producer.name, name)
+    _success(conn, cmd.request_id, producer)
+
+
+async def _create(conn, cmd: pb.CommandProducer, topic, name, producer_name: str | None,
+                  given_epoch: int | None) -> Producer | None:
+    """Register a granted producer; None after an error was sent (or the client went)."""
+    mode = cmd.producer_access_mode
     schema_version = await _producer_schema(conn, cmd, name)
     if schema_version is None:
-        return
-    if mode != pb.Shared:
-        topic.epoch += 1
+        return None
     try:
         await topic.ensure_writer()
     except StreamFenced as exc:  # unloaded meanwhile, or owned by a newer session: look up again
         conn.send_error(cmd.request_id, pb.ServiceNotReady, f"{name} is not available here now: {exc}")
-        return
-    if conn.closed:
-        return
-    if topic.closed:
-        conn.send_error(cmd.request_id, pb.ServiceNotReady, f"{name} was unloaded; look it up again")
-        return
+        return None
+    if conn.closed or topic.closed:
+        if not conn.closed:
+            conn.send_error(cmd.request_id, pb.ServiceNotReady, f"{name} was unloaded; look it up again")
+        return None
+    if mode != pb.Shared:
+        topic.epoch = given_epoch if given_epoch is not None else topic.epoch + 1
     producer = Producer(conn, cmd.producer_id, topic, producer_name or conn.service.producer_name(), mode)
     producer.schema_version = schema_version
     conn.producers[cmd.producer_id] = producer
     conn.closed_producers.discard(cmd.producer_id)
     topic.producers[producer.token] = producer
-    log.debug("producer %s created on %s", producer.name, name)
-    _success(conn, cmd.request_id, producer)
+    return producer
 
 
 async def _producer_schema(conn, cmd: pb.CommandProducer, name) -> bytes | None:
@@ -272,6 +290,8 @@ async def handle_close_producer(conn, cmd: pb.CommandCloseProducer) -> None:
     producer = conn.producers.pop(cmd.producer_id, None)
     if producer is not None:
         producer.detach()
+    else:  # still waiting for exclusive access (or never created): it leaves the queue
+        conn.closed_producers.add(cmd.producer_id)
     conn.send_success(cmd.request_id)
 
 

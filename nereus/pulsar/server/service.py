@@ -16,8 +16,10 @@ from ...ledger.naming import TopicName
 from ...meta import MetadataStore
 from ...storage import StreamStorage
 from ...topics import TopicRegistry
+from ...topics.policies import ensure_default_namespace
 from ..codec import DEFAULT_MAX_MESSAGE_SIZE
 from . import metrics
+from .nonpersistent import NonPersistentTopic
 from .topics import ATTACHMENT, PulsarTopic
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class PulsarService:
         """Bind the port; with ``serve=False`` connections wait in the backlog until ``serve()``."""
         from .connection import ServerConnection
 
+        await ensure_default_namespace(self.meta)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: ServerConnection(self), self.host, self.port,
                                                   start_serving=serve)
@@ -113,12 +116,18 @@ class PulsarService:
             if server is not None:
                 await server.wait_closed()
 
-    async def get_topic(self, name: TopicName) -> PulsarTopic:
+    async def get_topic(self, name: TopicName) -> PulsarTopic | NonPersistentTopic:
         """The loaded topic's Pulsar state, loading the topic on first use.
 
         Raises NotOwner when another broker serves the topic (Pulsar clients then look it up again).
         """
         await self.registry.claim(name)
+        if name.domain == "non-persistent":
+            memory = self.registry.memory_topics
+            topic = memory.get(str(name))
+            if topic is None or topic.closed:
+                topic = memory[str(name)] = NonPersistentTopic(self, name)
+            return topic
         while True:
             core = await self.registry.get(name)
             topic = core.attachments.get(ATTACHMENT)

@@ -31,6 +31,8 @@ ATTACHMENT = "pulsar"
 class PulsarTopic:
     """The Pulsar state of one loaded topic."""
 
+    persistent = True
+
     def __init__(self, service, core: Topic) -> None:
         self.service = service
         self.core = core
@@ -41,6 +43,7 @@ class PulsarTopic:
         self.producers: dict[int, object] = {}
         self.dispatchers: dict[str, Dispatcher] = {}
         self.epoch = 0  # bumped each time an exclusive producer takes the topic
+        self.exclusive_waiters: list[asyncio.Future] = []  # WaitForExclusive producers, in order
         self.traffic = core.traffic
         self.duplicates = metrics.DUPLICATES.labels(str(core.name))  # looked up once, not per SEND
         self._sub_lock = asyncio.Lock()
@@ -123,6 +126,9 @@ class PulsarTopic:
             consumer.conn.send(wrap(pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=0)))
 
     def disconnect_clients(self) -> None:
+        for future in self.exclusive_waiters:  # they look the topic up again
+            future.cancel()
+        self.exclusive_waiters.clear()
         self.close_producers()
         for dispatcher in list(self.dispatchers.values()):
             self.close_consumers(dispatcher)

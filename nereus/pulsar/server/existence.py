@@ -1,0 +1,73 @@
+"""Which topics a Pulsar client may use: tenants and namespaces enforced, auto-creation as configured.
+
+A lookup, PRODUCER or SUBSCRIBE on a topic of a missing tenant or namespace, or on
+a missing topic that the rule in force (``topics.autocreate``) does not let this
+broker create, is answered ``TopicNotFound``, as Pulsar answers it. A
+non-persistent topic that is not partitioned exists as soon as its namespace does.
+"""
+
+from __future__ import annotations
+
+from ...ledger.naming import TopicName
+from ...storage import StreamNotFound
+from ...topics import create_partitioned_topic, partitions_of
+from ...topics.autocreate import AutoCreation, in_force, namespace_policies
+
+
+class TopicMissing(Exception):
+    """The topic does not exist and may not be created here (Pulsar's TopicNotFound)."""
+
+
+async def _stored(service, name: TopicName) -> bool:
+    if service.registry.loaded(name) is not None:
+        return True
+    try:
+        await service.storage.stream_id(str(name))
+    except StreamNotFound:
+        return False
+    return True
+
+
+async def _exists(service, name: TopicName) -> bool:
+    if name.domain == "non-persistent" and name.partition_index < 0:
+        return True
+    base = name.base
+    if base is not name and name.partition_index < await partitions_of(service.meta, base):
+        return True
+    return name.domain == "persistent" and await _stored(service, name)
+
+
+async def rule_for(service, name: TopicName) -> AutoCreation:
+    """The auto-creation rule of ``name``'s namespace; raises TopicMissing if the namespace does not exist."""
+    policies = await namespace_policies(service.meta, name.tenant, name.namespace)
+    if policies is None:
+        raise TopicMissing(f"Tenant or namespace does not exist: {name.namespace_name}")
+    return in_force(service.registry.auto_creation, policies)
+
+
+async def check_usable(service, name: TopicName) -> None:
+    """Raise TopicMissing unless ``name`` exists or may be created on first use now."""
+    if service.registry.in_use(name):
+        return
+    rule = await rule_for(service, name)
+    if await _exists(service, name):
+        return
+    if not rule.allowed:
+        raise TopicMissing(f"Topic {name} does not exist")
+
+
+async def partitions_for_client(service, name: TopicName, *, may_create: bool) -> int:
+    """Partitions to report for ``name``, creating a partitioned topic when the rule says so."""
+    rule = await rule_for(service, name)
+    partitions = await partitions_of(service.meta, name)
+    if partitions or name.partition_index >= 0 or await _exists(service, name):
+        return partitions
+    if rule.allowed and rule.partitioned and may_create:
+        await create_partitioned_topic(service.meta, name, rule.partitions)  # False: created meanwhile
+        return await partitions_of(service.meta, name)
+    if not rule.allowed and not may_create:
+        raise TopicMissing(f"Topic {name} does not exist")
+    return 0  # a non-partitioned topic, created on first use (or refused then)
+
+
+__all__ = ["TopicMissing", "check_usable", "partitions_for_client", "rule_for"]
