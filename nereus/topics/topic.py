@@ -28,6 +28,7 @@ from ..ledger.naming import TopicName
 from ..storage import StreamFenced, StreamHandle
 from .dedup import Dedup
 from .policies import policies_key
+from .time_marks import TimeMarks
 from .traffic import TopicTraffic
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class Topic:
         self.handle = handle
         self.stream_id = handle.stream_id
         self.dedup = Dedup(registry.meta, handle.stream_id)
+        self.time_marks = TimeMarks(registry.meta, handle)
         self.attachments: dict[str, object] = {}
         self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols
         self.closed = False
@@ -125,6 +127,10 @@ class Topic:
             await self.registry.claim(self.name)  # NotOwner: another broker serves it
             await self.handle.acquire()
             await self.dedup.restore(self.handle)
+            try:
+                await self.time_marks.restore()
+            except Exception as exc:  # lookups by time only scan further without marks
+                log.warning("%s: time marks not restored: %s", self.name, exc)
             log.info("%s: append session %s taken at offset %d", self.name, self.handle.fencing_token,
                      self.handle.next_offset())
 
@@ -135,14 +141,15 @@ class Topic:
         """
         self.touch()
         task = self._loop.create_task(self.handle.append(data, count))
-        task.add_done_callback(self._append_done)
+        task.add_done_callback(lambda t: self._append_done(t, data, count))
         return task
 
-    def _append_done(self, task: asyncio.Task) -> None:
+    def _append_done(self, task: asyncio.Task, data: bytes, count: int) -> None:
         if task.cancelled():
             return
         exc = task.exception()
         if exc is None:
+            self.time_marks.committed(task.result().base_offset, count, data)
             for listener in self._append_listeners:
                 listener()
         elif isinstance(exc, StreamFenced) or not self.handle.writable:

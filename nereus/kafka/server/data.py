@@ -19,7 +19,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from ...ledger.entry import decode_entry
-from ...storage import OffsetOutOfRange, StorageError, StreamFenced
+from ...storage import OffsetOutOfRange, StorageError, StreamFenced, time_index
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
 from ..codec.batch import HEADER_SIZE, with_log_append_time
 from ..codec.inflate import check_decompressed
@@ -241,10 +241,15 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
 
 # -- offsets ---------------------------------------------------------------------------------
 async def offset_for_timestamp(part, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) of the first record at or after ``timestamp``; (-1, -1) if none."""
+    """(offset, timestamp) of the first record at or after ``timestamp``; (-1, -1) if none.
+
+    The stream's time index names where to start: one lookup, then a scan of at most
+    about one mark interval of records (more only where a mark is missing).
+    """
     handle = part.handle
     await handle.refresh()
-    offset, end = handle.start_offset(), handle.next_offset()
+    start = await time_index.before(part.service.meta, handle.stream_id, timestamp)
+    offset, end = max(handle.start_offset(), start), handle.next_offset()
     best = (-1, -1)
     while offset < end:
         result = await handle.fetch(offset, end, max_bytes=4 << 20)

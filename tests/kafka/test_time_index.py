@@ -1,0 +1,89 @@
+"""ListOffsets by timestamp starts from the stream's time index instead of scanning from the start."""
+
+from __future__ import annotations
+
+import pytest
+
+from nereus.kafka.codec import split_batches
+from nereus.kafka.codec.records import Record, build_batch
+from nereus.kafka.server import KafkaService, data
+from nereus.meta import open_engine
+from nereus.objstore import open_object_store
+from nereus.storage import StreamStorage, time_index
+from nereus.topics import TopicRegistry, time_marks
+
+BATCHES, PER_BATCH, INTERVAL = 40, 50, 200
+BASE_TS = 1_700_000_000_000
+
+
+@pytest.fixture
+async def service(monkeypatch):
+    monkeypatch.setattr(time_marks, "INTERVAL", INTERVAL)
+    engine = open_engine(None, shards=1)
+    meta = engine.client(namespace="default")
+    storage = StreamStorage(meta, open_object_store("memory://"), node_id="b0")
+    registry = TopicRegistry(storage, meta)
+    kafka = KafkaService(storage, meta, registry, port=0)
+    yield kafka
+    await registry.close()
+    await storage.close()
+    await meta.close()
+    await engine.close()
+
+
+async def append(part, first: int, count: int, stamp) -> None:
+    batch = build_batch([Record(i, stamp(first + i), None, b"v") for i in range(count)])
+    [(header, body)] = split_batches(batch)
+    await part.append(header, body)
+
+
+async def test_lookup_reads_one_interval_not_the_stream(service):
+    await service.catalog.create("timed", 1)
+    part = await service.catalog.partition("timed", 0)
+    await part.ensure_writer()
+
+    def stamp(offset):  # out of order inside each batch, rising overall
+        return BASE_TS + offset * 10 - (offset % 7)
+
+    for b in range(BATCHES):
+        await append(part, b * PER_BATCH, PER_BATCH, stamp)
+    total = BATCHES * PER_BATCH
+    newest = await time_index.last(service.meta, part.handle.stream_id)
+    assert newest is not None and newest[0] >= total - INTERVAL - PER_BATCH
+
+    reads = []
+    fetch = part.handle.fetch
+
+    async def counting(start, end=None, max_bytes=1 << 20):
+        result = await fetch(start, end, max_bytes=max_bytes)
+        reads.append((start, sum(e.end_offset - e.base_offset for e in result.entries)))
+        return result
+
+    part.handle.fetch = counting
+    for target_offset in (0, 1, 777, 1500, total - 3):
+        reads.clear()
+        expected = min(o for o in range(total) if stamp(o) >= stamp(target_offset))
+        assert await data.offset_for_timestamp(part, stamp(target_offset)) == (expected, stamp(expected))
+        assert reads[0][0] >= target_offset - INTERVAL - PER_BATCH  # started near it, not at 0
+    reads.clear()
+    assert await data.offset_for_timestamp(part, stamp(total) + 100) == (-1, -1)
+    assert reads[0][0] >= total - INTERVAL - PER_BATCH
+
+
+async def test_marks_continue_after_a_new_session(service):
+    await service.catalog.create("resumed", 1)
+    part = await service.catalog.partition("resumed", 0)
+    await part.ensure_writer()
+    for b in range(6):
+        await append(part, b * PER_BATCH, PER_BATCH, lambda o: BASE_TS + o)
+    stream_id = part.handle.stream_id
+    before = await time_index.last(service.meta, stream_id)
+    await service.registry.unload(part.topic, "test")
+    part = await service.catalog.partition("resumed", 0)
+    await part.ensure_writer()
+    for b in range(6, 12):
+        await append(part, b * PER_BATCH, PER_BATCH, lambda o: BASE_TS + o)
+    after = await time_index.last(service.meta, stream_id)
+    assert after[0] > before[0] and after[1] > before[1]
+    # every record below a mark is at most its max: no record is skipped by a lookup
+    assert after[1] < BASE_TS + after[0]
