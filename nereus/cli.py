@@ -127,6 +127,8 @@ def _broker_options(command):
                      help="Compact a stream's newest records once the oldest of them is this many seconds old ..."),
         click.option("--compaction-min-mb", type=click.FloatRange(0), default=8, show_default=True,
                      help="... or once there are this many MB of them."),
+        click.option("--compaction-monitor-interval", type=click.FloatRange(0), default=60, show_default=True,
+                     help="Seconds between checks of the topics' compactionThreshold policies (0: none)."),
         click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="Where the compaction worker's output goes (compaction.log). "
                      "Default: DATA_DIR/logs (standalone), ./logs (broker)."),
@@ -204,6 +206,7 @@ def _options_of(kwargs: dict):
         gc_grace=kwargs["gc_grace"], gc_pending_timeout=kwargs["gc_pending_timeout"],
         compaction_interval=kwargs["compaction_interval"], compaction_max_age=kwargs["compaction_max_age"],
         compaction_min_bytes=max(1, int(kwargs["compaction_min_mb"] * (1 << 20))),
+        compaction_monitor_interval=kwargs["compaction_monitor_interval"],
         session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],

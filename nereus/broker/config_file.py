@@ -196,6 +196,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("compactionIntervalSeconds", "compaction_interval", _float, doc="Seconds between compaction runs (0: none)."),
     Key("compactionMaxAgeSeconds", "compaction_max_age", _float, doc="Compact records once this old ..."),
     Key("compactionMinMB", "compaction_min_mb", _float, doc="... or once there are this many MB of them."),
+    Key("brokerServiceCompactionMonitorIntervalInSeconds", "compaction_monitor_interval", _float,
+        doc="Seconds between checks of the compactionThreshold policies (0: none)."),
     Key("logDir", "log_dir", _text, doc="Where the compaction worker's output goes (compaction.log)."),
 )}
 

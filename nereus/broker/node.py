@@ -55,6 +55,7 @@ class BrokerOptions:
     compaction_interval: float = 15.0  # 0: no compaction schedule
     compaction_max_age: float = 15.0
     compaction_min_bytes: int = 8 << 20
+    compaction_monitor_interval: float = 60.0  # seconds between compaction-threshold checks (0: none)
     rebalance_delay: float = 0.5
     lease_poll_seconds: float = 2.0
     session_timeout: float = 10.0

@@ -137,6 +137,7 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
             "--compaction-interval", str(opts.compaction_interval),
             "--compaction-max-age", str(opts.compaction_max_age),
             "--compaction-min-mb", str(opts.compaction_min_bytes / (1 << 20)),
+            "--compaction-monitor-interval", str(opts.compaction_monitor_interval),
             "--cluster-name", opts.cluster_name, "--default-partitions", str(opts.default_partitions),
             "--auto-topic-creation" if opts.auto_topic_creation else "--no-auto-topic-creation",
             "--auto-topic-creation-type", opts.auto_topic_creation_type,

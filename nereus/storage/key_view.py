@@ -131,11 +131,12 @@ class ViewState:
     entries: int = 0
     size: int = 0
     built_ms: int = 0
+    stream_size: int = 0  # the stream's cumulative size at the horizon (for backlog thresholds)
     version: int | None = None
 
     def to_json(self) -> dict:
         return {"horizon": self.horizon, "object": self.object, "records": self.records, "entries": self.entries,
-                "size": self.size, "built": self.built_ms}
+                "size": self.size, "built": self.built_ms, "stream_size": self.stream_size}
 
 
 async def state(meta: MetadataStore, stream_id: int) -> ViewState:
@@ -144,7 +145,7 @@ async def state(meta: MetadataStore, stream_id: int) -> ViewState:
         return ViewState()
     v = records.decode(rec.value)
     return ViewState(v.get("horizon", 0), v.get("object"), v.get("records", 0), v.get("entries", 0),
-                     v.get("size", 0), v.get("built", 0), rec.version.version_id)
+                     v.get("size", 0), v.get("built", 0), v.get("stream_size", 0), rec.version.version_id)
 
 
 def decode_view(stream_id: int, horizon: int, key: str | None, data: bytes | memoryview | None) -> KeyView:
@@ -268,8 +269,10 @@ def encode(table: pa.Table) -> bytes:
 
 async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, stream_id: int,
                 extract: KeyExtractor, *, horizon: int, delete_retention_ms: int = DELETE_RETENTION_MS,
-                lease_owner: str | None = None, now_ms: int | None = None) -> BuildResult:
+                lease_owner: str | None = None, now_ms: int | None = None, stream_size: int = 0) -> BuildResult:
     """Build the view up to ``horizon`` (an entry boundary, at most the committed end) and switch to it.
+
+    ``stream_size``: the stream's cumulative size at ``horizon`` (recorded for backlog checks).
 
     Raises CompactionConflict if the view changed meanwhile or the lease was lost.
     The caller holds the stream's compaction lease (``compaction.lease``).
@@ -307,7 +310,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         key = (f"keyview/{stream_id:0{records.OFFSET_WIDTH}d}/{horizon:0{records.OFFSET_WIDTH}d}"
                f"-{uuid.uuid4().hex[:8]}.parquet")
     entries = len(set(table.column("entry_base").to_pylist())) if table.num_rows else 0
-    after = ViewState(horizon, key, table.num_rows, entries, len(data) if data else 0, now)
+    after = ViewState(horizon, key, table.num_rows, entries, len(data) if data else 0, now, stream_size)
     marker = records.gc_pending_key(key) if key else None
     if key is not None:
         await meta.put(marker, records.encode({"ts": now, "kind": "keyview", "object": key, "stream": stream_id,

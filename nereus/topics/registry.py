@@ -19,6 +19,7 @@ from ..meta import MetadataStore
 from ..storage import StreamStorage
 from .autocreate import AutoCreation
 from .dedup import BROKER_DEDUPLICATION_ENABLED
+from .key_compaction import KeyCompactor, KeyViews
 from .placement import BrokerAddress, Placement
 from .topic import Topic
 
@@ -52,6 +53,9 @@ class TopicRegistry:
         self._tasks: set[asyncio.Task] = set()
         self._loaded_listeners: list = []
         self._sweeper: asyncio.Task | None = None
+        # Key-compacted views: built by this broker for its topics, cached for readers.
+        self.key_views = KeyViews(storage)
+        self.key_compactor = KeyCompactor(storage, owner=storage.node_id, on_built=self.key_views.drop)
 
     def start(self) -> None:
         if self._sweeper is None and self.idle_seconds > 0:
@@ -160,6 +164,7 @@ class TopicRegistry:
                 log.exception("unloading idle topics failed")
 
     async def close(self) -> None:
+        await self.key_compactor.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)

@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 TOPIC_ROUTE = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 #: Calls on metadata only: any broker answers them.
 ANYWHERE = {("PUT", ""), ("GET", "/partitions"), ("PUT", "/partitions"), ("POST", "/partitions"),
-            ("GET", "/retention"), ("POST", "/retention"), ("DELETE", "/retention")}
+            ("GET", "/retention"), ("POST", "/retention"), ("DELETE", "/retention"),
+            ("GET", "/compactionThreshold"), ("POST", "/compactionThreshold"), ("PUT", "/compactionThreshold"),
+            ("DELETE", "/compactionThreshold")}
 #: Calls on a partitioned topic that apply to each partition: (method, route suffix) -> the partition's suffix.
 PER_PARTITION = {
     ("GET", "/subscriptions"): "/subscriptions",
@@ -50,6 +52,7 @@ PER_PARTITION = {
     ("PUT", "/unload"): None,
     ("GET", "/partitioned-stats"): "/stats",
     ("DELETE", "/partitions"): "",
+    ("PUT", "/compaction"): None,
 }
 FAN_OUT_TIMEOUT = 60.0
 

@@ -87,6 +87,10 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     if not await _consumer_schema(conn, cmd, topic):
         return
     sub_type = SubType(cmd.subType)
+    if cmd.read_compacted and (sub_type not in (SubType.EXCLUSIVE, SubType.FAILOVER) or not topic.persistent):
+        conn.send_error(cmd.request_id, pb.NotAllowedError,
+                        "read_compacted is allowed on persistent topics with Exclusive and Failover subscriptions only")
+        return
     # A non-persistent topic's subscriptions live as long as their consumers, as in Pulsar.
     durable = (cmd.durable if cmd.HasField("durable") else True) and topic.persistent
     await topic.handle.refresh()
@@ -95,8 +99,11 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         initial = topic.handle.next_offset() if latest else topic.handle.start_offset()
     else:
         initial = positions.start_of(topic, cmd.start_message_id)
+    if cmd.read_compacted and initial <= topic.handle.start_offset():
+        initial = 0  # the key view holds what retention may have trimmed
     dispatcher = await topic.subscription(cmd.subscription, sub_type, durable=durable, initial=initial,
                                           properties={kv.key: kv.value for kv in cmd.subscription_properties})
+    dispatcher.read_compacted = cmd.read_compacted
     consumer = Consumer(conn, cmd.consumer_id, topic, dispatcher, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
                         cmd.priority_level, durable)
     try:

@@ -43,6 +43,7 @@ class Dispatcher:
         self._closing: asyncio.Future | None = None
         self._closed = False
         self.redelivered = RateMeter()  # msgRateRedeliver of the subscription's stats
+        self.read_compacted = False  # below the key view's horizon, read the view (set by SUBSCRIBE)
         sub.cursor.on_fenced = self._cursor_fenced
 
     @property
@@ -167,20 +168,25 @@ class Dispatcher:
         pos = sub.cursor.read_position
         if pos >= handle.next_offset() or not sub.has_permits():
             return False
-        try:
-            result = await handle.fetch(pos, max_bytes=READ_BYTES)
-        except OffsetOutOfRange:
-            await handle.refresh()
-            if generation == self.generation and sub.cursor.read_position < handle.start_offset():
-                sub.cursor.read_position = handle.start_offset()
-                return True
-            return False
+        start = pos
+        compacted = await self._compacted(pos) if self.read_compacted else None
+        if compacted is not None:
+            fetched, view_end = compacted
+        else:
+            view_end = None
+            try:
+                fetched = (await handle.fetch(pos, max_bytes=READ_BYTES)).entries
+            except OffsetOutOfRange:
+                await handle.refresh()
+                if generation == self.generation and sub.cursor.read_position < handle.start_offset():
+                    sub.cursor.read_position = handle.start_offset()
+                    return True
+                return False
         if generation != self.generation:
             return True
-        start = pos
         key_shared = sub.type == SubType.KEY_SHARED
         shared = sub.type in (SubType.SHARED, SubType.KEY_SHARED)
-        for entry in result.entries:
+        for entry in fetched:
             if entry.end_offset <= pos:
                 continue
             base, count = entry.base_offset, entry.record_count
@@ -209,11 +215,48 @@ class Dispatcher:
                 break
             self._send(slot, entry, key)
             pos = entry.end_offset
+        else:
+            if view_end is not None:
+                pos = max(pos, view_end)  # the rest of the view was compacted away
         sub.cursor.read_position = pos
         return pos != start
 
+    async def _compacted(self, pos: int):
+        """Below the key view's horizon: (the view's entries from ``pos``, the horizon if they
+        end the view, else None); None at or above it.
+
+        Records the view dropped count as acknowledged (as Pulsar skips compacted-away
+        messages), so the entries go out with an ack set of their surviving records and
+        the subscription's mark-delete moves past the gaps.
+        """
+        view = await self.topic.core.registry.key_views.get(self.topic.stream_id)
+        if pos >= view.horizon:
+            return None
+        items = view.read(pos, READ_BYTES)
+        cursor = self.sub.cursor
+        at = pos
+        for item in items:
+            base, count = item.entry.base_offset, item.entry.record_count
+            if base > at:
+                cursor.ack(at, base)
+            if not item.whole:
+                keep = set(item.keep)
+                for i in range(count):
+                    if i not in keep and base + i >= pos:
+                        cursor.ack(base + i, base + i + 1)
+            at = max(at, base + count)
+        done = not items or items[-1] is view.entries[-1]
+        if done and at < view.horizon:
+            cursor.ack(at, view.horizon)
+        return [item.entry for item in items], (view.horizon if done else None)
+
     # -- helpers -------------------------------------------------------------------------
     async def _read_one(self, base: int) -> FetchedEntry | None:
+        if self.read_compacted:
+            view = await self.topic.core.registry.key_views.get(self.topic.stream_id)
+            if base < view.horizon:
+                item = view.entry_at(base)
+                return item.entry if item is not None else None
         try:
             result = await self.topic.handle.fetch(base, base + 1, max_bytes=1)
         except (OffsetOutOfRange, StorageError):

@@ -1,0 +1,181 @@
+"""Topic compaction (key-based): trigger, status and the compaction-threshold policies.
+
+- ``PUT /admin/v2/persistent/{t}/{ns}/{topic}/compaction``: start compacting (204;
+  409 while one runs; a partitioned topic: each partition, see ``routing.PER_PARTITION``).
+- ``GET .../compaction``: Pulsar's ``LongRunningProcessStatus``
+  ``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}`` of this broker's
+  last run (a partitioned topic: the least advanced of its local partitions).
+- ``compactionThreshold`` of a namespace (``/admin/v2/namespaces/{t}/{ns}/compactionThreshold``,
+  Pulsar's ``compaction_threshold``) and of a topic (``.../{topic}/compactionThreshold``,
+  a topic policy): bytes of backlog above the view's horizon that start a compaction
+  automatically; 0 or unset: never. Each broker checks the topics it has loaded every
+  ``monitor_interval`` seconds (Pulsar's ``brokerServiceCompactionMonitorIntervalInSeconds``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiohttp import web
+
+from ...ledger.naming import TopicName
+from ...storage import key_view
+from ...topics.key_compaction import ERROR, NOT_RUN, RUNNING, SUCCESS, CompactionRunning
+from ...topics.policies import policies_key, topic_policies_key
+from . import topic_policies
+from .common import (AdminContext, AdminError, body, context, no_content, partitions, require_namespace,
+                     stream_exists, topic_name, update_record)
+
+log = logging.getLogger(__name__)
+
+#: Pulsar's default brokerServiceCompactionMonitorIntervalInSeconds.
+MONITOR_INTERVAL = 60.0
+NAMESPACE_FIELD = "compaction_threshold"
+TOPIC_FIELD = "compactionThreshold"
+_ORDER = {RUNNING: 0, ERROR: 1, NOT_RUN: 2, SUCCESS: 3}
+
+
+async def _targets(ctx: AdminContext, request: web.Request) -> list[TopicName]:
+    name = topic_name(request)
+    await require_namespace(ctx.meta, name.tenant, name.namespace)
+    parts = await partitions(ctx, name)
+    existing = [p for p in parts if await stream_exists(ctx.storage, p)]
+    if not existing and parts == [name]:
+        raise AdminError(404, "Topic not found")
+    return existing
+
+
+async def trigger(request: web.Request) -> web.Response:
+    ctx = context(request)
+    compactor = ctx.pulsar.registry.key_compactor
+    targets = await _targets(ctx, request)
+    if any(compactor.running(str(t)) for t in targets):
+        raise AdminError(409, "Compaction already in progress")
+    for target in targets:
+        try:
+            compactor.trigger(str(target))
+        except CompactionRunning as exc:
+            raise AdminError(409, str(exc)) from None
+    log.info("compaction of %s triggered through the admin API", topic_name(request))
+    return no_content()
+
+
+async def status(request: web.Request) -> web.Response:
+    ctx = context(request)
+    compactor = ctx.pulsar.registry.key_compactor
+    statuses = [compactor.status(str(t)) for t in await _targets(ctx, request)]
+    if not statuses:
+        return web.json_response({"status": NOT_RUN, "lastError": ""})
+    return web.json_response(min(statuses, key=lambda s: _ORDER[s.status]).to_json())
+
+
+def _threshold(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AdminError(412, "compactionThreshold must be a number of bytes >= 0")
+    return value
+
+
+async def get_namespace_threshold(request: web.Request) -> web.Response:
+    ctx = context(request)
+    m = request.match_info
+    policies = await require_namespace(ctx.meta, m["tenant"], m["namespace"])
+    value = policies.get(NAMESPACE_FIELD)
+    return no_content() if value is None else web.json_response(value)
+
+
+async def set_namespace_threshold(request: web.Request, value: int | None = None) -> web.Response:
+    ctx = context(request)
+    m = request.match_info
+    if request.method != "DELETE":
+        value = _threshold(await body(request))
+    await require_namespace(ctx.meta, m["tenant"], m["namespace"])
+
+    def change(stored: dict) -> dict:
+        if value is None:
+            stored.pop(NAMESPACE_FIELD, None)
+        else:
+            stored[NAMESPACE_FIELD] = value
+        return stored
+
+    await update_record(ctx.meta, policies_key(m["tenant"], m["namespace"]), change, what="Namespace")
+    return no_content()
+
+
+async def _topic_policies(ctx: AdminContext, name: TopicName) -> dict:
+    rec = await ctx.meta.get(topic_policies_key(name.tenant, name.namespace, name.base.local))
+    return json.loads(rec.value) if rec is not None else {}
+
+
+async def get_topic_threshold(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = await topic_policies._require_topic(ctx, request)
+    value = (await _topic_policies(ctx, name)).get(TOPIC_FIELD)
+    if value is None and request.query.get("applied", "false").lower() == "true":
+        value = ((await require_namespace(ctx.meta, name.tenant, name.namespace)).get(NAMESPACE_FIELD) or 0)
+    return no_content() if value is None else web.json_response(value)
+
+
+async def set_topic_threshold(request: web.Request) -> web.Response:
+    ctx = context(request)
+    value = None if request.method == "DELETE" else _threshold(await body(request))
+    name = await topic_policies._require_topic(ctx, request)
+    await topic_policies._set(ctx, name, TOPIC_FIELD, value)
+    return no_content()
+
+
+async def threshold_of(ctx: AdminContext, name: TopicName) -> int:
+    """The threshold in force for ``name``: the topic's policy, else its namespace's, else 0."""
+    own = (await _topic_policies(ctx, name)).get(TOPIC_FIELD)
+    if own is not None:
+        return own
+    rec = await ctx.meta.get(policies_key(name.tenant, name.namespace))
+    return (json.loads(rec.value).get(NAMESPACE_FIELD) or 0) if rec is not None else 0
+
+
+async def check_thresholds(ctx: AdminContext) -> list[str]:
+    """Start compacting each loaded topic whose backlog above its horizon passed its threshold."""
+    registry = ctx.pulsar.registry
+    started = []
+    for key, topic in list(registry.topics.items()):
+        if topic.closed or registry.key_compactor.running(key):
+            continue
+        threshold = await threshold_of(ctx, topic.name)
+        if threshold <= 0:
+            continue
+        view, tail = await asyncio.gather(key_view.state(ctx.meta, topic.stream_id),
+                                          ctx.storage.tail(topic.stream_id))
+        if tail.size - view.stream_size > threshold and tail.next > view.horizon:
+            registry.key_compactor.trigger(key)
+            started.append(key)
+            log.info("%s: compaction started (backlog %d bytes > threshold %d)", key,
+                     tail.size - view.stream_size, threshold)
+    return started
+
+
+async def monitor(ctx: AdminContext, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await check_thresholds(ctx)
+        except Exception:
+            log.exception("the compaction threshold check failed")
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    t = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+    router.add_put(t + "/compaction", trigger)
+    router.add_get(t + "/compaction", status)
+    router.add_get(t + "/compactionThreshold", get_topic_threshold)
+    router.add_post(t + "/compactionThreshold", set_topic_threshold)
+    router.add_put(t + "/compactionThreshold", set_topic_threshold)
+    router.add_delete(t + "/compactionThreshold", set_topic_threshold)
+    ns = "/admin/v2/namespaces/{tenant}/{namespace}/compactionThreshold"
+    router.add_get(ns, get_namespace_threshold)
+    router.add_put(ns, set_namespace_threshold)
+    router.add_post(ns, set_namespace_threshold)
+    router.add_delete(ns, set_namespace_threshold)
+
+
+__all__ = ["MONITOR_INTERVAL", "add_routes", "check_thresholds", "monitor", "threshold_of"]

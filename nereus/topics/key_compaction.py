@@ -1,0 +1,171 @@
+"""Key-based topic compaction (Pulsar compacted topics, Kafka ``cleanup.policy=compact``).
+
+The storage layer builds and serves the views (``storage.key_view``); this module
+gives it the keys of stored entries of both protocols, runs the builds of this
+broker's topics (one at a time per topic, under the stream's compaction lease, so
+two brokers never build the same view) and caches the loaded views for readers.
+
+What a key and a tombstone are, per protocol:
+
+- Pulsar: the key is the message's ``partition_key`` (base64-decoded when flagged);
+  a message with ``null_value`` or an empty payload is a tombstone (Pulsar's
+  compactor and table view remove the key on an empty payload).
+- Kafka: the record key; a null value is a tombstone (an empty value is a value).
+
+Records without a key are kept in the view (Pulsar keeps them; Kafka refuses them
+on compacted topics at produce time). A tombstone stays for ``delete.retention.ms``
+(default 24 h) past its timestamp, so a reader that was behind still learns of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..kafka.codec.records import decode_records
+from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
+from ..pulsar.codec import entry_messages, split_entry
+from ..storage import key_view
+from ..storage.compaction import CompactionConflict, lease
+from ..storage.key_view import EntryKeys, KeyView
+from .convert import key_from_pulsar
+
+log = logging.getLogger(__name__)
+
+#: Pulsar's LongRunningProcessStatus values.
+NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
+#: How long a loaded view is trusted before its record is read again.
+VIEW_RECHECK_SECONDS = 1.0
+
+
+def entry_keys(base: int, data: memoryview) -> EntryKeys:
+    """(offsets, keys, tombstones, timestamps ms) of a stored entry of either protocol."""
+    header, body = decode_entry(data)
+    if header.flags & EntryFlags.CONTROL:
+        return [], [], [], []
+    if header.format == EntryFormat.KAFKA:
+        _, batch = decode_records(body)
+        return ([base + r.offset_delta for r in batch], [r.key for r in batch], [r.value is None for r in batch],
+                [r.timestamp for r in batch])
+    meta, payload = split_entry(body)
+    if meta.HasField("marker_type") or meta.encryption_keys:
+        return [], [], [], []  # markers carry nothing; encrypted batches cannot be split
+    offsets, keys, tombstones, stamps = [], [], [], []
+    for m in entry_messages(meta, payload):
+        single = m.metadata
+        offsets.append(base + max(m.index, 0))
+        keys.append(key_from_pulsar(single))
+        tombstones.append(bool(single.null_value) or len(m.payload) == 0)
+        stamps.append(single.event_time or meta.publish_time)
+    return offsets, keys, tombstones, stamps
+
+
+class CompactionRunning(Exception):
+    """A compaction of this topic is already running."""
+
+
+@dataclass
+class CompactionStatus:
+    status: str = NOT_RUN
+    last_error: str | None = None
+    result: key_view.BuildResult | None = None
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "lastError": self.last_error or ""}
+
+
+class KeyCompactor:
+    """Builds key-compacted views of topics, in the background, one build per topic at a time."""
+
+    def __init__(self, storage, *, owner: str, on_built: Callable[[int], None] | None = None) -> None:
+        """``on_built(stream_id)`` after each view switched in (drops this broker's cached copy)."""
+        self.storage = storage
+        self.on_built = on_built
+        self.meta = storage.meta
+        self.owner = owner
+        self.statuses: dict[str, CompactionStatus] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+
+    def status(self, topic: str) -> CompactionStatus:
+        return self.statuses.get(topic, CompactionStatus())
+
+    def running(self, topic: str) -> bool:
+        task = self._tasks.get(topic)
+        return task is not None and not task.done()
+
+    def trigger(self, topic: str, *, delete_retention_ms: int = key_view.DELETE_RETENTION_MS) -> asyncio.Task:
+        """Start compacting ``topic`` (a stream name); raises CompactionRunning."""
+        if self.running(topic):
+            raise CompactionRunning(f"compaction of {topic} is already running")
+        self.statuses[topic] = CompactionStatus(RUNNING)
+        task = asyncio.ensure_future(self.compact(topic, delete_retention_ms=delete_retention_ms))
+        self._tasks[topic] = task
+        task.add_done_callback(lambda t: self._done(topic, t))
+        return task
+
+    def _done(self, topic: str, task: asyncio.Task) -> None:
+        if self._tasks.get(topic) is task:
+            del self._tasks[topic]
+        if task.cancelled():
+            self.statuses[topic] = CompactionStatus(ERROR, "cancelled")
+        elif task.exception() is not None:
+            exc = task.exception()
+            log.warning("compaction of %s failed: %s", topic, exc)
+            self.statuses[topic] = CompactionStatus(ERROR, f"{type(exc).__name__}: {exc}")
+        else:
+            self.statuses[topic] = CompactionStatus(SUCCESS, None, task.result())
+
+    async def compact(self, topic: str, *, delete_retention_ms: int = key_view.DELETE_RETENTION_MS
+                      ) -> key_view.BuildResult:
+        """Build the view of ``topic`` up to its committed end now (raises CompactionConflict)."""
+        sid = await self.storage.stream_id(topic)
+        tail = await self.storage.tail(sid)
+        async with lease(self.meta, sid, self.owner):
+            result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, entry_keys,
+                                          horizon=tail.next, delete_retention_ms=delete_retention_ms,
+                                          lease_owner=self.owner, stream_size=tail.size)
+        if self.on_built is not None:
+            self.on_built(sid)
+        return result
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class KeyViews:
+    """Loaded views per stream, re-read when their record changes (checked at most once a second)."""
+
+    def __init__(self, storage) -> None:
+        self.storage = storage
+        self._views: dict[int, tuple[float, key_view.ViewState, KeyView]] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def get(self, stream_id: int) -> KeyView:
+        cached = self._views.get(stream_id)
+        if cached is not None and time.monotonic() - cached[0] < VIEW_RECHECK_SECONDS:
+            return cached[2]
+        lock = self._locks.setdefault(stream_id, asyncio.Lock())
+        async with lock:
+            cached = self._views.get(stream_id)
+            if cached is not None and time.monotonic() - cached[0] < VIEW_RECHECK_SECONDS:
+                return cached[2]
+            current = await key_view.state(self.storage.meta, stream_id)
+            if cached is not None and cached[1].object == current.object and cached[1].horizon == current.horizon:
+                view = cached[2]
+            else:
+                _, view = await key_view.load(self.storage.meta, self.storage.objects, stream_id, current)
+            self._views[stream_id] = (time.monotonic(), current, view)
+            return view
+
+    def drop(self, stream_id: int) -> None:
+        self._views.pop(stream_id, None)
+
+
+__all__ = ["CompactionConflict", "CompactionRunning", "CompactionStatus", "KeyCompactor", "KeyViews", "entry_keys",
+           "ERROR", "NOT_RUN", "RUNNING", "SUCCESS"]
