@@ -10,6 +10,9 @@
   a topic policy): bytes of backlog above the view's horizon that start a compaction
   automatically; 0 or unset: never. Each broker checks the topics it has loaded every
   ``monitor_interval`` seconds (Pulsar's ``brokerServiceCompactionMonitorIntervalInSeconds``).
+- Kafka topics with ``cleanup.policy`` including ``compact`` are compacted by the same
+  check once the bytes above the horizon are ``min.cleanable.dirty.ratio`` of the
+  partition, their tombstones kept for the topic's ``delete.retention.ms``.
 """
 
 from __future__ import annotations
@@ -141,17 +144,39 @@ async def check_thresholds(ctx: AdminContext) -> list[str]:
     for key, topic in list(registry.topics.items()):
         if topic.closed or registry.key_compactor.running(key):
             continue
+        kafka = await _kafka_compaction(ctx, topic.name)
         threshold = await threshold_of(ctx, topic.name)
-        if threshold <= 0:
+        if threshold <= 0 and kafka is None:
             continue
         view, tail = await asyncio.gather(key_view.state(ctx.meta, topic.stream_id),
                                           ctx.storage.tail(topic.stream_id))
-        if tail.size - view.stream_size > threshold and tail.next > view.horizon:
+        dirty = tail.size - view.stream_size
+        if tail.next <= view.horizon or dirty <= 0:
+            continue
+        if kafka is not None and dirty >= kafka[0] * tail.size:
+            registry.key_compactor.trigger(key, delete_retention_ms=kafka[1])
+        elif threshold > 0 and dirty > threshold:
             registry.key_compactor.trigger(key)
-            started.append(key)
-            log.info("%s: compaction started (backlog %d bytes > threshold %d)", key,
-                     tail.size - view.stream_size, threshold)
+        else:
+            continue
+        started.append(key)
+        log.info("%s: compaction started (%d bytes above the horizon)", key, dirty)
     return started
+
+
+async def _kafka_compaction(ctx: AdminContext, name: TopicName) -> tuple[float, int] | None:
+    """(min.cleanable.dirty.ratio, delete.retention.ms) of a Kafka topic with ``cleanup.policy`` compact."""
+    kafka = getattr(ctx.node, "kafka", None)
+    if kafka is None or (name.tenant, name.namespace) != ("public", "default"):
+        return None
+    topic = name.base.local
+    try:
+        configs = await kafka.configs.topic(topic)
+    except Exception:  # not a Kafka topic's name
+        return None
+    if "compact" not in configs["cleanup.policy"].value.split(","):
+        return None
+    return float(configs["min.cleanable.dirty.ratio"].value), int(configs["delete.retention.ms"].value)
 
 
 async def monitor(ctx: AdminContext, interval: float) -> None:

@@ -27,6 +27,7 @@ from ..codec.protocol import response_schema
 from ..codec.records import decode_records
 from ...topics.convert import ConversionError
 from ...topics.traffic import KAFKA_READS
+from . import compacted
 from .cluster import NO_THROTTLE
 from .partition import DUPLICATE, NONE
 from .routing import NO_LEADER, read_replica
@@ -103,6 +104,11 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
                         f"the batch is {batch.length} bytes, more than max.message.bytes ({max_bytes})")
         for batch, data in batches:  # what compressed records expand to is bounded (no bombs)
             check_decompressed(batch.compression, data[HEADER_SIZE:])
+        if "compact" in configs["cleanup.policy"].value.split(","):
+            for _, data in batches:  # as Kafka: a compacted topic takes keyed records only
+                if any(r.key is None for r in decode_records(data)[1]):
+                    return (ErrorCode.invalid_record, -1, -1,
+                            f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}.")
     except UnsupportedMagic as exc:
         return ErrorCode.unsupported_for_message_format, -1, -1, str(exc)
     except InvalidBatch as exc:
@@ -211,7 +217,11 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
     if fp.fetch_offset == handle.next_offset() and handle.start_offset() <= fp.fetch_offset:
         return reply(ErrorCode.none, handle.next_offset(), handle.start_offset()), part  # at the end
     try:
-        result = await handle.fetch(fp.fetch_offset, max_bytes=max(limit, 1))
+        viewed = await compacted.view_fetch(part, fp.fetch_offset, max(limit, 1)) \
+            if await compacted.is_compacted(service, topic) else None
+        if viewed is not None and viewed[1] is None:  # below the key view's horizon
+            return reply(ErrorCode.none, handle.next_offset(), handle.start_offset(), b"".join(viewed[0])), part
+        result = viewed[1] if viewed is not None else await handle.fetch(fp.fetch_offset, max_bytes=max(limit, 1))
     except OffsetOutOfRange:
         return reply(ErrorCode.offset_out_of_range, handle.next_offset(), handle.start_offset()), part
     except StorageError as exc:

@@ -1,0 +1,43 @@
+"""Kafka over key-compacted topics (``cleanup.policy`` with ``compact``).
+
+A fetch below the key view's horizon is served from the view: each kept entry as a
+batch with only its surviving records, at their original offsets (offset gaps, as
+Kafka's log cleaner leaves them); past the view's last record the fetch continues
+from the horizon in the stream. (Produce refuses records without a key on
+such topics, INVALID_RECORD, as Kafka does: ``data.py``.)
+"""
+
+from __future__ import annotations
+
+from ...storage import FetchResult
+from ..codec.records import build_batch, decode_records
+
+
+async def is_compacted(service, topic: str) -> bool:
+    return "compact" in (await service.configs.value(topic, "cleanup.policy")).split(",")
+
+
+async def view_fetch(part, offset: int, max_bytes: int) -> tuple[list[bytes], FetchResult | None] | None:
+    """Batches of the key view from ``offset``; or, past its last record, the stream's
+    fetch from the horizon (``([], result)``); None at or above the horizon."""
+    view = await part.topic.registry.key_views.get(part.handle.stream_id)
+    if offset >= view.horizon:
+        return None
+    items = view.read(offset, max_bytes)
+    if not items:
+        return [], await part.handle.fetch(max(view.horizon, part.handle.start_offset()), max_bytes=max_bytes)
+    batches = []
+    for item in items:
+        batch = part.served(item.entry)
+        if batch is None:
+            continue
+        if not item.whole:
+            keep = set(item.keep)
+            header, records = decode_records(batch)
+            kept = [r for r in records if r.offset_delta in keep]
+            batch = build_batch(kept, base_offset=item.entry.base_offset, leader_epoch=part.leader_epoch)
+        batches.append(batch)
+    return batches, None
+
+
+__all__ = ["is_compacted", "view_fetch"]
