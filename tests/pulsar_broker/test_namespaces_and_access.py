@@ -162,3 +162,17 @@ def test_wait_for_exclusive_waits_until_the_holder_leaves(make_client, standalon
     waiter.join(30)
     assert created, "the waiting producer did not get the topic"
     created[0].send(b"waiter")
+
+
+def test_the_topic_epoch_outlives_an_unload(client, standalone, topic, pulsar):
+    """A producer fenced before the topic moved must not win after it: the epoch is stored with the stream."""
+    admin = Admin(standalone.http)
+    path = "/persistent/" + topic[len("persistent://"):]
+    first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    first.send(b"1")
+    first.close()
+    assert admin.ok("GET", path + "/stats")["topicEpoch"] == 1
+    admin.ok("PUT", path + "/unload")
+    second = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    second.send(b"2")
+    assert admin.ok("GET", path + "/stats")["topicEpoch"] == 2

@@ -131,6 +131,12 @@ class NonPersistentTopic:
     async def ensure_writer(self) -> None:
         pass
 
+    async def load_epoch(self) -> None:
+        pass  # lives as long as the topic's clients: nothing to carry over
+
+    async def store_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
     def append(self, data: bytes, count: int) -> asyncio.Future:
         """Dispatch now to every subscription; the future holds the message's entry id."""
         base = self.handle.end

@@ -139,6 +139,8 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
                         f"producer with name {producer_name!r} is already connected to {name}")
         return
     given_epoch = cmd.topic_epoch if cmd.HasField("topic_epoch") else None
+    if mode != pb.Shared:
+        await topic.load_epoch()
     refusal = access.refusal(topic, mode, given_epoch)
     if refusal is not None:
         conn.send_error(cmd.request_id, *refusal)
@@ -177,7 +179,9 @@ async def _create(conn, cmd: pb.CommandProducer, topic, name, producer_name: str
             conn.send_error(cmd.request_id, pb.ServiceNotReady, f"{name} was unloaded; look it up again")
         return None
     if mode != pb.Shared:
-        topic.epoch = given_epoch if given_epoch is not None else topic.epoch + 1
+        await topic.store_epoch(given_epoch if given_epoch is not None else topic.epoch + 1)
+        if conn.closed or topic.closed:
+            return None
     producer = Producer(conn, cmd.producer_id, topic, producer_name or conn.service.producer_name(), mode)
     producer.schema_version = schema_version
     conn.producers[cmd.producer_id] = producer

@@ -11,11 +11,14 @@ the topic up again and resend what was not acknowledged (deduplicated on arrival
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from ...ledger.cursor import Cursor, list_cursors
 from ...ledger.naming import TopicName
 from ...ledger.subscription import Subscription, SubType
+from ...meta import update
+from ...storage.records import stream_partition
 from ...topics import Topic
 from ...topics import (PARTITIONED_ROOT, create_partitioned_topic, list_partitioned_topics,  # noqa: F401
                        partitioned_key, partitions_of)
@@ -26,6 +29,11 @@ from .dispatcher import Dispatcher
 log = logging.getLogger(__name__)
 
 ATTACHMENT = "pulsar"
+
+
+def epoch_key(stream_id: int) -> str:
+    """The topic epoch of exclusive producers, kept with the stream (deleted with it)."""
+    return f"{stream_partition(stream_id)}/pulsar-epoch"
 
 
 class PulsarTopic:
@@ -42,7 +50,8 @@ class PulsarTopic:
         self.dedup = core.dedup
         self.producers: dict[int, object] = {}
         self.dispatchers: dict[str, Dispatcher] = {}
-        self.epoch = 0  # bumped each time an exclusive producer takes the topic
+        self.epoch = 0  # bumped each time an exclusive producer takes the topic (persisted)
+        self._epoch_loaded = False
         self.exclusive_waiters: list[asyncio.Future] = []  # WaitForExclusive producers, in order
         self.traffic = core.traffic
         self.duplicates = metrics.DUPLICATES.labels(str(core.name))  # looked up once, not per SEND
@@ -65,6 +74,25 @@ class PulsarTopic:
 
     def append(self, data: bytes, count: int) -> asyncio.Task:
         return self.core.append(data, count)
+
+    async def load_epoch(self) -> None:
+        """Read the stored epoch once, so a producer fenced before a reload stays fenced."""
+        if self._epoch_loaded:
+            return
+        rec = await self.service.meta.get(epoch_key(self.stream_id), partition_key=stream_partition(self.stream_id))
+        if rec is not None:
+            self.epoch = max(self.epoch, json.loads(rec.value)["epoch"])
+        self._epoch_loaded = True
+
+    async def store_epoch(self, epoch: int) -> None:
+        """Persist the epoch of a newly granted exclusive producer (never lowering it)."""
+        def change(old: bytes | None) -> bytes:
+            stored = json.loads(old)["epoch"] if old else 0
+            return json.dumps({"epoch": max(stored, epoch)}).encode()
+
+        rec = await update(self.service.meta, epoch_key(self.stream_id), change,
+                           partition_key=stream_partition(self.stream_id))
+        self.epoch = json.loads(rec.value)["epoch"]
 
     def appended(self) -> None:
         for dispatcher in self.dispatchers.values():
