@@ -52,6 +52,7 @@ class Catalog:
         self.meta = service.meta
         self.storage = service.storage
         self.registry = service.registry
+        self._names_by_id: dict[uuid.UUID, str] = {}
 
     async def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic does not exist."""
@@ -145,11 +146,22 @@ class Catalog:
         return uuid.uuid5(_TOPIC_IDS, f"{topic}/{incarnation}")
 
     async def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        """The name of the topic with this id, or None (looked up among the topics of public/default)."""
+        """The name of the topic with this id, or None (looked up among the topics of public/default).
+
+        Names found are remembered: a client names its topics by id in every fetch and
+        heartbeat, and a scan computes every topic's id. A remembered name is checked
+        again (the topic may have been deleted or re-created under it).
+        """
+        known = self._names_by_id.get(topic_id)
+        if known is not None and await self.topic_id(known) == topic_id:
+            return known
+        found = None
         for topic in await self.list_topics():
-            if await self.topic_id(topic) == topic_id:
-                return topic
-        return None
+            tid = await self.topic_id(topic)
+            if tid is not None:
+                self._names_by_id[tid] = topic
+                found = topic if tid == topic_id else found
+        return found
 
     async def list_topics(self) -> dict[str, int]:
         """Every topic of public/default with its partition count."""

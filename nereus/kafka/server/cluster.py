@@ -56,13 +56,19 @@ async def handle_metadata(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     auto_create = getattr(req, "allow_auto_topic_creation", True)
+    asked_ids: dict[int, object] = {}  # index in wanted -> the topic id a request named (and we did not find)
     if req.topics is None:
         wanted = sorted((await catalog.list_topics()).items())
     else:
         wanted = []
         for t in req.topics:
             if not t.name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
-                t = make(type(t), name=await catalog.topic_name(t.topic_id) or "", topic_id=t.topic_id)
+                name = await catalog.topic_name(t.topic_id)
+                if name is None:
+                    asked_ids[len(wanted)] = t.topic_id
+                    wanted.append(("", None))
+                    continue
+                t = make(type(t), name=name, topic_id=t.topic_id)
             count = await catalog.partition_count(t.name) if t.name else None
             if count is None and auto_create and valid_name(t.name) and service.auto_create:
                 try:
@@ -84,7 +90,12 @@ async def handle_metadata(conn, head, req):
     factors = await replication_factors(service.meta, [name for name, _ in known])
     live = [b.node_id for b in routing.brokers(service)]
     topics = []
-    for name, count in wanted:
+    for index, (name, count) in enumerate(wanted):
+        if index in asked_ids:  # named by an id no topic has
+            topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_id,
+                               name=None if head.api_version >= 12 else "", topic_id=asked_ids[index],
+                               is_internal=False, partitions=(), topic_authorized_operations=NO_OPERATIONS))
+            continue
         if count is None:
             code = ErrorCode.invalid_topic_exception if not valid_name(name) else ErrorCode.unknown_topic_or_partition
             topics.append(make(topic_cls, error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
