@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
+
+import pulsar
 
 from .conftest import rest_path
 
@@ -32,3 +35,21 @@ def test_a_standalone_is_a_cluster_of_one(standalone, admin):
     assert admin.ok("GET", "/brokers/standalone") == [f"127.0.0.1:{standalone.http_port}"]
     view = admin.ok("GET", "/nereus/cluster")
     assert [b["state"] for b in view["brokers"]] == ["active"]
+
+
+def test_http_lookups_enforce_tenants_and_namespaces_as_the_binary_protocol(standalone, make_client, admin):
+    missing = "persistent://no-such-tenant/no-such-ns/t"
+    try:
+        urllib.request.urlopen(f"{standalone.http}/lookup/v2/topic{rest_path(missing)}", timeout=15)
+        raise AssertionError("a lookup on a missing namespace answered")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404 and "does not exist" in json.loads(exc.read())["reason"]
+    status, _ = admin.get(rest_path(missing) + "/partitions?checkAllowAutoCreation=true")
+    assert status == 404
+    client = make_client(standalone.http)
+    try:
+        client.create_producer(missing)
+        raise AssertionError("a producer on a missing namespace was created")
+    except pulsar.PulsarException:
+        pass
+    assert "no-such-tenant" not in admin.ok("GET", "/tenants")

@@ -6,7 +6,8 @@ Pulsar's ``LookupData`` of the topic's owner. When nobody owns the topic yet and
 the ring gives it to another broker, the answer is a 307 to that broker's same
 lookup URL with ``authoritative=true``: that broker then takes the topic (as a
 Pulsar broker redirects; the official clients' HTTP lookup follows redirects).
-A topic whose owner just died answers 503 until it has moved. ``?listenerName=``
+A topic whose owner just died answers 503 until it has moved; a topic of a missing
+tenant or namespace, or one the auto-creation rule does not create, 404. ``?listenerName=``
 (or the ``X-Pulsar-ListenerName`` header) picks the advertised listener whose URLs
 are answered; one the broker does not have is an error.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
+from ...pulsar.server.existence import TopicMissing, check_usable
 from ...topics import NotOwner, UnknownListener
 from .common import AdminError, context, flag
 
@@ -33,6 +35,10 @@ async def lookup_topic(request: web.Request) -> web.Response:
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['namespace']}/{m['topic']}")
     except InvalidTopicName:
         raise AdminError(412, "Topic name is not valid") from None
+    try:  # a missing tenant or namespace, or a topic the rule in force does not create: as the binary lookup
+        await check_usable(ctx.pulsar, name)
+    except TopicMissing as exc:
+        raise AdminError(404, str(exc)) from None
     placement = ctx.placement
     try:
         broker, final = await placement.lookup(str(name), authoritative=flag(request, "authoritative"))

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import cas
+from ...pulsar.server.existence import TopicMissing, partitions_for_client
 from ...storage import StreamExists, StreamNotFound
 from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
 from . import retention, topic_policies
@@ -177,9 +178,21 @@ async def update_partitioned(request: web.Request) -> web.Response:
 
 
 async def get_partitions(request: web.Request) -> web.Response:
+    """Partitioned metadata; ``checkAllowAutoCreation=true`` (what HTTP-lookup clients send) applies the
+    auto-creation rule as the binary protocol's PARTITIONED_METADATA does: a partitioned topic may be
+    created, a missing namespace or a topic that may not be created is 404."""
     ctx = context(request)
     name = topic_name(request)
-    return web.json_response({"partitions": await partitions_of(ctx.meta, name), "deleted": False})
+    return web.json_response({"partitions": await _client_partitions(ctx, request, name), "deleted": False})
+
+
+async def _client_partitions(ctx, request: web.Request, name: TopicName) -> int:
+    if not flag(request, "checkAllowAutoCreation"):
+        return await partitions_of(ctx.meta, name)
+    try:
+        return await partitions_for_client(ctx.pulsar, name, may_create=True)
+    except TopicMissing as exc:
+        raise AdminError(404, str(exc)) from None
 
 
 async def get_non_persistent_partitions(request: web.Request) -> web.Response:
@@ -190,7 +203,7 @@ async def get_non_persistent_partitions(request: web.Request) -> web.Response:
         name = TopicName.parse(f"non-persistent://{m['tenant']}/{m['namespace']}/{m['topic']}")
     except InvalidTopicName:
         raise AdminError(412, "Topic name is not valid") from None
-    return web.json_response({"partitions": await partitions_of(ctx.meta, name), "deleted": False})
+    return web.json_response({"partitions": await _client_partitions(ctx, request, name), "deleted": False})
 
 
 async def delete_partitioned_topic(request: web.Request) -> web.Response:
