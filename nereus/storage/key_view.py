@@ -3,7 +3,7 @@
 A view covers the offsets ``[0, horizon)`` of one stream and holds, for that range,
 only the latest record of each key, at its ORIGINAL offset; records without a key
 are all kept; a tombstone (the caller says which records are: a null value) is kept
-until ``delete_retention_ms`` past its timestamp, then dropped with its key. The
+until ``delete_retention_ms`` past its timestamp (0: not at all), then dropped with its key. The
 storage layer never looks inside entries: the caller passes a ``KeyExtractor`` that
 gives the keys of one stored entry (the topic layer knows the protocols).
 
@@ -247,8 +247,10 @@ def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retenti
     keyed = rows.filter(pc.is_valid(rows.column("key")))
     latest = keyed.group_by("key", use_threads=False).aggregate([("offset", "max")]).column("offset_max")
     keep = pc.or_(pc.is_null(rows.column("key")), pc.is_in(rows.column("offset"), value_set=latest))
-    expired = pc.and_(rows.column("tombstone"),
-                      pc.less(rows.column("timestamp"), pa.scalar(now_ms - delete_retention_ms, pa.int64())))
+    expired = rows.column("tombstone")
+    if delete_retention_ms > 0:  # 0: tombstones go at once, with their keys (Pulsar's compactor)
+        expired = pc.and_(expired, pc.less(rows.column("timestamp"),
+                                           pa.scalar(now_ms - delete_retention_ms, pa.int64())))
     rows = rows.filter(pc.and_(keep, pc.invert(expired)))
     rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
     column: list[bytes | memoryview | None] = []

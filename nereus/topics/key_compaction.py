@@ -13,8 +13,9 @@ What a key and a tombstone are, per protocol:
 - Kafka: the record key; a null value is a tombstone (an empty value is a value).
 
 Records without a key are kept in the view (Pulsar keeps them; Kafka refuses them
-on compacted topics at produce time). A tombstone stays for ``delete.retention.ms``
-(default 24 h) past its timestamp, so a reader that was behind still learns of it.
+on compacted topics at produce time). On Kafka compact topics a tombstone stays for
+``delete.retention.ms`` (default 24 h) past its timestamp, so a reader that was behind
+still learns of it; Pulsar's compactor drops the key at once (the admin layer says which).
 """
 
 from __future__ import annotations

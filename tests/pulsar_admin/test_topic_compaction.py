@@ -78,10 +78,11 @@ def read_all(pclient, pulsar, topic: str, *, compacted: bool) -> list:
 
 
 def expected_view(updates, ids) -> list[tuple]:
-    """(message id, key, value) the view keeps: latest per key (tombstones within their retention), every keyless."""
+    """(message id, key, value) the view keeps: latest per key unless it is empty (a tombstone
+    removes its key at once, as Pulsar's compactor does), every keyless message."""
     latest = {key: i for i, (key, _v) in enumerate(updates) if key is not None}
     return [(str(ids[i]), key, value) for i, (key, value) in enumerate(updates)
-            if key is None or latest[key] == i]
+            if key is None or (latest[key] == i and value)]
 
 
 def seen(messages) -> list[tuple]:

@@ -12,7 +12,9 @@
   ``monitor_interval`` seconds (Pulsar's ``brokerServiceCompactionMonitorIntervalInSeconds``).
 - Kafka topics with ``cleanup.policy`` including ``compact`` are compacted by the same
   check once the bytes above the horizon are ``min.cleanable.dirty.ratio`` of the
-  partition, their tombstones kept for the topic's ``delete.retention.ms``.
+  partition, their tombstones kept for the topic's ``delete.retention.ms`` (also when
+  compacted through the admin API). Other topics' tombstones are dropped with their
+  keys at once, as Pulsar's compactor does.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 MONITOR_INTERVAL = 60.0
 NAMESPACE_FIELD = "compaction_threshold"
 TOPIC_FIELD = "compactionThreshold"
+#: Pulsar's compactor removes a key whose latest message has an empty payload at once.
+PULSAR_DELETE_RETENTION_MS = 0
 _ORDER = {RUNNING: 0, ERROR: 1, NOT_RUN: 2, SUCCESS: 3}
 
 
@@ -56,9 +60,10 @@ async def trigger(request: web.Request) -> web.Response:
     targets = await _targets(ctx, request)
     if any(compactor.running(str(t)) for t in targets):
         raise AdminError(409, "Compaction already in progress")
-    for target in targets:
+    retention = [await tombstone_retention_ms(ctx, t) for t in targets]
+    for target, delete_retention_ms in zip(targets, retention):
         try:
-            compactor.trigger(str(target))
+            compactor.trigger(str(target), delete_retention_ms=delete_retention_ms)
         except CompactionRunning as exc:
             raise AdminError(409, str(exc)) from None
     log.info("compaction of %s triggered through the admin API", topic_name(request))
@@ -156,12 +161,19 @@ async def check_thresholds(ctx: AdminContext) -> list[str]:
         if kafka is not None and dirty >= kafka[0] * tail.size:
             registry.key_compactor.trigger(key, delete_retention_ms=kafka[1])
         elif threshold > 0 and dirty > threshold:
-            registry.key_compactor.trigger(key)
+            registry.key_compactor.trigger(key, delete_retention_ms=PULSAR_DELETE_RETENTION_MS)
         else:
             continue
         started.append(key)
         log.info("%s: compaction started (%d bytes above the horizon)", key, dirty)
     return started
+
+
+async def tombstone_retention_ms(ctx: AdminContext, name: TopicName) -> int:
+    """How long the view keeps tombstones: a Kafka compact topic's ``delete.retention.ms``;
+    not at all on other topics (Pulsar's compactor drops a key on an empty payload)."""
+    kafka = await _kafka_compaction(ctx, name)
+    return PULSAR_DELETE_RETENTION_MS if kafka is None else kafka[1]
 
 
 async def _kafka_compaction(ctx: AdminContext, name: TopicName) -> tuple[float, int] | None:

@@ -304,7 +304,7 @@ async def handle_get_last_message_id(conn, cmd: pb.CommandGetLastMessageId) -> N
         conn.send_error(cmd.request_id, pb.NotAllowedError,
                         "GetLastMessageId is not supported on non-persistent topics")
         return
-    last = await positions.last_message_id(consumer.topic)
+    last = await positions.last_message_id(consumer.topic, read_compacted=consumer.dispatcher.read_compacted)
     response = pb.CommandGetLastMessageIdResponse(request_id=cmd.request_id, last_message_id=last)
     mark = consumer.sub.cursor.acks.acked_below - 1
     response.consumer_mark_delete_position.CopyFrom(

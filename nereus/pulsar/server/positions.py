@@ -83,14 +83,27 @@ async def by_publish_time(topic, publish_time: int) -> int:
     return lo
 
 
-async def last_message_id(topic) -> pb.MessageIdData:
+async def last_message_id(topic, *, read_compacted: bool = False) -> pb.MessageIdData:
     """Id of the last readable message; entryId -1 when there is none (empty, or all trimmed).
 
-    A trimmed message is not "available": readers compare this id with their own.
+    A trimmed message is not "available": readers compare this id with their own. For
+    a ``read_compacted`` reader whose whole stream lies below the key view's horizon it
+    is the view's last record (the stream's last ones may have been compacted away, as
+    a tombstone is: the reader would wait for them for ever).
     """
     await topic.handle.refresh()
     end = topic.handle.next_offset()
     mid = pb.MessageIdData(ledgerId=topic.stream_id, entryId=_NO_ID, partition=topic.partition)
+    if read_compacted:
+        view = await topic.core.registry.key_views.get(topic.stream_id)
+        if end <= view.horizon:
+            if view.entries:
+                last = view.entries[-1]
+                header, _ = entries.split(last.entry.data)
+                mid.entryId = last.entry.base_offset
+                if header.flags & EntryFlags.BATCHED:
+                    mid.batch_index = last.keep[-1]
+            return mid
     if end <= topic.handle.start_offset():
         return mid
     entry = await _entry(topic, end - 1)
