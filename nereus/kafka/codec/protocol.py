@@ -58,6 +58,10 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     60: ("DescribeCluster", 0, 1),
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),
+    76: ("ShareGroupHeartbeat", 1, 1),
+    77: ("ShareGroupDescribe", 1, 1),
+    78: ("ShareFetch", 1, 1),
+    79: ("ShareAcknowledge", 1, 1),
 }
 API_VERSIONS = 18
 

@@ -141,6 +141,13 @@ BROKER_DEFS.update({d.name: d for d in (
     ConfigDef("offsets.topic.replication.factor", "short", "1", "Kept for compatibility.", low=1, dynamic=False),
     ConfigDef("node.id", "int", "0", "This broker's node id.", dynamic=False),
     ConfigDef("broker.id", "int", "0", "This broker's node id.", dynamic=False),
+    # share groups (KIP-932); a lock shorter than Kafka's 15 s floor is allowed, for tests
+    ConfigDef("group.share.record.lock.duration.ms", "int", "30000",
+              "How long a share consumer holds a record it acquired.", low=100, high=3_600_000),
+    ConfigDef("group.share.delivery.count.limit", "int", "5",
+              "Deliveries of a record before its share group archives it.", low=2, high=10),
+    ConfigDef("group.share.partition.max.record.locks", "int", "2000",
+              "Records of one share-partition acquired at the same time.", low=1, high=10_000),
 )})
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin, cluster, configs, consumer_group_api, data, group_api
+from . import admin, cluster, configs, consumer_group_api, data, group_api, share_api
 from .cluster import api_versions_response
 
 HANDLERS = {
@@ -33,6 +33,10 @@ HANDLERS = {
     60: cluster.handle_describe_cluster,
     68: consumer_group_api.handle_consumer_group_heartbeat,
     69: consumer_group_api.handle_consumer_group_describe,
+    76: share_api.handle_share_group_heartbeat,
+    77: share_api.handle_share_group_describe,
+    78: share_api.handle_share_fetch,
+    79: share_api.handle_share_acknowledge,
 }
 
 __all__ = ["HANDLERS", "api_versions_response"]

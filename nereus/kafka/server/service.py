@@ -22,6 +22,7 @@ from .catalog import Catalog
 from .cluster import ProducerIds
 from .configs import TopicConfigs
 from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
+from .share_groups import ShareGroups
 from .store import Coordinator
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class KafkaService:
         self.connections: set = set()
         self.catalog = Catalog(self)
         self.configs = TopicConfigs(self)
+        self.share_groups = ShareGroups(self)
         self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id))
         self.producer_ids = ProducerIds(meta)
         self._server: asyncio.base_events.Server | None = None
@@ -96,6 +98,7 @@ class KafkaService:
         for conn in list(self.connections):
             conn.close()
         await self.coordinator.stop()
+        await self.share_groups.close()
         await metrics.unregister(self._lag_metrics)
         self._lag_metrics = None
         if self._server is not None:

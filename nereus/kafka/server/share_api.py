@@ -1,0 +1,362 @@
+"""ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge (KIP-932).
+
+Memberships are ``share_group.py``, acquisitions ``share_partition.py``, the broker's
+registry and share sessions ``share_groups.py``; here topic ids become names and
+back, the stream is read and the cursors persisted before acknowledgements are answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+
+from kio.schema.errors import ErrorCode
+
+from ...ledger.errors import CursorFenced
+from ...storage import OffsetOutOfRange, StorageError
+from ...topics.convert import ConversionError
+from ..codec import make, nested
+from ..codec.protocol import response_schema
+from . import routing
+from .cluster import NO_THROTTLE
+from .share_group import ASSIGNOR, LEAVE, ShareHeartbeatAnswer
+from .share_groups import next_epoch
+from .share_partition import InvalidRecordState
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL = datetime.timedelta(seconds=2)  # Kafka's default is 5 s
+DEFAULT_MAX_RECORDS = 500
+READ_BYTES = 1 << 20
+CLOSE_SESSION, OPEN_SESSION = -1, 0
+
+
+# -- membership ----------------------------------------------------------------------------------
+async def handle_share_group_heartbeat(conn, head, req):
+    service = conn.service
+    shares = service.share_groups
+    cls = response_schema(head.api_key, head.api_version)
+
+    def reply(answer: ShareHeartbeatAnswer, assignment=None):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(answer.error), error_message=answer.message,
+                    member_id=answer.member_id, member_epoch=answer.epoch, heartbeat_interval=HEARTBEAT_INTERVAL,
+                    assignment=assignment)
+
+    if not req.group_id:
+        return reply(ShareHeartbeatAnswer(ErrorCode.invalid_request.value, message="the group id is empty"))
+    if not routing.coordinates(service, req.group_id):
+        return reply(ShareHeartbeatAnswer(ErrorCode.not_coordinator.value))
+    group = shares.group(req.group_id)
+    topics = list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
+    wanted = set(topics or ()) | group.subscribed
+    counts = {}
+    for topic in wanted:
+        count = await service.catalog.partition_count(topic)
+        if count is not None:
+            counts[topic] = count
+    before = set(group.members)
+    answer = group.heartbeat(time.monotonic(), member_id=req.member_id, epoch=req.member_epoch, topics=topics,
+                             rack_id=req.rack_id, client_id=head.client_id or "",
+                             client_host=conn.peer.rsplit(":", 1)[0], partitions=counts)
+    # Members that timed out give up their records now; one that left closes its share
+    # sessions next (with its last acknowledgements), which releases the rest.
+    for gone in before - set(group.members) - {req.member_id}:
+        shares.member_gone(req.group_id, gone)
+    if answer.epoch == LEAVE or answer.error:
+        return reply(answer)
+    assignment = None
+    if answer.assignment is not None:
+        tcls = nested(cls, "TopicPartitions")
+        rows = [make(tcls, topic_id=await service.catalog.topic_id(t), partitions=tuple(sorted(ps)))
+                for t, ps in sorted(answer.assignment.items()) if ps]
+        assignment = make(nested(cls, "Assignment"), topic_partitions=tuple(rows))
+    return reply(answer, assignment)
+
+
+async def handle_share_group_describe(conn, head, req):
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    gcls, mcls = nested(cls, "DescribedGroup"), nested(cls, "Member")
+    acls, tcls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
+    out = []
+    for group_id in req.group_ids:
+        group = service.share_groups.groups.get(group_id)
+        error = ErrorCode.none
+        if not routing.coordinates(service, group_id):
+            error = ErrorCode.not_coordinator
+        elif group is None:
+            error = ErrorCode.group_id_not_found
+        if error != ErrorCode.none:
+            out.append(make(gcls, error_code=error, error_message=None, group_id=group_id, group_state="Dead",
+                            group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
+                            authorized_operations=-2147483648))
+            continue
+        group.expire(time.monotonic())
+        members = []
+        for m in group.members.values():
+            rows = [make(tcls, topic_id=await service.catalog.topic_id(t), topic_name=t, partitions=tuple(sorted(ps)))
+                    for t, ps in sorted(m.assigned.items()) if ps]
+            members.append(make(mcls, member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.epoch,
+                                client_id=m.client_id, client_host=m.client_host,
+                                subscribed_topic_names=tuple(sorted(m.topics)),
+                                assignment=make(acls, topic_partitions=tuple(rows))))
+        out.append(make(gcls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
+                        group_state=group.state, group_epoch=group.epoch, assignment_epoch=group.epoch,
+                        assignor_name=ASSIGNOR, members=tuple(members), authorized_operations=-2147483648))
+    return make(cls, throttle_time=NO_THROTTLE, groups=tuple(out))
+
+
+# -- sessions and acknowledgements ------------------------------------------------------------------
+def _session(shares, req) -> tuple[object, ErrorCode]:
+    """The share session the request belongs to (opened or closed as its epoch says)."""
+    key = (req.group_id, req.member_id)
+    if req.share_session_epoch == OPEN_SESSION:
+        return shares.open_session(*key), ErrorCode.none
+    session = shares.sessions.get(key)
+    if req.share_session_epoch == CLOSE_SESSION:
+        return session, ErrorCode.none  # already gone when the member left the group first
+    if session is None:
+        return None, ErrorCode.share_session_not_found
+    if req.share_session_epoch != session.epoch:
+        return None, ErrorCode.invalid_share_session_epoch
+    session.epoch = next_epoch(session.epoch)
+    return session, ErrorCode.none
+
+
+async def _names(catalog, topic_ids) -> dict:
+    out = {}
+    for topic_id in topic_ids:
+        if topic_id not in out:
+            out[topic_id] = await catalog.topic_name(topic_id)
+    return out
+
+
+async def _acknowledge(service, group_id: str, member_id: str, names: dict, topics, settings) -> dict:
+    """Apply acknowledgement batches; returns {(topic id, partition): error code} for each partition acked."""
+    shares = service.share_groups
+    results, touched = {}, []
+    for t in topics:
+        for p in t.partitions:
+            if not p.acknowledgement_batches:
+                continue
+            key = (t.topic_id, p.partition_index)
+            name = names.get(t.topic_id)
+            part = await service.catalog.partition(name, p.partition_index) if name else None
+            if part is None:
+                results[key] = ErrorCode.unknown_topic_or_partition
+                continue
+            sp = await shares.share_partition(group_id, name, part, settings)
+            try:
+                for b in p.acknowledgement_batches:
+                    sp.check(member_id, b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+            except InvalidRecordState as exc:
+                log.debug("kafka: share group %s: %s", group_id, exc)
+                results[key] = ErrorCode.invalid_record_state
+                continue
+            for b in p.acknowledgement_batches:
+                sp.acknowledge(member_id, b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+            results[key] = ErrorCode.none
+            touched.append((key, sp))
+    if touched:
+        shares.notify()  # a release makes records available to the others
+        try:
+            await shares.persist([sp for _, sp in touched])
+        except CursorFenced:
+            for key, _ in touched:
+                results[key] = ErrorCode.not_leader_or_follower
+        except Exception:
+            log.exception("kafka: share group %s: acknowledgements not persisted", group_id)
+            for key, _ in touched:
+                results[key] = ErrorCode.kafka_storage_error
+    return results
+
+
+def _leader(service, part) -> dict:
+    return {"leader_id": service.node_id, "leader_epoch": part.leader_epoch if part is not None else -1}
+
+
+def _endpoints(service, cls) -> tuple:
+    ecls = nested(cls, "NodeEndpoint")
+    return tuple(make(ecls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in routing.brokers(service) if b.node_id == service.node_id)
+
+
+# -- ShareFetch ----------------------------------------------------------------------------------
+async def handle_share_fetch(conn, head, req):
+    service = conn.service
+    shares = service.share_groups
+    cls = response_schema(head.api_key, head.api_version)
+    settings = await shares.settings()
+    lock_ms = datetime.timedelta(seconds=settings.lock_seconds)
+
+    def fail(code: ErrorCode, message: str | None = None):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                    acquisition_lock_timeout=lock_ms, responses=(), node_endpoints=())
+
+    if not req.group_id or not req.member_id:
+        return fail(ErrorCode.invalid_request, "group id and member id are required")
+    has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
+    if req.share_session_epoch == OPEN_SESSION and has_acks:
+        return fail(ErrorCode.invalid_request, "a new share session carries no acknowledgements")
+    session, error = _session(shares, req)
+    if error != ErrorCode.none:
+        return fail(error)
+    names = await _names(service.catalog, [t.topic_id for t in (*req.topics, *req.forgotten_topics_data)])
+    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings)
+    requested = {(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions}
+    if req.share_session_epoch == CLOSE_SESSION:
+        shares.close_session(req.group_id, req.member_id)
+        fetch_from = []
+    else:
+        for t in req.forgotten_topics_data:
+            for index in t.partitions:
+                session.partitions.discard((t.topic_id, index))
+        session.partitions |= requested
+        fetch_from = sorted(session.partitions)
+    return _fetch_loop(service, cls, req, settings, names, fetch_from, requested, acked, lock_ms)
+
+
+async def _fetch_loop(service, cls, req, settings, names, fetch_from, requested, acked, lock_ms):
+    shares = service.share_groups
+    for topic_id, _ in fetch_from:
+        if topic_id not in names:
+            names[topic_id] = await service.catalog.topic_name(topic_id)
+    deadline = time.monotonic() + req.max_wait.total_seconds()
+    max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
+    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    while True:
+        changed = shares.changed()
+        out, waits, budget, size = {}, [], max_records, 0
+        for topic_id, index in fetch_from:
+            name = names.get(topic_id)
+            part = await service.catalog.partition(name, index) if name else None
+            if part is None:
+                out[(topic_id, index)] = (ErrorCode.unknown_topic_or_partition, None, b"", ())
+                continue
+            sp = await shares.share_partition(req.group_id, name, part, settings)
+            code, records, ranges = await _acquire(part, sp, req.member_id, budget, max(max_bytes - size, 1))
+            budget -= sum(last - first + 1 for first, last, _ in ranges)
+            size += len(records)
+            out[(topic_id, index)] = (code, part, records, ranges)
+            if not ranges:
+                waits.append((part, sp))
+        remaining = deadline - time.monotonic()
+        got = any(v[3] for v in out.values())
+        if got or remaining <= 0 or not waits or budget <= 0:
+            return _fetch_response(service, cls, out, requested, acked, lock_ms)
+        deadlines = [d for _, sp in waits if (d := sp.next_deadline()) is not None]
+        timeout = min([remaining, *(max(d - time.monotonic(), 0.0) for d in deadlines)])
+        tasks = [asyncio.ensure_future(part.handle.wait_for(part.handle.next_offset(), timeout))
+                 for part, _ in waits]
+        tasks.append(asyncio.ensure_future(changed.wait()))
+        try:
+            await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int):
+    """(error, record batches, acquired ranges) for one share-partition."""
+    handle = part.handle
+    now = time.monotonic()
+    offset = sp.first_candidate(now)
+    if offset < handle.start_offset():
+        sp.skip_to(handle.start_offset())
+        offset = sp.first_candidate(now)
+    end = handle.next_offset()
+    chunks, ranges, size = [], [], 0
+    while offset < end and budget > 0 and size < max_bytes:
+        try:
+            result = await handle.fetch(offset, max_bytes=READ_BYTES)
+        except OffsetOutOfRange:
+            sp.skip_to(handle.start_offset())
+            return ErrorCode.none, b"", ()
+        except StorageError as exc:
+            log.warning("kafka: share fetch %s-%d@%d failed: %s", part.name, part.index, offset, exc)
+            return ErrorCode.kafka_storage_error, b"", ()
+        if not result.entries:
+            break
+        for entry in result.entries:
+            if entry.end_offset <= offset:
+                continue
+            got = sp.acquire(member_id, max(entry.base_offset, offset), entry.end_offset, budget, now)
+            if got:
+                try:
+                    batch = part.served(entry)
+                except ConversionError as exc:
+                    log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
+                                part.index, exc)
+                    batch = None
+                if batch is not None:
+                    chunks.append(batch)
+                    size += len(batch)
+                ranges.extend(got)
+                budget -= sum(last - first + 1 for first, last, _ in got)
+            if budget <= 0 or size >= max_bytes:
+                break
+        offset = result.entries[-1].end_offset
+    if ranges:
+        part.topic.traffic.delivered(sp.cursor.name, sum(b - a + 1 for a, b, _ in ranges), size)
+    return ErrorCode.none, b"".join(chunks), tuple(ranges)
+
+
+def _fetch_response(service, cls, out: dict, requested: set, acked: dict, lock_ms):
+    pcls, acls = nested(cls, "PartitionData"), nested(cls, "AcquiredRecords")
+    lcls = nested(cls, "LeaderIdAndEpoch")
+    by_topic: dict = {}
+    for key in sorted(set(out) | requested | set(acked)):
+        code, part, records, ranges = out.get(key, (ErrorCode.none, None, b"", ()))
+        if key not in requested and key not in acked and not ranges and code == ErrorCode.none:
+            continue  # incremental: only what changed
+        by_topic.setdefault(key[0], []).append(make(
+            pcls, partition_index=key[1], error_code=code, error_message=None,
+            acknowledge_error_code=acked.get(key, ErrorCode.none), acknowledge_error_message=None,
+            current_leader=make(lcls, **_leader(service, part)), records=records,
+            acquired_records=tuple(make(acls, first_offset=a, last_offset=b, delivery_count=c) for a, b, c in ranges)))
+    tcls = nested(cls, "ShareFetchableTopicResponse")
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                acquisition_lock_timeout=lock_ms,
+                responses=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                node_endpoints=_endpoints(service, cls))
+
+
+# -- ShareAcknowledge ------------------------------------------------------------------------------
+async def handle_share_acknowledge(conn, head, req):
+    service = conn.service
+    shares = service.share_groups
+    cls = response_schema(head.api_key, head.api_version)
+
+    def fail(code: ErrorCode, message: str | None = None):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=message, responses=(),
+                    node_endpoints=())
+
+    if not req.group_id or not req.member_id:
+        return fail(ErrorCode.invalid_request, "group id and member id are required")
+    if req.share_session_epoch == OPEN_SESSION:
+        return fail(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session")
+    _, error = _session(shares, req)
+    if error != ErrorCode.none:
+        return fail(error)
+    settings = await shares.settings()
+    names = await _names(service.catalog, [t.topic_id for t in req.topics])
+    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings)
+    if req.share_session_epoch == CLOSE_SESSION:
+        shares.close_session(req.group_id, req.member_id)
+    pcls, lcls = nested(cls, "PartitionData"), nested(cls, "LeaderIdAndEpoch")
+    by_topic: dict = {}
+    for (topic_id, index), code in sorted(acked.items()):
+        by_topic.setdefault(topic_id, []).append(make(
+            pcls, partition_index=index, error_code=code, error_message=None,
+            current_leader=make(lcls, leader_id=service.node_id, leader_epoch=-1)))
+    tcls = nested(cls, "ShareAcknowledgeTopicResponse")
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                responses=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+                node_endpoints=_endpoints(service, cls))
+
+
+__all__ = ["handle_share_acknowledge", "handle_share_fetch", "handle_share_group_describe",
+           "handle_share_group_heartbeat"]

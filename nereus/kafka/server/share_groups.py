@@ -1,0 +1,155 @@
+"""The share groups of one broker: memberships, share-partitions and share sessions.
+
+A share group on topic T is a durable subscription on each partition's stream, named
+after the group (the group id itself), so Pulsar's admin lists it with its backlog and
+retention keeps what it has not acknowledged. Kafka acknowledgements are individual
+acks on that cursor (``share_partition.py``); the cursor is persisted before an
+acknowledgement is answered. The share-partitions of a partition live on the broker
+serving it, memberships on the group's coordinator.
+
+Share sessions (KIP-932) are per (group, member) on this broker: epoch 0 opens one
+(replacing and releasing the previous), each request carries the next epoch, -1 closes
+it and releases what the member still holds.
+
+Broker configs (dynamic, ``IncrementalAlterConfigs`` on the broker):
+``group.share.record.lock.duration.ms`` (30 s), ``group.share.delivery.count.limit``
+(5), ``group.share.partition.max.record.locks`` (2000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ...ledger.cursor import Cursor
+from ...ledger.errors import CursorFenced
+from . import config_defs as defs
+from .share_group import ShareGroupState
+from .share_partition import SharePartition
+
+log = logging.getLogger(__name__)
+
+LOCK_DURATION = "group.share.record.lock.duration.ms"
+DELIVERY_LIMIT = "group.share.delivery.count.limit"
+MAX_LOCKS = "group.share.partition.max.record.locks"
+MAX_SESSION_EPOCH = 0x7FFFFFFF
+
+
+@dataclass
+class ShareSession:
+    epoch: int = 1  # the epoch the next request must carry
+    partitions: set[tuple[str, int]] = field(default_factory=set)  # (topic name, partition)
+
+
+@dataclass
+class ShareSettings:
+    lock_seconds: float
+    delivery_limit: int
+    max_locks: int
+
+
+class ShareGroups:
+    """Share groups as seen by one broker."""
+
+    def __init__(self, service, clock=time.monotonic) -> None:
+        self.service = service
+        self.clock = clock
+        self.groups: dict[str, ShareGroupState] = {}
+        self.partitions: dict[tuple[str, str, int], tuple[int, SharePartition]] = {}  # -> (stream id, state)
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._loading: dict[tuple[str, str, int], asyncio.Lock] = {}
+        self._changed = asyncio.Event()
+
+    # -- settings and wake-ups ------------------------------------------------------------------
+    async def settings(self) -> ShareSettings:
+        resolved = defs.resolve_broker(await self.service.configs.broker_layers())
+        return ShareSettings(int(resolved[LOCK_DURATION].value) / 1000, int(resolved[DELIVERY_LIMIT].value),
+                             int(resolved[MAX_LOCKS].value))
+
+    def notify(self) -> None:
+        """Records may have become available (released, expired, a member left): wake long polls."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def changed(self) -> asyncio.Event:
+        return self._changed
+
+    # -- memberships ---------------------------------------------------------------------------
+    def group(self, group_id: str) -> ShareGroupState:
+        state = self.groups.get(group_id)
+        if state is None:
+            state = self.groups[group_id] = ShareGroupState(group_id)
+        return state
+
+    def member_gone(self, group_id: str, member_id: str) -> None:
+        """A member left or timed out: its session ends and what it holds is released."""
+        self.sessions.pop((group_id, member_id), None)
+        for (group, _, _), (_, sp) in self.partitions.items():
+            if group == group_id and sp.release_member(member_id):
+                self.notify()
+
+    # -- share-partitions ------------------------------------------------------------------------
+    async def share_partition(self, group_id: str, topic: str, part, settings: ShareSettings) -> SharePartition:
+        """The share-partition of ``group_id`` on the loaded partition ``part``, its cursor opened."""
+        key = (group_id, topic, part.index)
+        lock = self._loading.setdefault(key, asyncio.Lock())
+        async with lock:
+            held = self.partitions.get(key)
+            stream_id = part.handle.stream_id
+            if held is None or held[0] != stream_id or held[1].cursor.fenced:
+                cursor, created = await Cursor.open(
+                    self.service.meta, stream_id, group_id, initial=part.handle.next_offset(),
+                    properties={"kafka.share.group": group_id}, objects=self.service.storage.objects)
+                if created:
+                    log.info("kafka: share group %s subscribed to %s-%d at offset %d", group_id, topic, part.index,
+                             cursor.acks.acked_below)
+                held = self.partitions[key] = (stream_id, SharePartition(
+                    cursor, lock_seconds=settings.lock_seconds, delivery_limit=settings.delivery_limit))
+            sp = held[1]
+            sp.lock_seconds, sp.delivery_limit, sp.max_in_flight = (settings.lock_seconds, settings.delivery_limit,
+                                                                    settings.max_locks)
+            return sp
+
+    async def persist(self, sps: list[SharePartition]) -> None:
+        """Make the acknowledgements on ``sps`` durable; a fenced cursor is reloaded on next use."""
+        results = await asyncio.gather(*(sp.cursor.persist() for sp in sps if sp.cursor.dirty),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, CursorFenced):
+                log.warning("kafka: %s; the share-partition is reloaded", result)
+                raise result
+            if isinstance(result, BaseException):
+                raise result
+
+    def held_by(self, group_id: str, member_id: str) -> list[SharePartition]:
+        return [sp for (g, _, _), (_, sp) in self.partitions.items()
+                if g == group_id and any(f.member == member_id for f in sp.in_flight.values())]
+
+    # -- share sessions ---------------------------------------------------------------------------
+    def open_session(self, group_id: str, member_id: str) -> ShareSession:
+        if (group_id, member_id) in self.sessions:
+            self.member_gone(group_id, member_id)
+        session = self.sessions[(group_id, member_id)] = ShareSession()
+        return session
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        self.member_gone(group_id, member_id)
+
+    async def close(self) -> None:
+        """Persist what was acknowledged (the locks are given up: their records are redelivered)."""
+        try:
+            await self.persist([sp for _, sp in self.partitions.values()])
+        except Exception:
+            log.exception("kafka: share group cursors not persisted at stop")
+        self.partitions.clear()
+        self.sessions.clear()
+
+
+def next_epoch(epoch: int) -> int:
+    return 1 if epoch >= MAX_SESSION_EPOCH else epoch + 1
+
+
+__all__ = ["DELIVERY_LIMIT", "LOCK_DURATION", "MAX_LOCKS", "ShareGroups", "ShareSession",
+           "ShareSettings", "next_epoch"]
