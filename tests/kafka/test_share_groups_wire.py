@@ -104,6 +104,8 @@ def test_sessions_acknowledgement_types_and_record_states(broker, topic, group):
         assert [(tp.topic_id, tp.partitions) for tp in hb.assignment.topic_partitions] == [(topic_id, (0,))]
         (described,) = raw.request(77, 1, group_ids=(group,), include_authorized_operations=False).groups
         assert (described.group_state, [m.member_id for m in described.members]) == ("Stable", ["m1"])
+        listed = {g.group_id: g for g in raw.request(16, 4, states_filter=()).groups}
+        assert (listed[group].protocol_type, listed[group].group_state) == ("share", "Stable")
 
         assert share_fetch(raw, group, "m1", 1, topic_id).error_code == ErrorCode.share_session_not_found
         m1 = Member(raw, group, "m1", topic_id)

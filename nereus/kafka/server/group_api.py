@@ -238,6 +238,12 @@ async def handle_list_groups(conn, head, req):
               if (not states or g.state in states) and is_coordinator(conn.service, g.group_id)]
     listed = tuple(make(nested(cls, "ListedGroup"), group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
                         group_state=g.state, group_type=g.group_type) for g in groups)
+    types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
+    if not types or "share" in types:  # share groups (KIP-932) live in this broker's memory
+        listed += tuple(make(nested(cls, "ListedGroup"), group_id=gid, protocol_type="share", group_state=g.state,
+                             group_type="share")
+                        for gid, g in sorted(conn.service.share_groups.groups.items())
+                        if (not states or g.state in states) and is_coordinator(conn.service, gid))
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 
 

@@ -136,6 +136,24 @@ class ShareGroups:
 
     def close_session(self, group_id: str, member_id: str) -> None:
         self.member_gone(group_id, member_id)
+        self.forget_idle(group_id)
+
+    def forget_idle(self, group_id: str) -> None:
+        """Without sessions here, drop the group's share-partitions that hold nothing unsaved.
+
+        They are reloaded from their cursors on next use.
+        """
+        if any(g == group_id for g, _ in self.sessions):
+            return
+        for key, (_, sp) in list(self.partitions.items()):
+            if key[0] == group_id and not sp.in_flight and not sp.cursor.dirty:
+                del self.partitions[key]
+                lock = self._loading.get(key)
+                if lock is not None and not lock.locked():
+                    del self._loading[key]
+        group = self.groups.get(group_id)
+        if group is not None and not group.members:
+            del self.groups[group_id]
 
     async def close(self) -> None:
         """Persist what was acknowledged (the locks are given up: their records are redelivered)."""
