@@ -25,6 +25,7 @@ from ..meta import cas
 
 TOPIC_CONFIGS_ROOT = "/nereus/kafka/topic-configs/"
 BROKER_CONFIGS_ROOT = "/nereus/kafka/broker-configs/"
+GROUP_CONFIGS_ROOT = "/nereus/kafka/group-configs/"
 _END = "\U0010ffff"
 
 
@@ -112,6 +113,16 @@ async def update_broker_configs(meta, name: str, change: Callable[[dict[str, str
     return await _update(meta, broker_configs_key(name), change)
 
 
-__all__ = ["BROKER_CONFIGS_ROOT", "TOPIC_CONFIGS_ROOT", "all_topic_configs", "broker_configs_key",
-           "delete_topic_configs", "read_broker_configs", "read_topic_configs", "replace_topic_configs", "replication_factors",
-           "topic_configs_key", "update_broker_configs", "update_topic_configs"]
+
+async def read_group_configs(meta, group: str) -> dict[str, str]:
+    """Configs set on Kafka group ``group`` (KIP-848/932 group configs)."""
+    return await _read(meta, GROUP_CONFIGS_ROOT + quote(group, safe=""))
+
+
+async def update_group_configs(meta, group: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict:
+    return await _update(meta, GROUP_CONFIGS_ROOT + quote(group, safe=""), change)
+
+__all__ = ["BROKER_CONFIGS_ROOT", "GROUP_CONFIGS_ROOT", "TOPIC_CONFIGS_ROOT", "all_topic_configs",
+           "broker_configs_key", "delete_topic_configs", "read_broker_configs", "read_group_configs",
+           "read_topic_configs", "replace_topic_configs", "replication_factors", "topic_configs_key",
+           "update_broker_configs", "update_group_configs", "update_topic_configs"]

@@ -239,3 +239,26 @@ def test_expired_lock_redelivers(broker, topic, group, settings):
     finally:
         b.close()
         a.close()
+
+
+def test_group_configs_start_at_the_earliest_record(broker, topic, group):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], request_timeout=TIMEOUT)[res].result(TIMEOUT)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.GROUP, group)])
+    configs = next(iter(described.values())).result(TIMEOUT)
+    assert configs["share.auto.offset.reset"].value == "earliest"
+    assert configs["share.record.lock.duration.ms"].value == "30000"
+    bad = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "sometime", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception, match="sometime"):
+        admin.incremental_alter_configs([bad], request_timeout=TIMEOUT)[bad].result(TIMEOUT)
+
+    produce(broker, topic, 3)  # before the group exists: read all the same
+    c = share_consumer(broker, group, topic)
+    try:
+        got = poll_until(c, lambda got: len(got) >= 3)
+        assert sorted(m.offset() for m in got) == [0, 1, 2]
+    finally:
+        c.close()

@@ -14,6 +14,7 @@ from typing import Callable
 # DescribeConfigs config sources and types (Kafka's ConfigSource / ConfigType ids).
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+GROUP_CONFIG = 8
 TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
             "password": 9}
 INT_MAX, LONG_MAX = (1 << 31) - 1, (1 << 63) - 1
@@ -151,6 +152,19 @@ BROKER_DEFS.update({d.name: d for d in (
 )})
 
 
+# Group configs (Kafka's GroupConfig, for share groups); each defaults to its broker synonym.
+GROUP_DEFS: dict[str, ConfigDef] = {d.name: d for d in (
+    ConfigDef("share.auto.offset.reset", "string", "latest",
+              "Where a share group with no position on a partition starts.", choices=("latest", "earliest")),
+    ConfigDef("share.record.lock.duration.ms", "int", "30000",
+              "How long a share consumer holds a record it acquired.", "group.share.record.lock.duration.ms",
+              low=100, high=3_600_000),
+    ConfigDef("share.delivery.count.limit", "int", "5",
+              "Deliveries of a record before its share group archives it.", "group.share.delivery.count.limit",
+              low=2, high=10),
+)}
+
+
 def validate(defs: dict[str, ConfigDef], name: str, value: str | None, kind: str = "topic") -> str:
     """The value normalised as Kafka stores it; ConfigError when the name or value is not valid."""
     d = defs.get(name)
@@ -228,6 +242,18 @@ def resolve_topic(topic_set: dict[str, str], broker_layers: list[tuple[int, dict
     return out
 
 
+def resolve_group(group_set: dict[str, str], broker_layers: list[tuple[int, dict[str, str]]]) -> dict[str, Resolved]:
+    """Every group config as in force: set on the group, else from its broker synonym, else the default."""
+    out = {}
+    for name, d in GROUP_DEFS.items():
+        chain = [(name, group_set[name], GROUP_CONFIG)] if name in group_set else []
+        chain += [(d.synonym, values[d.synonym], source) for source, values in broker_layers
+                  if d.synonym and d.synonym in values]
+        chain.append((d.synonym or name, d.default, DEFAULT_CONFIG))
+        out[name] = Resolved(name, chain[0][1], chain[0][2], tuple(chain))
+    return out
+
+
 def resolve_broker(broker_layers: list[tuple[int, dict[str, str]]]) -> dict[str, Resolved]:
     """Every broker config as in force, from the layers (best first), else its default."""
     out = {}
@@ -239,5 +265,6 @@ def resolve_broker(broker_layers: list[tuple[int, dict[str, str]]]) -> dict[str,
 
 
 __all__ = ["BROKER_DEFS", "ConfigDef", "ConfigError", "DEFAULT_CONFIG", "DYNAMIC_BROKER_CONFIG",
-           "DYNAMIC_DEFAULT_BROKER_CONFIG", "DYNAMIC_TOPIC_CONFIG", "Resolved", "STATIC_BROKER_CONFIG",
-           "TOPIC_DEFS", "list_items", "resolve_broker", "resolve_topic", "validate"]
+           "DYNAMIC_DEFAULT_BROKER_CONFIG", "DYNAMIC_TOPIC_CONFIG", "GROUP_CONFIG", "GROUP_DEFS", "Resolved",
+           "STATIC_BROKER_CONFIG", "TOPIC_DEFS", "list_items", "resolve_broker", "resolve_group", "resolve_topic",
+           "validate"]

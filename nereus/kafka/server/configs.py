@@ -1,4 +1,4 @@
-"""Topic and broker configs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
+"""Topic, broker and group configs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
 
 What is set lives in the metadata plane (``nereus.topics.topic_configs``: one record
 per topic, one per broker resource, changed by CAS). ``TopicConfigs`` resolves what
@@ -26,7 +26,8 @@ from .config_defs import ConfigError
 log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 1.0
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
+TABLES = {TOPIC: (defs.TOPIC_DEFS, "topic"), BROKER: (defs.BROKER_DEFS, "broker"), GROUP: (defs.GROUP_DEFS, "group")}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -58,6 +59,7 @@ class TopicConfigs:
         self.service = service
         self.listeners: list[Callable[[str], object]] = []
         self._topics: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
+        self._groups: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
         self._layers: tuple[float, list] | None = None
 
     def static(self) -> dict[str, str]:
@@ -92,6 +94,22 @@ class TopicConfigs:
         self._topics[topic] = (now, resolved)
         return resolved
 
+    async def group(self, group_id: str) -> dict[str, defs.Resolved]:
+        """Every group config of ``group_id`` as in force now (cached like a topic's)."""
+        now = time.monotonic()
+        cached = self._groups.get(group_id)
+        if cached is not None and now - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        resolved = defs.resolve_group(await store.read_group_configs(self.service.meta, group_id),
+                                      await self.broker_layers())
+        if len(self._groups) > 10_000:
+            self._groups.clear()
+        self._groups[group_id] = (now, resolved)
+        return resolved
+
+    def group_changed(self, group_id: str) -> None:
+        self._groups.pop(group_id, None)
+
     async def value(self, topic: str, name: str) -> str:
         return (await self.topic(topic))[name].value
 
@@ -99,6 +117,7 @@ class TopicConfigs:
         """Forget what was cached (``None``: a broker config, every topic) and tell the listeners."""
         if topic is None:
             self._topics.clear()
+            self._groups.clear()
             self._layers = None
         else:
             self._topics.pop(topic, None)
@@ -129,6 +148,8 @@ async def handle_describe_configs(conn, head, req):
             elif res.resource_type == BROKER:
                 _broker_name(service, res.resource_name)
                 resolved, table = defs.resolve_broker(await service.configs.broker_layers()), defs.BROKER_DEFS
+            elif res.resource_type == GROUP:
+                resolved, table = await service.configs.group(res.resource_name), defs.GROUP_DEFS
             else:
                 raise ConfigRequestError(ErrorCode.invalid_request,
                                          f"resource type {res.resource_type} is not supported")
@@ -231,6 +252,14 @@ async def _alter(service, resource_type: int, name: str, change, validate_only: 
             await store.update_broker_configs(service.meta, name, change)
             log.info("kafka: dynamic configs of broker %r changed", name)
             service.configs.changed(None)
+    elif resource_type == GROUP:
+        if not name:
+            raise ConfigRequestError(ErrorCode.invalid_request, "the group id is empty")
+        change(dict(await store.read_group_configs(service.meta, name)))
+        if not validate_only:
+            await store.update_group_configs(service.meta, name, change)
+            log.info("kafka: configs of group %s changed", name)
+            service.configs.group_changed(name)
     else:
         raise ConfigRequestError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
 
@@ -249,10 +278,10 @@ async def handle_alter_configs(conn, head, req):
                     raise ConfigRequestError(ErrorCode.invalid_request,
                                              f"Error due to duplicate config keys: {c.name}")
                 given[c.name] = c.value
-            table, kind = (defs.TOPIC_DEFS, "topic") if res.resource_type == TOPIC else (defs.BROKER_DEFS, "broker")
+            table, kind = TABLES.get(res.resource_type, TABLES[BROKER])
             if res.resource_type == BROKER:
                 _check_broker(given)
-            wanted = _validated(table, kind, given) if res.resource_type in (TOPIC, BROKER) else {}
+            wanted = _validated(table, kind, given) if res.resource_type in TABLES else {}
             await _alter(service, res.resource_type, res.resource_name, lambda _old: dict(wanted),
                          req.validate_only, given)
         except ConfigRequestError as exc:
@@ -270,10 +299,10 @@ async def handle_incremental_alter_configs(conn, head, req):
         code, message = ErrorCode.none, None
         try:
             ops = [(c.name, c.config_operation, c.value) for c in res.configs]
-            table, kind = (defs.TOPIC_DEFS, "topic") if res.resource_type == TOPIC else (defs.BROKER_DEFS, "broker")
+            table, kind = TABLES.get(res.resource_type, TABLES[BROKER])
             if res.resource_type == BROKER:
                 _check_broker({n: v for n, _, v in ops})
-            change = _incremental(table, kind, ops) if res.resource_type in (TOPIC, BROKER) else None
+            change = _incremental(table, kind, ops) if res.resource_type in TABLES else None
             await _alter(service, res.resource_type, res.resource_name, change, req.validate_only,
                          {n: v for n, _, v in ops})
         except ConfigRequestError as exc:

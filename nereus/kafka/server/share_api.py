@@ -188,7 +188,7 @@ async def handle_share_fetch(conn, head, req):
     service = conn.service
     shares = service.share_groups
     cls = response_schema(head.api_key, head.api_version)
-    settings = await shares.settings()
+    settings = await shares.settings(req.group_id)
     lock_ms = datetime.timedelta(seconds=settings.lock_seconds)
 
     def fail(code: ErrorCode, message: str | None = None):
@@ -341,7 +341,7 @@ async def handle_share_acknowledge(conn, head, req):
     _, error = _session(shares, req)
     if error != ErrorCode.none:
         return fail(error)
-    settings = await shares.settings()
+    settings = await shares.settings(req.group_id)
     names = await _names(service.catalog, [t.topic_id for t in req.topics])
     acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings)
     if req.share_session_epoch == CLOSE_SESSION:

@@ -13,7 +13,9 @@ it and releases what the member still holds.
 
 Broker configs (dynamic, ``IncrementalAlterConfigs`` on the broker):
 ``group.share.record.lock.duration.ms`` (30 s), ``group.share.delivery.count.limit``
-(5), ``group.share.partition.max.record.locks`` (2000).
+(5), ``group.share.partition.max.record.locks`` (2000); the first two are the defaults
+of the group configs ``share.record.lock.duration.ms`` and ``share.delivery.count.limit``,
+set with ``share.auto.offset.reset`` (``latest``; ``earliest``) on a GROUP resource.
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ from .share_partition import SharePartition
 
 log = logging.getLogger(__name__)
 
-LOCK_DURATION = "group.share.record.lock.duration.ms"
-DELIVERY_LIMIT = "group.share.delivery.count.limit"
 MAX_LOCKS = "group.share.partition.max.record.locks"
 MAX_SESSION_EPOCH = 0x7FFFFFFF
 
@@ -48,6 +48,7 @@ class ShareSettings:
     lock_seconds: float
     delivery_limit: int
     max_locks: int
+    from_earliest: bool = False  # share.auto.offset.reset: where a new share-partition starts
 
 
 class ShareGroups:
@@ -63,10 +64,13 @@ class ShareGroups:
         self._changed = asyncio.Event()
 
     # -- settings and wake-ups ------------------------------------------------------------------
-    async def settings(self) -> ShareSettings:
-        resolved = defs.resolve_broker(await self.service.configs.broker_layers())
-        return ShareSettings(int(resolved[LOCK_DURATION].value) / 1000, int(resolved[DELIVERY_LIMIT].value),
-                             int(resolved[MAX_LOCKS].value))
+    async def settings(self, group_id: str) -> ShareSettings:
+        configs = self.service.configs
+        broker = defs.resolve_broker(await configs.broker_layers())
+        group = await configs.group(group_id)
+        return ShareSettings(int(group["share.record.lock.duration.ms"].value) / 1000,
+                             int(group["share.delivery.count.limit"].value), int(broker[MAX_LOCKS].value),
+                             group["share.auto.offset.reset"].value == "earliest")
 
     def notify(self) -> None:
         """Records may have become available (released, expired, a member left): wake long polls."""
@@ -100,7 +104,8 @@ class ShareGroups:
             stream_id = part.handle.stream_id
             if held is None or held[0] != stream_id or held[1].cursor.fenced:
                 cursor, created = await Cursor.open(
-                    self.service.meta, stream_id, group_id, initial=part.handle.next_offset(),
+                    self.service.meta, stream_id, group_id,
+                    initial=part.handle.start_offset() if settings.from_earliest else part.handle.next_offset(),
                     properties={"kafka.share.group": group_id}, objects=self.service.storage.objects)
                 if created:
                     log.info("kafka: share group %s subscribed to %s-%d at offset %d", group_id, topic, part.index,
@@ -169,5 +174,5 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= MAX_SESSION_EPOCH else epoch + 1
 
 
-__all__ = ["DELIVERY_LIMIT", "LOCK_DURATION", "MAX_LOCKS", "ShareGroups", "ShareSession",
+__all__ = ["MAX_LOCKS", "ShareGroups", "ShareSession",
            "ShareSettings", "next_epoch"]
