@@ -99,3 +99,10 @@ def test_membership_epochs_and_assignment():
                            partitions={}).epoch == -1
     assert set(group.members) == {"b"}
     assert group.expire(now=100) == ["b"] and group.state == "Empty"
+
+
+def test_offsets_without_a_deliverable_record_are_archived():
+    sp = share_partition()
+    sp.archive_fresh(0, 2)  # e.g. transaction markers
+    assert sp.start_offset == 2 and sp.fetched_to == 2
+    assert sp.acquire("a", 0, 4, budget=10, now=0) == [(2, 3, 1)]

@@ -14,6 +14,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from ...ledger.entry import EntryFlags, EntryFormatError, decode_entry
 from ...ledger.errors import CursorFenced
 from ...storage import OffsetOutOfRange, StorageError
 from ...topics.convert import ConversionError
@@ -283,6 +284,9 @@ async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int):
         for entry in result.entries:
             if entry.end_offset <= offset:
                 continue
+            if _is_control(entry):
+                sp.archive_fresh(entry.base_offset, entry.end_offset)
+                continue
             got = sp.acquire(member_id, max(entry.base_offset, offset), entry.end_offset, budget, now)
             if got:
                 try:
@@ -302,6 +306,13 @@ async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int):
     if ranges:
         part.topic.traffic.delivered(sp.cursor.name, sum(b - a + 1 for a, b, _ in ranges), size)
     return ErrorCode.none, b"".join(chunks), tuple(ranges)
+
+
+def _is_control(entry) -> bool:
+    try:
+        return bool(decode_entry(entry.data)[0].flags & EntryFlags.CONTROL)
+    except EntryFormatError:
+        return False
 
 
 def _fetch_response(service, cls, out: dict, requested: set, acked: dict, lock_ms):

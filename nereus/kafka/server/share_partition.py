@@ -133,6 +133,13 @@ class SharePartition:
             offset += 1
         return ranges
 
+    def archive_fresh(self, start: int, end: int) -> None:
+        """Offsets ``[start, end)`` hold no deliverable record (transaction markers): archive them."""
+        start = max(start, self.fetched_to)
+        if start < end:
+            self.cursor.ack(start, end)
+            self.fetched_to = end
+
     def skip_to(self, offset: int) -> None:
         """Records below ``offset`` are gone from the stream (retention): nothing to deliver there."""
         if offset > self.start_offset:
