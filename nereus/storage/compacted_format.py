@@ -32,6 +32,9 @@ from .errors import CorruptObject
 ENTRIES_COLUMN = "_entries"
 ENTRY_RECORDS_COLUMN = "_entry_records"
 META_KEY = b"nereus.compacted"
+# Parquet reports corrupt files as ArrowException or, from its thrift and
+# decompression layers, as plain OSError / ValueError.
+_UNREADABLE = (pa.ArrowException, OSError, ValueError)
 ENTRY_COLUMNS_TYPE = {ENTRIES_COLUMN: pa.list_(pa.binary()), ENTRY_RECORDS_COLUMN: pa.list_(pa.int64())}
 
 
@@ -104,9 +107,12 @@ def read_header(data: bytes | memoryview) -> CompactedHeader:
     try:
         meta = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.metadata or {}
         value = json.loads(meta[META_KEY])
-    except (pa.ArrowException, KeyError, ValueError) as exc:
+        fields = [value[name] for name in ("stream", "first", "records", "entries", "generation")]
+    except (*_UNREADABLE, KeyError, TypeError) as exc:
         raise CorruptObject(f"not a compacted object: {exc}") from None
-    return CompactedHeader(value["stream"], value["first"], value["records"], value["entries"], value["generation"])
+    if not all(type(f) is int and f >= 0 for f in fields):
+        raise CorruptObject(f"compacted object footer has bad values: {value}")
+    return CompactedHeader(*fields)
 
 
 def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
@@ -122,11 +128,14 @@ def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
                             f" expected stream {stream_id} [{first}, +{records})")
     try:
         table = pq.read_table(pa.BufferReader(data), columns=[ENTRIES_COLUMN, ENTRY_RECORDS_COLUMN])
-    except pa.ArrowException as exc:
+        if table.schema != pa.schema(ENTRY_COLUMNS_TYPE.items()).remove_metadata():
+            raise CorruptObject(f"compacted object has entry columns of the wrong types: {table.schema}")
+        blobs = table.column(ENTRIES_COLUMN).combine_chunks().flatten()
+        counts = table.column(ENTRY_RECORDS_COLUMN).combine_chunks().flatten().to_pylist()
+    except _UNREADABLE as exc:
         raise CorruptObject(f"unreadable compacted object: {exc}") from None
-    blobs = table.column(ENTRIES_COLUMN).combine_chunks().flatten()
-    counts = table.column(ENTRY_RECORDS_COLUMN).combine_chunks().flatten().to_pylist()
-    if len(counts) != len(blobs) or len(counts) != header.entries or sum(counts) != records:
+    if (len(counts) != len(blobs) or len(counts) != header.entries or sum(counts) != records
+            or any(c is None or c < 0 for c in counts) or blobs.null_count):
         raise CorruptObject("compacted object: entry counts do not match its footer")
     # as_buffer() is zero-copy: every entry is a view of the column's one data buffer
     # (cast to unsigned bytes: views compare element by element, and Arrow's are signed).

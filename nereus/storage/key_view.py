@@ -154,7 +154,7 @@ def decode_view(stream_id: int, horizon: int, key: str | None, data: bytes | mem
         return KeyView(stream_id, horizon, key)
     try:
         table = pq.read_table(pa.BufferReader(data))
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise CorruptObject(f"unreadable key view {key}: {exc}") from None
     if table.schema.names != SCHEMA.names:
         raise CorruptObject(f"{key} is not a key view")

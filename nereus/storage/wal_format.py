@@ -154,8 +154,8 @@ def decode_directory(data: bytes | memoryview) -> list[SliceLayout]:
     layouts = []
     for i in range(count):
         sid, pos, length = _DIR_ENTRY.unpack_from(directory, i * _DIR_ENTRY.size)
-        if pos + length > dir_start:
-            raise CorruptObject("slice range past the directory")
+        if pos < HEADER_SIZE or length < SLICE_HEADER_SIZE or pos + length > dir_start:
+            raise CorruptObject(f"slice range [{pos}, +{length}) is outside the object's slice area")
         _, hint, entry_count, records, _, _ = _SLICE_HEADER.unpack_from(view, pos)
         layouts.append(SliceLayout(sid, pos, length, entry_count, records, hint))
     return layouts
