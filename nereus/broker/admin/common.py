@@ -79,6 +79,9 @@ async def errors(request: web.Request, handler):
         if exc.owner is not None:
             raise web.HTTPTemporaryRedirect(exc.owner.http_url + str(request.rel_url)) from None
         return web.json_response({"reason": str(exc)}, status=503)
+    except InvalidTopicName as exc:
+        # A name in the path that no topic can have (Pulsar answers 412 too).
+        return web.json_response({"reason": str(exc)}, status=412)
     except web.HTTPException as exc:
         if not request.path.startswith("/admin/") or exc.status < 400:
             raise
