@@ -10,6 +10,7 @@ import json
 import time
 import urllib.request
 
+import pulsar
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
@@ -262,3 +263,34 @@ def test_group_configs_start_at_the_earliest_record(broker, topic, group):
         assert sorted(m.offset() for m in got) == [0, 1, 2]
     finally:
         c.close()
+
+
+def test_a_pulsar_consumer_of_the_subscription_gets_what_the_share_group_left(broker, topic, group):
+    c = share_consumer(broker, group, topic, explicit=True)
+    try:
+        joined(broker, topic, group, c)
+        produce(broker, topic, 4)
+        got = sorted(poll_until(c, lambda got: len(got) >= 4), key=lambda m: m.offset())
+        for m in got:
+            c.acknowledge(m, AcknowledgeType.ACCEPT if m.offset() % 2 == 0 else AcknowledgeType.RELEASE)
+        c.commit_sync(TIMEOUT)
+    finally:
+        c.close()
+    client = pulsar.Client(broker.pulsar_url, operation_timeout_seconds=10, io_threads=1)
+    try:
+        # the accepted records are individual acks on the subscription's cursor (batch-index
+        # acks: a Kafka batch may hold several of them)
+        consumer = client.subscribe(f"persistent://public/default/{topic}", group,
+                                    consumer_type=pulsar.ConsumerType.Shared, batch_index_ack_enabled=True)
+        values = set()
+        for _ in range(2):
+            msg = consumer.receive(timeout_millis=TIMEOUT * 1000)
+            values.add(msg.value())
+            consumer.acknowledge(msg)
+        assert values == {b"m1", b"m3"}
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(timeout_millis=300)
+        consumer.close()
+    finally:
+        client.close()
+    wait_until(lambda: subscription_stats(broker, topic, group)["msgBacklog"] == 0, timeout=TIMEOUT)
