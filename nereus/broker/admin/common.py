@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
-from ...meta import MetadataStore, UnexpectedVersion, cas
+from ...meta import InvalidRequest, MetadataStore, UnexpectedVersion, cas
 from ...topics.policies import POLICIES_ROOT, TENANTS_ROOT, policies_key, tenant_key
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
@@ -82,6 +82,9 @@ async def errors(request: web.Request, handler):
     except InvalidTopicName as exc:
         # A name in the path that no topic can have (Pulsar answers 412 too).
         return web.json_response({"reason": str(exc)}, status=412)
+    except InvalidRequest as exc:
+        # A name the metadata store refuses as a key (e.g. one holding NUL).
+        return web.json_response({"reason": f"invalid name: {exc}"}, status=412)
     except web.HTTPException as exc:
         if not request.path.startswith("/admin/") or exc.status < 400:
             raise

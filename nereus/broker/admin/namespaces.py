@@ -216,7 +216,7 @@ async def set_auto_update_strategy(request: web.Request) -> web.Response:
     """Pulsar's older policy; the schemaCompatibilityStrategy policy wins when both are set."""
     ctx = context(request)
     value = await body(request)
-    if value not in AUTO_UPDATE_STRATEGIES:
+    if not isinstance(value, str) or value not in AUTO_UPDATE_STRATEGIES:
         raise AdminError(400, f"Unknown schema auto update compatibility strategy {value!r} "
                               f"(one of {', '.join(AUTO_UPDATE_STRATEGIES)})")
     await _update(ctx, *_names(request), "schema_auto_update_compatibility_strategy", value)
