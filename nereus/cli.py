@@ -129,6 +129,21 @@ def _broker_options(command):
                      help="... or once there are this many MB of them."),
         click.option("--compaction-monitor-interval", type=click.FloatRange(0), default=60, show_default=True,
                      help="Seconds between checks of the topics' compactionThreshold policies (0: none)."),
+        click.option("--authentication/--no-authentication", default=False, show_default=True,
+                     help="Clients must authenticate (authenticationEnabled)."),
+        click.option("--authentication-providers", default=None,
+                     help="Comma-separated Pulsar provider class names (AuthenticationProviderToken, "
+                          "AuthenticationProviderBasic, AuthenticationProviderTls) or token, basic, tls."),
+        click.option("--token-secret-key", default=None, help="Token HMAC key: file:///path or data:;base64,..."),
+        click.option("--token-public-key", default=None, help="Token RSA/EC public key: file:///path or data:..."),
+        click.option("--token-auth-claim", default="sub", show_default=True, help="Token claim naming the role."),
+        click.option("--basic-auth-conf", default=None, help="htpasswd file (file:///path) or its base64 data."),
+        click.option("--anonymous-user-role", default=None, help="Role of clients that give no credentials."),
+        click.option("--super-user-roles", default=None, help="Comma-separated roles allowed everything."),
+        click.option("--authentication-refresh-check-seconds", type=click.FloatRange(0.1), default=60,
+                     show_default=True, help="Seconds between checks of live connections' credential expiry."),
+        click.option("--authenticate-metrics/--no-authenticate-metrics", default=False, show_default=True,
+                     help="/metrics needs credentials too (authenticateMetricsEndpoint)."),
         click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="Where the compaction worker's output goes (compaction.log). "
                      "Default: DATA_DIR/logs (standalone), ./logs (broker)."),
@@ -199,6 +214,7 @@ def _options_of(kwargs: dict):
 
     listeners, internal, binds = _advertised_listeners(kwargs)
     return BrokerOptions(
+        authentication=_auth_settings(kwargs),
         advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds,
         bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
         kafka_port=kwargs["kafka_port"], advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
@@ -211,6 +227,26 @@ def _options_of(kwargs: dict):
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"])
+
+
+def _auth_settings(kwargs: dict):
+    """The authentication settings, checked now (keys and htpasswd readable) so a mistake stops start-up."""
+    from .auth import AuthConfigError, Authenticator, AuthSettings
+    from .auth.providers import split_list
+
+    settings = AuthSettings(
+        enabled=kwargs["authentication"], providers=split_list(kwargs["authentication_providers"]),
+        token_secret_key=kwargs["token_secret_key"], token_public_key=kwargs["token_public_key"],
+        token_auth_claim=kwargs["token_auth_claim"], basic_auth_conf=kwargs["basic_auth_conf"],
+        anonymous_user_role=kwargs["anonymous_user_role"], super_user_roles=split_list(kwargs["super_user_roles"]),
+        refresh_check_seconds=kwargs["authentication_refresh_check_seconds"],
+        authenticate_metrics=kwargs["authenticate_metrics"])
+    if settings.enabled:
+        try:
+            Authenticator(settings)
+        except AuthConfigError as exc:
+            raise click.ClickException(f"cannot start: {exc}") from None
+    return settings
 
 
 #: The flag and the configuration key that set each listener's port.
@@ -450,6 +486,7 @@ def _report_compaction(report) -> None:
 
 from .admin_cli import admin as _admin  # noqa: E402 (the command group, after the commands above)
 main.add_command(_admin)
+main.add_command(importlib.import_module("nereus.tokens_cli").tokens)  # `nereus tokens`
 
 if __name__ == "__main__":
     main()

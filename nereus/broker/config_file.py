@@ -199,6 +199,18 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("brokerServiceCompactionMonitorIntervalInSeconds", "compaction_monitor_interval", _float,
         doc="Seconds between checks of the compactionThreshold policies (0: none)."),
     Key("logDir", "log_dir", _text, doc="Where the compaction worker's output goes (compaction.log)."),
+    Key("authenticationEnabled", "authentication", _bool, doc="Clients must prove a role (Pulsar and admin HTTP)."),
+    Key("authenticationProviders", "authentication_providers", _text,
+        doc="Pulsar's provider class names (Token, Basic, Tls), comma-separated."),
+    Key("tokenSecretKey", "token_secret_key", _text, doc="HS256 key: file:///path or data:;base64,..."),
+    Key("tokenPublicKey", "token_public_key", _text, doc="RS256/ES256 public key: file:///path or data:;base64,..."),
+    Key("tokenAuthClaim", "token_auth_claim", _text, doc="The token claim naming the role (default sub)."),
+    Key("basicAuthConf", "basic_auth_conf", _text, doc="htpasswd file: file:///path or base64 data."),
+    Key("anonymousUserRole", "anonymous_user_role", _text, doc="Role of clients without credentials."),
+    Key("superUserRoles", "super_user_roles", _text, doc="Roles allowed everything, comma-separated."),
+    Key("authenticationRefreshCheckSeconds", "authentication_refresh_check_seconds", _float,
+        doc="Seconds between checks of connections' credential expiry."),
+    Key("authenticateMetricsEndpoint", "authenticate_metrics", _bool, doc="/metrics needs credentials too."),
 )}
 
 # Pulsar/KoP keys whose concern Nereus handles its own way (metadata plane, object storage,

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..auth import Authenticator, AuthSettings
 from ..kafka.server import KafkaService
 from ..meta import MetadataStore
 from ..objstore import ObjectStore
@@ -65,6 +66,7 @@ class BrokerOptions:
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
     max_message_size: int | None = None  # bytes; None: each protocol's own default
     log_dir: Path | None = None  # the compaction worker's log; default: ./logs
+    authentication: AuthSettings = AuthSettings()  # authenticationEnabled and the providers' settings
 
 
 class PortInUse(OSError):
@@ -166,7 +168,9 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     host = internal.host if internal is not None else advertised(options.bind, options.advertised_address)
     storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}")
     stack.push_async_callback(storage.close)
-    http = await bind_listener("http", options.bind, options.http_port, start_http(options.bind, options.http_port))
+    authenticator = Authenticator(options.authentication) if options.authentication.enabled else None
+    http = await bind_listener("http", options.bind, options.http_port,
+                               start_http(options.bind, options.http_port, authenticator=authenticator))
     stack.push_async_callback(http.cleanup)
     http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
     log.info("http listener on %s:%d (admin REST, lookup, metrics)", options.bind, http_port)
@@ -179,7 +183,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(registry.close)
     sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
-                           registry=registry, **sizes)
+                           registry=registry, authenticator=authenticator, **sizes)
     # Bound now; clients are accepted once the broker registered.
     await bind_listener("pulsar", options.bind, options.pulsar_port, pulsar.start(serve=False))
     stack.push_async_callback(pulsar.stop)

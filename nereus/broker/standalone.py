@@ -147,6 +147,7 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
         args += ["--advertised-address", opts.advertised_address]
     if opts.max_message_size is not None:
         args += ["--max-message-size", str(opts.max_message_size)]
+    args += opts.authentication.as_args()
     return args
 
 

@@ -15,7 +15,7 @@ import time
 
 from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry_command, pb, type_name, wrap
 from ..codec.frames import FRAME_HEADROOM
-from . import consumers, lookup, metrics, producers
+from . import authn, consumers, lookup, metrics, producers
 from .errors import ProtocolViolation
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,12 @@ class ServerConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task] = set()
         self._last_received = time.monotonic()
         self._keepalive: asyncio.TimerHandle | None = None
+        # Authentication (authn.py): the role proven at CONNECT, for authorization.
+        self.role: str | None = None
+        self.identity = None
+        self.supports_auth_refresh = False
+        self.auth_refresh_pending = False
+        self.auth_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -71,6 +77,8 @@ class ServerConnection(asyncio.Protocol):
         self.service.connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
         for producer in list(self.producers.values()):
             producer.detach()
         self.producers.clear()
@@ -166,15 +174,20 @@ class ServerConnection(asyncio.Protocol):
             raise ProtocolViolation("second CONNECT")
         raise ProtocolViolation(f"unsupported command {name}")
 
+    server_version = SERVER_VERSION
+
     def _connect(self, cmd: pb.CommandConnect) -> None:
         self.protocol_version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        if not authn.authenticate_connect(self, cmd):
+            return
         self.connected = True
         log.debug("connection from %s: %s, protocol v%d", self.peer, cmd.client_version, self.protocol_version)
         self.send(wrap(pb.CommandConnected(
             server_version=SERVER_VERSION, protocol_version=self.protocol_version,
             max_message_size=self.service.max_message_size,
-            feature_flags=pb.FeatureFlags(supports_auth_refresh=False, supports_broker_entry_metadata=False,
-                                          supports_partial_producer=True, supports_topic_watchers=False),
+            feature_flags=pb.FeatureFlags(supports_auth_refresh=self.service.authenticator is not None,
+                                          supports_broker_entry_metadata=False, supports_partial_producer=True,
+                                          supports_topic_watchers=False),
         )))
 
 
@@ -203,6 +216,7 @@ async def _unsupported_request(conn: ServerConnection, cmd) -> None:
 _SYNC = {
     "PING": _ping,
     "PONG": _pong,
+    "AUTH_RESPONSE": authn.handle_auth_response,
     "SEND": producers.handle_send,
     "FLOW": consumers.handle_flow,
     "ACK": consumers.handle_ack,

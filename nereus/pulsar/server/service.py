@@ -30,7 +30,7 @@ class PulsarService:
 
     def __init__(self, storage: StreamStorage, meta: MetadataStore, *, host: str = "127.0.0.1", port: int = 6650,
                  advertised_host: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 keepalive: float = 30.0, registry: TopicRegistry | None = None) -> None:
+                 keepalive: float = 30.0, registry: TopicRegistry | None = None, authenticator=None) -> None:
         self.storage = storage
         self.meta = meta
         self._own_registry = registry is None
@@ -40,6 +40,7 @@ class PulsarService:
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self.max_message_size = max_message_size
         self.keepalive = keepalive
+        self.authenticator = authenticator  # nereus.auth.Authenticator; None: authentication disabled
         self.topics: dict[str, PulsarTopic] = {}
         self.connections: set = set()
         self.broker_id = uuid.uuid4().hex[:8]  # makes generated producer names unique across restarts

@@ -1,0 +1,105 @@
+"""Authentication of a Pulsar connection: CONNECT's credentials, and their refresh.
+
+With authentication enabled, CONNECT's ``auth_method_name`` / ``auth_data`` (or the
+verified TLS client certificate) must prove a role before CONNECTED is sent; a refusal
+is an ERROR (AuthenticationError) and the connection closes, as Pulsar's broker does.
+
+Refresh follows Pulsar: every ``authenticationRefreshCheckSeconds`` the connection's
+credentials are checked; once expired, a client that announced ``supports_auth_refresh``
+gets AUTH_CHALLENGE and must answer AUTH_RESPONSE with fresh credentials for the same
+role before the next check; any other client, an invalid answer or no answer closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ...auth import AuthenticationFailed
+from ...auth.providers import certificate_cn
+from ..codec import pb, wrap
+
+log = logging.getLogger(__name__)
+
+#: The challenge data asking a client for fresh credentials (Pulsar's AuthData.REFRESH_AUTH_DATA).
+REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
+#: Pulsar answers a connection-level error with request id -1 (as an unsigned 64-bit value).
+NO_REQUEST = (1 << 64) - 1
+
+
+def _peer_cn(conn) -> str | None:
+    return certificate_cn(conn.transport.get_extra_info("ssl_object") if conn.transport is not None else None)
+
+
+def refuse(conn, reason: str) -> None:
+    """Answer AuthenticationError and close."""
+    log.info("authentication of %s refused: %s", conn.peer, reason)
+    conn.send(wrap(pb.CommandError(request_id=NO_REQUEST, error=pb.AuthenticationError, message=reason)))
+    conn.close()
+
+
+def authenticate_connect(conn, cmd: pb.CommandConnect) -> bool:
+    """Give ``conn`` its role from CONNECT; False when refused (the connection is closing)."""
+    authenticator = conn.service.authenticator
+    if authenticator is None:
+        return True
+    try:
+        identity = authenticator.authenticate(cmd.auth_method_name, cmd.auth_data, peer_cn=_peer_cn(conn))
+    except AuthenticationFailed as exc:
+        refuse(conn, f"Unable to authenticate: {exc}")
+        return False
+    conn.identity, conn.role = identity, identity.role
+    conn.supports_auth_refresh = cmd.feature_flags.supports_auth_refresh
+    if identity.expires_at is not None:
+        _arm(conn)
+    log.debug("connection from %s authenticated as %s (%s)", conn.peer, identity.role, identity.method)
+    return True
+
+
+def _arm(conn) -> None:
+    interval = conn.service.authenticator.settings.refresh_check_seconds
+    conn.auth_timer = asyncio.get_running_loop().call_later(interval, _check, conn)
+
+
+def _check(conn) -> None:
+    if conn.closed:
+        return
+    if conn.auth_refresh_pending:
+        log.info("closing connection from %s: no fresh credentials after the refresh challenge", conn.peer)
+        conn.close()
+        return
+    expires_at = conn.identity.expires_at
+    if expires_at is not None and expires_at <= time.time():
+        if not conn.supports_auth_refresh:
+            log.info("closing connection from %s: its credentials expired", conn.peer)
+            conn.close()
+            return
+        conn.auth_refresh_pending = True
+        conn.send(wrap(pb.CommandAuthChallenge(
+            server_version=conn.server_version, protocol_version=conn.protocol_version,
+            challenge=pb.AuthData(auth_method_name=conn.identity.method, auth_data=REFRESH_AUTH_DATA))))
+    _arm(conn)
+
+
+def handle_auth_response(conn, frame) -> None:
+    """AUTH_RESPONSE: fresh credentials for the connection's role."""
+    cmd: pb.CommandAuthResponse = frame.body
+    authenticator = conn.service.authenticator
+    if authenticator is None or conn.identity is None:
+        refuse(conn, "authentication is not enabled on this broker")
+        return
+    method = cmd.response.auth_method_name or conn.identity.method
+    try:
+        identity = authenticator.authenticate(method, cmd.response.auth_data, peer_cn=_peer_cn(conn))
+    except AuthenticationFailed as exc:
+        refuse(conn, f"Unable to refresh authentication: {exc}")
+        return
+    if identity.role != conn.role:
+        refuse(conn, f"the role cannot change when credentials are refreshed ({conn.role} -> {identity.role})")
+        return
+    conn.identity, conn.auth_refresh_pending = identity, False
+    log.debug("connection from %s refreshed its credentials", conn.peer)
+
+
+__all__ = ["REFRESH_AUTH_DATA", "authenticate_connect", "handle_auth_response", "refuse"]

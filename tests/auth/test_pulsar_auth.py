@@ -1,0 +1,232 @@
+"""Token and basic authentication of a real standalone, with the official Pulsar client and the admin CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pulsar
+import pytest
+
+from nereus.auth.htpasswd import apr1
+from nereus.auth.tokens import create_secret_key, create_token
+from nereus.pulsar.codec import FrameDecoder, encode_command, pb, type_name, wrap
+from tests.standalone_process import Standalone
+
+NEREUS = [sys.executable, "-m", "nereus.cli"]
+PROVIDERS = ("org.apache.pulsar.broker.authentication.AuthenticationProviderToken,"
+             "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic")
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([*NEREUS, *args], capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"nereus {' '.join(args)} failed: {result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("auth")
+    _cli("tokens", "create-secret-key", "--output", str(root / "secret.key"))
+    (root / "htpasswd").write_text(f"ann:{apr1(b'ann-pw', b'q1w2e3r4')}\n")
+    config = root / "standalone.conf"
+    config.write_text(f"authenticationEnabled=true\nauthenticationProviders={PROVIDERS}\n"
+                      f"tokenSecretKey=file://{root / 'secret.key'}\nbasicAuthConf=file://{root / 'htpasswd'}\n"
+                      "superUserRoles=admin\nauthenticationRefreshCheckSeconds=0.5\n")
+    node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
+    node.start()
+    node.secret = (root / "secret.key").read_bytes()
+    node.key_url = f"file://{root / 'secret.key'}"
+    yield node
+    node.stop()
+
+
+def _token(node, role: str, **kwargs) -> str:
+    return create_token(role, secret_key=node.secret, **kwargs)
+
+
+def _round_trip(node, auth, topic: str) -> None:
+    client = pulsar.Client(node.url, authentication=auth, operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        client.create_producer(topic).send(b"hello")
+        assert consumer.receive(timeout_millis=10000).data() == b"hello"
+    finally:
+        client.close()
+
+
+def _refused(node, auth, topic: str) -> None:
+    # The C++-based client drops a connection whose CONNECT is answered by an ERROR and retries until
+    # its operation timeout (it does the same against Pulsar): what it raises depends on its version.
+    client = pulsar.Client(node.url, authentication=auth, operation_timeout_seconds=3)
+    try:
+        with pytest.raises((pulsar.AuthenticationError, pulsar.Timeout, pulsar.ConnectError)):
+            client.create_producer(topic)
+    finally:
+        client.close()
+
+
+def _connect_error(node, method: str, data: bytes) -> pb.CommandError:
+    """The broker's answer to a CONNECT with these credentials, read off the wire."""
+    sock = socket.create_connection(("127.0.0.1", node.pulsar_port), timeout=15)
+    with sock:
+        sock.sendall(encode_command(wrap(pb.CommandConnect(client_version="raw", protocol_version=21,
+                                                           auth_method_name=method, auth_data=data))))
+        decoder = FrameDecoder(1 << 20)
+        frames = []
+        while chunk := sock.recv(65536):
+            decoder.receive_data(chunk)
+            while (frame := decoder.next_frame()) is not None:
+                frames.append(frame)
+    assert [type_name(f.type) for f in frames] == ["ERROR"], "expected one ERROR, then the connection closed"
+    return frames[0].body
+
+
+def _topics(node) -> list[str]:
+    request = urllib.request.Request(f"{node.http}/admin/v2/persistent/public/default",
+                                     headers={"Authorization": f"Bearer {_token(node, 'admin')}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_token_accepted(server):
+    _round_trip(server, pulsar.AuthenticationToken(_token(server, "alice")), "tok-ok")
+
+
+def test_wrong_signature_expired_and_missing_credentials_refused_and_nothing_written(server):
+    forged = create_token("alice", secret_key=create_secret_key())
+    expired = _token(server, "alice", claims={"exp": int(time.time()) - 10})
+    _refused(server, pulsar.AuthenticationToken(forged), "tok-forged")
+    _refused(server, pulsar.AuthenticationToken(expired), "tok-expired")
+    _refused(server, None, "tok-anonymous")
+    for method, data in (("token", forged.encode()), ("token", expired.encode()), ("", b""),
+                         ("basic", b"ann:wrong"), ("sasl", b"x")):
+        assert _connect_error(server, method, data).error == pb.AuthenticationError
+    written = _topics(server)
+    for topic in ("tok-forged", "tok-expired", "tok-anonymous"):
+        assert f"persistent://public/default/{topic}" not in written
+
+
+def test_basic_accepted(server):
+    _round_trip(server, pulsar.AuthenticationBasic("ann", "ann-pw"), "basic-ok")
+
+
+def test_token_refreshed_on_a_live_connection(server):
+    """A supplier of short-lived tokens keeps its connection across expiries (AUTH_CHALLENGE/AUTH_RESPONSE)."""
+    issued = []
+
+    def supplier() -> str:
+        issued.append(time.time())
+        return _token(server, "alice", expires_in=1)
+
+    client = pulsar.Client(server.url, authentication=pulsar.AuthenticationToken(supplier),
+                           operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer("tok-refresh")
+        deadline = time.monotonic() + 30
+        while len(issued) < 3 and time.monotonic() < deadline:
+            producer.send(b"x")
+            time.sleep(0.2)
+        assert len(issued) >= 3, "the broker never challenged the expiring token"
+        producer.send(b"still-connected")
+    finally:
+        client.close()
+
+
+def _connect_raw(node, token: str, *, refresh: bool) -> tuple[socket.socket, FrameDecoder]:
+    sock = socket.create_connection(("127.0.0.1", node.pulsar_port), timeout=15)
+    sock.sendall(encode_command(wrap(pb.CommandConnect(
+        client_version="raw", protocol_version=21, auth_method_name="token", auth_data=token.encode(),
+        feature_flags=pb.FeatureFlags(supports_auth_refresh=refresh)))))
+    decoder = FrameDecoder(1 << 20)
+    return sock, decoder
+
+
+def _frames_until_closed(sock: socket.socket, decoder: FrameDecoder) -> list[str]:
+    names = []
+    while data := sock.recv(65536):
+        decoder.receive_data(data)
+        while (frame := decoder.next_frame()) is not None:
+            names.append(type_name(frame.type))
+            if names[-1] == "AUTH_CHALLENGE":
+                assert frame.body.challenge.auth_method_name == "token"
+                # answer with the same, now expired, token: the broker must refuse it
+                sock.sendall(encode_command(wrap(pb.CommandAuthResponse(
+                    protocol_version=21, response=pb.AuthData(auth_method_name="token",
+                                                              auth_data=frame.body.challenge.auth_data)))))
+    return names
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+def test_expired_token_without_refresh_closes_the_connection(server, refresh):
+    sock, decoder = _connect_raw(server, _token(server, "alice", expires_in=1), refresh=refresh)
+    with sock:
+        names = _frames_until_closed(sock, decoder)
+    assert names[0] == "CONNECTED"
+    assert ("AUTH_CHALLENGE" in names) == refresh
+
+
+def test_admin_needs_credentials(server):
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{server.http}/admin/v2/tenants", timeout=10)
+    assert refused.value.code == 401
+    assert "reason" in json.loads(refused.value.read())
+    url = ["admin", "--url", server.http]
+    assert "public" in _cli(*url, "--token", _token(server, "admin"), "tenants", "list").stdout
+    basic = json.dumps({"userId": "ann", "password": "ann-pw"})
+    assert "public" in _cli(*url, "--auth-plugin", "basic", "--auth-params", basic, "tenants", "list").stdout
+    denied = _cli(*url, "tenants", "list", check=False)
+    output = (denied.stderr + denied.stdout).lower()
+    assert denied.returncode != 0 and ("401" in output or "unauthorized" in output)
+    forged = _cli(*url, "--token", create_token("admin", secret_key=create_secret_key()), "tenants", "list",
+                  check=False)
+    assert forged.returncode != 0
+    assert server.metrics()  # /metrics stays open (authenticateMetricsEndpoint=false)
+
+
+def test_anonymous_role(tmp_path):
+    key = base64.b64encode(create_secret_key()).decode()
+    node = Standalone(tmp_path / "data", ["--compaction-interval", "0", "--authentication",
+                                          "--authentication-providers", "token", "--token-secret-key",
+                                          f"data:;base64,{key}", "--anonymous-user-role", "guest"])
+    node.start()
+    try:
+        _round_trip(node, None, "anon-ok")
+        request = urllib.request.urlopen(f"{node.http}/admin/v2/tenants", timeout=10)
+        assert "public" in json.loads(request.read())
+    finally:
+        node.stop()
+
+
+def test_unknown_provider_refused_at_start(tmp_path):
+    result = _cli("standalone", "--data-dir", str(tmp_path / "d"), "--authentication", "--authentication-providers",
+                  "org.apache.pulsar.broker.authentication.AuthenticationProviderKerberos", check=False)
+    assert result.returncode == 1
+    assert "AuthenticationProviderKerberos" in result.stderr
+
+
+def test_tokens_command_round_trips(tmp_path):
+    secret = tmp_path / "secret.key"
+    _cli("tokens", "create-secret-key", "--output", str(secret))
+    assert len(secret.read_bytes()) == 32
+    token = _cli("tokens", "create", "--subject", "alice", "--secret-key", f"file://{secret}",
+                 "--expiry-time", "1h").stdout.strip()
+    assert json.loads(_cli("tokens", "validate", token, "--secret-key", f"file://{secret}").stdout)["sub"] == "alice"
+    shown = _cli("tokens", "show", token).stdout.split("---")
+    assert json.loads(shown[0]) == {"alg": "HS256"} and json.loads(shown[1])["sub"] == "alice"
+    other = tmp_path / "other.key"
+    _cli("tokens", "create-secret-key", "--output", str(other))
+    assert _cli("tokens", "validate", token, "--secret-key", f"file://{other}", check=False).returncode == 1
+    private, public = tmp_path / "private.key", tmp_path / "public.key"
+    _cli("tokens", "create-key-pair", "--signature-algorithm", "RS256", "--output-private-key", str(private),
+         "--output-public-key", str(public))
+    signed = _cli("tokens", "create", "-s", "bob", "--private-key", f"file://{private}").stdout.strip()
+    assert json.loads(_cli("tokens", "show", signed).stdout.split("---")[0])["alg"] == "RS256"
+    assert json.loads(_cli("tokens", "validate", signed, "--public-key", f"file://{public}").stdout)["sub"] == "bob"
