@@ -85,6 +85,23 @@ def _broker_options(command):
         click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True),
         click.option("--pulsar-port", type=click.IntRange(0, 65535), default=6650, show_default=True),
         click.option("--kafka-port", type=click.IntRange(0, 65535), default=9092, show_default=True),
+        click.option("--pulsar-tls-port", type=click.IntRange(0, 65535), default=None,
+                     help="Pulsar over TLS (pulsar+ssl://; Pulsar's usual 6651). Default: none."),
+        click.option("--https-port", type=click.IntRange(0, 65535), default=None,
+                     help="HTTPS admin REST API, lookup and metrics (Pulsar's usual 8443). Default: none."),
+        click.option("--kafka-ssl-port", type=click.IntRange(0, 65535), default=None,
+                     help="Kafka SSL listener (security.protocol=SSL). Default: none."),
+        click.option("--tls-cert-file", type=click.Path(dir_okay=False), default=None,
+                     help="PEM certificate (chain) of every TLS listener (tlsCertificateFilePath)."),
+        click.option("--tls-key-file", type=click.Path(dir_okay=False), default=None,
+                     help="PEM private key of --tls-cert-file (tlsKeyFilePath)."),
+        click.option("--tls-trust-certs-file", type=click.Path(dir_okay=False), default=None,
+                     help="PEM CA certificates client certificates are verified against (tlsTrustCertsFilePath)."),
+        click.option("--tls-allow-insecure/--no-tls-allow-insecure", default=False, show_default=True,
+                     help="Ask TLS clients for no certificate (tlsAllowInsecureConnection)."),
+        click.option("--tls-require-client-cert/--no-tls-require-client-cert", default=False, show_default=True,
+                     help="Refuse TLS clients without a certificate signed by --tls-trust-certs-file "
+                          "(tlsRequireTrustedClientCertOnConnect)."),
         click.option("--advertised-address", default=None,
                      help="Host name clients are told to use (default: the bind address)."),
         click.option("--advertised-listeners", default=None,
@@ -209,12 +226,28 @@ def _advertised_listeners(kwargs: dict) -> tuple:
         raise click.UsageError(f"--bind-addresses: {exc}") from None
 
 
+def _tls_of(kwargs: dict):
+    from .tls import TlsConfigError, TlsOptions
+
+    tls = TlsOptions(cert_file=kwargs["tls_cert_file"], key_file=kwargs["tls_key_file"],
+                     trust_file=kwargs["tls_trust_certs_file"], allow_insecure=kwargs["tls_allow_insecure"],
+                     require_client_cert=kwargs["tls_require_client_cert"])
+    if any(kwargs[name] is not None for name in ("pulsar_tls_port", "https_port", "kafka_ssl_port")):
+        try:  # the files are read now: a wrong path is one line, before anything starts
+            tls.server_context()
+        except TlsConfigError as exc:
+            raise click.ClickException(f"cannot start: {exc}") from None
+    return tls
+
+
 def _options_of(kwargs: dict):
     from .broker.node import BrokerOptions
 
     listeners, internal, binds = _advertised_listeners(kwargs)
     return BrokerOptions(
         authentication=_auth_settings(kwargs),
+        pulsar_tls_port=kwargs["pulsar_tls_port"], http_tls_port=kwargs["https_port"],
+        kafka_ssl_port=kwargs["kafka_ssl_port"], tls=_tls_of(kwargs),
         advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds,
         bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
         kafka_port=kwargs["kafka_port"], advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
@@ -249,10 +282,22 @@ def _auth_settings(kwargs: dict):
     return settings
 
 
+def _metadata_trust(url: str, trust_file: str | None) -> str:
+    """An ``oxia+tls://`` URL naming no CA trusts the broker's own (tlsTrustCertsFilePath), as Pulsar's
+    broker client does."""
+    if not trust_file or not url.startswith("oxia+tls://") or "trust=" in url.partition("?")[2]:
+        return url
+    from urllib.parse import quote
+
+    return f"{url}{'&' if '?' in url else '?'}trust={quote(str(Path(trust_file).resolve()))}"
+
+
 #: The flag and the configuration key that set each listener's port.
 LISTENER_SETTINGS = {"http": "--http-port (webServicePort)", "pulsar": "--pulsar-port (brokerServicePort)",
                      "bind-address": "--bind-addresses (bindAddresses)",
-                     "kafka": "--kafka-port (kafkaListeners)", "oxia": "--oxia-port (oxiaPort)"}
+                     "kafka": "--kafka-port (kafkaListeners)", "oxia": "--oxia-port (oxiaPort)",
+                     "pulsar-tls": "--pulsar-tls-port (brokerServicePortTls)",
+                     "https": "--https-port (webServicePortTls)", "kafka-ssl": "--kafka-ssl-port (kafkaListeners)"}
 
 
 def _check_object_store(url: str) -> None:
@@ -346,7 +391,8 @@ def standalone(**kwargs) -> None:
 
 @main.command()
 @click.option("--metadata", default=None,
-              help="The cluster's metadata service: oxia://host:port[/namespace] (required; or metadataStoreUrl).")
+              help="The cluster's metadata service: oxia://host:port[/namespace], or oxia+tls://...[?trust=CA_FILE"
+                   "&cert=FILE&key=FILE] (required; or metadataStoreUrl).")
 @click.option("--object-store", default=None, help="The cluster's object store: s3://bucket/prefix?... or a "
               "file:// directory every broker shares (required; or objectStoreUrl).")
 @click.option("--metadata-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
@@ -363,8 +409,10 @@ def broker(**kwargs) -> None:
                              (object_store, "--object-store", "objectStoreUrl")):
         if not value:
             raise click.UsageError(f"{flag} (or {key} in the --config file) is required")
-    if not metadata.startswith("oxia://"):
-        raise click.UsageError(f"--metadata must be an oxia://host:port[/namespace] URL, not {metadata!r}")
+    if not metadata.startswith(("oxia://", "oxia+tls://")):
+        raise click.UsageError(f"--metadata must be an oxia://host:port[/namespace] (or oxia+tls://) URL, "
+                               f"not {metadata!r}")
+    metadata = _metadata_trust(metadata, kwargs["tls_trust_certs_file"])
     if object_store.startswith("memory:"):
         raise click.ClickException("a memory:// object store cannot be shared by brokers; use file:// or s3://")
     _check_object_store(object_store)
@@ -385,21 +433,35 @@ def broker(**kwargs) -> None:
               help="A namespace to serve besides default (repeatable).")
 @click.option("--max-namespaces", type=click.IntRange(0), default=16, show_default=True,
               help="Namespaces clients may create on demand (beyond default, --namespace and earlier ones).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Serve TLS only, with this PEM certificate (clients use oxia+tls://).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM private key of --tls-cert.")
+@click.option("--tls-trust", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM CA certificates: clients must present a certificate one of them signed.")
 @_log_level_option
 def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: str | None,
-         namespaces: tuple[str, ...], max_namespaces: int) -> None:
+         namespaces: tuple[str, ...], max_namespaces: int, tls_cert: str | None, tls_key: str | None,
+         tls_trust: str | None) -> None:
     """Serve the metadata engine over Oxia's client protocol (gRPC)."""
     import errno
 
     from .broker.data_lock import DataDirLocked, lock_data_dir
+    from .meta.errors import InvalidRequest
     from .meta.oxia.server import serve
+    from .meta.oxia.tls import OxiaTls
 
+    if (tls_cert is None) != (tls_key is None) or (tls_trust and not tls_cert):
+        raise click.UsageError("--tls-cert and --tls-key go together (and --tls-trust needs them)")
+    tls = OxiaTls(tls_cert, tls_key, tls_trust) if tls_cert else None
     try:
         lock_data_dir(data_dir)
         _run(serve(str(data_dir), bind, port, shards, advertised_address, namespaces=namespaces,
-                   max_namespaces=max_namespaces))
+                   max_namespaces=max_namespaces, tls=tls))
     except KeyboardInterrupt:
         return
+    except InvalidRequest as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
     except DataDirLocked as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
     except OSError as exc:

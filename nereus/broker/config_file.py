@@ -123,21 +123,31 @@ def _millis(text: str) -> float:
     return _float(text) / 1000.0
 
 
-def _listener(text: str) -> tuple[str, int]:
-    """KoP's ``kafkaListeners``: ``PLAINTEXT://host:port`` (one PLAINTEXT listener)."""
-    listeners = [item.strip() for item in text.split(",") if item.strip()]
-    plain = []
-    for item in listeners:
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _listeners(text: str) -> dict[str, tuple[str, int]]:
+    """KoP's ``kafkaListeners``: ``PLAINTEXT://host:port,SSL://host:port`` -> {protocol: (host, port)}."""
+    out: dict[str, tuple[str, int]] = {}
+    for item in (item.strip() for item in text.split(",")):
+        if not item:
+            continue
         match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)", item)
         if match is None:
-            raise ValueError("expected PLAINTEXT://host:port")
-        if match.group(1).upper() == "PLAINTEXT":
-            plain.append((match.group(2).strip("[]"), int(match.group(3))))
-    if len(plain) != 1:
-        raise ValueError("expected exactly one PLAINTEXT://host:port listener (TLS and SASL are not supported)")
-    if not 0 <= plain[0][1] <= 65535:
-        raise ValueError("port out of range")
-    return plain[0]
+            raise ValueError(f"{item!r}: expected PROTOCOL://host:port (PLAINTEXT, SSL)")
+        protocol, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
+        if protocol not in KAFKA_PROTOCOLS:
+            raise ValueError(f"{item!r}: unknown security protocol (expected one of {', '.join(KAFKA_PROTOCOLS)})")
+        if protocol.startswith("SASL_"):
+            raise ValueError(f"{item!r}: {protocol} listeners are not supported yet (PLAINTEXT and SSL are)")
+        if protocol in out:
+            raise ValueError(f"more than one {protocol} listener")
+        if not 0 <= port <= 65535:
+            raise ValueError("port out of range")
+        out[protocol] = (host, port)
+    if "PLAINTEXT" not in out:
+        raise ValueError("expected a PLAINTEXT://host:port listener (besides any SSL one)")
+    return out
 
 
 def _creation_type(text: str) -> str:
@@ -166,8 +176,18 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("bindAddresses", "bind_addresses", _text, doc="listener:pulsar://host:port,... more Pulsar ports to bind."),
     Key("webServicePort", "http_port", _int, doc="HTTP port (admin REST API, metrics)."),
     Key("brokerServicePort", "pulsar_port", _int, doc="Pulsar binary protocol port."),
-    Key("kafkaListeners", None, _listener, doc="KoP: PLAINTEXT://host:port of the Kafka listener."),
-    Key("kafkaAdvertisedListeners", None, _listener, doc="KoP: PLAINTEXT://host:port told to Kafka clients."),
+    Key("kafkaListeners", None, _listeners, doc="KoP: PLAINTEXT://host:port[,SSL://host:port] Kafka listeners."),
+    Key("kafkaAdvertisedListeners", None, _listeners, doc="KoP: PLAINTEXT://host:port told to Kafka clients."),
+    Key("brokerServicePortTls", "pulsar_tls_port", _int, doc="Pulsar binary protocol over TLS (pulsar+ssl://)."),
+    Key("webServicePortTls", "https_port", _int, doc="HTTPS port (admin REST API, lookup, metrics)."),
+    Key("tlsEnabled", None, _bool, doc="Legacy: TLS on brokerServicePortTls 6651 and webServicePortTls 8443."),
+    Key("tlsCertificateFilePath", "tls_cert_file", _text, doc="PEM certificate (chain) of every TLS listener."),
+    Key("tlsKeyFilePath", "tls_key_file", _text, doc="PEM private key of that certificate."),
+    Key("tlsTrustCertsFilePath", "tls_trust_certs_file", _text, doc="PEM CA certificates client certificates "
+        "are verified against."),
+    Key("tlsAllowInsecureConnection", "tls_allow_insecure", _bool, doc="Ask no client certificate."),
+    Key("tlsRequireTrustedClientCertOnConnect", "tls_require_client_cert", _bool,
+        doc="Refuse TLS clients without a trusted certificate."),
     Key("clusterName", "cluster_name", _text, doc="Name of the cluster."),
     Key("metadataStoreUrl", "metadata", _text, frozenset({BROKER}), doc="oxia://host:port[/namespace]."),
     Key("metadataStoreSessionTimeoutMillis", "session_timeout", _millis,
@@ -219,7 +239,7 @@ IGNORED_PREFIXES = (
     "zookeeper", "globalZookeeper", "configurationStore", "configurationMetadataStore", "metadataStore",
     "bookkeeper", "bookie", "managedLedger", "dlog", "journal", "ledger", "dbStorage", "functionsWorker",
     "loadBalancer", "loadManager", "transaction", "authentication", "authorization", "superUserRoles",
-    "brokerClient", "tls", "webServicePortTls", "brokerServicePortTls", "kafka", "messagingProtocols",
+    "brokerClient", "tls", "kafka", "messagingProtocols",
     "protocolHandler", "entryFormat", "offloaders", "systemTopic", "topicLevelPolicies", "backlogQuota",
     "brokerDeleteInactive", "brokerShutdownTimeoutMs", "numIOThreads", "numHttpServerThreads",
     "numOrderedExecutorThreads", "numExecutorThreadPoolSize", "isRunningStandalone", "webSocket",
@@ -283,12 +303,11 @@ def resolve(entries: list[tuple[int, str, str]], command: str) -> Resolved:
             value = key.convert(text)
         except ValueError as exc:
             raise ConfigError(name, text, str(exc)) from None
-        why = _UNSUPPORTED_VALUES.get((name, value))
+        why = None if isinstance(value, dict) else _UNSUPPORTED_VALUES.get((name, value))
         if why:
             out.notes.append(f"{name}={text} is not supported ({why})")
         if key.param is None:
-            if name.startswith("kafka"):
-                listeners[name] = value
+            listeners[name] = value
             continue
         if key.param in out.values and out.values[key.param] != value:
             raise ConfigError(name, text, "contradicts {}={}".format(*out.sources[key.param]))
@@ -298,19 +317,35 @@ def resolve(entries: list[tuple[int, str, str]], command: str) -> Resolved:
     return out
 
 
+def _set(out: Resolved, param: str, value: object, source: tuple[str, str]) -> None:
+    if param in out.values and out.values[param] != value:
+        raise ConfigError(source[0], source[1], "contradicts {}={}".format(*out.sources[param]))
+    out.values[param], out.sources[param] = value, source
+
+
 def _apply_kafka_listeners(out: Resolved, listeners: dict, seen: dict) -> None:
     """Nereus binds every listener to one address and advertises one host for every protocol."""
+    if listeners.get("tlsEnabled"):  # Pulsar's legacy switch: its usual TLS ports unless they are given
+        source = ("tlsEnabled", seen["tlsEnabled"])
+        out.values.setdefault("pulsar_tls_port", 6651)
+        out.sources.setdefault("pulsar_tls_port", source)
+        out.values.setdefault("https_port", 8443)
+        out.sources.setdefault("https_port", source)
     if "kafkaListeners" in listeners:
-        host, port = listeners["kafkaListeners"]
         source = ("kafkaListeners", seen["kafkaListeners"])
-        out.values["kafka_port"], out.sources["kafka_port"] = port, source
-        bind = out.values.get("bind")
-        if host and bind is None:  # KoP binds its listener there; so do all of Nereus's
-            out.values["bind"], out.sources["bind"] = host, source
-        elif host and host != bind:
-            out.notes.append(f"kafkaListeners host {host} is not used: every listener binds to bindAddress {bind}")
+        by_protocol = listeners["kafkaListeners"]
+        _set(out, "kafka_port", by_protocol["PLAINTEXT"][1], source)
+        if "SSL" in by_protocol:
+            _set(out, "kafka_ssl_port", by_protocol["SSL"][1], source)
+        for host, _port in by_protocol.values():
+            bind = out.values.get("bind")
+            if host and bind is None:  # KoP binds its listener there; so do all of Nereus's
+                out.values["bind"], out.sources["bind"] = host, source
+            elif host and host != bind:
+                out.notes.append(f"kafkaListeners host {host} is not used: every listener binds to bindAddress "
+                                 f"{bind}")
     if "kafkaAdvertisedListeners" in listeners:
-        host, port = listeners["kafkaAdvertisedListeners"]
+        host, port = listeners["kafkaAdvertisedListeners"]["PLAINTEXT"]
         advertised = out.values.get("advertised_address")
         if advertised is None and host:
             out.values["advertised_address"] = host

@@ -36,6 +36,16 @@ async def start_http(host: str, port: int, *, authenticator=None) -> web.AppRunn
     return runner
 
 
+async def add_https(runner: web.AppRunner, host: str, port: int, context) -> int:
+    """Serve the same application over HTTPS on ``host:port`` too (``context``: the server's SSLContext).
+
+    Returns the bound port.
+    """
+    before = {address[1] for address in runner.addresses}
+    await web.TCPSite(runner, host, port, ssl_context=context).start()
+    return port or next(address[1] for address in runner.addresses if address[1] not in before)
+
+
 async def attach_admin(runner: web.AppRunner, *, storage, meta, pulsar, node=None) -> None:
     """Serve the admin API over the running storage, metadata store, PulsarService and broker node."""
     await admin.attach(runner.app, storage=storage, meta=meta, pulsar=pulsar, node=node)

@@ -27,11 +27,12 @@ from ..storage import GarbageCollector, StreamStorage
 from ..storage import metrics as storage_metrics
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
 from ..topics.autocreate import AutoCreation
+from ..tls import TlsOptions
 from ..topics.dedup import BROKER_DEDUPLICATION_ENABLED
 from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
-from .http import attach_admin, start_http
+from .http import add_https, attach_admin, start_http
 from .listeners import AdvertisedListener
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,14 @@ class BrokerOptions:
     max_message_size: int | None = None  # bytes; None: each protocol's own default
     log_dir: Path | None = None  # the compaction worker's log; default: ./logs
     authentication: AuthSettings = AuthSettings()  # authenticationEnabled and the providers' settings
+    pulsar_tls_port: int | None = None  # brokerServicePortTls (pulsar+ssl://); None: no TLS listener
+    http_tls_port: int | None = None  # webServicePortTls (HTTPS)
+    kafka_ssl_port: int | None = None  # kafkaListeners' SSL://
+    tls: TlsOptions = TlsOptions()  # certificate, key and trust of every TLS listener
+
+    @property
+    def tls_enabled(self) -> bool:
+        return any(port is not None for port in (self.pulsar_tls_port, self.http_tls_port, self.kafka_ssl_port))
 
 
 class PortInUse(OSError):
@@ -174,6 +183,12 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(http.cleanup)
     http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
     log.info("http listener on %s:%d (admin REST, lookup, metrics)", options.bind, http_port)
+    tls_context = options.tls.server_context() if options.tls_enabled else None  # a bad file fails here
+    https_port = None
+    if options.http_tls_port is not None:
+        https_port = await bind_listener("https", options.bind, options.http_tls_port,
+                                         add_https(http, options.bind, options.http_tls_port, tls_context))
+        log.info("https listener on %s:%d", options.bind, https_port)
     starting = StartingPlacement(BrokerAddress("starting", -1, options.zone, "", host, 0, ""))
     auto_creation = AutoCreation(options.auto_topic_creation, options.auto_topic_creation_type,
                                  options.default_partitions)
@@ -189,6 +204,9 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(pulsar.stop)
     for listener, bind_host, port in options.bind_addresses:
         await bind_listener("bind-address", bind_host, port, pulsar.add_listener(listener, bind_host, port))
+    if options.pulsar_tls_port is not None:
+        await bind_listener("pulsar-tls", options.bind, options.pulsar_tls_port,
+                            pulsar.add_tls_listener(options.bind, options.pulsar_tls_port, tls_context))
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
@@ -196,12 +214,19 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))
     stack.push_async_callback(kafka.stop)
+    if options.kafka_ssl_port is not None:
+        await bind_listener("kafka-ssl", options.bind, options.kafka_ssl_port,
+                            kafka.add_listener("SSL", options.bind, options.kafka_ssl_port, ssl=tls_context))
 
     name = options.broker_name or f"{host}:{pulsar.port}:{kafka.port}:{http_port}"
     node_id = await node_id_for(meta, name)
     address = BrokerAddress(name, node_id, options.zone, pulsar.service_url, host, kafka.port,
                             (internal and internal.http_url) or f"http://{host}:{http_port}",
-                            tuple(li.as_tuple() for li in options.advertised_listeners))
+                            tuple(li.as_tuple() for li in options.advertised_listeners),
+                            pulsar_tls_url=pulsar.service_url_tls,
+                            https_url=f"https://{host}:{https_port}" if https_port is not None else "",
+                            kafka_listeners=tuple((p, port) for p, port in kafka.listener_ports.items()
+                                                  if p != "PLAINTEXT"))
     membership = Membership(meta, address)
     placement = ClusterPlacement(meta, membership, rebalance_delay=options.rebalance_delay,
                                  dead_owner_wait=options.session_timeout + 2)
@@ -245,6 +270,10 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     log.info("broker %s ready (nereus %s, node %d, zone %s): pulsar=%s kafka=%s http=%s metadata=%s objects=%s",
              name, _version(), node_id, options.zone, address.pulsar_url, address.kafka_address, address.http_url,
              metadata_url, objects_url.partition("?")[0])  # the query may hold credentials
+    if options.tls_enabled:
+        log.info("TLS listeners: pulsar=%s https=%s kafka=%s", address.pulsar_tls_url or "-",
+                 address.https_url or "-", ",".join(f"{p}://{host}:{port}" for p, port in address.kafka_listeners)
+                 or "-")
     return node
 
 

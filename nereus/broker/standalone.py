@@ -148,6 +148,19 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     if opts.max_message_size is not None:
         args += ["--max-message-size", str(opts.max_message_size)]
     args += opts.authentication.as_args()
+    for flag, base in (("--pulsar-tls-port", opts.pulsar_tls_port), ("--https-port", opts.http_tls_port),
+                       ("--kafka-ssl-port", opts.kafka_ssl_port)):
+        if base is not None:
+            args += [flag, port(base)]
+    tls = opts.tls
+    for flag, path in (("--tls-cert-file", tls.cert_file), ("--tls-key-file", tls.key_file),
+                       ("--tls-trust-certs-file", tls.trust_file)):
+        if path:
+            args += [flag, str(Path(path).resolve())]
+    if tls.allow_insecure:
+        args.append("--tls-allow-insecure")
+    if tls.require_client_cert:
+        args.append("--tls-require-client-cert")
     return args
 
 

@@ -48,7 +48,8 @@ def connect(url: str, *, engine: Engine | None = None, namespace: str = "default
     * ``embedded`` with ``engine=``: a client of that engine (the caller closes it);
     * ``embedded:///abs/data/dir`` or ``embedded://`` (in memory) without ``engine``:
       opens a private engine that the returned client closes with itself;
-    * ``oxia://host:port[/namespace]``: an ``OxiaMetadataStore`` of that server.
+    * ``oxia://host:port[/namespace]``: an ``OxiaMetadataStore`` of that server;
+      ``oxia+tls://host:port[/namespace][?trust=FILE&cert=FILE&key=FILE]`` over TLS (``oxia/tls.py``).
 
     ``options`` go to ``Engine.client`` (``identity``, ``session_timeout``) or to
     ``OxiaMetadataStore`` (also ``retry_timeout``, ``max_inflight``).
@@ -62,13 +63,16 @@ def connect(url: str, *, engine: Engine | None = None, namespace: str = "default
         client = engine.client(namespace, **options)  # type: ignore[arg-type]
         client.owns_engine = owned
         return client
-    if scheme == "oxia":
+    if scheme in ("oxia", "oxia+tls"):
         from .oxia.client import OxiaMetadataStore
+        from .oxia.tls import tls_of_url
 
         if not rest.startswith("//") or len(rest) <= 2:
-            raise InvalidRequest(f"oxia URL must look like oxia://host:port[/namespace], not {url!r}")
+            raise InvalidRequest(f"oxia URL must look like {scheme}://host:port[/namespace], not {url!r}")
+        rest, _, query = rest.partition("?")
         address, _, path = rest[2:].partition("/")
-        return OxiaMetadataStore(address, path.strip("/") or namespace, **options)  # type: ignore[arg-type]
+        return OxiaMetadataStore(address, path.strip("/") or namespace, tls=tls_of_url(scheme, query),
+                                 **options)  # type: ignore[arg-type]
     raise InvalidRequest(f"unknown metadata URL {url!r}")
 
 

@@ -28,6 +28,16 @@ class BrokerAddress:
     # Pulsar's advertised listeners: (name, pulsar://host:port, http://host:port or ""); empty when not configured
     # (records of brokers that predate them have none either).
     listeners: tuple[tuple[str, str, str], ...] = ()
+    pulsar_tls_url: str = ""  # pulsar+ssl://host:port, or "" (no TLS listener)
+    https_url: str = ""  # https://host:port, or ""
+    # Kafka listeners besides PLAINTEXT (kafka_port): (security protocol, port), e.g. ("SSL", 9093).
+    kafka_listeners: tuple[tuple[str, int], ...] = ()
+
+    def kafka_port_for(self, protocol: str) -> int:
+        """The port of this broker's Kafka listener of ``protocol`` (kafka_port for PLAINTEXT; 0: none)."""
+        if protocol == "PLAINTEXT":
+            return self.kafka_port
+        return next((port for name, port in self.kafka_listeners if name == protocol), 0)
 
     @property
     def kafka_address(self) -> str:

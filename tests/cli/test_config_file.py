@@ -92,10 +92,10 @@ def test_the_last_occurrence_of_a_key_wins():
 
 def test_keys_without_use_are_ignored_and_misspelt_keys_reported_apart():
     got = values("zookeeperServers=zk:2181\nbookkeeperClientTimeoutInSeconds=30\nmanagedLedgerDefaultEnsembleSize=1\n"
-                 "brokerServicePortTls=6651\nbrokerServicePrt=6650\nmetadataStoreUrl=zk:localhost:2181\n"
+                 "tlsProtocols=TLSv1.3\nbrokerServicePrt=6650\nmetadataStoreUrl=zk:localhost:2181\n"
                  "haProxyProtocolEnabled=false\nwebServicePot=8081\n")
     assert got.ignored == ["zookeeperServers", "bookkeeperClientTimeoutInSeconds", "managedLedgerDefaultEnsembleSize",
-                           "brokerServicePortTls", "metadataStoreUrl",  # a standalone has its own metadata
+                           "tlsProtocols", "metadataStoreUrl",  # a standalone has its own metadata
                            "haProxyProtocolEnabled"]
     assert got.unknown == ["brokerServicePrt", "webServicePot"]
     assert [suggest(name) for name in got.unknown] == ["brokerServicePort", "webServicePort"]

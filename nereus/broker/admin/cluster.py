@@ -71,8 +71,9 @@ async def get_cluster(request: web.Request) -> web.Response:
     ctx = context(request)
     _require_cluster(ctx, request.match_info["cluster"])
     local = ctx.placement.local
-    return web.json_response({"serviceUrl": local.http_url, "serviceUrlTls": "",
-                              "brokerServiceUrl": ctx.pulsar.service_url, "brokerServiceUrlTls": "",
+    return web.json_response({"serviceUrl": local.http_url, "serviceUrlTls": local.https_url,
+                              "brokerServiceUrl": ctx.pulsar.service_url,
+                              "brokerServiceUrlTls": ctx.pulsar.service_url_tls,
                               "peerClusterNames": []})
 
 

@@ -22,9 +22,9 @@ from ...topics import NotOwner, UnknownListener
 from .common import AdminError, context, flag
 
 
-def lookup_data(pulsar_url: str, http_url: str) -> dict:
-    """Pulsar's ``LookupData`` (no TLS listeners: the TLS URLs are empty, but present, as clients require)."""
-    return {"brokerUrl": pulsar_url, "brokerUrlTls": "", "httpUrl": http_url, "httpUrlTls": "",
+def lookup_data(pulsar_url: str, http_url: str, pulsar_tls_url: str = "", https_url: str = "") -> dict:
+    """Pulsar's ``LookupData`` (TLS URLs empty, but present as clients require, when TLS is off)."""
+    return {"brokerUrl": pulsar_url, "brokerUrlTls": pulsar_tls_url, "httpUrl": http_url, "httpUrlTls": https_url,
             "nativeUrl": pulsar_url}
 
 
@@ -49,12 +49,15 @@ async def lookup_topic(request: web.Request) -> web.Response:
         pulsar_url, http_url = broker.urls_for(listener)
     except UnknownListener as exc:
         raise AdminError(500, str(exc)) from None  # as Pulsar answers it
+    tls_urls = ("", "") if listener else (broker.pulsar_tls_url, broker.https_url)
     if broker.name == placement.local.name:
-        return web.json_response(lookup_data(pulsar_url if listener else ctx.pulsar.service_url, http_url))
-    if not final:  # the redirect keeps the query, listenerName included
+        return web.json_response(lookup_data(pulsar_url if listener else ctx.pulsar.service_url, http_url,
+                                             *tls_urls))
+    if not final:  # the redirect keeps the query, listenerName included, and the scheme the client came by
         target = request.rel_url.update_query(authoritative="true")
-        raise web.HTTPTemporaryRedirect(http_url + str(target))
-    return web.json_response(lookup_data(pulsar_url, http_url))
+        base = broker.https_url if request.secure and broker.https_url else http_url
+        raise web.HTTPTemporaryRedirect(base + str(target))
+    return web.json_response(lookup_data(pulsar_url, http_url, *tls_urls))
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -63,6 +63,7 @@ def _address(value: dict) -> BrokerAddress:
     """A stored address: fields a newer broker added are skipped, ones an older broker lacks get their defaults."""
     known = {k: v for k, v in value.items() if k in BrokerAddress.__dataclass_fields__}
     known["listeners"] = tuple(tuple(listener) for listener in known.get("listeners") or ())
+    known["kafka_listeners"] = tuple(tuple(listener) for listener in known.get("kafka_listeners") or ())
     return BrokerAddress(**known)
 
 

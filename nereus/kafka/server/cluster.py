@@ -40,14 +40,17 @@ def handle_api_versions(conn, head, req):
     return make(cls, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
-def _brokers(cls, name: str, service, also=()) -> tuple[tuple, int]:
-    """The live brokers (and the leaders ``also`` named) as ``name`` entries of ``cls``, and the controller id."""
-    live = routing.brokers(service)
+def _brokers(cls, name: str, service, also=(), protocol: str = "PLAINTEXT") -> tuple[tuple, int]:
+    """The live brokers (and the leaders ``also`` named) as ``name`` entries of ``cls``, and the controller id.
+
+    Their addresses are those of the listener (``protocol``) the client came by.
+    """
+    live = routing.brokers(service, protocol=protocol)
     # No broker is special here; Kafka clients only need some live broker's id (admin requests go there).
     controller = live[0].node_id if live else -1
     bcls = nested(cls, name)
     return tuple(make(bcls, node_id=b.node_id, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in (routing.brokers(service, also) if also else live)), controller
+                 for b in (routing.brokers(service, also, protocol) if also else live)), controller
 
 
 async def handle_metadata(conn, head, req):
@@ -116,7 +119,7 @@ async def handle_metadata(conn, head, req):
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
                            is_internal=False, partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
     leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
-    brokers, controller = _brokers(cls, "MetadataResponseBroker", service, also=leaders)
+    brokers, controller = _brokers(cls, "MetadataResponseBroker", service, also=leaders, protocol=conn.protocol)
     return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 
@@ -134,7 +137,7 @@ def _replicas(leader: int, live: list[int], factor: int | None) -> tuple[int, ..
 def handle_describe_cluster(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
-    brokers, controller = _brokers(cls, "DescribeClusterBroker", service)
+    brokers, controller = _brokers(cls, "DescribeClusterBroker", service, protocol=conn.protocol)
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                 cluster_id=service.cluster_id, controller_id=controller, brokers=brokers,
                 cluster_authorized_operations=NO_OPERATIONS)
@@ -150,7 +153,7 @@ def handle_find_coordinator(conn, head, req):
         if key_type != 0:
             return dict(error_code=ErrorCode.coordinator_not_available, error_message="transactions are not supported",
                         node_id=-1, host="", port=-1)
-        broker = routing.kafka_broker(service, routing.coordinator(service, key))
+        broker = routing.kafka_broker(service, routing.coordinator(service, key), conn.protocol)
         return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host,
                     port=broker.port)
 

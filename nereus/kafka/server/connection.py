@@ -16,6 +16,7 @@ import logging
 import struct
 from collections import deque
 
+from ...tls import peer_cert_cn
 from ..codec import MalformedRequest, decode_request, encode_response, peek_head, supported
 from ..codec.protocol import API_VERSIONS
 from .handlers import HANDLERS, api_versions_response
@@ -28,10 +29,12 @@ MAX_PENDING = 128  # responses queued per connection before reading pauses
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, service) -> None:
+    def __init__(self, service, *, protocol: str = "PLAINTEXT") -> None:
         self.service = service
+        self.protocol = protocol  # the security protocol of the listener the client came by
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.peer_cert_cn: str | None = None  # the verified client certificate's CN (SSL listeners)
         self.closed = False
         self._buf = bytearray()
         self._requests: deque[bytes] = deque()
@@ -45,6 +48,7 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_cert_cn = peer_cert_cn(transport)
         self.service.connections.add(self)
         self._task = asyncio.ensure_future(self._serve())
 

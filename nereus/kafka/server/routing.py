@@ -41,28 +41,32 @@ def is_local(service, address: BrokerAddress) -> bool:
     return address.name == placement(service).local.name
 
 
-def kafka_broker(service, address: BrokerAddress) -> KafkaBroker:
+def kafka_broker(service, address: BrokerAddress, protocol: str = "PLAINTEXT") -> KafkaBroker:
+    """``address`` as a client of the ``protocol`` listener reaches it (as Kafka, each listener names its own)."""
     # This broker answers with its own listener's view: a single broker's placement
     # (standalone) carries no Kafka address, and the node id is set at registration.
     if is_local(service, address):
-        return KafkaBroker(service.node_id, service.advertised_host, service.port, address.zone or None)
-    return KafkaBroker(address.node_id, address.kafka_host, address.kafka_port, address.zone or None)
+        return KafkaBroker(service.node_id, service.advertised_host, service.listener_ports.get(protocol, 0),
+                           address.zone or None)
+    return KafkaBroker(address.node_id, address.kafka_host, address.kafka_port_for(protocol), address.zone or None)
 
 
 def node_id(service, address: BrokerAddress) -> int:
     return service.node_id if is_local(service, address) else address.node_id
 
 
-def brokers(service, also=()) -> list[KafkaBroker]:
+def brokers(service, also=(), protocol: str = "PLAINTEXT") -> list[KafkaBroker]:
     """Every live broker, in node id order, with the brokers in ``also`` that are not listed.
 
     A draining broker takes no new topics but still serves those it owns until
     they moved: as their leader it must be listed, or clients could not reach it.
+    A broker without a listener of ``protocol`` is left out (Kafka does the same).
     """
     listed = {a.name: a for a in placement(service).brokers()}
     for address in also:
         listed.setdefault(address.name, address)
-    return sorted((kafka_broker(service, a) for a in listed.values()), key=lambda b: b.node_id)
+    found = (kafka_broker(service, a, protocol) for a in listed.values())
+    return sorted((b for b in found if b.port or protocol == "PLAINTEXT"), key=lambda b: b.node_id)
 
 
 async def leader(service, stream: str) -> BrokerAddress | None:

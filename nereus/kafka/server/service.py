@@ -61,6 +61,9 @@ class KafkaService:
         self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id))
         self.producer_ids = ProducerIds(meta)
         self._server: asyncio.base_events.Server | None = None
+        self._listener_servers: list[asyncio.base_events.Server] = []
+        # Port of each listener by security protocol (PLAINTEXT: ``port``): what Metadata tells its clients.
+        self.listener_ports: dict[str, int] = {}
         self._lag_metrics = None
 
     async def start(self, *, serve: bool = True) -> None:
@@ -75,7 +78,23 @@ class KafkaService:
                                                   start_serving=serve)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
+        self.listener_ports["PLAINTEXT"] = self.port
         log.info("kafka listener on %s:%d (cluster %s)", self.host, self.port, self.cluster_id)
+
+    async def add_listener(self, protocol: str, host: str, port: int, *, ssl=None) -> int:
+        """Bind a listener of security ``protocol`` (``SSL``: ``ssl`` is the server's SSLContext); its port.
+
+        Accepts connections from ``serve()`` on.
+        """
+        from .connection import KafkaConnection
+
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: KafkaConnection(self, protocol=protocol), host, port, ssl=ssl,
+                                          start_serving=False)
+        self._listener_servers.append(server)
+        self.listener_ports[protocol] = bound = server.sockets[0].getsockname()[1] if port == 0 else port
+        log.info("kafka %s listener on %s:%d", protocol, host, bound)
+        return bound
 
     async def _cluster_id(self) -> str:
         rec = await self.meta.get(CLUSTER_ID_KEY)
@@ -89,20 +108,23 @@ class KafkaService:
 
     async def serve(self) -> None:
         """Start accepting connections (after ``start(serve=False)``)."""
-        if self._server is not None and not self._server.is_serving():
-            await self._server.start_serving()
+        for server in [self._server, *self._listener_servers]:
+            if server is not None and not server.is_serving():
+                await server.start_serving()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in [self._server, *self._listener_servers]:
+            if server is not None:
+                server.close()
         for conn in list(self.connections):
             conn.close()
         await self.coordinator.stop()
         await self.share_groups.close()
         await metrics.unregister(self._lag_metrics)
         self._lag_metrics = None
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in [self._server, *self._listener_servers]:
+            if server is not None:
+                await server.wait_closed()
 
 
 __all__ = ["KafkaService"]

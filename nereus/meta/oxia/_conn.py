@@ -67,8 +67,10 @@ class ShardInfo:
 class Connection:
     """Channels to the servers of one namespace and its shard map, kept up to date."""
 
-    def __init__(self, address: str, namespace: str, retry_timeout: float):
+    def __init__(self, address: str, namespace: str, retry_timeout: float,
+                 credentials: grpc.ChannelCredentials | None = None):
         self.address = address
+        self.credentials = credentials  # TLS; None: plaintext
         self.namespace = namespace
         self.retry_timeout = retry_timeout
         self.metadata = ((cv.NAMESPACE_HEADER, namespace),)
@@ -83,7 +85,8 @@ class Connection:
     def stub(self, leader: str) -> pbg.OxiaClientStub:
         entry = self._channels.get(leader)
         if entry is None:
-            ch = aio.insecure_channel(leader, options=cv.GRPC_OPTIONS)
+            ch = (aio.insecure_channel(leader, options=cv.GRPC_OPTIONS) if self.credentials is None
+                  else aio.secure_channel(leader, self.credentials, options=cv.GRPC_OPTIONS))
             entry = self._channels[leader] = (ch, pbg.OxiaClientStub(ch))
         return entry[1]
 

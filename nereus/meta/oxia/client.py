@@ -26,6 +26,7 @@ from ._conn import RETRYABLE, Backoff, Connection, ShardInfo, error_from_rpc
 from ._notify import OxiaNotificationStream
 from ._writer import DELETE, DELETE_RANGE, PUT, ShardWriter
 from .proto import client_pb2 as pb
+from .tls import OxiaTls
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +41,19 @@ class OxiaMetadataStore(MetadataStore):
     """Client of one namespace of an Oxia-protocol server at ``address`` (host:port).
 
     ``retry_timeout`` bounds how long an operation waits for an unreachable server.
+    ``tls``: connect over TLS with these files (``tls.py``).
     ``session_timeout`` must be within Oxia's bounds, 2 s to 5 min.
     """
 
     def __init__(self, address: str, namespace: str = "default", *, identity: str | None = None,
-                 session_timeout: float = 15.0, retry_timeout: float = 30.0, max_inflight: int = 2):
+                 session_timeout: float = 15.0, retry_timeout: float = 30.0, max_inflight: int = 2,
+                 tls: OxiaTls | None = None):
         if not MIN_SESSION_TIMEOUT <= session_timeout <= MAX_SESSION_TIMEOUT:
             raise InvalidRequest(f"session_timeout {session_timeout} s is outside Oxia's bounds "
                                  f"({MIN_SESSION_TIMEOUT:g} s to {MAX_SESSION_TIMEOUT:g} s)")
         super().__init__()
-        self._conn = Connection(address, namespace, retry_timeout)
+        self._conn = Connection(address, namespace, retry_timeout,
+                                tls.channel_credentials() if tls is not None else None)
         self.namespace = namespace
         self.identity = identity or f"nereus-{uuid.uuid4().hex[:12]}"
         self.session_timeout = session_timeout

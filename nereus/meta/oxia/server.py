@@ -44,6 +44,7 @@ from . import convert as cv
 from .directory import ShardDirectory
 from .proto import client_pb2 as pb
 from .proto import service as pbg
+from .tls import OxiaTls
 
 log = logging.getLogger(__name__)
 
@@ -457,18 +458,21 @@ def _host_port(host: str, port: int) -> str:
 
 async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int = 6648, *,
                             advertised_address: str | None = None, namespaces: Iterable[str] = (),
-                            max_namespaces: int = DEFAULT_MAX_NAMESPACES) -> OxiaServer:
+                            max_namespaces: int = DEFAULT_MAX_NAMESPACES, tls: OxiaTls | None = None) -> OxiaServer:
     """Serve ``engine`` over Oxia's protocol on ``host:port`` (0: any free port).
 
     ``advertised_address`` is the ``host:port`` given to clients as shard leader;
     by default the bind address (the host name when binding every interface).
     ``namespaces`` exist besides ``default`` (and those created in earlier runs);
-    clients may create ``max_namespaces`` others, no more.
+    clients may create ``max_namespaces`` others, no more. With ``tls`` the port
+    speaks TLS only (``tls.py``).
     """
+    credentials = tls.server_credentials() if tls is not None else None  # unreadable files fail first
     _check_port_free(host, port)
     # SO_REUSEPORT would let a second server bind the same port silently.
     server = aio.server(options=cv.GRPC_OPTIONS + [("grpc.so_reuseport", 0)])
-    bound = server.add_insecure_port(_host_port(host, port))
+    bound = (server.add_insecure_port(_host_port(host, port)) if credentials is None
+             else server.add_secure_port(_host_port(host, port), credentials))
     if not bound:
         raise OSError(f"cannot bind the oxia listener to {_host_port(host, port)}")
     if advertised_address is None:
@@ -477,7 +481,8 @@ async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int =
     servicer = OxiaServicer(engine, advertised_address, namespaces=namespaces, max_namespaces=max_namespaces)
     pbg.add_to_server(servicer, server)
     await server.start()
-    log.info("oxia protocol listening on %s (advertised as %s)", _host_port(host, bound), advertised_address)
+    log.info("oxia protocol listening on %s%s (advertised as %s)", _host_port(host, bound),
+             " over TLS" if tls is not None else "", advertised_address)
     return OxiaServer(server, servicer, bound, advertised_address)
 
 
@@ -498,7 +503,7 @@ def _check_port_free(host: str, port: int) -> None:
 
 async def serve(data_dir: str, host: str, port: int, shards: int,
                 advertised_address: str | None = None, *, namespaces: Iterable[str] = (),
-                max_namespaces: int = DEFAULT_MAX_NAMESPACES) -> None:
+                max_namespaces: int = DEFAULT_MAX_NAMESPACES, tls: OxiaTls | None = None) -> None:
     """Run ``nereus oxia`` until SIGINT/SIGTERM."""
     namespaces = list(namespaces)
     # Handlers first: a signal while the server starts must not interrupt gRPC half-way.
@@ -509,7 +514,7 @@ async def serve(data_dir: str, host: str, port: int, shards: int,
     engine = Engine(data_dir, shards=shards, namespaces={name: shards for name in namespaces})
     try:
         srv = await start_oxia_server(engine, host, port, advertised_address=advertised_address,
-                                      namespaces=namespaces, max_namespaces=max_namespaces)
+                                      namespaces=namespaces, max_namespaces=max_namespaces, tls=tls)
         await stop.wait()
         log.info("stopping the oxia server")
         await srv.stop()

@@ -17,6 +17,7 @@ from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry
 from ..codec.frames import FRAME_HEADROOM
 from . import authn, consumers, lookup, metrics, producers
 from .errors import ProtocolViolation
+from ...tls import peer_cert_cn
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class ServerConnection(asyncio.Protocol):
         self.decoder = FrameDecoder(service.max_message_size + FRAME_HEADROOM)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.peer_cert_cn: str | None = None  # the verified client certificate's CN (TLS listeners)
         self.protocol_version = 0
         self.connected = False
         self.closed = False
@@ -57,6 +59,7 @@ class ServerConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_cert_cn = peer_cert_cn(transport)
         self.service.connections.add(self)
         metrics.CONNECTIONS.inc()
         self._arm_keepalive()

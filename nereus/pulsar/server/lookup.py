@@ -60,9 +60,13 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.UnknownError,
                                message=str(exc))))
         return
+    # As Pulsar: both URLs; a client of pulsar+ssl:// uses the TLS one (advertised listeners have none).
+    tls_url = "" if listener else (conn.service.service_url_tls if broker.name == placement.local.name
+                                   else broker.pulsar_tls_url)
     # Connect: the broker serves the topic. Redirect (authoritative): ask that broker, which then takes it.
     conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect if final else _Lookup.Redirect,
-                           brokerServiceUrl=url, authoritative=True, proxy_through_service_url=False)))
+                           brokerServiceUrl=url, brokerServiceUrlTls=tls_url, authoritative=True,
+                           proxy_through_service_url=False)))
 
 
 async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetadata) -> None:

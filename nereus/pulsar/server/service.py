@@ -50,10 +50,16 @@ class PulsarService:
         self._listener_servers: list[asyncio.base_events.Server] = []
         self._collector = None
         self.advertised_url: str | None = None  # the internal advertised listener's URL, when one is configured
+        self.tls_port: int | None = None  # brokerServicePortTls, once bound
 
     @property
     def service_url(self) -> str:
         return self.advertised_url or f"pulsar://{self.advertised_host}:{self.port}"
+
+    @property
+    def service_url_tls(self) -> str:
+        """``pulsar+ssl://host:port`` of the TLS listener; "" without one."""
+        return f"pulsar+ssl://{self.advertised_host}:{self.tls_port}" if self.tls_port is not None else ""
 
     def next_token(self) -> int:
         return next(self._tokens)
@@ -88,6 +94,20 @@ class PulsarService:
                                           start_serving=False)
         self._listener_servers.append(server)
         log.info("pulsar listener %r on %s:%d", name, host, port)
+
+    async def add_tls_listener(self, host: str, port: int, context) -> None:
+        """Bind ``host:port`` for ``pulsar+ssl://`` clients (``context``: the server's SSLContext).
+
+        Accepts connections from ``serve()`` on.
+        """
+        from .connection import ServerConnection
+
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: ServerConnection(self), host, port, ssl=context,
+                                          start_serving=False)
+        self._listener_servers.append(server)
+        self.tls_port = server.sockets[0].getsockname()[1] if port == 0 else port
+        log.info("pulsar TLS listener on %s:%d (service url %s)", host, self.tls_port, self.service_url_tls)
 
     async def serve(self) -> None:
         """Start accepting connections (after ``start(serve=False)``)."""
