@@ -23,8 +23,9 @@ from nereus.storage import key_view, records
 DEADLINE = 60.0
 
 
-def wait_until(condition, what: str, timeout: float = DEADLINE, interval: float = 0.05):
-    """Poll ``condition`` until it returns something truthy; AssertionError after ``timeout``."""
+def wait_until(condition, what: str, timeout: float | None = None, interval: float = 0.05):
+    """Poll ``condition`` until it returns something truthy; AssertionError after ``timeout`` (``DEADLINE``)."""
+    timeout = DEADLINE if timeout is None else timeout
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -85,7 +86,7 @@ def compaction_status(http: str, topic: str, *, lease_conflicts: bool = False) -
     return body["status"]
 
 
-def compact(http: str, topic: str, timeout: float = DEADLINE) -> None:
+def compact(http: str, topic: str, timeout: float | None = None) -> None:
     """Compact ``topic`` and wait for its success (again while a dead compactor's lease holds)."""
 
     def done():
@@ -242,7 +243,7 @@ def orphans(metadata: str, objects_dir: Path) -> dict | None:
     return problems or None
 
 
-def wait_settled(metadata: str, objects_dir: Path, timeout: float = DEADLINE) -> None:
+def wait_settled(metadata: str, objects_dir: Path, timeout: float | None = None) -> None:
     last = {}
 
     def settled():
@@ -268,8 +269,8 @@ class Background(threading.Thread):
         except BaseException as exc:  # reported by result()
             self.error = exc
 
-    def result(self, timeout: float = DEADLINE):
-        self.join(timeout)
+    def result(self, timeout: float | None = None):
+        self.join(DEADLINE if timeout is None else timeout)
         assert not self.is_alive(), "the background task did not finish"
         if self.error is not None:
             raise self.error
