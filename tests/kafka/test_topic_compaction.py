@@ -59,3 +59,56 @@ def test_a_consumer_from_offset_zero_sees_the_latest_record_per_key(server):
     consumer.close()
     latest = {key: i for i, (key, _v) in enumerate(updates)}
     assert got == [(i, key, value) for i, (key, value) in enumerate(updates) if latest[key] == i]
+
+
+def read_from(server, topic: str, offset: int, count: int) -> list[tuple]:
+    """``count`` records from ``offset``; an out-of-range offset is an error, not a reset."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": uuid.uuid4().hex,
+                                         "auto.offset.reset": "error", "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, offset)])
+    got = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < count:
+            assert time.monotonic() < deadline, got
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append((msg.offset(), msg.key(), msg.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+def test_retention_releases_the_raw_records_below_the_view_which_still_serves_them(server):
+    topic = f"kc-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    # retention.ms does not delete on a compact-only topic (as in Kafka): only the raw
+    # records the view replaces are released.
+    admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact", "retention.ms": "1"})])[topic] \
+        .result(15)
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
+    updates = [(b"k%d" % (i % 5), b"v%d" % i) for i in range(40)]
+    for key, value in updates:
+        producer.produce(topic, value, key)
+    assert producer.flush(15) == 0
+    rest = Admin(server.http)
+    compact(rest, topic)
+    after = [(b"k%d" % i, b"after-%d" % i) for i in range(3)]
+    for key, value in after:
+        producer.produce(topic, value, key)
+    assert producer.flush(15) == 0
+    updates += after
+    view = [(i, k, v) for i, (k, v) in enumerate(updates[:40]) if i >= 35]
+    tail = [(40 + i, k, v) for i, (k, v) in enumerate(after)]
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": uuid.uuid4().hex})
+    assert consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10) == (0, 43)
+    assert rest.post(f"/persistent/public/default/{topic}/trim", None)[0] == 204
+    # The raw records below the horizon (40) are gone; the earliest offset is the view's first.
+    assert consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10) == (35, 43)
+    consumer.close()
+    assert read_from(server, topic, 0, 8) == view + tail
+    assert read_from(server, topic, 37, 6) == view[2:] + tail  # below the trimmed start, inside the view
+    assert read_from(server, topic, 41, 2) == tail[1:]

@@ -4,7 +4,9 @@ A topic's own policy (``.../{topic}/retention``; on a partitioned topic, for eac
 partition) overrides its namespace's, as Pulsar's topic policies do. A Kafka topic
 (in ``public/default``) with ``retention.ms`` or ``retention.bytes`` set on it has
 that as its own policy (per partition, as in Kafka) unless a Pulsar topic policy is
-set too.
+set too. On a Kafka compact topic (``cleanup.policy`` compact or compact,delete) the
+raw records below the key view's horizon are released as well (the view serves them);
+``retention.ms`` / ``retention.bytes`` trim only with ``delete`` in the policy, as in Kafka.
 
 Pulsar's retention keeps *acknowledged* messages for a time or size; messages some
 durable subscription has not acknowledged are never removed by it. So the trim is
@@ -28,7 +30,7 @@ from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...ledger.naming import TopicName
 from ...topics.policies import POLICIES_ROOT, topic_policies_key, topic_policies_prefix
 from ...topics.topic_configs import all_topic_configs, read_topic_configs
-from ...storage import OffsetOutOfRange, StorageError, StreamNotFound
+from ...storage import OffsetOutOfRange, StorageError, StreamNotFound, key_view
 from ...storage.retention import RetentionPolicy, enforce
 from .common import TENANTS_ROOT, AdminError, AdminContext, children_range, list_children, namespace_policies
 
@@ -53,8 +55,16 @@ def policy_of(policies: dict) -> RetentionPolicy | None:
 KAFKA_TENANT, KAFKA_NAMESPACE = "public", "default"  # where Kafka topics live
 
 
+def kafka_compacted(configs: dict[str, str]) -> bool:
+    """A Kafka topic with ``cleanup.policy`` compact (or compact,delete) set on it."""
+    return "compact" in configs.get("cleanup.policy", "delete").split(",")
+
+
 def kafka_policy(configs: dict[str, str]) -> RetentionPolicy | None:
-    """The storage policy of a Kafka topic's ``retention.ms`` / ``retention.bytes`` (-1: unlimited)."""
+    """The storage policy of a Kafka topic's ``retention.ms`` / ``retention.bytes`` (-1: unlimited);
+    None on a compact-only topic (Kafka's retention deletes nothing there)."""
+    if "delete" not in configs.get("cleanup.policy", "delete").split(","):
+        return None
     ms, size = int(configs.get("retention.ms", -1)), int(configs.get("retention.bytes", -1))
     if ms < 0 and size < 0:
         return None
@@ -122,8 +132,13 @@ async def _floor(ctx: AdminContext, topic, stream_id: int) -> int | None:
     return min(positions.values()) if positions else None
 
 
-async def apply(ctx: AdminContext, name: TopicName, policy: RetentionPolicy) -> int | None:
-    """Trim one topic under ``policy``; returns its start offset (None if it does not exist)."""
+async def apply(ctx: AdminContext, name: TopicName, policy: RetentionPolicy | None, *,
+                below_view: bool = False) -> int | None:
+    """Trim one topic under ``policy``; returns its start offset (None if it does not exist).
+
+    ``below_view`` (a Kafka compact topic): also release the raw records below the key
+    view's horizon, which the view serves to Kafka consumers from then on.
+    """
     topic = ctx.pulsar.topics.get(str(name))
     try:
         handle = topic.handle if topic is not None else await ctx.storage.open_stream(str(name))
@@ -132,7 +147,11 @@ async def apply(ctx: AdminContext, name: TopicName, policy: RetentionPolicy) -> 
     floor = await _floor(ctx, topic, handle.stream_id)
     view = ctx.storage if floor is None else _Capped(ctx.storage, handle, floor)
     before = handle.start_offset()
-    start = await enforce(view, handle.stream_id, policy)
+    start = await enforce(view, handle.stream_id, policy) if policy is not None else before
+    if below_view:
+        horizon = (await key_view.state(ctx.meta, handle.stream_id)).horizon
+        if horizon > start:
+            start = await view.trim(handle.stream_id, horizon)
     if topic is not None:
         await topic.handle.refresh()
     if start > before:
@@ -164,19 +183,28 @@ async def effective(ctx: AdminContext, name: TopicName) -> RetentionPolicy | Non
     if own is not None:
         return policy_of({"retention_policies": own})
     if _is_kafka_namespace(name.tenant, name.namespace):
-        kafka = kafka_policy(await read_topic_configs(ctx.meta, name.base.local))
-        if kafka is not None:
+        configs = await read_topic_configs(ctx.meta, name.base.local)
+        kafka = kafka_policy(configs)
+        if kafka is not None or kafka_compacted(configs):
             return kafka
     return policy_of(await namespace_policies(ctx.meta, name.tenant, name.namespace) or {})
+
+
+async def releases_below_view(ctx: AdminContext, name: TopicName) -> bool:
+    """Whether retention releases ``name``'s raw records below its key view (a Kafka compact topic)."""
+    return _is_kafka_namespace(name.tenant, name.namespace) and \
+        kafka_compacted(await read_topic_configs(ctx.meta, name.base.local))
 
 
 async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only: TopicName | None = None) -> None:
     """Apply retention to the namespace's topics (``only``: to that topic or its partitions)."""
     default = policy_of(await namespace_policies(ctx.meta, tenant, namespace) or {})
-    own = {}
+    own, compacted = {}, set()
     if _is_kafka_namespace(tenant, namespace):
-        own = {topic: kafka_policy(configs) for topic, configs in (await all_topic_configs(ctx.meta)).items()}
-        own = {topic: policy for topic, policy in own.items() if policy is not None}
+        configs = await all_topic_configs(ctx.meta)
+        compacted = {topic for topic, values in configs.items() if kafka_compacted(values)}
+        own = {topic: kafka_policy(values) for topic, values in configs.items()}
+        own = {topic: policy for topic, policy in own.items() if policy is not None or topic in compacted}
     own.update({local: policy_of({"retention_policies": value})
                 for local, value in (await _topic_retentions(ctx, tenant, namespace)).items()})
     if default is None and not own:
@@ -189,10 +217,11 @@ async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only
         if only is not None and name.base != only.base:
             continue
         policy = own[name.base.local] if name.base.local in own else default
-        if policy is None:
+        below_view = name.base.local in compacted
+        if policy is None and not below_view:
             continue
         try:
-            await apply(ctx, name, policy)
+            await apply(ctx, name, policy, below_view=below_view)
         except Exception:
             log.exception("retention of %s failed", stream)
 

@@ -242,10 +242,11 @@ async def trim(request: web.Request) -> web.Response:
     name = topic_name(request)
     await require_namespace(ctx.meta, name.tenant, name.namespace)
     policy = await retention.effective(ctx, name)
+    below_view = await retention.releases_below_view(ctx, name)
     for part in await partitions(ctx, name):
         topic = await require_topic(ctx, part)
-        if policy is not None:
-            await retention.apply(ctx, topic.name, policy)
+        if policy is not None or below_view:
+            await retention.apply(ctx, topic.name, policy, below_view=below_view)
     return no_content()
 
 

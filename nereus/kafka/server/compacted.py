@@ -3,8 +3,10 @@
 A fetch below the key view's horizon is served from the view: each kept entry as a
 batch with only its surviving records, at their original offsets (offset gaps, as
 Kafka's log cleaner leaves them); past the view's last record the fetch continues
-from the horizon in the stream. (Produce refuses records without a key on
-such topics, INVALID_RECORD, as Kafka does: ``data.py``.)
+from the horizon in the stream. The raw records below the horizon may be released
+by retention (``broker.admin.retention``): the view still serves them, and the log
+start offset is then the view's first record. (Produce refuses records without a
+key on such topics, INVALID_RECORD, as Kafka does: ``data.py``.)
 """
 
 from __future__ import annotations
@@ -15,6 +17,19 @@ from ..codec.records import build_batch, decode_records
 
 async def is_compacted(service, topic: str) -> bool:
     return "compact" in (await service.configs.value(topic, "cleanup.policy")).split(",")
+
+
+async def log_start(service, topic: str, part) -> int:
+    """The partition's log start offset: on a compact topic whose raw records below the
+    view's horizon were released, the view's first record (the view still serves it)."""
+    start = part.handle.start_offset()
+    if not await is_compacted(service, topic):
+        return start
+    view = await part.topic.registry.key_views.get(part.handle.stream_id)
+    if not view.entries or start == 0:
+        return start
+    first = view.entries[0]
+    return min(start, first.entry.base_offset + first.keep[0])
 
 
 async def view_fetch(part, offset: int, max_bytes: int) -> tuple[list[bytes], FetchResult | None] | None:
@@ -40,4 +55,4 @@ async def view_fetch(part, offset: int, max_bytes: int) -> tuple[list[bytes], Fe
     return batches, None
 
 
-__all__ = ["is_compacted", "view_fetch"]
+__all__ = ["is_compacted", "log_start", "view_fetch"]

@@ -216,14 +216,15 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
     limit = min(fp.partition_max_bytes, budget)
     if fp.fetch_offset == handle.next_offset() and handle.start_offset() <= fp.fetch_offset:
         return reply(ErrorCode.none, handle.next_offset(), handle.start_offset()), part  # at the end
+    compact = await compacted.is_compacted(service, topic)
+    log_start = await compacted.log_start(service, topic, part) if compact else handle.start_offset()
     try:
-        viewed = await compacted.view_fetch(part, fp.fetch_offset, max(limit, 1)) \
-            if await compacted.is_compacted(service, topic) else None
+        viewed = await compacted.view_fetch(part, fp.fetch_offset, max(limit, 1)) if compact else None
         if viewed is not None and viewed[1] is None:  # below the key view's horizon
-            return reply(ErrorCode.none, handle.next_offset(), handle.start_offset(), b"".join(viewed[0])), part
+            return reply(ErrorCode.none, handle.next_offset(), log_start, b"".join(viewed[0])), part
         result = viewed[1] if viewed is not None else await handle.fetch(fp.fetch_offset, max_bytes=max(limit, 1))
     except OffsetOutOfRange:
-        return reply(ErrorCode.offset_out_of_range, handle.next_offset(), handle.start_offset()), part
+        return reply(ErrorCode.offset_out_of_range, handle.next_offset(), log_start), part
     except StorageError as exc:
         log.warning("kafka: fetch %s-%d@%d failed: %s", topic, fp.partition, fp.fetch_offset, exc)
         return reply(ErrorCode.kafka_storage_error, handle.next_offset(), handle.start_offset()), part
@@ -246,7 +247,8 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
         records += entry.end_offset - max(entry.base_offset, fp.fetch_offset)
     if records:
         part.topic.traffic.delivered(KAFKA_READS, records, size)
-    return reply(ErrorCode.none, result.next_offset, result.start_offset, b"".join(chunks)), part
+    start = min(log_start, result.start_offset) if compact else result.start_offset
+    return reply(ErrorCode.none, result.next_offset, start, b"".join(chunks)), part
 
 
 # -- offsets ---------------------------------------------------------------------------------
@@ -317,7 +319,7 @@ async def handle_list_offsets(conn, head, req):
             await part.handle.refresh()
             ts = -1
             if p.timestamp == EARLIEST:
-                offset = part.handle.start_offset()
+                offset = await compacted.log_start(service, topic.name, part)
             elif p.timestamp == LATEST:
                 offset = part.handle.next_offset()
             elif p.timestamp == MAX_TIMESTAMP:
