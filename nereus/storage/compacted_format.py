@@ -134,8 +134,8 @@ def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
         counts = table.column(ENTRY_RECORDS_COLUMN).combine_chunks().flatten().to_pylist()
     except _UNREADABLE as exc:
         raise CorruptObject(f"unreadable compacted object: {exc}") from None
-    if (len(counts) != len(blobs) or len(counts) != header.entries or sum(counts) != records
-            or any(c is None or c < 0 for c in counts) or blobs.null_count):
+    if (any(c is None or c < 0 for c in counts) or blobs.null_count or len(counts) != len(blobs)
+            or len(counts) != header.entries or sum(counts) != records):
         raise CorruptObject("compacted object: entry counts do not match its footer")
     # as_buffer() is zero-copy: every entry is a view of the column's one data buffer
     # (cast to unsigned bytes: views compare element by element, and Arrow's are signed).

@@ -199,7 +199,7 @@ def check_kafka_request(frame: bytes) -> None:
     except MalformedRequest:
         return
     for topic in getattr(request, "topic_data", None) or ():
-        for part in topic.partition_data:
+        for part in topic.partition_data or ():
             if part.records is None:
                 continue
             try:
