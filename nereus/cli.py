@@ -91,6 +91,13 @@ def _broker_options(command):
                      help="HTTPS admin REST API, lookup and metrics (Pulsar's usual 8443). Default: none."),
         click.option("--kafka-ssl-port", type=click.IntRange(0, 65535), default=None,
                      help="Kafka SSL listener (security.protocol=SSL). Default: none."),
+        click.option("--kafka-sasl-port", type=click.IntRange(0, 65535), default=None,
+                     help="Kafka SASL_PLAINTEXT listener (kafkaListeners' SASL_PLAINTEXT://). Default: none."),
+        click.option("--kafka-sasl-ssl-port", type=click.IntRange(0, 65535), default=None,
+                     help="Kafka SASL_SSL listener (kafkaListeners' SASL_SSL://). Default: none."),
+        click.option("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", show_default=True,
+                     help="SASL mechanisms of the Kafka SASL listeners (saslAllowedMechanisms); OAUTHBEARER needs "
+                          "--token-secret-key or --token-public-key."),
         click.option("--tls-cert-file", type=click.Path(dir_okay=False), default=None,
                      help="PEM certificate (chain) of every TLS listener (tlsCertificateFilePath)."),
         click.option("--tls-key-file", type=click.Path(dir_okay=False), default=None,
@@ -232,12 +239,34 @@ def _tls_of(kwargs: dict):
     tls = TlsOptions(cert_file=kwargs["tls_cert_file"], key_file=kwargs["tls_key_file"],
                      trust_file=kwargs["tls_trust_certs_file"], allow_insecure=kwargs["tls_allow_insecure"],
                      require_client_cert=kwargs["tls_require_client_cert"])
-    if any(kwargs[name] is not None for name in ("pulsar_tls_port", "https_port", "kafka_ssl_port")):
+    if any(kwargs[name] is not None for name in ("pulsar_tls_port", "https_port", "kafka_ssl_port",
+                                                 "kafka_sasl_ssl_port")):
         try:  # the files are read now: a wrong path is one line, before anything starts
             tls.server_context()
         except TlsConfigError as exc:
             raise click.ClickException(f"cannot start: {exc}") from None
     return tls
+
+
+def _sasl_settings(kwargs: dict):
+    """The Kafka SASL listeners' settings (None without a SASL listener)."""
+    from .auth import AuthConfigError
+    from .auth.tokens import TokenValidator
+    from .kafka.server.sasl import SaslSettings, parse_mechanisms
+
+    if kwargs["kafka_sasl_port"] is None and kwargs["kafka_sasl_ssl_port"] is None:
+        return None
+    try:
+        mechanisms = parse_mechanisms(kwargs["sasl_mechanisms"])
+    except ValueError as exc:
+        raise click.UsageError(f"--sasl-mechanisms: {exc}") from None
+    secret, public = kwargs["token_secret_key"], kwargs["token_public_key"]
+    try:
+        tokens = TokenValidator.from_settings(secret_key=secret, public_key=None if secret else public,
+                                              role_claim=kwargs["token_auth_claim"]) if secret or public else None
+        return SaslSettings(mechanisms, tokens)
+    except (AuthConfigError, ValueError) as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
 
 
 def _options_of(kwargs: dict):
@@ -248,6 +277,8 @@ def _options_of(kwargs: dict):
         authentication=_auth_settings(kwargs),
         pulsar_tls_port=kwargs["pulsar_tls_port"], http_tls_port=kwargs["https_port"],
         kafka_ssl_port=kwargs["kafka_ssl_port"], tls=_tls_of(kwargs),
+        kafka_sasl_port=kwargs["kafka_sasl_port"], kafka_sasl_ssl_port=kwargs["kafka_sasl_ssl_port"],
+        sasl=_sasl_settings(kwargs),
         advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds,
         bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
         kafka_port=kwargs["kafka_port"], advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
@@ -544,6 +575,81 @@ def _report_compaction(report) -> None:
     for table in report.tables:
         if table.added or table.removed:
             click.echo(f"table {table.table}: +{table.added} -{table.removed} data files, offsets {table.offsets}")
+
+
+@main.group("kafka-user")
+def kafka_user() -> None:
+    """Kafka SASL users: SCRAM credentials in the metadata service (also used by SASL/PLAIN)."""
+
+
+_METADATA_OPTION = click.option("--metadata", default="oxia://127.0.0.1:6648", show_default=True,
+                                help="The cluster's metadata service (the standalone's --oxia-port).")
+
+
+async def _with_scram_store(metadata: str, work):
+    from .kafka.server.sasl_store import ScramStore
+    from .meta import connect
+
+    meta = connect(metadata, retry_timeout=10.0)
+    try:
+        return await work(ScramStore(meta))
+    finally:
+        await meta.close()
+
+
+@kafka_user.command("set")
+@click.argument("name")
+@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+              help="Repeatable. Default: both.")
+@click.option("--password", prompt=True, hide_input=True, help="Prompted for when not given.")
+@click.option("--iterations", type=click.IntRange(4096, 16384), default=8192, show_default=True)
+@_METADATA_OPTION
+def kafka_user_set(name: str, mechanisms: tuple[str, ...], password: str, iterations: int, metadata: str) -> None:
+    """Create or change a user's SCRAM credentials (stored salted and hashed, never the password)."""
+    from .kafka.server.sasl_scram import credential_from_password
+
+    async def work(store):
+        for mechanism in mechanisms or ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            await store.set(name, mechanism, credential_from_password(mechanism, password, iterations=iterations))
+
+    _run_metadata(_with_scram_store(metadata, work))
+    click.echo(f"user {name}: {', '.join(mechanisms or ('SCRAM-SHA-256', 'SCRAM-SHA-512'))} set")
+
+
+@kafka_user.command("delete")
+@click.argument("name")
+@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+              help="Repeatable. Default: both.")
+@_METADATA_OPTION
+def kafka_user_delete(name: str, mechanisms: tuple[str, ...], metadata: str) -> None:
+    """Delete a user's SCRAM credentials."""
+    async def work(store):
+        return [m for m in mechanisms or ("SCRAM-SHA-256", "SCRAM-SHA-512") if await store.delete(name, m)]
+
+    deleted = _run_metadata(_with_scram_store(metadata, work))
+    if not deleted:
+        raise click.ClickException(f"user {name} has no such credential")
+    click.echo(f"user {name}: {', '.join(deleted)} deleted")
+
+
+@kafka_user.command("list")
+@_METADATA_OPTION
+def kafka_user_list(metadata: str) -> None:
+    """Users and their SCRAM mechanisms and iterations."""
+    async def work(store):
+        return await store.users()
+
+    for user, creds in sorted(_run_metadata(_with_scram_store(metadata, work)).items()):
+        click.echo(f"{user}\t" + " ".join(f"{m}(iterations={c.iterations})" for m, c in sorted(creds.items())))
+
+
+def _run_metadata(coro):
+    from .meta.errors import MetadataError
+
+    try:
+        return asyncio.run(coro)
+    except (MetadataError, OSError) as exc:
+        raise click.ClickException(f"metadata service: {exc}") from None
 
 
 from .admin_cli import admin as _admin  # noqa: E402 (the command group, after the commands above)

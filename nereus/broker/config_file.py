@@ -134,20 +134,24 @@ def _listeners(text: str) -> dict[str, tuple[str, int]]:
             continue
         match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)", item)
         if match is None:
-            raise ValueError(f"{item!r}: expected PROTOCOL://host:port (PLAINTEXT, SSL)")
+            raise ValueError(f"{item!r}: expected PROTOCOL://host:port ({', '.join(KAFKA_PROTOCOLS)})")
         protocol, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
         if protocol not in KAFKA_PROTOCOLS:
             raise ValueError(f"{item!r}: unknown security protocol (expected one of {', '.join(KAFKA_PROTOCOLS)})")
-        if protocol.startswith("SASL_"):
-            raise ValueError(f"{item!r}: {protocol} listeners are not supported yet (PLAINTEXT and SSL are)")
         if protocol in out:
             raise ValueError(f"more than one {protocol} listener")
         if not 0 <= port <= 65535:
             raise ValueError("port out of range")
         out[protocol] = (host, port)
     if "PLAINTEXT" not in out:
-        raise ValueError("expected a PLAINTEXT://host:port listener (besides any SSL one)")
+        raise ValueError("expected a PLAINTEXT://host:port listener (besides any SSL or SASL one)")
     return out
+
+
+def _mechanisms(text: str) -> str:
+    from ..kafka.server.sasl import parse_mechanisms
+
+    return ",".join(parse_mechanisms(text))
 
 
 def _creation_type(text: str) -> str:
@@ -178,6 +182,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("brokerServicePort", "pulsar_port", _int, doc="Pulsar binary protocol port."),
     Key("kafkaListeners", None, _listeners, doc="KoP: PLAINTEXT://host:port[,SSL://host:port] Kafka listeners."),
     Key("kafkaAdvertisedListeners", None, _listeners, doc="KoP: PLAINTEXT://host:port told to Kafka clients."),
+    Key("saslAllowedMechanisms", "sasl_mechanisms", _mechanisms,
+        doc="KoP: SASL mechanisms of the SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)."),
     Key("brokerServicePortTls", "pulsar_tls_port", _int, doc="Pulsar binary protocol over TLS (pulsar+ssl://)."),
     Key("webServicePortTls", "https_port", _int, doc="HTTPS port (admin REST API, lookup, metrics)."),
     Key("tlsEnabled", None, _bool, doc="Legacy: TLS on brokerServicePortTls 6651 and webServicePortTls 8443."),
@@ -335,8 +341,10 @@ def _apply_kafka_listeners(out: Resolved, listeners: dict, seen: dict) -> None:
         source = ("kafkaListeners", seen["kafkaListeners"])
         by_protocol = listeners["kafkaListeners"]
         _set(out, "kafka_port", by_protocol["PLAINTEXT"][1], source)
-        if "SSL" in by_protocol:
-            _set(out, "kafka_ssl_port", by_protocol["SSL"][1], source)
+        for protocol, param in (("SSL", "kafka_ssl_port"), ("SASL_PLAINTEXT", "kafka_sasl_port"),
+                                ("SASL_SSL", "kafka_sasl_ssl_port")):
+            if protocol in by_protocol:
+                _set(out, param, by_protocol[protocol][1], source)
         for host, _port in by_protocol.values():
             bind = out.values.get("bind")
             if host and bind is None:  # KoP binds its listener there; so do all of Nereus's

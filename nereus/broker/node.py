@@ -71,11 +71,15 @@ class BrokerOptions:
     pulsar_tls_port: int | None = None  # brokerServicePortTls (pulsar+ssl://); None: no TLS listener
     http_tls_port: int | None = None  # webServicePortTls (HTTPS)
     kafka_ssl_port: int | None = None  # kafkaListeners' SSL://
+    kafka_sasl_port: int | None = None  # kafkaListeners' SASL_PLAINTEXT://
+    kafka_sasl_ssl_port: int | None = None  # kafkaListeners' SASL_SSL://
+    sasl: object = None  # SaslSettings of the SASL listeners (nereus.kafka.server.sasl)
     tls: TlsOptions = TlsOptions()  # certificate, key and trust of every TLS listener
 
     @property
     def tls_enabled(self) -> bool:
-        return any(port is not None for port in (self.pulsar_tls_port, self.http_tls_port, self.kafka_ssl_port))
+        return any(port is not None for port in (self.pulsar_tls_port, self.http_tls_port, self.kafka_ssl_port,
+                                                 self.kafka_sasl_ssl_port))
 
 
 class PortInUse(OSError):
@@ -210,6 +214,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
+                         sasl=options.sasl,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))
@@ -217,6 +222,11 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     if options.kafka_ssl_port is not None:
         await bind_listener("kafka-ssl", options.bind, options.kafka_ssl_port,
                             kafka.add_listener("SSL", options.bind, options.kafka_ssl_port, ssl=tls_context))
+    for protocol, port, ssl in (("SASL_PLAINTEXT", options.kafka_sasl_port, None),
+                                ("SASL_SSL", options.kafka_sasl_ssl_port, tls_context)):
+        if port is not None:
+            await bind_listener(f"kafka-{protocol.lower().replace('_', '-')}", options.bind, port,
+                                kafka.add_listener(protocol, options.bind, port, ssl=ssl))
 
     name = options.broker_name or f"{host}:{pulsar.port}:{kafka.port}:{http_port}"
     node_id = await node_id_for(meta, name)

@@ -148,8 +148,11 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     if opts.max_message_size is not None:
         args += ["--max-message-size", str(opts.max_message_size)]
     args += opts.authentication.as_args()
+    if opts.sasl is not None:
+        args += ["--sasl-mechanisms", ",".join(opts.sasl.mechanisms)]
     for flag, base in (("--pulsar-tls-port", opts.pulsar_tls_port), ("--https-port", opts.http_tls_port),
-                       ("--kafka-ssl-port", opts.kafka_ssl_port)):
+                       ("--kafka-ssl-port", opts.kafka_ssl_port), ("--kafka-sasl-port", opts.kafka_sasl_port),
+                       ("--kafka-sasl-ssl-port", opts.kafka_sasl_ssl_port)):
         if base is not None:
             args += [flag, port(base)]
     tls = opts.tls

@@ -141,3 +141,14 @@ def test_default_retention_is_read_but_not_applied_and_says_why():
 def test_turning_auto_creation_off_applies_without_a_note():
     got = values("allowAutoTopicCreation=false\n")
     assert got.values == {"auto_topic_creation": False} and not got.notes
+
+
+def test_sasl_listeners_beside_plaintext_and_their_mechanisms():
+    got = values("kafkaListeners=PLAINTEXT://h:9092,SASL_PLAINTEXT://h:9094,SASL_SSL://h:9095\n"
+                 "saslAllowedMechanisms=scram-sha-512,PLAIN\n")
+    assert (got.values["kafka_port"], got.values["kafka_sasl_port"], got.values["kafka_sasl_ssl_port"]) == (
+        9092, 9094, 9095)
+    assert got.values["sasl_mechanisms"] == "SCRAM-SHA-512,PLAIN"
+    with pytest.raises(ConfigError) as info:
+        values("saslAllowedMechanisms=GSSAPI\n")
+    assert info.value.key == "saslAllowedMechanisms"

@@ -31,7 +31,6 @@ def test_kop_ssl_listener_beside_plaintext():
 
 
 @pytest.mark.parametrize(("text", "reason"), [
-    ("kafkaListeners=PLAINTEXT://:9092,SASL_SSL://:9094", "SASL_SSL listeners are not supported yet"),
     ("kafkaListeners=PLAINTEXT://:9092,SSL://:9093,SSL://:9094", "more than one SSL listener"),
     ("kafkaListeners=PLAINTEXT://:9092,QUIC://:9093", "unknown security protocol"),
     ("kafkaListeners=SSL://:9093", "expected a PLAINTEXT://host:port listener"),

@@ -5,7 +5,8 @@ the next request is looked at, so Produce appends keep their order); a handler
 may return an awaitable for the part that waits (durable appends, long polls).
 Responses are written strictly in request order, as Kafka clients require.
 Undecodable or oversized frames, and requests for unknown API keys or versions
-(other than ApiVersions), close the connection; the broker carries on.
+(other than ApiVersions), close the connection; the broker carries on. On a SASL
+listener, ``sasl.py`` decides what is served before authentication.
 """
 
 from __future__ import annotations
@@ -21,17 +22,21 @@ from ..codec import MalformedRequest, decode_request, encode_response, peek_head
 from ..codec.protocol import API_VERSIONS
 from .handlers import HANDLERS, api_versions_response
 from .metrics import RequestTimer
+from .sasl import SaslSession
+from .sasl_api import raw_token
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 MAX_PENDING = 128  # responses queued per connection before reading pauses
+_BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, service, *, protocol: str = "PLAINTEXT") -> None:
         self.service = service
         self.protocol = protocol  # the security protocol of the listener the client came by
+        self.sasl = SaslSession(service, service.sasl) if protocol.startswith("SASL_") else None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.peer_cert_cn: str | None = None  # the verified client certificate's CN (SSL listeners)
@@ -70,7 +75,7 @@ class KafkaConnection(asyncio.Protocol):
         limit = self.service.max_request_size
         while len(self._buf) >= 4:
             size = _SIZE.unpack_from(self._buf, 0)[0]
-            if size < 8 or size > limit:
+            if (size < 8 and not self._raw_tokens()) or size < 0 or size > limit:
                 self.protocol_error(f"frame of {size} bytes (limit {limit})")
                 return
             if len(self._buf) < 4 + size:
@@ -82,6 +87,14 @@ class KafkaConnection(asyncio.Protocol):
             if len(self._requests) + len(self._responses) > MAX_PENDING and not self._paused:
                 self._paused = True
                 self.transport.pause_reading()
+
+    @property
+    def principal(self) -> str | None:
+        """The authenticated role (None on a listener without SASL)."""
+        return self.sasl.principal if self.sasl is not None and self.sasl.authenticated else None
+
+    def _raw_tokens(self) -> bool:
+        return self.sasl is not None and self.sasl.raw_tokens
 
     # -- serving ------------------------------------------------------------------------
     def close(self) -> None:
@@ -111,7 +124,17 @@ class KafkaConnection(asyncio.Protocol):
             self._maybe_resume()
 
     async def _dispatch(self, frame: bytes) -> None:
+        if self._raw_tokens():
+            await self._raw_token(frame)
+            return
         head = peek_head(frame)
+        if self.sasl is not None and head.api_key not in _BEFORE_AUTHENTICATION:
+            if not self.sasl.authenticated or self.sasl.in_exchange:
+                self.protocol_error(f"API key {head.api_key} before SASL authentication")
+                return
+            if self.sasl.expired():
+                self.protocol_error(f"SASL session of {self.sasl.principal} expired")
+                return
         if not supported(head.api_key, head.api_version):
             if head.api_key == API_VERSIONS:
                 # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges.
@@ -142,6 +165,15 @@ class KafkaConnection(asyncio.Protocol):
             return
         timer.done(result)
         self._queue_done((head, result))
+
+    async def _raw_token(self, token: bytes) -> None:
+        """A v0 SaslHandshake's bare token: answered length-framed, after the responses before it."""
+        reply = await raw_token(self, token)
+        head = peek_head(b"\0" * 8)  # an ordering slot only: no header is written for raw tokens
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(_RawToken(reply))
+        self._responses.append((head, fut))
+        self._flush()
 
     def _finished(self, timer: RequestTimer, fut: asyncio.Future) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -178,9 +210,21 @@ class KafkaConnection(asyncio.Protocol):
             if self.closed:
                 continue
             body = fut.result()
-            if body is not None:
+            if isinstance(body, _RawToken):
+                if body.token is None:
+                    self.close()
+                    return
+                self.transport.write(_SIZE.pack(len(body.token)) + body.token)
+            elif body is not None:
                 self.transport.write(encode_response(head, body))
         self._maybe_resume()
+
+
+class _RawToken:
+    __slots__ = ("token",)
+
+    def __init__(self, token: bytes | None) -> None:
+        self.token = token
 
 
 __all__ = ["KafkaConnection"]

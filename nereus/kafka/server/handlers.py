@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin, cluster, configs, consumer_group_api, data, group_api, share_api
+from . import admin, cluster, configs, consumer_group_api, data, group_api, sasl_api, share_api
 from .cluster import api_versions_response
 
 HANDLERS = {
@@ -19,6 +19,7 @@ HANDLERS = {
     14: group_api.handle_sync_group,
     15: group_api.handle_describe_groups,
     16: group_api.handle_list_groups,
+    17: sasl_api.handle_sasl_handshake,
     18: cluster.handle_api_versions,
     19: admin.handle_create_topics,
     20: admin.handle_delete_topics,
@@ -27,9 +28,12 @@ HANDLERS = {
     23: data.handle_offset_for_leader_epoch,
     32: configs.handle_describe_configs,
     33: configs.handle_alter_configs,
+    36: sasl_api.handle_sasl_authenticate,
     37: admin.handle_create_partitions,
     42: group_api.handle_delete_groups,
     44: configs.handle_incremental_alter_configs,
+    50: sasl_api.handle_describe_user_scram_credentials,
+    51: sasl_api.handle_alter_user_scram_credentials,
     60: cluster.handle_describe_cluster,
     68: consumer_group_api.handle_consumer_group_heartbeat,
     69: consumer_group_api.handle_consumer_group_describe,

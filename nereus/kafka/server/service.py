@@ -22,6 +22,8 @@ from .catalog import Catalog
 from .cluster import ProducerIds
 from .configs import TopicConfigs
 from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
+from .sasl import SaslSettings
+from .sasl_store import ScramStore
 from .share_groups import ShareGroups
 from .store import Coordinator
 
@@ -38,7 +40,7 @@ class KafkaService:
                  max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
                  auto_create: bool = True, default_partitions: int = 1,
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
-                 max_producers_per_partition: int = MAX_PRODUCERS) -> None:
+                 max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None) -> None:
         self.storage = storage
         self.meta = meta
         self.registry = registry
@@ -53,6 +55,8 @@ class KafkaService:
         # Idempotent producer state per partition: forgotten after this long idle, and capped in count.
         self.producer_state_options = {"expiration_seconds": producer_expiration_seconds,
                                        "max_producers": max_producers_per_partition}
+        self.sasl = sasl  # the SASL_PLAINTEXT / SASL_SSL listeners' mechanisms and token check
+        self.scram = ScramStore(meta)
         self.cluster_id = ""
         self.connections: set = set()
         self.catalog = Catalog(self)
@@ -88,6 +92,8 @@ class KafkaService:
         """
         from .connection import KafkaConnection
 
+        if protocol.startswith("SASL_") and self.sasl is None:
+            raise ValueError(f"a {protocol} listener needs SASL settings")
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: KafkaConnection(self, protocol=protocol), host, port, ssl=ssl,
                                           start_serving=False)
