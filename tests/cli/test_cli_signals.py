@@ -101,7 +101,7 @@ def test_a_broker_waiting_for_its_metadata_service_stops_at_once_on_sigterm(tmp_
                      (tmp_path / "objects").as_uri(), "--metadata-timeout", "300", "--http-port", "0",
                      "--pulsar-port", "0", "--kafka-port", "0", "--compaction-interval", "0"], tmp_path / "broker.log")
     try:
-        broker.wait_text("pulsar listener on")  # bound; now waiting for the metadata service
+        broker.wait_text("http listener on")  # bound; now waiting for the metadata service
         broker.proc.send_signal(signal.SIGTERM)
         code = broker.proc.wait(timeout=120)  # well inside --metadata-timeout: the signal ended the wait
     finally:

@@ -178,10 +178,12 @@ def _leader(service, part) -> dict:
     return {"leader_id": service.node_id, "leader_epoch": part.leader_epoch if part is not None else -1}
 
 
-def _endpoints(service, cls) -> tuple:
-    ecls = nested(cls, "NodeEndpoint")
+def _endpoints(conn, cls) -> tuple:
+    """This broker's endpoint on the listener the client came in on (SSL clients get the SSL port)."""
+    service, ecls = conn.service, nested(cls, "NodeEndpoint")
+    protocol = getattr(conn, "protocol", "PLAINTEXT")
     return tuple(make(ecls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in routing.brokers(service) if b.node_id == service.node_id)
+                 for b in routing.brokers(service, protocol=protocol) if b.node_id == service.node_id)
 
 
 # -- ShareFetch ----------------------------------------------------------------------------------
@@ -216,10 +218,11 @@ async def handle_share_fetch(conn, head, req):
                 session.partitions.discard((t.topic_id, index))
         session.partitions |= requested
         fetch_from = sorted(session.partitions)
-    return _fetch_loop(service, cls, req, settings, names, fetch_from, requested, acked, lock_ms)
+    return _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms)
 
 
-async def _fetch_loop(service, cls, req, settings, names, fetch_from, requested, acked, lock_ms):
+async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms):
+    service = conn.service
     shares = service.share_groups
     for topic_id, _ in fetch_from:
         if topic_id not in names:
@@ -246,7 +249,7 @@ async def _fetch_loop(service, cls, req, settings, names, fetch_from, requested,
         remaining = deadline - time.monotonic()
         got = any(v[3] for v in out.values())
         if got or remaining <= 0 or not waits or budget <= 0:
-            return _fetch_response(service, cls, out, requested, acked, lock_ms)
+            return _fetch_response(conn, cls, out, requested, acked, lock_ms)
         deadlines = [d for _, sp in waits if (d := sp.next_deadline()) is not None]
         timeout = min([remaining, *(max(d - time.monotonic(), 0.0) for d in deadlines)])
         tasks = [asyncio.ensure_future(part.handle.wait_for(part.handle.next_offset(), timeout))
@@ -315,7 +318,8 @@ def _is_control(entry) -> bool:
         return False
 
 
-def _fetch_response(service, cls, out: dict, requested: set, acked: dict, lock_ms):
+def _fetch_response(conn, cls, out: dict, requested: set, acked: dict, lock_ms):
+    service = conn.service
     pcls, acls = nested(cls, "PartitionData"), nested(cls, "AcquiredRecords")
     lcls = nested(cls, "LeaderIdAndEpoch")
     by_topic: dict = {}
@@ -332,7 +336,7 @@ def _fetch_response(service, cls, out: dict, requested: set, acked: dict, lock_m
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 acquisition_lock_timeout=lock_ms,
                 responses=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                node_endpoints=_endpoints(service, cls))
+                node_endpoints=_endpoints(conn, cls))
 
 
 # -- ShareAcknowledge ------------------------------------------------------------------------------
@@ -366,7 +370,7 @@ async def handle_share_acknowledge(conn, head, req):
     tcls = nested(cls, "ShareAcknowledgeTopicResponse")
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 responses=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                node_endpoints=_endpoints(service, cls))
+                node_endpoints=_endpoints(conn, cls))
 
 
 __all__ = ["handle_share_acknowledge", "handle_share_fetch", "handle_share_group_describe",
