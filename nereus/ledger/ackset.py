@@ -72,7 +72,13 @@ class AckSet:
         if start >= end:
             return 0
         count = max(0, min(end, self.acked_below) - start)
-        for rs, re_ in self.ranges:
+        # From the last range starting at or before ``start`` to the first starting at ``end``:
+        # a cursor with many individual acks must not cost a full scan per call.
+        ranges = self.ranges
+        for i in range(max(0, bisect.bisect_right(ranges, (start, float("inf"))) - 1), len(ranges)):
+            rs, re_ = ranges[i]
+            if rs >= end:
+                break
             lo, hi = max(rs, start, self.acked_below), min(re_, end)
             if lo < hi:
                 count += hi - lo

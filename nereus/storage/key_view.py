@@ -12,9 +12,11 @@ A view is ONE immutable Parquet object, one row per surviving record::
     offset int64 | key binary (null: no key) | tombstone bool | timestamp int64 (ms)
     | entry_base int64 | entry_records int32 | entry binary
 
-``entry`` holds the stored entry byte for byte on the first surviving row of each
-entry (null on the others), so a reader serves the original entries and says which
-of their records survive (Pulsar: an ack set; Kafka: a rebuilt batch with gaps).
+``entry`` holds the stored entry on the first surviving row of each entry (null on
+the others): byte for byte, or reduced by the caller's ``EntryShrinker`` to what
+survives (same record count and offsets), so a reader serves the original entries
+and says which of their records survive (Pulsar: an ack set; Kafka: a rebuilt batch
+with gaps).
 
 The stream's ``keyview`` record ``{horizon, object, records, entries, ...}`` names the
 view in force; a new view is built from the previous one plus the records of
@@ -59,6 +61,9 @@ _READ_BYTES = 8 << 20
 EntryKeys = tuple[list[int], list[bytes | None], list[bool], list[int]]
 #: Gives the keys of a stored entry whose first record is at offset ``base``.
 KeyExtractor = Callable[[int, memoryview], EntryKeys]
+#: A stored entry reduced to its records at the given indexes (same record count and
+#: offsets; what the others become is the protocol's business), or None: keep it whole.
+EntryShrinker = Callable[[bytes | memoryview, tuple[int, ...]], bytes | None]
 
 SCHEMA = pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("tombstone", pa.bool_()),
                     ("timestamp", pa.int64()), ("entry_base", pa.int64()), ("entry_records", pa.int32()),
@@ -228,8 +233,11 @@ class _Input:
         self.entries[entry.base_offset] = entry.data
 
 
-def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retention_ms: int) -> pa.Table:
-    """The rows of the new view: previous rows + new records, the latest per key (pure)."""
+def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retention_ms: int,
+          shrink: EntryShrinker | None = None) -> pa.Table:
+    """The rows of the new view: previous rows + new records, the latest per key (pure).
+
+    ``shrink``: applied to each entry that lost records in this merge."""
     fresh = pa.table({
         "offset": pa.array(new.offset, pa.int64()), "key": pa.array(new.key, pa.binary()),
         "tombstone": pa.array(new.tombstone, pa.bool_()), "timestamp": pa.array(new.timestamp, pa.int64()),
@@ -253,11 +261,24 @@ def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retenti
                                            pa.scalar(now_ms - delete_retention_ms, pa.int64())))
     rows = rows.filter(pc.and_(keep, pc.invert(expired)))
     rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
+    kept_before: dict[int, int] = {}
+    if shrink is not None and previous is not None and previous.num_rows:
+        counted = pc.value_counts(previous.column("entry_base")).flatten()
+        kept_before = dict(zip(counted[0].to_pylist(), counted[1].to_pylist()))
+    bases, offsets = rows.column("entry_base").to_pylist(), rows.column("offset").to_pylist()
+    counts = rows.column("entry_records").to_pylist()
     column: list[bytes | memoryview | None] = []
-    last = None
-    for base in rows.column("entry_base").to_pylist():
-        column.append(base_entries[base] if base != last else None)
-        last = base
+    i = 0
+    while i < len(bases):
+        base, j = bases[i], i + 1
+        while j < len(bases) and bases[j] == base:
+            j += 1
+        blob = base_entries[base]
+        if shrink is not None and j - i < counts[i] and kept_before.get(base) != j - i:
+            blob = shrink(blob, tuple(o - base for o in offsets[i:j])) or blob
+        column.append(blob)
+        column += [None] * (j - i - 1)
+        i = j
     blobs = pa.array([None if b is None else bytes(b) for b in column], pa.binary())
     return rows.append_column("entry", blobs)
 
@@ -271,10 +292,12 @@ def encode(table: pa.Table) -> bytes:
 
 async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, stream_id: int,
                 extract: KeyExtractor, *, horizon: int, delete_retention_ms: int = DELETE_RETENTION_MS,
-                lease_owner: str | None = None, now_ms: int | None = None, stream_size: int = 0) -> BuildResult:
+                lease_owner: str | None = None, now_ms: int | None = None, stream_size: int = 0,
+                shrink: EntryShrinker | None = None) -> BuildResult:
     """Build the view up to ``horizon`` (an entry boundary, at most the committed end) and switch to it.
 
     ``stream_size``: the stream's cumulative size at ``horizon`` (recorded for backlog checks).
+    ``shrink``: reduces an entry that lost records to its survivors (see ``merge``).
 
     Raises CompactionConflict if the view changed meanwhile or the lease was lost.
     The caller holds the stream's compaction lease (``compaction.lease``).
@@ -291,21 +314,27 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     start = records.decode(start_rec.value).get("start", 0) if start_rec is not None else 0
     new = _Input()
     offset = max(before.horizon, start)
-    while offset < horizon:
-        got = await reader.read(stream_id, offset, horizon, _READ_BYTES)
-        if not got:
-            break
+    loop = asyncio.get_running_loop()
+
+    def add(got: list[FetchedEntry], offset: int) -> None:
         for entry in got:
             if entry.base_offset < offset:
                 continue  # began below the previous horizon: it is in the previous view
             if entry.end_offset > horizon:
                 raise StorageError(f"stream {stream_id}: horizon {horizon} is inside the entry at {entry.base_offset}")
             new.add(entry, extract)
+
+    while offset < horizon:
+        got = await reader.read(stream_id, offset, horizon, _READ_BYTES)
+        if not got:
+            break
+        # Off the event loop: decoding a large range must not stall the broker (nor
+        # its metadata session, which holds the compaction lease).
+        await loop.run_in_executor(None, add, got, offset)
         offset = got[-1].end_offset
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    loop = asyncio.get_running_loop()
     table = await loop.run_in_executor(
-        None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms))
+        None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms, shrink=shrink))
     data = await loop.run_in_executor(None, encode, table) if table.num_rows else None
     key = None
     if data is not None:
@@ -368,5 +397,5 @@ async def drop(meta: MetadataStore, stream_id: int) -> None:
         await gc.release(meta, st.object, [(stream_id, VIEW_REF)])
 
 
-__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntryKeys", "KeyExtractor", "KeyView", "ViewEntry", "ViewState",
+__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntryKeys", "EntryShrinker", "KeyExtractor", "KeyView", "ViewEntry", "ViewState",
            "build", "decode_view", "drop", "load", "merge", "resolve_marker", "state", "view_key"]

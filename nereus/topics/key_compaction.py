@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..kafka.codec.records import decode_records
-from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
-from ..pulsar.codec import entry_messages, split_entry
+from ..ledger.entry import EntryFlags, EntryFormat, decode_entry, encode_entry as encode_stored
+from ..pulsar.codec import BatchBuilder, compress, encode_entry, entry_messages, pb, split_entry
 from ..storage import key_view
 from ..storage.compaction import CompactionConflict, lease
 from ..storage.key_view import EntryKeys, KeyView
@@ -62,6 +62,34 @@ def entry_keys(base: int, data: memoryview) -> EntryKeys:
         tombstones.append(bool(single.null_value) or len(m.payload) == 0)
         stamps.append(single.event_time or meta.publish_time)
     return offsets, keys, tombstones, stamps
+
+
+def shrink_entry(data: bytes | memoryview, keep: tuple[int, ...]) -> bytes | None:
+    """A Pulsar batch with only the messages at ``keep`` (indexes in the batch) kept whole.
+
+    Each other message becomes an empty placeholder, so every kept message keeps its
+    batch index (its MessageId) and the entry its record count, while a compacted
+    reader no longer downloads what it skips (the dispatcher's ack set hides the
+    placeholders, as it hid the dropped messages). None: left as stored (a Kafka
+    batch, which the fetch path rebuilds; unbatched, encrypted or marker entries).
+    """
+    header, body = decode_entry(data)
+    if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
+        return None
+    meta, payload = split_entry(body)
+    if not meta.HasField("num_messages_in_batch") or meta.encryption_keys or meta.HasField("marker_type"):
+        return None
+    wanted = set(keep)
+    batch = BatchBuilder()
+    for m in entry_messages(meta, payload):
+        if m.index in wanted:
+            batch.add(m.payload, m.metadata)
+        else:
+            batch.add(b"", pb.SingleMessageMetadata())
+    raw = batch.to_bytes()
+    meta.uncompressed_size = len(raw)
+    stored = compress(meta.compression, raw) if meta.compression else raw
+    return b"".join(encode_stored(header, b"".join(encode_entry(meta, stored))))
 
 
 class CompactionRunning(Exception):
@@ -127,7 +155,7 @@ class KeyCompactor:
         async with lease(self.meta, sid, self.owner):
             result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, entry_keys,
                                           horizon=tail.next, delete_retention_ms=delete_retention_ms,
-                                          lease_owner=self.owner, stream_size=tail.size)
+                                          lease_owner=self.owner, stream_size=tail.size, shrink=shrink_entry)
         if self.on_built is not None:
             self.on_built(sid)
         return result
@@ -168,5 +196,5 @@ class KeyViews:
         self._views.pop(stream_id, None)
 
 
-__all__ = ["CompactionConflict", "CompactionRunning", "CompactionStatus", "KeyCompactor", "KeyViews", "entry_keys",
+__all__ = ["CompactionConflict", "CompactionRunning", "CompactionStatus", "KeyCompactor", "KeyViews", "entry_keys", "shrink_entry",
            "ERROR", "NOT_RUN", "RUNNING", "SUCCESS"]

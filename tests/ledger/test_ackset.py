@@ -32,4 +32,5 @@ def test_ackset_agrees_with_a_plain_set(operations):
         start = 7
         expect_next = next(o for o in range(start, 200) if o not in model)
         assert acks.next_unacked(start) == expect_next
-        assert acks.acked_count_between(5, 50) == len([o for o in model if 5 <= o < 50])
+        for lo, hi in ((5, 50), (0, 3), (12, 13), (20, 41), (33, 90), (60, 61)):
+            assert acks.acked_count_between(lo, hi) == len([o for o in model if lo <= o < hi])

@@ -239,11 +239,12 @@ class Dispatcher:
             base, count = item.entry.base_offset, item.entry.record_count
             if base > at:
                 cursor.ack(at, base)
-            if not item.whole:
-                keep = set(item.keep)
-                for i in range(count):
-                    if i not in keep and base + i >= pos:
-                        cursor.ack(base + i, base + i + 1)
+            if not item.whole:  # each run of dropped records between survivors: one range
+                prev = 0
+                for i in (*item.keep, count):
+                    if i > prev and base + i > pos:
+                        cursor.ack(max(base + prev, pos), base + i)
+                    prev = i + 1
             at = max(at, base + count)
         done = not items or items[-1] is view.entries[-1]
         if done and at < view.horizon:
