@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 
 import pytest
@@ -269,3 +270,32 @@ def test_unload_at_a_non_owner_unloads_at_the_owner_and_clients_come_back(cluste
     producer.close()
     missing = f"persistent://public/default/never-{uuid.uuid4().hex[:6]}"
     assert requests.put(f"{cluster.http(0)}/admin/v2/{rest(missing)}/unload", timeout=TIMEOUT).status_code == 404
+
+
+def test_compaction_of_a_partitioned_topic_is_triggered_and_reported_over_every_partition(cluster, make_client,
+                                                                                          pulsar):
+    topic = f"persistent://public/default/fanc-{uuid.uuid4().hex[:8]}"
+    base = f"{cluster.http(0)}/admin/v2/{rest(topic)}"
+    assert requests.put(base + "/partitions", json=6, timeout=TIMEOUT).status_code == 204
+    client = make_client(cluster.nodes[1].address.pulsar_url)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(60):
+        producer.send(b"v%d" % i, partition_key=f"k{i % 12}")
+    producer.close()
+    owners = {owner_name(cluster, f"{topic}-partition-{i}") for i in range(6)}
+    assert len(owners) > 1  # spread over brokers, else this test proves nothing
+    assert requests.put(base + "/compaction", timeout=TIMEOUT).status_code == 204
+    deadline = time.monotonic() + TIMEOUT
+    while (status := requests.get(base + "/compaction", timeout=TIMEOUT).json())["status"] != "SUCCESS":
+        assert status["status"] in ("RUNNING", "SUCCESS"), status  # NOT_RUN: a partition was not asked
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    latest = {}
+    for i in range(6):
+        reader = client.create_reader(f"{topic}-partition-{i}", pulsar.MessageId.earliest, is_read_compacted=True)
+        while reader.has_message_available():
+            m = reader.read_next(timeout_millis=10000)
+            assert m.partition_key() not in latest
+            latest[m.partition_key()] = m.data()
+        reader.close()
+    assert latest == {f"k{k}": b"v%d" % (48 + k) for k in range(12)}

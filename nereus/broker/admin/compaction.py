@@ -3,8 +3,9 @@
 - ``PUT /admin/v2/persistent/{t}/{ns}/{topic}/compaction``: start compacting (204;
   409 while one runs; a partitioned topic: each partition, see ``routing.PER_PARTITION``).
 - ``GET .../compaction``: Pulsar's ``LongRunningProcessStatus``
-  ``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}`` of this broker's
-  last run (a partitioned topic: the least advanced of its local partitions).
+  ``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}`` of the owner's last
+  run (a partitioned topic: the least advanced of its partitions, asked of each
+  partition's owner).
 - ``compactionThreshold`` of a namespace (``/admin/v2/namespaces/{t}/{ns}/compactionThreshold``,
   Pulsar's ``compaction_threshold``) and of a topic (``.../{topic}/compactionThreshold``,
   a topic policy): bytes of backlog above the view's horizon that start a compaction
@@ -73,10 +74,14 @@ async def trigger(request: web.Request) -> web.Response:
 async def status(request: web.Request) -> web.Response:
     ctx = context(request)
     compactor = ctx.pulsar.registry.key_compactor
-    statuses = [compactor.status(str(t)) for t in await _targets(ctx, request)]
+    return web.json_response(aggregate([compactor.status(str(t)).to_json() for t in await _targets(ctx, request)]))
+
+
+def aggregate(statuses: list[dict]) -> dict:
+    """The status of a partitioned topic: its least advanced partition's (NOT_RUN with none)."""
     if not statuses:
-        return web.json_response({"status": NOT_RUN, "lastError": ""})
-    return web.json_response(min(statuses, key=lambda s: _ORDER[s.status]).to_json())
+        return {"status": NOT_RUN, "lastError": ""}
+    return min(statuses, key=lambda s: _ORDER.get(s.get("status"), 0))
 
 
 def _threshold(value) -> int:
@@ -215,4 +220,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_delete(ns, set_namespace_threshold)
 
 
-__all__ = ["MONITOR_INTERVAL", "add_routes", "check_thresholds", "monitor", "threshold_of"]
+__all__ = ["MONITOR_INTERVAL", "add_routes", "aggregate", "check_thresholds", "monitor", "threshold_of"]

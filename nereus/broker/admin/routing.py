@@ -30,7 +30,7 @@ from yarl import URL
 from ...ledger.naming import TopicName
 from ...topics import BrokerAddress, NotOwner
 from ...topics import partitions_of
-from . import stats
+from . import compaction, stats
 from .common import CONTEXT, AdminContext, AdminError, flag
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ PER_PARTITION = {
     ("GET", "/partitioned-stats"): "/stats",
     ("DELETE", "/partitions"): "",
     ("PUT", "/compaction"): None,
+    ("GET", "/compaction"): None,
 }
 FAN_OUT_TIMEOUT = 60.0
 
@@ -134,6 +135,11 @@ async def _fan_out(ctx: AdminContext, request: web.Request, handler, name: Topic
     except aiohttp.ClientError as exc:
         raise AdminError(502, f"A partition's broker did not answer: {exc}") from None
     failed = [(status, value) for status, value in answers if status >= 400]
+    if (request.method, suffix) == ("GET", "/compaction"):
+        errors = [(status, value) for status, value in failed if status != 404]  # 404: a partition never written
+        if errors:
+            return web.json_response(errors[0][1], status=errors[0][0])
+        return web.json_response(compaction.aggregate([value for status, value in answers if status < 400]))
     if suffix == "/partitioned-stats":
         if failed:
             return web.json_response(failed[0][1], status=failed[0][0])
