@@ -99,3 +99,23 @@ def test_idempotent_sequences(broker, topic):
     fenced = raw.produce(topic, 0, _batch(1, producer_id=p, producer_epoch=e, base_sequence=35))
     assert fenced.error_code == 47  # INVALID_PRODUCER_EPOCH
     raw.close()
+
+
+@pytest.mark.parametrize("frame", [
+    # Produce v3: transactional_id null, acks -1, timeout 1000, topic_data null (i32 -1)
+    struct.pack(">hhihhhii", 0, 3, 41, -1, -1, -1, 1000, -1),
+    # Produce v9 (flexible): compact null transactional_id and topic_data (varint 0)
+    struct.pack(">hhihbbhibb", 0, 9, 42, -1, 0, 0, -1, 1000, 0, 0),
+    # Fetch v4: topics null
+    struct.pack(">hhihiiiibi", 1, 4, 43, -1, -1, 500, 1, 1 << 20, 0, -1),
+])
+def test_null_in_a_non_nullable_array_is_malformed(broker, frame):
+    raw = RawKafka(broker.bootstrap)
+    raw.send_raw(struct.pack(">i", len(frame)) + frame)
+    assert _closed(raw)
+    ok = RawKafka(broker.bootstrap)
+    assert ok.request(18, 3, client_software_name="raw", client_software_version="1").error_code == 0
+    ok.close()
+    log = broker.log.read_text()
+    assert "not nullable" in log
+    assert "Traceback" not in log, log[-3000:]

@@ -61,21 +61,34 @@ def _fixed(size: int):
     return walk
 
 
-def _legacy_string(width: struct.Struct):
+def _null(nullable: bool, what: str, pos: int) -> None:
+    if not nullable:
+        raise LengthError(f"null {what} at {pos} in a field that is not nullable")
+
+
+def _legacy_string(width: struct.Struct, nullable: bool = True):
     def walk(data, pos, end):
         _need(pos, width.size, end, "length")
         n = width.unpack_from(data, pos)[0]
         pos += width.size
-        return pos if n == -1 else _need(pos, n, end, "string")
+        if n == -1:
+            _null(nullable, "string", pos)
+            return pos
+        return _need(pos, n, end, "string")
     return walk
 
 
-def _compact_string(data, pos, end):
-    n, pos = _uvarint(data, pos, end)
-    return pos if n == 0 else _need(pos, n - 1, end, "string")
+def _compact_string(nullable: bool = True):
+    def walk(data, pos, end):
+        n, pos = _uvarint(data, pos, end)
+        if n == 0:
+            _null(nullable, "string", pos)
+            return pos
+        return _need(pos, n - 1, end, "string")
+    return walk
 
 
-def _array(element, flexible: bool, fixed: int | None):
+def _array(element, flexible: bool, fixed: int | None, nullable: bool = True):
     def walk(data, pos, end):
         if flexible:
             n, pos = _uvarint(data, pos, end)
@@ -85,6 +98,7 @@ def _array(element, flexible: bool, fixed: int | None):
             n = _I32.unpack_from(data, pos)[0]
             pos += 4
         if n == -1:
+            _null(nullable, "array", pos)
             return pos
         if n < 0 or n > end - pos:  # every element takes at least one byte
             raise LengthError(f"array of {n} elements at {pos} in a frame of {end} bytes")
@@ -108,20 +122,24 @@ def _field(field, flexible: bool, header: bool, tagged: bool):
     if header and field.name == "client_id":
         return _legacy_string(_I16)  # always a legacy string, even in header v2
     kind = classify_field(field)
+    # Tagged fields are absent rather than null; only untagged ones are checked for nulls.
+    nullable = tagged or is_optional(field)
     if isinstance(kind, (EntityField, EntityTupleField)):
         element = _plan(kind.type_, False)
         if isinstance(kind, EntityTupleField):
-            return _array(element, flexible, None)
+            return _array(element, flexible, None, nullable)
         return _nullable(element) if is_optional(field) and not tagged else element
     kafka_type = get_schema_field_type(field)
     if kafka_type in _FIXED:
         one, fixed = _fixed(_FIXED[kafka_type]), _FIXED[kafka_type]
     elif kafka_type in ("string", "bytes", "records"):
-        one, fixed = (_compact_string if flexible
-                      else _legacy_string(_I16 if kafka_type == "string" else _I32)), None
+        # A null inside an array of strings is checked only where the whole field is a string.
+        scalar_nullable = nullable or isinstance(kind, PrimitiveTupleField)
+        one, fixed = (_compact_string(scalar_nullable) if flexible
+                      else _legacy_string(_I16 if kafka_type == "string" else _I32, scalar_nullable)), None
     else:
         raise TypeError(f"no length check for Kafka type {kafka_type!r} (a schema this broker does not serve)")
-    return _array(one, flexible, fixed) if isinstance(kind, PrimitiveTupleField) else one
+    return _array(one, flexible, fixed, nullable) if isinstance(kind, PrimitiveTupleField) else one
 
 
 @functools.lru_cache(maxsize=None)
