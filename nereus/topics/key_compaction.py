@@ -32,7 +32,7 @@ from ..kafka.codec.records import decode_records
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry, encode_entry as encode_stored
 from ..pulsar.codec import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
                             split_entry)
-from ..storage import key_view
+from ..storage import key_view, records
 from ..storage.compaction import CompactionConflict, lease
 from ..storage.key_view import EntryKeys, KeyView
 from .convert import key_from_pulsar
@@ -161,12 +161,14 @@ class KeyCompactor:
         task = self._tasks.get(topic)
         return task is not None and not task.done()
 
-    def trigger(self, topic: str, *, delete_retention_ms: int = key_view.DELETE_RETENTION_MS) -> asyncio.Task:
+    def trigger(self, topic: str, *, delete_retention_ms: int = key_view.DELETE_RETENTION_MS,
+                min_lag_ms: int = 0) -> asyncio.Task:
         """Start compacting ``topic`` (a stream name); raises CompactionRunning."""
         if self.running(topic):
             raise CompactionRunning(f"compaction of {topic} is already running")
         self.statuses[topic] = CompactionStatus(RUNNING)
-        task = asyncio.ensure_future(self.compact(topic, delete_retention_ms=delete_retention_ms))
+        task = asyncio.ensure_future(self.compact(topic, delete_retention_ms=delete_retention_ms,
+                                                  min_lag_ms=min_lag_ms))
         self._tasks[topic] = task
         task.add_done_callback(lambda t: self._done(topic, t))
         return task
@@ -183,18 +185,38 @@ class KeyCompactor:
         else:
             self.statuses[topic] = CompactionStatus(SUCCESS, None, task.result())
 
-    async def compact(self, topic: str, *, delete_retention_ms: int = key_view.DELETE_RETENTION_MS
-                      ) -> key_view.BuildResult:
-        """Build the view of ``topic`` up to its committed end now (raises CompactionConflict)."""
+    async def compact(self, topic: str, *, delete_retention_ms: int = key_view.DELETE_RETENTION_MS,
+                      min_lag_ms: int = 0) -> key_view.BuildResult:
+        """Build the view of ``topic`` up to its committed end now, or with ``min_lag_ms``
+        (Kafka's ``min.compaction.lag.ms``) up to the first slice committed less than that
+        long ago (raises CompactionConflict)."""
         sid = await self.storage.stream_id(topic)
         tail = await self.storage.tail(sid)
+        horizon, size = tail.next, tail.size
+        if min_lag_ms > 0:
+            horizon, size = await self._lagged_horizon(sid, tail, int(time.time() * 1000) - min_lag_ms)
         async with lease(self.meta, sid, self.owner):
             result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, entry_keys,
-                                          horizon=tail.next, delete_retention_ms=delete_retention_ms,
-                                          lease_owner=self.owner, stream_size=tail.size, shrink=shrink_entry)
+                                          horizon=horizon, delete_retention_ms=delete_retention_ms,
+                                          lease_owner=self.owner, stream_size=size, shrink=shrink_entry)
         if self.on_built is not None:
             self.on_built(sid)
         return result
+
+    async def _lagged_horizon(self, stream_id: int, tail, cutoff_ms: int) -> tuple[int, int]:
+        """(offset, stream size there) of the first slice above the view committed after ``cutoff_ms``."""
+        start = (await key_view.state(self.meta, stream_id)).horizon
+        lo, hi = records.index_range(stream_id, start)
+        seen = set()
+        async for rec in self.meta.range_scan(lo, hi, partition_key=records.stream_partition(stream_id)):
+            for entry in records.decode_group(rec.value):
+                seen.add(entry.base)
+                if entry.last >= start and entry.timestamp > cutoff_ms:
+                    return entry.base, entry.size_before
+        for entry in tail.pending:
+            if entry.base not in seen and entry.last >= start and entry.timestamp > cutoff_ms:
+                return entry.base, entry.size_before
+        return tail.next, tail.size
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())

@@ -112,3 +112,29 @@ def test_retention_releases_the_raw_records_below_the_view_which_still_serves_th
     assert read_from(server, topic, 0, 8) == view + tail
     assert read_from(server, topic, 37, 6) == view[2:] + tail  # below the trimmed start, inside the view
     assert read_from(server, topic, 41, 2) == tail[1:]
+
+
+def test_records_younger_than_min_compaction_lag_stay_uncompacted(server):
+    topic = f"kc-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact",
+                                                    "min.compaction.lag.ms": "3600000"})])[topic].result(15)
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
+    updates = [(b"k%d" % (i % 3), b"v%d" % i) for i in range(12)]
+    for key, value in updates:
+        producer.produce(topic, value, key)
+    assert producer.flush(15) == 0
+    compact(Admin(server.http), topic)
+    assert read_from(server, topic, 0, 12) == [(i, k, v) for i, (k, v) in enumerate(updates)]
+    # Without the lag the same records compact.
+    admin.incremental_alter_configs([confluent_kafka.admin.ConfigResource(
+        "topic", topic, incremental_configs=[confluent_kafka.admin.ConfigEntry(
+            "min.compaction.lag.ms", "0", incremental_operation=confluent_kafka.admin.AlterConfigOpType.SET)])
+    ])[confluent_kafka.admin.ConfigResource("topic", topic)].result(15)
+    deadline = time.monotonic() + 20
+    while True:  # configs are cached for a second by each broker
+        compact(Admin(server.http), topic)
+        got = read_from(server, topic, 0, 3)
+        if got[0][0] == 9 or time.monotonic() > deadline:
+            break
+    assert got == [(i, k, v) for i, (k, v) in enumerate(updates) if i >= 9]

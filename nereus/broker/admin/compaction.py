@@ -15,7 +15,8 @@
   check once the bytes above the horizon are ``min.cleanable.dirty.ratio`` of the
   partition, their tombstones kept for the topic's ``delete.retention.ms`` (also when
   compacted through the admin API). Other topics' tombstones are dropped with their
-  keys at once, as Pulsar's compactor does.
+  keys at once, as Pulsar's compactor does. ``min.compaction.lag.ms`` keeps the
+  horizon below the records committed less than that long ago.
 """
 
 from __future__ import annotations
@@ -61,10 +62,10 @@ async def trigger(request: web.Request) -> web.Response:
     targets = await _targets(ctx, request)
     if any(compactor.running(str(t)) for t in targets):
         raise AdminError(409, "Compaction already in progress")
-    retention = [await tombstone_retention_ms(ctx, t) for t in targets]
-    for target, delete_retention_ms in zip(targets, retention):
+    options = [await compaction_options(ctx, t) for t in targets]
+    for target, how in zip(targets, options):
         try:
-            compactor.trigger(str(target), delete_retention_ms=delete_retention_ms)
+            compactor.trigger(str(target), **how)
         except CompactionRunning as exc:
             raise AdminError(409, str(exc)) from None
     log.info("compaction of %s triggered through the admin API", topic_name(request))
@@ -164,7 +165,7 @@ async def check_thresholds(ctx: AdminContext) -> list[str]:
         if tail.next <= view.horizon or dirty <= 0:
             continue
         if kafka is not None and dirty >= kafka[0] * tail.size:
-            registry.key_compactor.trigger(key, delete_retention_ms=kafka[1])
+            registry.key_compactor.trigger(key, delete_retention_ms=kafka[1], min_lag_ms=kafka[2])
         elif threshold > 0 and dirty > threshold:
             registry.key_compactor.trigger(key, delete_retention_ms=PULSAR_DELETE_RETENTION_MS)
         else:
@@ -174,15 +175,19 @@ async def check_thresholds(ctx: AdminContext) -> list[str]:
     return started
 
 
-async def tombstone_retention_ms(ctx: AdminContext, name: TopicName) -> int:
-    """How long the view keeps tombstones: a Kafka compact topic's ``delete.retention.ms``;
-    not at all on other topics (Pulsar's compactor drops a key on an empty payload)."""
+async def compaction_options(ctx: AdminContext, name: TopicName) -> dict:
+    """How a build of ``name`` runs: a Kafka compact topic keeps tombstones for its
+    ``delete.retention.ms`` and leaves records younger than ``min.compaction.lag.ms``;
+    other topics drop tombstones at once (Pulsar's compactor drops a key on an empty payload)."""
     kafka = await _kafka_compaction(ctx, name)
-    return PULSAR_DELETE_RETENTION_MS if kafka is None else kafka[1]
+    if kafka is None:
+        return {"delete_retention_ms": PULSAR_DELETE_RETENTION_MS}
+    return {"delete_retention_ms": kafka[1], "min_lag_ms": kafka[2]}
 
 
-async def _kafka_compaction(ctx: AdminContext, name: TopicName) -> tuple[float, int] | None:
-    """(min.cleanable.dirty.ratio, delete.retention.ms) of a Kafka topic with ``cleanup.policy`` compact."""
+async def _kafka_compaction(ctx: AdminContext, name: TopicName) -> tuple[float, int, int] | None:
+    """(min.cleanable.dirty.ratio, delete.retention.ms, min.compaction.lag.ms) of a Kafka topic
+    with ``cleanup.policy`` compact."""
     kafka = getattr(ctx.node, "kafka", None)
     if kafka is None or (name.tenant, name.namespace) != ("public", "default"):
         return None
@@ -193,7 +198,8 @@ async def _kafka_compaction(ctx: AdminContext, name: TopicName) -> tuple[float, 
         return None
     if "compact" not in configs["cleanup.policy"].value.split(","):
         return None
-    return float(configs["min.cleanable.dirty.ratio"].value), int(configs["delete.retention.ms"].value)
+    return (float(configs["min.cleanable.dirty.ratio"].value), int(configs["delete.retention.ms"].value),
+            int(configs["min.compaction.lag.ms"].value))
 
 
 async def monitor(ctx: AdminContext, interval: float) -> None:
