@@ -137,6 +137,12 @@ def _broker_options(command):
                      help="Message deduplication of namespaces without a policy of their own."),
         click.option("--max-message-size", type=click.IntRange(1024, 1 << 30), default=None,
                      help="Largest message in bytes (default: 5 MB for Pulsar, 8 MB for a Kafka batch)."),
+        click.option("--max-connections-per-ip", type=click.IntRange(0), default=0, show_default=True,
+                     help="Open connections one client address may have per protocol, Pulsar and Kafka "
+                          "(maxConnectionsPerIp; 0: unlimited); more are closed as they are accepted."),
+        click.option("--frame-read-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
+                     help="Seconds a Pulsar or Kafka frame may take to arrive whole once its first bytes came; "
+                          "a slower connection is closed (slow-loris guard)."),
         click.option("--session-timeout", type=click.FloatRange(0.5), default=10, show_default=True,
                      help="Seconds after which a broker that stopped heartbeating loses its topics."),
         click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
@@ -290,7 +296,8 @@ def _options_of(kwargs: dict):
         session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
-        max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"])
+        max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],
+        max_connections_per_ip=kwargs["max_connections_per_ip"], frame_read_timeout=kwargs["frame_read_timeout"])
 
 
 def _auth_settings(kwargs: dict):

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..auth import Authenticator, AuthSettings
 from ..kafka.server import KafkaService
 from ..meta import MetadataStore
+from ..net_limits import DEFAULT_FRAME_READ_TIMEOUT, ConnectionLimits
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
@@ -66,6 +67,8 @@ class BrokerOptions:
     default_partitions: int = 1  # partitions of an auto-created partitioned topic (and of Kafka's)
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
     max_message_size: int | None = None  # bytes; None: each protocol's own default
+    max_connections_per_ip: int = 0  # maxConnectionsPerIp, per protocol (0: unlimited)
+    frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT  # seconds a started frame may take to arrive whole
     log_dir: Path | None = None  # the compaction worker's log; default: ./logs
     authentication: AuthSettings = AuthSettings()  # authenticationEnabled and the providers' settings
     pulsar_tls_port: int | None = None  # brokerServicePortTls (pulsar+ssl://); None: no TLS listener
@@ -202,7 +205,9 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(registry.close)
     sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
-                           registry=registry, authenticator=authenticator, **sizes)
+                           registry=registry, authenticator=authenticator,
+                           limits=ConnectionLimits(options.max_connections_per_ip, options.frame_read_timeout,
+                                                   protocol="pulsar"), **sizes)
     # Bound now; clients are accepted once the broker registered.
     await bind_listener("pulsar", options.bind, options.pulsar_port, pulsar.start(serve=False))
     stack.push_async_callback(pulsar.stop)
@@ -214,7 +219,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
-                         sasl=options.sasl,
+                         sasl=options.sasl, limits=ConnectionLimits(options.max_connections_per_ip,
+                                                                    options.frame_read_timeout, protocol="kafka"),
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))

@@ -147,6 +147,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
         args += ["--advertised-address", opts.advertised_address]
     if opts.max_message_size is not None:
         args += ["--max-message-size", str(opts.max_message_size)]
+    args += ["--max-connections-per-ip", str(opts.max_connections_per_ip),
+             "--frame-read-timeout", str(opts.frame_read_timeout)]
     args += opts.authentication.as_args()
     if opts.sasl is not None:
         args += ["--sasl-mechanisms", ",".join(opts.sasl.mechanisms)]

@@ -17,6 +17,7 @@ import logging
 import struct
 from collections import deque
 
+from ...net_limits import FrameTimer, peer_ip
 from ...tls import peer_cert_cn
 from ..codec import MalformedRequest, decode_request, encode_response, peek_head, supported
 from ..codec.protocol import API_VERSIONS
@@ -47,10 +48,18 @@ class KafkaConnection(asyncio.Protocol):
         self._responses: deque[asyncio.Future] = deque()
         self._paused = False
         self._task: asyncio.Task | None = None
+        self._admitted_ip: str | None = None  # counted in service.limits while open
+        self._frame_timer = FrameTimer(service.limits, self.protocol_error)
 
     # -- transport callbacks --------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        ip = peer_ip(transport)
+        if not self.service.limits.admit(ip):
+            self.closed = True
+            transport.abort()
+            return
+        self._admitted_ip = ip
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_cert_cn = peer_cert_cn(transport)
@@ -59,6 +68,11 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        self._frame_timer.cancel()
+        if self._admitted_ip is None:
+            return  # refused at accept: nothing was set up
+        self.service.limits.release(self._admitted_ip)
+        self._admitted_ip = None
         self.service.connections.discard(self)
         self._wake.set()
         if self._task is not None:
@@ -71,8 +85,11 @@ class KafkaConnection(asyncio.Protocol):
         self._responses.clear()
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         self._buf += data
         limit = self.service.max_request_size
+        queued = len(self._requests)
         while len(self._buf) >= 4:
             size = _SIZE.unpack_from(self._buf, 0)[0]
             if (size < 8 and not self._raw_tokens()) or size < 0 or size > limit:
@@ -82,11 +99,15 @@ class KafkaConnection(asyncio.Protocol):
                 break
             self._requests.append(bytes(self._buf[4:4 + size]))
             del self._buf[:4 + size]
+        completed = len(self._requests) > queued
         if self._requests:
             self._wake.set()
             if len(self._requests) + len(self._responses) > MAX_PENDING and not self._paused:
                 self._paused = True
+                self._frame_timer.cancel()  # a frame we stopped reading is not the client's delay
                 self.transport.pause_reading()
+        if not self._paused:
+            self._frame_timer.update(bool(self._buf), completed)
 
     @property
     def principal(self) -> str | None:

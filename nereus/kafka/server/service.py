@@ -16,6 +16,7 @@ import logging
 import uuid
 
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
 from . import metrics, routing
 from .catalog import Catalog
@@ -40,7 +41,8 @@ class KafkaService:
                  max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
                  auto_create: bool = True, default_partitions: int = 1,
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
-                 max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None) -> None:
+                 max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None,
+                 limits: ConnectionLimits | None = None) -> None:
         self.storage = storage
         self.meta = meta
         self.registry = registry
@@ -49,6 +51,7 @@ class KafkaService:
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self.node_id = node_id
         self.max_request_size = max_request_size
+        self.limits = limits or ConnectionLimits(protocol="kafka")  # connections per IP, slow frames
         self.max_message_bytes = max_message_bytes
         self.auto_create = auto_create
         self.default_partitions = default_partitions

@@ -17,6 +17,7 @@ from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry
 from ..codec.frames import FRAME_HEADROOM
 from . import authn, consumers, lookup, metrics, producers
 from .errors import ProtocolViolation
+from ...net_limits import FrameTimer, peer_ip
 from ...tls import peer_cert_cn
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class ServerConnection(asyncio.Protocol):
         self.consumers: dict[int, consumers.Consumer] = {}
         self.pending_sends = 0
         self._paused = False
+        self._admitted_ip: str | None = None  # counted in service.limits while open
+        self._frame_timer = FrameTimer(service.limits, lambda detail: self.protocol_error("slow-frame", detail))
         self._tasks: set[asyncio.Task] = set()
         self._last_received = time.monotonic()
         self._keepalive: asyncio.TimerHandle | None = None
@@ -57,6 +60,12 @@ class ServerConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        ip = peer_ip(transport)
+        if not self.service.limits.admit(ip):
+            self.closed = True
+            transport.abort()
+            return
+        self._admitted_ip = ip
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_cert_cn = peer_cert_cn(transport)
@@ -65,11 +74,17 @@ class ServerConnection(asyncio.Protocol):
         self._arm_keepalive()
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         self._last_received = time.monotonic()
+        completed = False
         try:
             self.decoder.receive_data(data)
             while not self.closed and (frame := self.decoder.next_frame()) is not None:
+                completed = True
                 self._handle(frame)
+            if not self.closed and not self._paused:
+                self._frame_timer.update(self.decoder.buffered > 0, completed)
         except PulsarCodecError as exc:
             self.protocol_error(type(exc).__name__, str(exc))
         except ProtocolViolation as exc:
@@ -77,6 +92,11 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._frame_timer.cancel()
+        if self._admitted_ip is None:
+            return  # refused at accept: nothing was set up
+        self.service.limits.release(self._admitted_ip)
+        self._admitted_ip = None
         self.service.connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
@@ -135,6 +155,7 @@ class ServerConnection(asyncio.Protocol):
         self.pending_sends += 1
         if self.pending_sends >= MAX_PENDING_SENDS and not self._paused and self.transport is not None:
             self._paused = True
+            self._frame_timer.cancel()  # a frame we stopped reading is not the client's delay
             self.transport.pause_reading()
 
     def send_finished(self) -> None:

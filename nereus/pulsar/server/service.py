@@ -14,6 +14,7 @@ import uuid
 
 from ...ledger.naming import TopicName
 from ...meta import MetadataStore
+from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
 from ...topics import TopicRegistry
 from ...topics.policies import ensure_default_namespace
@@ -30,7 +31,8 @@ class PulsarService:
 
     def __init__(self, storage: StreamStorage, meta: MetadataStore, *, host: str = "127.0.0.1", port: int = 6650,
                  advertised_host: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 keepalive: float = 30.0, registry: TopicRegistry | None = None, authenticator=None) -> None:
+                 keepalive: float = 30.0, registry: TopicRegistry | None = None, authenticator=None,
+                 limits: ConnectionLimits | None = None) -> None:
         self.storage = storage
         self.meta = meta
         self._own_registry = registry is None
@@ -40,6 +42,7 @@ class PulsarService:
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self.max_message_size = max_message_size
         self.keepalive = keepalive
+        self.limits = limits or ConnectionLimits(protocol="pulsar")  # connections per IP, slow frames
         self.authenticator = authenticator  # nereus.auth.Authenticator; None: authentication disabled
         self.topics: dict[str, PulsarTopic] = {}
         self.connections: set = set()

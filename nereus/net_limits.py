@@ -1,0 +1,92 @@
+"""Limits a listener puts on its client connections: connections per IP and slow frames.
+
+``maxConnectionsPerIp`` (Pulsar's key; 0 = unlimited) counts the open connections of
+each client address per protocol service (Pulsar or Kafka, all of its listeners);
+the one over the limit is closed as it is accepted. ``frame_read_timeout`` closes a
+connection whose frame, once its first bytes arrived, is not complete that many
+seconds later: a slow-loris client trickling a frame (or stopping half-way) cannot
+hold a connection and its buffer forever, while idle connections between frames are
+left to the protocols' own keep-alives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FRAME_READ_TIMEOUT = 30.0
+_REFUSAL_LOG_INTERVAL = 60.0
+
+
+class ConnectionLimits:
+    """The per-IP connection count and the frame timeout of one protocol's listeners."""
+
+    def __init__(self, max_connections_per_ip: int = 0,
+                 frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT, *, protocol: str = "") -> None:
+        if max_connections_per_ip < 0:
+            raise ValueError("maxConnectionsPerIp must be >= 0")
+        if frame_read_timeout <= 0:
+            raise ValueError("the frame read timeout must be > 0")
+        self.max_connections_per_ip = max_connections_per_ip
+        self.frame_read_timeout = frame_read_timeout
+        self.protocol = protocol
+        self._open: Counter[str] = Counter()
+        self._last_refusal_log: dict[str, float] = {}
+
+    def admit(self, ip: str) -> bool:
+        """Count a new connection from ``ip``; False (nothing counted) when it is one too many."""
+        if self.max_connections_per_ip and self._open[ip] >= self.max_connections_per_ip:
+            now = time.monotonic()
+            if now - self._last_refusal_log.get(ip, -_REFUSAL_LOG_INTERVAL) >= _REFUSAL_LOG_INTERVAL:
+                self._last_refusal_log[ip] = now  # once a minute per address: a flood must not flood the log
+                log.warning("%s: refusing connections from %s: it has %d open (maxConnectionsPerIp)",
+                            self.protocol, ip, self._open[ip])
+            return False
+        self._open[ip] += 1
+        return True
+
+    def release(self, ip: str) -> None:
+        self._open[ip] -= 1
+        if self._open[ip] <= 0:
+            del self._open[ip]
+
+
+class FrameTimer:
+    """Closes a connection whose partly received frame is not complete in time."""
+
+    def __init__(self, limits: ConnectionLimits, on_timeout) -> None:
+        self._limits = limits
+        self._on_timeout = on_timeout
+        self._handle: asyncio.TimerHandle | None = None
+
+    def update(self, partial: bool, completed: bool) -> None:
+        """After each read: ``partial`` when bytes of an incomplete frame are buffered,
+        ``completed`` when that read finished at least one frame (a new one has started)."""
+        if completed or not partial:
+            self.cancel()
+        if not partial:
+            return
+        if self._handle is None:
+            # The deadline runs from the frame's first bytes, not from the latest ones.
+            self._handle = asyncio.get_running_loop().call_later(self._limits.frame_read_timeout, self._expired)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _expired(self) -> None:
+        self._handle = None
+        self._on_timeout(f"frame not complete {self._limits.frame_read_timeout:g} s after its first bytes")
+
+
+def peer_ip(transport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if peer else "?"
+
+
+__all__ = ["ConnectionLimits", "DEFAULT_FRAME_READ_TIMEOUT", "FrameTimer", "peer_ip"]
