@@ -49,7 +49,7 @@ from tests import compaction_model as cm  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
 
 SERVER_ARGS = ["--compaction-interval", "0", "--compaction-monitor-interval", "0", "--gc-interval", "0.5",
-               "--gc-grace", "1", "--gc-pending-timeout", "11", "--session-timeout", "3"]
+               "--gc-grace", "1", "--gc-pending-timeout", "20", "--session-timeout", "3"]
 cm.DEADLINE = 600.0  # at this scale a read or a build takes longer than in the tests
 
 

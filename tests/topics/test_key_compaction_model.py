@@ -26,10 +26,10 @@ PHASE_A, CHUNK = 3000, 250
 
 @pytest.fixture
 def server(tmp_path):
-    # The pending timeout must exceed the WAL writer's 10 s reservation lifetime (a
+    # The pending timeout must well exceed the WAL writer's 10 s reservation lifetime (a
     # shorter one takes a live writer's reserved names for a dead writer's).
     proc = Standalone(tmp_path / "data", ["--compaction-interval", "0", "--compaction-monitor-interval", "0",
-                                          "--gc-interval", "0.3", "--gc-grace", "0.5", "--gc-pending-timeout", "11",
+                                          "--gc-interval", "0.3", "--gc-grace", "0.5", "--gc-pending-timeout", "20",
                                           "--session-timeout", "3"])
     proc.start()
     yield proc
