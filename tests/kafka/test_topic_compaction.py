@@ -138,3 +138,25 @@ def test_records_younger_than_min_compaction_lag_stay_uncompacted(server):
         if got[0][0] == 9 or time.monotonic() > deadline:
             break
     assert got == [(i, k, v) for i, (k, v) in enumerate(updates) if i >= 9]
+
+
+def test_compact_delete_topics_also_delete_by_retention_above_the_view(server):
+    topic = f"kc-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact,delete", "retention.ms": "1"})])[
+        topic].result(15)
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
+    updates = [(b"k%d" % (i % 5), b"v%d" % i) for i in range(20)]
+    for key, value in updates:
+        producer.produce(topic, value, key)
+    assert producer.flush(15) == 0
+    rest = Admin(server.http)
+    compact(rest, topic)
+    producer.produce(topic, b"late", b"k0")
+    assert producer.flush(15) == 0
+    assert rest.post(f"/persistent/public/default/{topic}/trim", None)[0] == 204
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": uuid.uuid4().hex})
+    # Everything is past retention: the record above the view is deleted, the view stays.
+    assert consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10) == (15, 21)
+    consumer.close()
+    assert read_from(server, topic, 0, 5) == [(i, k, v) for i, (k, v) in enumerate(updates) if i >= 15]
