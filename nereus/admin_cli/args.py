@@ -100,3 +100,11 @@ def message_id(text: str) -> dict:
 
 __all__ = ["message_id", "namespace_path", "reset_timestamp_ms", "retention_minutes", "schema_path", "seconds",
            "size_mb", "topic_path"]
+
+
+def actions_list(text: str) -> list[str]:
+    """``--actions produce,consume`` as the JSON list the permissions call takes."""
+    actions = [a.strip() for a in text.split(",") if a.strip()]
+    if not actions:
+        raise click.BadParameter("give one or more of produce, consume, functions, sources, sinks, packages")
+    return actions

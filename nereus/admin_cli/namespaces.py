@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from . import retention
-from .args import _q, namespace_path
+from .args import _q, actions_list, namespace_path
 from .session import group, json_option, pass_session
 
-namespaces = group("namespaces", "Namespaces: list, create, delete, policies, retention, deduplication.")
+namespaces = group("namespaces", "Namespaces: list, create, delete, policies, retention, deduplication, permissions.")
 
 
 @namespaces.command("list")
@@ -109,3 +109,31 @@ def set_deduplication(s, namespace, enable):
 def remove_deduplication(s, namespace):
     """Remove NAMESPACE's deduplication policy (the broker default applies)."""
     s.client.delete(f"/namespaces/{namespace_path(namespace)}/deduplication")
+
+
+@namespaces.command("permissions")
+@click.argument("namespace")
+@json_option
+@pass_session
+def permissions(s, namespace):
+    """Show the roles granted actions on NAMESPACE."""
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/permissions"))
+
+
+@namespaces.command("grant-permission")
+@click.argument("namespace")
+@click.option("--role", required=True, help="The role granted the actions.")
+@click.option("--actions", required=True, help="Comma-separated: produce, consume (functions, sources, ...).")
+@pass_session
+def grant_permission(s, namespace, role, actions):
+    """Grant ROLE the actions on every topic of NAMESPACE (replacing its earlier grant)."""
+    s.client.post(f"/namespaces/{namespace_path(namespace)}/permissions/{_q(role)}", actions_list(actions))
+
+
+@namespaces.command("revoke-permission")
+@click.argument("namespace")
+@click.option("--role", required=True, help="The role whose grant is removed.")
+@pass_session
+def revoke_permission(s, namespace, role):
+    """Revoke ROLE's grant on NAMESPACE."""
+    s.client.delete(f"/namespaces/{namespace_path(namespace)}/permissions/{_q(role)}")

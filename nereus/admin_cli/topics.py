@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from . import output, retention
-from .args import namespace_path, topic_path
+from .args import _q, actions_list, namespace_path, topic_path
 from .session import group, json_option, pass_session
 from .subscriptions import TOPIC_COMMANDS
 
-topics = group("topics", "Topics: create, list, delete, stats, unload, retention, subscriptions.")
+topics = group("topics", "Topics: create, list, delete, stats, unload, retention, subscriptions, permissions.")
 
 _force = click.option("-f", "--force", is_flag=True, help="Even with connected clients (they are disconnected).")
 _partitions = click.option("-p", "--partitions", type=click.IntRange(1), required=True, help="Number of partitions.")
@@ -158,3 +158,31 @@ def remove_retention(s, topic):
 
 for _name, _command in TOPIC_COMMANDS.items():
     topics.add_command(_command, _name)
+
+
+@topics.command("permissions")
+@click.argument("topic")
+@json_option
+@pass_session
+def permissions(s, topic):
+    """Show the roles granted actions on TOPIC (its namespace's grants included)."""
+    s.emit(s.client.get(f"{topic_path(topic)}/permissions"))
+
+
+@topics.command("grant-permission")
+@click.argument("topic")
+@click.option("--role", required=True, help="The role granted the actions.")
+@click.option("--actions", required=True, help="Comma-separated: produce, consume.")
+@pass_session
+def grant_permission(s, topic, role, actions):
+    """Grant ROLE the actions on TOPIC (replacing its earlier grant on the topic)."""
+    s.client.post(f"{topic_path(topic)}/permissions/{_q(role)}", actions_list(actions))
+
+
+@topics.command("revoke-permission")
+@click.argument("topic")
+@click.option("--role", required=True, help="The role whose grant on the topic is removed.")
+@pass_session
+def revoke_permission(s, topic, role):
+    """Revoke ROLE's grant on TOPIC."""
+    s.client.delete(f"{topic_path(topic)}/permissions/{_q(role)}")

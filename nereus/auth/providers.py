@@ -45,13 +45,15 @@ class AuthSettings:
     super_user_roles: tuple[str, ...] = ()  # superUserRoles (used by authorization)
     refresh_check_seconds: float = 60.0  # authenticationRefreshCheckSeconds
     authenticate_metrics: bool = False  # authenticateMetricsEndpoint
+    authorization_enabled: bool = False  # authorizationEnabled (needs authentication)
 
     def as_args(self) -> list[str]:
         """The command-line flags that give another broker process these settings."""
         args = ["--authentication" if self.enabled else "--no-authentication",
                 "--token-auth-claim", self.token_auth_claim,
                 "--authentication-refresh-check-seconds", str(self.refresh_check_seconds),
-                "--authenticate-metrics" if self.authenticate_metrics else "--no-authenticate-metrics"]
+                "--authenticate-metrics" if self.authenticate_metrics else "--no-authenticate-metrics",
+                "--authorization" if self.authorization_enabled else "--no-authorization"]
         for flag, value in (("--authentication-providers", ",".join(self.providers)),
                             ("--token-secret-key", self.token_secret_key),
                             ("--token-public-key", self.token_public_key),

@@ -240,6 +240,7 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("superUserRoles", "super_user_roles", _text, doc="Roles allowed everything, comma-separated."),
     Key("authenticationRefreshCheckSeconds", "authentication_refresh_check_seconds", _float,
         doc="Seconds between checks of connections' credential expiry."),
+    Key("authorizationEnabled", "authorization", _bool, doc="Check roles' permissions (needs authentication)."),
     Key("authenticateMetricsEndpoint", "authenticate_metrics", _bool, doc="/metrics needs credentials too."),
 )}
 

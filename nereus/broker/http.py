@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from . import admin, authentication, console
+from . import admin, authentication, authorization, console
 from .admin import health
 
 
@@ -14,10 +14,12 @@ async def _metrics(_request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def build_app(authenticator=None) -> web.Application:
+def build_app(authenticator=None, authorizer=None) -> web.Application:
     app = web.Application()
     if authenticator is not None:  # first: no handler nor other middleware runs for an unauthenticated request
         authentication.install(app, authenticator)
+        if authorizer is not None:
+            authorization.install(app, authorizer)
     health.register(app)
     app.router.add_get("/metrics", _metrics)
     admin.register(app)
@@ -25,12 +27,12 @@ def build_app(authenticator=None) -> web.Application:
     return app
 
 
-async def start_http(host: str, port: int, *, authenticator=None) -> web.AppRunner:
+async def start_http(host: str, port: int, *, authenticator=None, authorizer=None) -> web.AppRunner:
     """Start serving; returns the runner to ``cleanup()`` at shutdown.
 
     The admin API answers 503 until ``attach_admin`` gives it the running services.
     """
-    runner = web.AppRunner(build_app(authenticator), access_log=None)
+    runner = web.AppRunner(build_app(authenticator, authorizer), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..auth import Authenticator, AuthSettings
+from ..auth.authorization import Authorizer
 from ..kafka.server import KafkaService
 from ..meta import MetadataStore
 from ..net_limits import DEFAULT_FRAME_READ_TIMEOUT, ConnectionLimits
@@ -185,8 +186,11 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}")
     stack.push_async_callback(storage.close)
     authenticator = Authenticator(options.authentication) if options.authentication.enabled else None
+    authorizer = Authorizer(meta, options.authentication.super_user_roles) \
+        if authenticator is not None and options.authentication.authorization_enabled else None
     http = await bind_listener("http", options.bind, options.http_port,
-                               start_http(options.bind, options.http_port, authenticator=authenticator))
+                               start_http(options.bind, options.http_port, authenticator=authenticator,
+                                          authorizer=authorizer))
     stack.push_async_callback(http.cleanup)
     http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
     log.info("http listener on %s:%d (admin REST, lookup, metrics)", options.bind, http_port)
@@ -205,7 +209,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(registry.close)
     sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
-                           registry=registry, authenticator=authenticator,
+                           registry=registry, authenticator=authenticator, authorizer=authorizer,
                            limits=ConnectionLimits(options.max_connections_per_ip, options.frame_read_timeout,
                                                    protocol="pulsar"), **sizes)
     # Bound now; clients are accepted once the broker registered.

@@ -16,6 +16,7 @@ import json
 
 from aiohttp import web
 
+from ...auth.authorization import AUTH_FIELD, auth_policies
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
@@ -40,6 +41,7 @@ def _policies(stored: dict) -> dict:
         "is_allow_auto_update_schema": stored.get("is_allow_auto_update_schema", True),
         "schema_auto_update_compatibility_strategy": stored.get("schema_auto_update_compatibility_strategy") or "Full",
         OVERRIDE_FIELD: stored.get(OVERRIDE_FIELD),
+        AUTH_FIELD: auth_policies(stored),
         "deleted": False,
     }
 

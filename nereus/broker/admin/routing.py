@@ -40,7 +40,8 @@ TOPIC_ROUTE = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 ANYWHERE = {("PUT", ""), ("GET", "/partitions"), ("PUT", "/partitions"), ("POST", "/partitions"),
             ("GET", "/retention"), ("POST", "/retention"), ("DELETE", "/retention"),
             ("GET", "/compactionThreshold"), ("POST", "/compactionThreshold"), ("PUT", "/compactionThreshold"),
-            ("DELETE", "/compactionThreshold")}
+            ("DELETE", "/compactionThreshold"),
+            ("GET", "/permissions"), ("POST", "/permissions/{role}"), ("DELETE", "/permissions/{role}")}
 #: Calls on a partitioned topic that apply to each partition: (method, route suffix) -> the partition's suffix.
 PER_PARTITION = {
     ("GET", "/subscriptions"): "/subscriptions",

@@ -15,6 +15,7 @@ from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import positions, schemas
+from .authn import denial
 from .existence import TopicMissing, check_usable
 from .lookup import parse_topic
 
@@ -68,6 +69,10 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     name = parse_topic(cmd.topic)
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
+        return
+    refused = await denial(conn, name, "consume")
+    if refused:
+        conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
         return
     if cmd.consumer_id in conn.consumers:  # a retried SUBSCRIBE
         conn.send_success(cmd.request_id)

@@ -17,6 +17,7 @@ from ...ledger.naming import InvalidTopicName, TopicName
 from ...topics import NotOwner, UnknownListener
 from ..codec import pb, wrap
 from . import schemas
+from .authn import denial
 from .existence import TopicMissing, check_usable, partitions_for_client
 from .topics import list_partitioned_topics, partitions_of
 
@@ -37,6 +38,11 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
     if topic is None:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.InvalidTopicName,
                                message=f"invalid topic name {cmd.topic!r}")))
+        return
+    refused = await denial(conn, topic, None)
+    if refused:
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.AuthorizationError,
+                               message=refused)))
         return
     try:
         await check_usable(conn.service, topic)
@@ -74,6 +80,11 @@ async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetad
     if topic is None:
         conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.InvalidTopicName,
                              message=f"invalid topic name {cmd.topic!r}")))
+        return
+    refused = await denial(conn, topic, None)
+    if refused:
+        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.AuthorizationError,
+                             message=refused)))
         return
     try:
         partitions = await partitions_for_client(conn.service, topic, may_create=cmd.metadata_auto_creation_enabled)

@@ -19,6 +19,7 @@ from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import access, entries, metrics, schemas
+from .authn import denial
 from .errors import ProtocolViolation
 from .existence import TopicMissing, check_usable
 from .lookup import parse_topic
@@ -117,6 +118,10 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
     name = parse_topic(cmd.topic)
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
+        return
+    refused = await denial(conn, name, "produce")
+    if refused:
+        conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
         return
     existing = conn.producers.get(cmd.producer_id)
     if existing is not None:  # a retried PRODUCER for a producer already created

@@ -32,7 +32,7 @@ class PulsarService:
     def __init__(self, storage: StreamStorage, meta: MetadataStore, *, host: str = "127.0.0.1", port: int = 6650,
                  advertised_host: str | None = None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  keepalive: float = 30.0, registry: TopicRegistry | None = None, authenticator=None,
-                 limits: ConnectionLimits | None = None) -> None:
+                 limits: ConnectionLimits | None = None, authorizer=None) -> None:
         self.storage = storage
         self.meta = meta
         self._own_registry = registry is None
@@ -44,6 +44,7 @@ class PulsarService:
         self.keepalive = keepalive
         self.limits = limits or ConnectionLimits(protocol="pulsar")  # connections per IP, slow frames
         self.authenticator = authenticator  # nereus.auth.Authenticator; None: authentication disabled
+        self.authorizer = authorizer  # nereus.auth.authorization.Authorizer; None: authorization disabled
         self.topics: dict[str, PulsarTopic] = {}
         self.connections: set = set()
         self.broker_id = uuid.uuid4().hex[:8]  # makes generated producer names unique across restarts

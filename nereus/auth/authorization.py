@@ -1,0 +1,118 @@
+"""Authorization: which role may produce, consume or administer, as Pulsar's default provider decides.
+
+- Superusers (``superUserRoles``) may do everything.
+- A tenant's admins (its ``adminRoles``) may do everything in the tenant's namespaces and topics.
+- Other roles get what the namespace policies grant: ``auth_policies.namespace_auth[role]``
+  (every topic of the namespace) and ``auth_policies.destination_auth[topic][role]`` (one topic;
+  a partition inherits its partitioned topic's grants). Lookup needs produce or consume.
+
+Permissions are read from the metadata plane on every check, so a grant or a revoke
+applies to live connections at their next operation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from ..ledger.naming import TopicName
+from ..topics.policies import policies_key, tenant_key
+
+log = logging.getLogger(__name__)
+
+PRODUCE, CONSUME = "produce", "consume"
+#: Pulsar's AuthAction values.
+ACTIONS = (PRODUCE, CONSUME, "functions", "sources", "sinks", "packages")
+AUTH_FIELD = "auth_policies"
+
+
+class InvalidActions(ValueError):
+    """A permission body that is not a list of Pulsar's actions."""
+
+
+def validate_actions(value) -> list[str]:
+    """The actions of a grant body (a JSON list of action names), sorted and without duplicates."""
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise InvalidActions("the permissions must be a JSON list of actions")
+    unknown = [a for a in value if a not in ACTIONS]
+    if unknown:
+        raise InvalidActions(f"unknown action(s) {', '.join(unknown)} (one of {', '.join(ACTIONS)})")
+    return sorted(set(value))
+
+
+def empty_auth_policies() -> dict:
+    return {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}}
+
+
+def auth_policies(stored: dict) -> dict:
+    """The namespace record's ``auth_policies`` in Pulsar's shape (empty maps when none were granted)."""
+    found = stored.get(AUTH_FIELD) or {}
+    out = empty_auth_policies()
+    for name in out:
+        out[name] = found.get(name) or {}
+    return out
+
+
+def base_topic(topic: TopicName) -> str:
+    """The name topic-level grants are kept under: a partition's partitioned topic."""
+    return str(topic.base) if topic.partition_index >= 0 else str(topic)
+
+
+class Authorizer:
+    """Answers whether a role may act, from ``superUserRoles`` and the metadata plane's records."""
+
+    def __init__(self, meta, super_user_roles: tuple[str, ...] = ()) -> None:
+        self.meta = meta
+        self.super_users = frozenset(super_user_roles)
+
+    def is_super_user(self, role: str | None) -> bool:
+        return role is not None and role in self.super_users
+
+    async def _record(self, key: str) -> dict | None:
+        rec = await self.meta.get(key)
+        if rec is None:
+            return None
+        try:
+            value = json.loads(rec.value)
+        except ValueError:
+            log.warning("unreadable record %s: no permission read from it", key)
+            return None
+        return value if isinstance(value, dict) else None
+
+    async def is_tenant_admin(self, role: str | None, tenant: str) -> bool:
+        """Superuser, or one of the tenant's ``adminRoles``."""
+        if role is None:
+            return False
+        if self.is_super_user(role):
+            return True
+        info = await self._record(tenant_key(tenant)) or {}
+        return role in (info.get("adminRoles") or ())
+
+    async def actions(self, role: str | None, topic: TopicName) -> set[str]:
+        """What ``role`` was granted on ``topic`` (namespace and topic grants together)."""
+        if role is None:
+            return set()
+        stored = await self._record(policies_key(topic.tenant, topic.namespace)) or {}
+        auth = auth_policies(stored)
+        granted = set(auth["namespace_auth"].get(role) or ())
+        granted.update((auth["destination_auth"].get(base_topic(topic)) or {}).get(role) or ())
+        return granted
+
+    async def allowed(self, role: str | None, topic: TopicName, action: str | None) -> bool:
+        """May ``role`` do ``action`` on ``topic``? ``action`` None: lookup (produce or consume)."""
+        if await self.is_tenant_admin(role, topic.tenant):
+            return True
+        granted = await self.actions(role, topic)
+        return bool(granted & {PRODUCE, CONSUME}) if action is None else action in granted
+
+    async def denial(self, role: str | None, topic: TopicName, action: str | None) -> str | None:
+        """None if allowed, else the message the client gets (Pulsar's wording)."""
+        if await self.allowed(role, topic, action):
+            return None
+        what = {PRODUCE: "produce to", CONSUME: "consume from"}.get(action, "lookup")
+        log.info("role %s refused: %s %s", role, what, topic)
+        return f"Client with role {role} is not authorized to {what} topic {topic}"
+
+
+__all__ = ["ACTIONS", "AUTH_FIELD", "Authorizer", "CONSUME", "InvalidActions", "PRODUCE", "auth_policies",
+           "base_topic", "empty_auth_policies", "validate_actions"]

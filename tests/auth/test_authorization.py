@@ -1,0 +1,212 @@
+"""Authorization of a real standalone (token authentication): superusers, tenant admins, namespace and
+topic grants through Pulsar's REST paths, enforced on the official client's live connections."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pulsar
+import pytest
+
+from nereus.auth.tokens import create_token
+from tests.standalone_process import Standalone
+
+NEREUS = [sys.executable, "-m", "nereus.cli"]
+TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("authz")
+    subprocess.run([*NEREUS, "tokens", "create-secret-key", "--output", str(root / "secret.key")], check=True,
+                   capture_output=True, timeout=60)
+    config = root / "standalone.conf"
+    config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
+                      f"tokenSecretKey=file://{root / 'secret.key'}\n"
+                      "authorizationEnabled=true\nsuperUserRoles=admin\n")
+    node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
+    node.start()
+    node.secret = (root / "secret.key").read_bytes()
+    _rest(node, "admin", "PUT", "/admin/v2/tenants/acme", {"adminRoles": ["acme-admin"]})
+    _rest(node, "admin", "PUT", "/admin/v2/namespaces/acme/app")
+    yield node
+    node.stop()
+
+
+def _token(node, role: str) -> str:
+    return create_token(role, secret_key=node.secret)
+
+
+def _rest(node, role: str, method: str, path: str, body=None):
+    """(status, decoded JSON body or None) of an admin call made as ``role``."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(node.http + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {_token(node, role)}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else None
+
+
+def _client(node, role: str) -> pulsar.Client:
+    return pulsar.Client(node.url, authentication=pulsar.AuthenticationToken(_token(node, role)),
+                         operation_timeout_seconds=10)
+
+
+def _ok(result) -> None:
+    status, body = result
+    assert status == 204, (status, body)
+
+
+def _receive_all(consumer, count: int) -> list[bytes]:
+    return [consumer.receive(timeout_millis=10000).data() for _ in range(count)]
+
+
+def test_grants_apply_to_a_live_client_at_its_next_operation(server):
+    topic = "persistent://acme/app/orders"
+    _ok(_rest(server, "admin", "POST", "/admin/v2/namespaces/acme/app/permissions/writer", ["produce"]))
+    client = _client(server, "writer")
+    try:
+        producer = client.create_producer(topic)
+        producer.send(b"one")
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+
+        # Granting consume lets the same connection subscribe.
+        _ok(_rest(server, "admin", "POST", "/admin/v2/namespaces/acme/app/permissions/writer",
+                  ["produce", "consume"]))
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        assert _receive_all(consumer, 1) == [b"one"]
+
+        # Revoking refuses its next producer and subscription; nothing is written by the refused one.
+        _ok(_rest(server, "admin", "DELETE", "/admin/v2/namespaces/acme/app/permissions/writer"))
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer(topic)
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "other")
+    finally:
+        client.close()
+    status, stats = _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/orders/stats")
+    assert status == 200 and stats["msgInCounter"] == 1, stats
+
+
+def test_a_role_without_grants_is_refused_and_nothing_is_written(server):
+    topic = "persistent://acme/app/refused"
+    _ok(_rest(server, "admin", "PUT", "/admin/v2/persistent/acme/app/refused"))
+    client = _client(server, "stranger")
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer(topic)
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "s")
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_reader(topic, pulsar.MessageId.earliest)
+    finally:
+        client.close()
+    status, stats = _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/refused/stats")
+    assert status == 200 and stats["msgInCounter"] == 0 and not stats["subscriptions"], stats
+
+
+def test_topic_level_grant(server):
+    topic = "persistent://acme/app/metrics"
+    _ok(_rest(server, "admin", "POST", "/admin/v2/persistent/acme/app/metrics/permissions/reader", ["consume"]))
+    assert _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/metrics/permissions") == \
+        (200, {"reader": ["consume"]})
+    status, policies = _rest(server, "admin", "GET", "/admin/v2/namespaces/acme/app")
+    assert policies["auth_policies"]["destination_auth"] == {topic: {"reader": ["consume"]}}
+    producer_client = _client(server, "admin")
+    client = _client(server, "reader")
+    try:
+        consumer = client.subscribe(topic, "s")
+        producer_client.create_producer(topic).send(b"m")
+        assert _receive_all(consumer, 1) == [b"m"]
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer(topic)
+        with pytest.raises(pulsar.AuthorizationError):  # the grant is for that topic only
+            client.subscribe("persistent://acme/app/other", "s")
+    finally:
+        client.close()
+        producer_client.close()
+    _ok(_rest(server, "admin", "DELETE", "/admin/v2/persistent/acme/app/metrics/permissions/reader"))
+    assert _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/metrics/permissions") == (200, {})
+    status, body = _rest(server, "admin", "DELETE", "/admin/v2/persistent/acme/app/metrics/permissions/reader")
+    assert status == 412, body
+
+
+def test_superuser_and_tenant_admin_do_everything_in_the_tenant(server):
+    for role in ("admin", "acme-admin"):
+        topic = f"persistent://acme/app/all-{role}"
+        client = _client(server, role)
+        try:
+            consumer = client.subscribe(topic, "s")
+            client.create_producer(topic).send(role.encode())
+            assert _receive_all(consumer, 1) == [role.encode()]
+        finally:
+            client.close()
+    # The tenant admin administers its tenant's namespaces, not other tenants nor tenants themselves.
+    _ok(_rest(server, "acme-admin", "PUT", "/admin/v2/namespaces/acme/by-admin"))
+    _ok(_rest(server, "acme-admin", "POST", "/admin/v2/namespaces/acme/by-admin/permissions/app", ["consume"]))
+    assert _rest(server, "acme-admin", "GET", "/admin/v2/namespaces/acme/by-admin/permissions") == \
+        (200, {"app": ["consume"]})
+    assert _rest(server, "acme-admin", "PUT", "/admin/v2/namespaces/public/mine")[0] == 401
+    assert _rest(server, "acme-admin", "PUT", "/admin/v2/tenants/other", {})[0] == 401
+    client = _client(server, "acme-admin")
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer("persistent://public/default/not-acme")
+    finally:
+        client.close()
+
+
+def test_admin_rest_refuses_roles_without_permission(server):
+    status, body = _rest(server, "nobody", "GET", "/admin/v2/tenants")
+    assert status == 401 and "reason" in body
+    assert _rest(server, "nobody", "PUT", "/admin/v2/namespaces/acme/intruder")[0] == 401
+    assert _rest(server, "nobody", "POST", "/admin/v2/namespaces/acme/app/permissions/nobody", ["produce"])[0] == 401
+    assert _rest(server, "nobody", "GET", "/admin/v2/namespaces/acme/app/permissions")[0] == 401
+    assert _rest(server, "nobody", "GET", "/admin/v2/namespaces/acme/app")[0] == 401
+    # A bad grant body is a clear 400.
+    status, body = _rest(server, "admin", "POST", "/admin/v2/namespaces/acme/app/permissions/x", ["write"])
+    assert status == 400 and "write" in body["reason"]
+    # A role with produce on a topic may read its stats (Pulsar: lookup permission), not delete it.
+    _ok(_rest(server, "admin", "PUT", "/admin/v2/persistent/acme/app/visible"))
+    _ok(_rest(server, "admin", "POST", "/admin/v2/persistent/acme/app/visible/permissions/viewer", ["produce"]))
+    assert _rest(server, "viewer", "GET", "/admin/v2/persistent/acme/app/visible/stats")[0] == 200
+    assert _rest(server, "viewer", "DELETE", "/admin/v2/persistent/acme/app/visible")[0] == 401
+    assert _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/visible/stats")[0] == 200
+
+
+def _admin_cli(node, role: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*NEREUS, "admin", "--url", node.http, "--token", _token(node, role), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_admin_cli_grants_and_revokes(server):
+    done = _admin_cli(server, "acme-admin", "namespaces", "grant-permission", "acme/app", "--role", "cli-role",
+                      "--actions", "produce,consume")
+    assert done.returncode == 0, done.stderr
+    listed = _admin_cli(server, "acme-admin", "--json", "namespaces", "permissions", "acme/app")
+    assert json.loads(listed.stdout)["cli-role"] == ["consume", "produce"]
+    done = _admin_cli(server, "acme-admin", "topics", "grant-permission", "persistent://acme/app/cli",
+                      "--role", "topic-role", "--actions", "consume")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(_admin_cli(server, "acme-admin", "--json", "topics", "permissions",
+                                   "persistent://acme/app/cli").stdout)
+    assert listed["topic-role"] == ["consume"] and listed["cli-role"] == ["consume", "produce"]
+    assert _admin_cli(server, "acme-admin", "topics", "revoke-permission", "persistent://acme/app/cli",
+                      "--role", "topic-role").returncode == 0
+    assert _admin_cli(server, "acme-admin", "namespaces", "revoke-permission", "acme/app",
+                      "--role", "cli-role").returncode == 0
+    assert "cli-role" not in json.loads(_admin_cli(server, "acme-admin", "--json", "namespaces", "permissions",
+                                                   "acme/app").stdout)
+    refused = _admin_cli(server, "nobody", "namespaces", "grant-permission", "acme/app", "--role", "x",
+                         "--actions", "produce")
+    assert refused.returncode != 0
