@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,24 +13,9 @@ from pathlib import Path
 import psutil
 import pulsar
 
+from tests.ports import port_run
+
 NEREUS = [sys.executable, "-m", "nereus.cli", "--log-level", "INFO", "standalone"]
-
-
-def _port_pair() -> int:
-    """A port p with p+1 free too (the second broker listens on the next ports up)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise AssertionError("no free pair of ports")
 
 
 def _get_json(url: str):
@@ -55,7 +39,7 @@ def _wait(condition, what: str, proc: subprocess.Popen, log: Path, timeout: floa
 
 
 def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Path):
-    http, pulsar_port, kafka, oxia = (_port_pair() for _ in range(4))
+    http, pulsar_port, kafka, oxia = (port_run() for _ in range(4))
     log = tmp_path / "standalone.log"
     args = ["--data-dir", str(tmp_path / "data"), "--brokers", "2", "--compaction-interval", "0",
             "--http-port", str(http), "--pulsar-port", str(pulsar_port), "--kafka-port", str(kafka),

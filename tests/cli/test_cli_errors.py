@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import port_run
+
 from .processes import Server, assert_one_line_failure, fail, free_port, hold_port
 
 STANDALONE_PORTS = ("http", "pulsar", "kafka", "oxia")
@@ -133,7 +135,7 @@ def test_an_unreachable_metadata_service_is_one_line_stating_the_time_waited(tmp
 
 
 def test_a_port_in_use_by_a_second_broker_process_stops_the_standalone(tmp_path: Path):
-    ports = {name: free_port() for name in STANDALONE_PORTS}
+    ports = {name: port_run() for name in STANDALONE_PORTS}  # broker process 1 needs each port + 1
     taken = socket.socket()
     try:
         taken.bind(("127.0.0.1", ports["pulsar"] + 1))  # broker process 1 listens on the given ports + 1

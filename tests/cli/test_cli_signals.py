@@ -4,28 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.ports import port_run
+
 from .processes import Server, free_port
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
-
-
-def _port_pair() -> int:
-    """A free port p with p+1 free too (a second broker listens on the next ports up)."""
-    for _ in range(50):
-        port = free_port()
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise AssertionError("no free pair of ports")
 
 
 def _stop(server: Server, how: str) -> int:
@@ -44,7 +32,7 @@ def _assert_clean(server: Server, code: int) -> None:
 
 @pytest.mark.parametrize("how", SIGNALS)
 def test_a_standalone_and_its_broker_processes_stop(tmp_path: Path, how: str):
-    ports = {"http": _port_pair(), "pulsar": _port_pair(), "kafka": _port_pair(), "oxia": free_port()}
+    ports = {"http": port_run(), "pulsar": port_run(), "kafka": port_run(), "oxia": free_port()}
     args = ["standalone", "--data-dir", str(tmp_path / "data"), "--brokers", "2", "--compaction-interval", "0"]
     for name, port in ports.items():
         args += [f"--{name}-port", str(port)]

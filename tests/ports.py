@@ -1,0 +1,29 @@
+"""Free ports for servers that tests start as processes."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+# Below Linux's default ephemeral range (32768-60999): outgoing connections never take
+# these, so a port found free stays free until the server under test binds it.
+_BELOW_EPHEMERAL = (20000, 32000)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def port_run(count: int = 2) -> int:
+    """A port p with p .. p+count-1 all free (``nereus standalone --brokers N`` listens on the ports + i)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(*_BELOW_EPHEMERAL)
+        if all(_free(port + i) for i in range(count)):
+            return port
+    raise AssertionError(f"no run of {count} free ports")
