@@ -143,6 +143,14 @@ def _broker_options(command):
         click.option("--frame-read-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
                      help="Seconds a Pulsar or Kafka frame may take to arrive whole once its first bytes came; "
                           "a slower connection is closed (slow-loris guard)."),
+        click.option("--max-pending-bytes-per-connection", type=click.IntRange(1 << 16), default=16 << 20,
+                     show_default=True,
+                     help="Bytes of requests one connection may have waiting for answers; its socket is not "
+                          "read beyond that (back-pressure)."),
+        click.option("--max-pending-publish-requests-per-connection", type=click.IntRange(1), default=1000,
+                     show_default=True,
+                     help="Pulsar SENDs one connection may have waiting for storage before its socket is not "
+                          "read (maxPendingPublishRequestsPerConnection)."),
         click.option("--session-timeout", type=click.FloatRange(0.5), default=10, show_default=True,
                      help="Seconds after which a broker that stopped heartbeating loses its topics."),
         click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
@@ -300,7 +308,9 @@ def _options_of(kwargs: dict):
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],
-        max_connections_per_ip=kwargs["max_connections_per_ip"], frame_read_timeout=kwargs["frame_read_timeout"])
+        max_connections_per_ip=kwargs["max_connections_per_ip"], frame_read_timeout=kwargs["frame_read_timeout"],
+        max_pending_bytes=kwargs["max_pending_bytes_per_connection"],
+        max_pending_publish_requests=kwargs["max_pending_publish_requests_per_connection"])
 
 
 def _auth_settings(kwargs: dict):

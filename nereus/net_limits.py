@@ -7,6 +7,12 @@ connection whose frame, once its first bytes arrived, is not complete that many
 seconds later: a slow-loris client trickling a frame (or stopping half-way) cannot
 hold a connection and its buffer forever, while idle connections between frames are
 left to the protocols' own keep-alives.
+
+``max_pending_bytes`` bounds what one connection may have in flight (requests
+received and not yet answered): its socket is not read while it has more, so a
+client sending faster than storage keeps up waits in its own buffers (TCP
+back-pressure), not in the broker's memory. Pulsar's count of pending SENDs
+(``maxPendingPublishRequestsPerConnection``, default 1000) applies the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from collections import Counter
 log = logging.getLogger(__name__)
 
 DEFAULT_FRAME_READ_TIMEOUT = 30.0
+DEFAULT_MAX_PENDING_BYTES = 16 << 20
+DEFAULT_MAX_PENDING_PUBLISH_REQUESTS = 1000
+# Bytes written to a client and not yet taken by its socket, past which that client's
+# requests are not read until it catches up (as a Kafka broker mutes such a channel).
+WRITE_BUFFER_HIGH = 1 << 20
 _REFUSAL_LOG_INTERVAL = 60.0
 
 
@@ -26,11 +37,17 @@ class ConnectionLimits:
     """The per-IP connection count and the frame timeout of one protocol's listeners."""
 
     def __init__(self, max_connections_per_ip: int = 0,
-                 frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT, *, protocol: str = "") -> None:
+                 frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT, *, protocol: str = "",
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS) -> None:
         if max_connections_per_ip < 0:
             raise ValueError("maxConnectionsPerIp must be >= 0")
         if frame_read_timeout <= 0:
             raise ValueError("the frame read timeout must be > 0")
+        if max_pending_bytes < 1 or max_pending_publish_requests < 1:
+            raise ValueError("the pending bytes and publish requests limits must be >= 1")
+        self.max_pending_bytes = max_pending_bytes
+        self.max_pending_publish_requests = max_pending_publish_requests
         self.max_connections_per_ip = max_connections_per_ip
         self.frame_read_timeout = frame_read_timeout
         self.protocol = protocol
@@ -89,4 +106,5 @@ def peer_ip(transport) -> str:
     return str(peer[0]) if peer else "?"
 
 
-__all__ = ["ConnectionLimits", "DEFAULT_FRAME_READ_TIMEOUT", "FrameTimer", "peer_ip"]
+__all__ = ["ConnectionLimits", "DEFAULT_FRAME_READ_TIMEOUT", "DEFAULT_MAX_PENDING_BYTES",
+           "DEFAULT_MAX_PENDING_PUBLISH_REQUESTS", "FrameTimer", "WRITE_BUFFER_HIGH", "peer_ip"]

@@ -22,7 +22,8 @@ from ..auth import Authenticator, AuthSettings
 from ..auth.authorization import Authorizer
 from ..kafka.server import KafkaService
 from ..meta import MetadataStore
-from ..net_limits import DEFAULT_FRAME_READ_TIMEOUT, ConnectionLimits
+from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_PUBLISH_REQUESTS,
+                          ConnectionLimits)
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
 from ..storage import GarbageCollector, StreamStorage
@@ -70,6 +71,13 @@ class BrokerOptions:
     max_message_size: int | None = None  # bytes; None: each protocol's own default
     max_connections_per_ip: int = 0  # maxConnectionsPerIp, per protocol (0: unlimited)
     frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT  # seconds a started frame may take to arrive whole
+    max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES  # per connection: its socket is not read beyond
+    max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS  # Pulsar SENDs per connection
+
+    def connection_limits(self, protocol: str) -> ConnectionLimits:
+        return ConnectionLimits(self.max_connections_per_ip, self.frame_read_timeout, protocol=protocol,
+                                max_pending_bytes=self.max_pending_bytes,
+                                max_pending_publish_requests=self.max_pending_publish_requests)
     log_dir: Path | None = None  # the compaction worker's log; default: ./logs
     authentication: AuthSettings = AuthSettings()  # authenticationEnabled and the providers' settings
     pulsar_tls_port: int | None = None  # brokerServicePortTls (pulsar+ssl://); None: no TLS listener
@@ -210,8 +218,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
                            registry=registry, authenticator=authenticator, authorizer=authorizer,
-                           limits=ConnectionLimits(options.max_connections_per_ip, options.frame_read_timeout,
-                                                   protocol="pulsar"), **sizes)
+                           limits=options.connection_limits("pulsar"), **sizes)
     # Bound now; clients are accepted once the broker registered.
     await bind_listener("pulsar", options.bind, options.pulsar_port, pulsar.start(serve=False))
     stack.push_async_callback(pulsar.stop)
@@ -223,8 +230,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
-                         sasl=options.sasl, limits=ConnectionLimits(options.max_connections_per_ip,
-                                                                    options.frame_read_timeout, protocol="kafka"),
+                         sasl=options.sasl, limits=options.connection_limits("kafka"),
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))

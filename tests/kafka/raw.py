@@ -40,7 +40,8 @@ class RawKafka:
             out += chunk
         return out
 
-    def request(self, api_key: int, version: int, **fields):
+    def frame(self, api_key: int, version: int, **fields) -> bytes:
+        """A whole request frame (size prefix included) under the next correlation id."""
         cls = load_request_schema(api_key, version)
         self.corr += 1
         buf = io.BytesIO()
@@ -49,7 +50,10 @@ class RawKafka:
                                                   correlation_id=self.corr, client_id="raw"))
         entity_writer(cls)(buf, make(cls, **fields))
         body = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(body)) + body)
+        return struct.pack(">i", len(body)) + body
+
+    def request(self, api_key: int, version: int, **fields):
+        self.sock.sendall(self.frame(api_key, version, **fields))
         frame = self.recv_frame()
         resp_cls = load_response_schema(api_key, version)
         corr = struct.unpack_from(">i", frame, 0)[0]

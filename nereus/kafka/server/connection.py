@@ -17,7 +17,7 @@ import logging
 import struct
 from collections import deque
 
-from ...net_limits import FrameTimer, peer_ip
+from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
 from ...tls import peer_cert_cn
 from ..codec import MalformedRequest, decode_request, encode_response, peek_head, supported
 from ..codec.protocol import API_VERSIONS
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 MAX_PENDING = 128  # responses queued per connection before reading pauses
+MAX_IN_FLIGHT = 32  # requests started and not yet answered per connection
 _BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 
 
@@ -45,8 +46,12 @@ class KafkaConnection(asyncio.Protocol):
         self._buf = bytearray()
         self._requests: deque[bytes] = deque()
         self._wake = asyncio.Event()
-        self._responses: deque[asyncio.Future] = deque()
+        # (head, future, request bytes) in request order; the bytes count as pending until written.
+        self._responses: deque[tuple] = deque()
+        self._pending_bytes = 0  # of requests received and not yet answered
+        self._dispatching = 0  # bytes of the request being dispatched, until it has a response slot
         self._paused = False
+        self._write_blocked = False  # the client is not reading its responses: neither do we read its requests
         self._task: asyncio.Task | None = None
         self._admitted_ip: str | None = None  # counted in service.limits while open
         self._frame_timer = FrameTimer(service.limits, self.protocol_error)
@@ -60,6 +65,7 @@ class KafkaConnection(asyncio.Protocol):
             transport.abort()
             return
         self._admitted_ip = ip
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # above it: pause_writing
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_cert_cn = peer_cert_cn(transport)
@@ -77,7 +83,7 @@ class KafkaConnection(asyncio.Protocol):
         self._wake.set()
         if self._task is not None:
             self._task.cancel()
-        for head, fut in self._responses:
+        for head, fut, _size in self._responses:
             if fut.done() and not fut.cancelled() and fut.exception() is not None:
                 log.warning("kafka: %s request from %s failed after the connection closed", head.api_key,
                             self.peer, exc_info=fut.exception())
@@ -98,11 +104,12 @@ class KafkaConnection(asyncio.Protocol):
             if len(self._buf) < 4 + size:
                 break
             self._requests.append(bytes(self._buf[4:4 + size]))
+            self._pending_bytes += 4 + size
             del self._buf[:4 + size]
         completed = len(self._requests) > queued
         if self._requests:
             self._wake.set()
-            if len(self._requests) + len(self._responses) > MAX_PENDING and not self._paused:
+            if self._over_limit() and not self._paused:
                 self._paused = True
                 self._frame_timer.cancel()  # a frame we stopped reading is not the client's delay
                 self.transport.pause_reading()
@@ -129,11 +136,14 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _serve(self) -> None:
         while not self.closed:
-            if not self._requests:
+            # Requests already read wait while the client does not take its answers, or
+            # while MAX_IN_FLIGHT answers are being prepared (a Fetch's may be large).
+            if not self._requests or self._write_blocked or len(self._responses) >= MAX_IN_FLIGHT:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             frame = self._requests.popleft()
+            self._dispatching = 4 + len(frame)
             try:
                 await self._dispatch(frame)
             except asyncio.CancelledError:
@@ -142,6 +152,8 @@ class KafkaConnection(asyncio.Protocol):
                 log.exception("kafka: request from %s failed", self.peer)
                 self.close()
                 return
+            self._pending_bytes -= self._dispatching  # answered by nothing (acks=0, a closing error)
+            self._dispatching = 0
             self._maybe_resume()
 
     async def _dispatch(self, frame: bytes) -> None:
@@ -182,7 +194,7 @@ class KafkaConnection(asyncio.Protocol):
         if inspect.isawaitable(result):
             fut = asyncio.ensure_future(result)
             fut.add_done_callback(lambda f: self._finished(timer, f))
-            self._responses.append((head, fut))
+            self._responses.append(self._slot(head, fut))
             return
         timer.done(result)
         self._queue_done((head, result))
@@ -193,7 +205,7 @@ class KafkaConnection(asyncio.Protocol):
         head = peek_head(b"\0" * 8)  # an ordering slot only: no header is written for raw tokens
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(_RawToken(reply))
-        self._responses.append((head, fut))
+        self._responses.append(self._slot(head, fut))
         self._flush()
 
     def _finished(self, timer: RequestTimer, fut: asyncio.Future) -> None:
@@ -203,8 +215,31 @@ class KafkaConnection(asyncio.Protocol):
             timer.done(fut.result())
         self._flush()
 
+    def _slot(self, head, fut) -> tuple:
+        """The response slot of the request being dispatched, carrying its size until written."""
+        size, self._dispatching = self._dispatching, 0
+        return head, fut, size
+
+    def _over_limit(self) -> bool:
+        return (len(self._requests) + len(self._responses) > MAX_PENDING
+                or self._pending_bytes > self.service.limits.max_pending_bytes)
+
+    def pause_writing(self) -> None:
+        self._write_blocked = True
+        if not self._paused and not self.closed:
+            self._paused = True
+            self._frame_timer.cancel()
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_blocked = False
+        self._wake.set()
+        self._maybe_resume()
+
     def _maybe_resume(self) -> None:
-        if self._paused and not self.closed and len(self._requests) + len(self._responses) < MAX_PENDING // 2:
+        if self._paused and not self.closed and not self._write_blocked \
+                and len(self._requests) + len(self._responses) < MAX_PENDING // 2 \
+                and self._pending_bytes < self.service.limits.max_pending_bytes // 2:
             self._paused = False
             self.transport.resume_reading()
 
@@ -212,15 +247,17 @@ class KafkaConnection(asyncio.Protocol):
         head, body = pair
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(body)
-        self._responses.append((head, fut))
+        self._responses.append(self._slot(head, fut))
         self._flush()
 
     def _flush(self) -> None:
         while self._responses:
-            head, fut = self._responses[0]
+            head, fut, size = self._responses[0]
             if not fut.done():
                 return
             self._responses.popleft()
+            self._pending_bytes -= size
+            self._wake.set()  # a place for the next request
             if fut.cancelled():
                 continue
             exc = fut.exception()  # always retrieved, also once the connection is closed

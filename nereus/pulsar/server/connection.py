@@ -17,15 +17,13 @@ from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry
 from ..codec.frames import FRAME_HEADROOM
 from . import authn, consumers, lookup, metrics, producers
 from .errors import ProtocolViolation
-from ...net_limits import FrameTimer, peer_ip
+from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
 from ...tls import peer_cert_cn
 
 log = logging.getLogger(__name__)
 
 SERVER_VERSION = "Pulsar Server 4.0.0 (nereus)"
 MAX_PROTOCOL_VERSION = 21
-# Stop reading a connection's socket while this many SENDs wait for storage.
-MAX_PENDING_SENDS = 2000
 
 
 class ServerConnection(asyncio.Protocol):
@@ -44,7 +42,9 @@ class ServerConnection(asyncio.Protocol):
         self.closed_producers: set[int] = set()
         self.consumers: dict[int, consumers.Consumer] = {}
         self.pending_sends = 0
+        self.pending_send_bytes = 0
         self._paused = False
+        self._write_blocked = False  # the client is not reading what we send: neither do we read it
         self._admitted_ip: str | None = None  # counted in service.limits while open
         self._frame_timer = FrameTimer(service.limits, lambda detail: self.protocol_error("slow-frame", detail))
         self._tasks: set[asyncio.Task] = set()
@@ -66,6 +66,7 @@ class ServerConnection(asyncio.Protocol):
             transport.abort()
             return
         self._admitted_ip = ip
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # above it: pause_writing
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_cert_cn = peer_cert_cn(transport)
@@ -151,16 +152,40 @@ class ServerConnection(asyncio.Protocol):
             log.error("handler failed on connection from %s", self.peer, exc_info=task.exception())
 
     # -- flow control of SENDs ----------------------------------------------------------------
-    def send_started(self) -> None:
+    # The socket is not read while too many SENDs (or bytes of them) wait for storage,
+    # and read again below half of both limits, as Pulsar does with its pending count.
+    def send_started(self, size: int = 0) -> None:
         self.pending_sends += 1
-        if self.pending_sends >= MAX_PENDING_SENDS and not self._paused and self.transport is not None:
+        self.pending_send_bytes += size
+        limits = self.service.limits
+        if (self.pending_sends >= limits.max_pending_publish_requests
+                or self.pending_send_bytes >= limits.max_pending_bytes) \
+                and not self._paused and self.transport is not None:
             self._paused = True
             self._frame_timer.cancel()  # a frame we stopped reading is not the client's delay
             self.transport.pause_reading()
 
-    def send_finished(self) -> None:
+    def send_finished(self, size: int = 0) -> None:
         self.pending_sends -= 1
-        if self._paused and self.pending_sends < MAX_PENDING_SENDS // 2 and not self.closed:
+        self.pending_send_bytes -= size
+        self._maybe_resume()
+
+    def pause_writing(self) -> None:
+        self._write_blocked = True
+        if not self._paused and not self.closed and self.transport is not None:
+            self._paused = True
+            self._frame_timer.cancel()
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_blocked = False
+        self._maybe_resume()
+
+    def _maybe_resume(self) -> None:
+        limits = self.service.limits
+        if self._paused and not self.closed and not self._write_blocked \
+                and self.pending_sends < limits.max_pending_publish_requests // 2 \
+                and self.pending_send_bytes < limits.max_pending_bytes // 2:
             self._paused = False
             self.transport.resume_reading()
 

@@ -276,11 +276,11 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
     key = (name, seq)
     if dedup is not None:
         dedup.inflight[key] = task
-    conn.send_started()
     size = len(data)
+    conn.send_started(size)
 
     def done(t: asyncio.Task) -> None:
-        conn.send_finished()
+        conn.send_finished(size)
         if dedup is not None and dedup.inflight.get(key) is t:  # a disabled dedup lets ids repeat
             del dedup.inflight[key]
         if t.cancelled() or t.exception() is not None:  # (also marks the exception retrieved)
