@@ -17,10 +17,15 @@ import logging
 
 from ..ledger.naming import TopicName
 from ..topics.policies import policies_key, tenant_key
+from . import kafka_acls
+from .kafka_acls import CREATE, DESCRIBE, GROUP, READ, TOPIC, WRITE
 
 log = logging.getLogger(__name__)
 
 PRODUCE, CONSUME = "produce", "consume"
+#: Where Kafka topics live (Kafka topic ``t`` is ``persistent://public/default/t``).
+KAFKA_TENANT, KAFKA_NAMESPACE = "public", "default"
+_KAFKA_NEEDS = {WRITE: {PRODUCE}, CREATE: {PRODUCE}, READ: {CONSUME}, DESCRIBE: {PRODUCE, CONSUME}}
 #: Pulsar's AuthAction values.
 ACTIONS = (PRODUCE, CONSUME, "functions", "sources", "sinks", "packages")
 AUTH_FIELD = "auth_policies"
@@ -96,7 +101,39 @@ class Authorizer:
         auth = auth_policies(stored)
         granted = set(auth["namespace_auth"].get(role) or ())
         granted.update((auth["destination_auth"].get(base_topic(topic)) or {}).get(role) or ())
+        if (topic.tenant, topic.namespace) == (KAFKA_TENANT, KAFKA_NAMESPACE):  # Kafka's ACLs on its topics
+            bindings = await kafka_acls.load(self.meta)
+            name = topic.base.local if topic.partition_index >= 0 else topic.local
+            for operation, action in ((WRITE, PRODUCE), (READ, CONSUME)):
+                said = kafka_acls.decide(bindings, role, "", TOPIC, name, operation)
+                if said is True:
+                    granted.add(action)
+                elif said is False:
+                    granted.discard(action)
         return granted
+
+    async def kafka_allowed(self, role: str | None, host: str, resource_type: int, name: str,
+                            operation: int) -> bool:
+        """May the Kafka principal ``User:role`` (from ``host``) do ``operation`` on the resource?
+
+        Kafka's ACLs decide when one matches; otherwise the Pulsar grants on the Kafka
+        namespace: TOPIC WRITE needs produce, READ consume, DESCRIBE either; a GROUP is
+        readable by roles that may consume from the namespace.
+        """
+        if await self.is_tenant_admin(role, KAFKA_TENANT):
+            return True
+        said = kafka_acls.decide(await kafka_acls.load(self.meta), role, host, resource_type, name, operation)
+        if said is not None:
+            return said
+        if role is None:
+            return False
+        if resource_type == TOPIC and operation in _KAFKA_NEEDS:
+            topic = TopicName("persistent", KAFKA_TENANT, KAFKA_NAMESPACE, name)
+            return bool(await self.actions(role, topic) & _KAFKA_NEEDS[operation])
+        if resource_type == GROUP and operation in (READ, DESCRIBE):
+            stored = await self._record(policies_key(KAFKA_TENANT, KAFKA_NAMESPACE)) or {}
+            return CONSUME in (auth_policies(stored)["namespace_auth"].get(role) or ())
+        return False
 
     async def allowed(self, role: str | None, topic: TopicName, action: str | None) -> bool:
         """May ``role`` do ``action`` on ``topic``? ``action`` None: lookup (produce or consume)."""

@@ -230,7 +230,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
-                         sasl=options.sasl, limits=options.connection_limits("kafka"),
+                         sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka"),
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))

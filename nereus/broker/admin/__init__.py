@@ -1,7 +1,7 @@
 """Pulsar-compatible admin REST API (``/admin/v2``) on the broker's HTTP listener.
 
 One module per resource: tenants, namespaces (and their policies), topics, topic
-policies, subscriptions, stats, schemas, broker configuration (brokers.py), the
+policies, permissions (grants), subscriptions, stats, schemas, broker configuration (brokers.py), the
 cluster and its brokers (cluster.py), Pulsar's
 HTTP lookup (lookup.py); retention.py applies retention policies; routing.py sends
 topic calls to the topic's owner. ``register(app)`` adds the routes and the

@@ -6,9 +6,10 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
+from ...auth.kafka_acls import ALTER, DELETE, TOPIC
 from ..codec import make, nested
 from ..codec.protocol import response_schema
-from . import config_defs, routing
+from . import acl_api, config_defs, routing
 from .catalog import TopicError, valid_name
 from .cluster import NO_THROTTLE, ZERO_UUID
 from .configs import ConfigRequestError, validate_topic_configs
@@ -71,6 +72,8 @@ async def handle_create_topics(conn, head, req):
     for topic in req.topics:
         code, message, count, factor, configs = ErrorCode.none, None, -1, -1, ()
         try:
+            if not await acl_api.may_create(conn, topic.name):
+                raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             count, rf = _layout(service, topic)
             given = validate_topic_configs((c.name, c.value) for c in topic.configs)
             if req.validate_only:
@@ -101,6 +104,8 @@ async def handle_delete_topics(conn, head, req):
     for name in names:
         code, message = ErrorCode.none, None
         try:
+            if not await acl_api.allowed(conn, TOPIC, name, DELETE):
+                raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             await service.catalog.delete(name)
         except TopicError as exc:
             code, message = ErrorCode(exc.code), str(exc)
@@ -116,6 +121,8 @@ async def handle_create_partitions(conn, head, req):
     for topic in req.topics:
         code, message = ErrorCode.none, None
         try:
+            if not await acl_api.allowed(conn, TOPIC, topic.name, ALTER):
+                raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if topic.assignments:
                 raise TopicError(39, "manual assignments are not supported")
             if not req.validate_only:

@@ -10,11 +10,12 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from ...auth.kafka_acls import DESCRIBE, TOPIC
 from ...meta import cas
 from ...topics.topic_configs import replication_factors
 from ..codec import make, nested
 from ..codec.protocol import SUPPORTED, response_schema
-from . import routing
+from . import acl_api, routing
 from .catalog import valid_name
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,17 @@ async def handle_metadata(conn, head, req):
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     auto_create = getattr(req, "allow_auto_topic_creation", True)
     asked_ids: dict[int, object] = {}  # index in wanted -> the topic id a request named (and we did not find)
-    if req.topics is None:
-        wanted = sorted((await catalog.list_topics()).items())
+    denied: set[str] = set()  # named topics the principal may not describe (their names are still answered)
+    if req.topics is None:  # as Kafka: the topics the principal may not describe are left out
+        wanted = [(name, count) for name, count in sorted((await catalog.list_topics()).items())
+                  if await acl_api.allowed(conn, TOPIC, name, DESCRIBE)]
     else:
         wanted = []
         for t in req.topics:
+            if t.name and not await acl_api.allowed(conn, TOPIC, t.name, DESCRIBE):
+                denied.add(t.name)
+                wanted.append((t.name, None))
+                continue
             if not t.name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
                 name = await catalog.topic_name(t.topic_id)
                 if name is None:
@@ -73,7 +80,8 @@ async def handle_metadata(conn, head, req):
                     continue
                 t = make(type(t), name=name, topic_id=t.topic_id)
             count = await catalog.partition_count(t.name) if t.name else None
-            if count is None and auto_create and valid_name(t.name) and service.auto_create:
+            if count is None and auto_create and valid_name(t.name) and service.auto_create \
+                    and await acl_api.may_create(conn, t.name):
                 try:
                     await catalog.create(t.name, service.default_partitions)
                 except Exception as exc:  # a concurrent creation is fine
@@ -98,6 +106,11 @@ async def handle_metadata(conn, head, req):
             topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_id,
                                name=None if head.api_version >= 12 else "", topic_id=asked_ids[index],
                                is_internal=False, partitions=(), topic_authorized_operations=NO_OPERATIONS))
+            continue
+        if name in denied:
+            topics.append(make(topic_cls, error_code=ErrorCode.topic_authorization_failed, name=name,
+                               topic_id=ZERO_UUID, is_internal=False, partitions=(),
+                               topic_authorized_operations=NO_OPERATIONS))
             continue
         if count is None:
             code = ErrorCode.invalid_topic_exception if not valid_name(name) else ErrorCode.unknown_topic_or_partition

@@ -18,6 +18,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from ...auth.kafka_acls import READ, TOPIC, WRITE
 from ...ledger.entry import decode_entry
 from ...storage import OffsetOutOfRange, StorageError, StreamFenced, time_index
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
@@ -27,7 +28,7 @@ from ..codec.protocol import response_schema
 from ..codec.records import decode_records
 from ...topics.convert import ConversionError
 from ...topics.traffic import KAFKA_READS
-from . import compacted
+from . import acl_api, compacted
 from .cluster import NO_THROTTLE
 from .partition import DUPLICATE, NONE
 from .routing import NO_LEADER, read_replica
@@ -46,8 +47,10 @@ async def handle_produce(conn, head, req):
     for topic in req.topic_data:
         parts = []
         results.append((topic.name, parts))
+        refused = not await acl_api.allowed(conn, TOPIC, topic.name, WRITE)  # nothing of the topic is written
         for pdata in topic.partition_data:
-            parts.append((pdata.index, await _produce_partition(service, topic.name, pdata, req.acks)))
+            parts.append((pdata.index, (ErrorCode.topic_authorization_failed, -1, -1, None) if refused
+                          else await _produce_partition(service, topic.name, pdata, req.acks)))
     if req.acks == 0:
         return None
 
@@ -145,10 +148,11 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
 
 # -- fetch -----------------------------------------------------------------------------------
 async def handle_fetch(conn, head, req):
-    return _fetch(conn.service, head, req)
+    denied = frozenset([t.topic for t in req.topics if not await acl_api.allowed(conn, TOPIC, t.topic, READ)])
+    return _fetch(conn.service, head, req, denied)
 
 
-async def _fetch(service, head, req):
+async def _fetch(service, head, req, denied: frozenset = frozenset()):
     cls = response_schema(head.api_key, head.api_version)
     deadline = time.monotonic() + req.max_wait.total_seconds()
     max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF
@@ -161,7 +165,7 @@ async def _fetch(service, head, req):
             parts = []
             for fp in ftopic.partitions:
                 data, part = await _fetch_partition(service, cls, ftopic.topic, fp, max(max_bytes - total, 0),
-                                                    first=total == 0, rack=rack)
+                                                    first=total == 0, rack=rack, denied=ftopic.topic in denied)
                 size = len(data.records)
                 total += size
                 parts.append(data)
@@ -194,7 +198,8 @@ async def _fetch(service, head, req):
                 t.cancel()
 
 
-async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: bool, rack: str | None = None):
+async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: bool, rack: str | None = None,
+                           denied: bool = False):
     """(partition data, the partition to long-poll or None)."""
     pcls = nested(cls, "PartitionData")
 
@@ -205,6 +210,8 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
                     log_start_offset=start, aborted_transactions=None if code else (),
                     preferred_read_replica=replica, records=records)
 
+    if denied:
+        return reply(ErrorCode.topic_authorization_failed), None
     part = await service.catalog.partition(topic, fp.partition)
     if part is None:
         return reply(ErrorCode.unknown_topic_or_partition), None

@@ -13,8 +13,10 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
+from ...auth.kafka_acls import GROUP, READ, TOPIC
 from ..codec import make, nested
 from ..codec.protocol import response_schema
+from . import acl_api
 from .cluster import NO_THROTTLE
 from .groups import GroupError, JoinResult
 from .routing import coordinates, is_coordinator
@@ -40,6 +42,8 @@ async def handle_join_group(conn, head, req):
     rebalance = getattr(req, "rebalance_timeout", req.session_timeout).total_seconds()
     if not req.group_id:
         return reply(JoinResult(ErrorCode.invalid_group_id.value, member_id=req.member_id))
+    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        return reply(JoinResult(ErrorCode.group_authorization_failed.value, member_id=req.member_id))
     if not coordinates(conn.service, req.group_id):
         return reply(JoinResult(ErrorCode.not_coordinator.value, member_id=req.member_id))
     if not MIN_SESSION <= session <= MAX_SESSION:
@@ -123,7 +127,9 @@ async def handle_offset_commit(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
     group, code = None, ErrorCode.invalid_group_id.value
-    if req.group_id and not coordinates(service, req.group_id):
+    if req.group_id and not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        code = ErrorCode.group_authorization_failed.value
+    elif req.group_id and not coordinates(service, req.group_id):
         code = ErrorCode.not_coordinator.value
     elif req.group_id:
         try:
@@ -136,9 +142,12 @@ async def handle_offset_commit(conn, head, req):
     for topic in req.topics:
         parts = []
         count = await service.catalog.partition_count(topic.name)
+        readable = code != 0 or await acl_api.allowed(conn, TOPIC, topic.name, READ)
         for p in topic.partitions:
             pcode = code
-            if pcode == 0 and (count is None or not 0 <= p.partition_index < count):
+            if pcode == 0 and not readable:
+                pcode = ErrorCode.topic_authorization_failed.value
+            elif pcode == 0 and (count is None or not 0 <= p.partition_index < count):
                 pcode = ErrorCode.unknown_topic_or_partition.value
             elif pcode == 0 and p.committed_metadata is not None and len(p.committed_metadata) > 4096:
                 pcode = ErrorCode.offset_metadata_too_large.value

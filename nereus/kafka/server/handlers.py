@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import admin, cluster, configs, consumer_group_api, data, group_api, sasl_api, share_api
+from . import acl_api, admin, cluster, configs, consumer_group_api, data, group_api, sasl_api, share_api
 from .cluster import api_versions_response
 
 HANDLERS = {
@@ -26,6 +26,9 @@ HANDLERS = {
     21: data.handle_delete_records,
     22: cluster.handle_init_producer_id,
     23: data.handle_offset_for_leader_epoch,
+    29: acl_api.handle_describe_acls,
+    30: acl_api.handle_create_acls,
+    31: acl_api.handle_delete_acls,
     32: configs.handle_describe_configs,
     33: configs.handle_alter_configs,
     36: sasl_api.handle_sasl_authenticate,

@@ -8,8 +8,10 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
+from ...auth.kafka_acls import ALTER, CLUSTER, DESCRIBE
 from ..codec import make, nested
 from ..codec.protocol import response_schema
+from . import acl_api
 from .cluster import NO_THROTTLE
 from .sasl import SaslFailed
 from .sasl_scram import MAX_ITERATIONS, MECHANISM_IDS, MECHANISM_NAMES, MIN_ITERATIONS, credential_from_salted
@@ -58,6 +60,9 @@ async def raw_token(conn, token: bytes) -> bytes | None:
 
 async def handle_describe_user_scram_credentials(conn, head, request):
     rcls = response_schema(head.api_key, head.api_version)
+    if not await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, DESCRIBE):
+        return make(rcls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                     error_message="Cluster authorization failed", results=())
     result_cls, info_cls = nested(rcls, "DescribeUserScramCredentialsResult"), nested(rcls, "CredentialInfo")
     store = conn.service.scram
     results = []
@@ -107,6 +112,11 @@ def _check_alteration(change, upsert: bool) -> tuple[int, str] | None:
 async def handle_alter_user_scram_credentials(conn, head, request):
     rcls = response_schema(head.api_key, head.api_version)
     result_cls = nested(rcls, "AlterUserScramCredentialsResult")
+    if not await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, ALTER):  # as Kafka: ALTER on the cluster
+        users = dict.fromkeys(c.name for c in list(request.deletions) + list(request.upsertions))
+        return make(rcls, throttle_time=NO_THROTTLE, results=tuple(
+            make(result_cls, user=user, error_code=ErrorCode.cluster_authorization_failed, error_message=None)
+            for user in users))
     store = conn.service.scram
     changes = [(d, False) for d in request.deletions] + [(u, True) for u in request.upsertions]
     errors: dict[str, tuple[int, str]] = {}
