@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-from aiohttp import web
+import logging
+
+from aiohttp import http_exceptions, web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from . import admin, authentication, authorization, console
 from .admin import health
+
+
+class _BadRequestsInOneLine(logging.Filter):
+    """aiohttp logs every unparsable request with a traceback at ERROR; a malformed or hostile
+    client gets a 400 and one warning line instead, so it cannot flood the log with tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, http_exceptions.HttpProcessingError):
+            record.msg, record.args = "http: bad request answered %s: %s", (exc.code, exc.message.splitlines()[0])
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_bad_requests_filter = _BadRequestsInOneLine()
 
 
 async def _metrics(_request: web.Request) -> web.Response:
@@ -32,6 +50,9 @@ async def start_http(host: str, port: int, *, authenticator=None, authorizer=Non
 
     The admin API answers 503 until ``attach_admin`` gives it the running services.
     """
+    server_log = logging.getLogger("aiohttp.server")
+    if _bad_requests_filter not in server_log.filters:
+        server_log.addFilter(_bad_requests_filter)
     runner = web.AppRunner(build_app(authenticator, authorizer), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
