@@ -142,6 +142,13 @@ class Authorizer:
         granted = await self.actions(role, topic)
         return bool(granted & {PRODUCE, CONSUME}) if action is None else action in granted
 
+    async def may_list(self, role: str | None, tenant: str, namespace: str) -> bool:
+        """May ``role`` list the namespace's topics (tenant admin, or produce/consume granted on the namespace)?"""
+        if await self.is_tenant_admin(role, tenant):
+            return True
+        stored = await self._record(policies_key(tenant, namespace)) or {}
+        return bool(set(auth_policies(stored)["namespace_auth"].get(role) or ()) & {PRODUCE, CONSUME})
+
     async def denial(self, role: str | None, topic: TopicName, action: str | None) -> str | None:
         """None if allowed, else the message the client gets (Pulsar's wording)."""
         if await self.allowed(role, topic, action):

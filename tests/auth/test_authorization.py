@@ -4,6 +4,7 @@ topic grants through Pulsar's REST paths, enforced on the official client's live
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -85,6 +86,7 @@ def test_grants_apply_to_a_live_client_at_its_next_operation(server):
                   ["produce", "consume"]))
         consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
         assert _receive_all(consumer, 1) == [b"one"]
+        client.subscribe(re.compile("persistent://acme/app/ord.*"), "pattern").close()
 
         # Revoking refuses its next producer and subscription; nothing is written by the refused one.
         _ok(_rest(server, "admin", "DELETE", "/admin/v2/namespaces/acme/app/permissions/writer"))
@@ -109,6 +111,9 @@ def test_a_role_without_grants_is_refused_and_nothing_is_written(server):
             client.subscribe(topic, "s")
         with pytest.raises(pulsar.AuthorizationError):
             client.create_reader(topic, pulsar.MessageId.earliest)
+        # Listing the namespace's topics is refused too (the client reports that refusal as a LookupError).
+        with pytest.raises((pulsar.AuthorizationError, pulsar.LookupError)):
+            client.subscribe(re.compile("persistent://acme/app/.*"), "pattern")
     finally:
         client.close()
     status, stats = _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/refused/stats")

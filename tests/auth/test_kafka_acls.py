@@ -13,7 +13,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                   NewTopic, ResourcePatternType, ResourceType)
+                                   AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourcePatternType, ResourceType)
 
 from nereus.auth.tokens import create_token
 from tests.standalone_process import Standalone, free_port
@@ -152,6 +152,11 @@ def test_metadata_hides_topics_and_only_cluster_admins_manage_acls(broker):
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     with pytest.raises(KafkaException) as refused:
         _wait(viewer.create_topics([NewTopic(f"new-{uuid.uuid4().hex[:6]}", 1)]))
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    change = ConfigResource(ConfigResource.Type.TOPIC, visible, incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        _wait(viewer.incremental_alter_configs([change]))
     assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 

@@ -19,7 +19,8 @@ from kio.schema.errors import ErrorCode
 from ...topics import topic_configs as store
 from ..codec import make, nested
 from ..codec.protocol import response_schema
-from . import config_defs as defs, routing
+from ...auth import kafka_acls as acls
+from . import acl_api, config_defs as defs, routing
 from .cluster import NO_THROTTLE as _NO_THROTTLE
 from .config_defs import ConfigError
 
@@ -233,6 +234,16 @@ def _incremental(table, kind: str, ops) -> Callable[[dict[str, str]], dict[str, 
     return change
 
 
+async def _check_alter(conn, resource_type: int, name: str) -> None:
+    """ALTER_CONFIGS on the topic, group or (for a broker) the cluster, as Kafka's authorizer asks."""
+    target, code = {TOPIC: (acls.TOPIC, ErrorCode.topic_authorization_failed),
+                    GROUP: (acls.GROUP, ErrorCode.group_authorization_failed)}.get(
+        resource_type, (acls.CLUSTER, ErrorCode.cluster_authorization_failed))
+    if not await acl_api.allowed(conn, target, name if target != acls.CLUSTER else acl_api.CLUSTER_NAME,
+                                 acls.ALTER_CONFIGS):
+        raise ConfigRequestError(code, "Authorization failed.")
+
+
 async def _alter(service, resource_type: int, name: str, change, validate_only: bool, broker_names) -> None:
     if resource_type == TOPIC:
         if await service.catalog.partition_count(name) is None:
@@ -282,6 +293,7 @@ async def handle_alter_configs(conn, head, req):
             if res.resource_type == BROKER:
                 _check_broker(given)
             wanted = _validated(table, kind, given) if res.resource_type in TABLES else {}
+            await _check_alter(conn, res.resource_type, res.resource_name)
             await _alter(service, res.resource_type, res.resource_name, lambda _old: dict(wanted),
                          req.validate_only, given)
         except ConfigRequestError as exc:
@@ -303,6 +315,7 @@ async def handle_incremental_alter_configs(conn, head, req):
             if res.resource_type == BROKER:
                 _check_broker({n: v for n, _, v in ops})
             change = _incremental(table, kind, ops) if res.resource_type in TABLES else None
+            await _check_alter(conn, res.resource_type, res.resource_name)
             await _alter(service, res.resource_type, res.resource_name, change, req.validate_only,
                          {n: v for n, _, v in ops})
         except ConfigRequestError as exc:

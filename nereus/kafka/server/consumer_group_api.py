@@ -12,8 +12,10 @@ import re
 
 from kio.schema.errors import ErrorCode
 
+from ...auth.kafka_acls import GROUP, READ
 from ..codec import make, nested
 from ..codec.protocol import response_schema
+from . import acl_api
 from .cluster import NO_THROTTLE
 from .consumer_group import HeartbeatAnswer
 from .groups import GroupError
@@ -45,6 +47,8 @@ async def handle_consumer_group_heartbeat(conn, head, req):
 
     if not req.group_id:
         return reply(HeartbeatAnswer(ErrorCode.invalid_request.value, message="the group id is empty"))
+    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        return reply(HeartbeatAnswer(ErrorCode.group_authorization_failed.value))
     if not coordinates(service, req.group_id):
         return reply(HeartbeatAnswer(ErrorCode.not_coordinator.value))
     if req.member_epoch == 0 and req.subscribed_topic_names is None and req.subscribed_topic_regex is None:

@@ -18,7 +18,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ...auth.kafka_acls import READ, TOPIC, WRITE
+from ...auth.kafka_acls import DESCRIBE, READ, TOPIC, WRITE
 from ...ledger.entry import decode_entry
 from ...storage import OffsetOutOfRange, StorageError, StreamFenced, time_index
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
@@ -317,8 +317,13 @@ async def handle_list_offsets(conn, head, req):
     topics = []
     for topic in req.topics:
         parts = []
+        described = await acl_api.allowed(conn, TOPIC, topic.name, DESCRIBE)
         for p in topic.partitions:
-            part = await service.catalog.partition(topic.name, p.partition_index)
+            part = await service.catalog.partition(topic.name, p.partition_index) if described else None
+            if not described:
+                parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.topic_authorization_failed,
+                                  timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
             if part is None:
                 parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.unknown_topic_or_partition,
                                   timestamp=-1, offset=-1, leader_epoch=-1))

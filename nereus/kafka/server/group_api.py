@@ -13,7 +13,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ...auth.kafka_acls import GROUP, READ, TOPIC
+from ...auth.kafka_acls import DESCRIBE, GROUP, READ, TOPIC
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api
@@ -187,13 +187,18 @@ async def handle_offset_fetch(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     tcls, pcls = nested(cls, "OffsetFetchResponseTopic"), nested(cls, "OffsetFetchResponsePartition")
-    if not coordinates(service, req.group_id):
+    refusal = None
+    if not await acl_api.allowed(conn, GROUP, req.group_id, DESCRIBE):
+        refusal = ErrorCode.group_authorization_failed
+    elif not coordinates(service, req.group_id):
+        refusal = ErrorCode.not_coordinator
+    if refusal is not None:
         # v2+ carry a top-level error; v1 only per partition, so each asked partition gets it
         topics = tuple(make(tcls, name=t.name, partitions=tuple(
             make(pcls, partition_index=i, committed_offset=-1, committed_leader_epoch=-1, metadata="",
-                 error_code=ErrorCode.not_coordinator) for i in t.partition_indexes)) for t in req.topics or ())
+                 error_code=refusal) for i in t.partition_indexes)) for t in req.topics or ())
         return make(cls, throttle_time=NO_THROTTLE, topics=topics if head.api_version < 2 else (),
-                    error_code=ErrorCode.not_coordinator)
+                    error_code=refusal)
     committed = await service.coordinator.fetch_offsets(req.group_id)
     if req.topics is None:
         wanted: dict[str, list[int]] = {}

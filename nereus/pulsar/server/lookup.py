@@ -98,6 +98,11 @@ async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetad
 async def handle_get_topics(conn, cmd: pb.CommandGetTopicsOfNamespace) -> None:
     """Every topic (partitions listed individually, as Pulsar does) of a namespace."""
     namespace = cmd.namespace.strip("/")
+    authorizer = conn.service.authorizer
+    if authorizer is not None and not await authorizer.may_list(conn.role, *(namespace.split("/", 1) + [""])[:2]):
+        conn.send_error(cmd.request_id, pb.AuthorizationError,
+                        f"Client with role {conn.role} is not authorized to list the topics of {namespace}")
+        return
     domains = {_Mode.PERSISTENT: ("persistent",), _Mode.NON_PERSISTENT: ("non-persistent",),
                _Mode.ALL: ("persistent", "non-persistent")}[cmd.mode]
     prefixes = tuple(f"{d}://{namespace}/" for d in domains)
