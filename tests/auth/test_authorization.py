@@ -28,7 +28,7 @@ def server(tmp_path_factory):
     config = root / "standalone.conf"
     config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
                       f"tokenSecretKey=file://{root / 'secret.key'}\n"
-                      "authorizationEnabled=true\nsuperUserRoles=admin\n")
+                      "authorizationEnabled=true\nsuperUserRoles=admin\nanonymousUserRole=anon\n")
     node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
     node.start()
     node.secret = (root / "secret.key").read_bytes()
@@ -215,3 +215,18 @@ def test_admin_cli_grants_and_revokes(server):
     refused = _admin_cli(server, "nobody", "namespaces", "grant-permission", "acme/app", "--role", "x",
                          "--actions", "produce")
     assert refused.returncode != 0
+
+
+def test_the_anonymous_role_gets_its_grants(server):
+    topic = "persistent://acme/app/open"
+    client = pulsar.Client(server.url, operation_timeout_seconds=10)  # no credentials: the anonymous role
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer(topic)
+        _ok(_rest(server, "admin", "POST", "/admin/v2/persistent/acme/app/open/permissions/anon", ["produce"]))
+        client.create_producer(topic).send(b"anonymous")
+    finally:
+        client.close()
+    with pytest.raises(urllib.error.HTTPError) as refused:  # the admin API without credentials: not a superuser
+        urllib.request.urlopen(f"{server.http}/admin/v2/tenants", timeout=10)
+    assert refused.value.code == 401
