@@ -1,6 +1,23 @@
-"""Creating Iceberg namespaces and tables when several jobs may race to do it."""
+"""Opening Iceberg catalogs and creating namespaces and tables when several jobs may race to do it."""
 
 from __future__ import annotations
+
+
+def load_catalog(name: str, **properties):
+    """pyiceberg's ``load_catalog``, safe when another job opens the same new SQL catalog.
+
+    A SQL catalog creates its own tables when first opened; two jobs doing that at
+    once make one of them fail with the database's "table ... already exists". The
+    tables are there by then: opening again succeeds.
+    """
+    from pyiceberg.catalog import load_catalog as _load
+
+    try:
+        return _load(name, **properties)
+    except Exception as exc:
+        if "already exists" not in str(exc):
+            raise
+        return _load(name, **properties)
 
 
 def ensure_table(catalog, identifier, schema, properties: dict[str, str] | None = None):

@@ -20,13 +20,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
-from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, LessThan, Or
 from pyiceberg.table import Table, TableProperties
 
 from .deliver import ARROW_SCHEMA, Position, TargetConflict, TargetError
-from .iceberg_catalog import ensure_table
+from .iceberg_catalog import ensure_table, load_catalog
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ TOPIC_PROPERTY = "nereus.topic"
 
 def open_catalog(catalog_uri: str, warehouse: str):
     """A pyiceberg catalog: SQL (``sqlite:///...`` or any SQLAlchemy URL) or REST (``http(s)://``)."""
-    from pyiceberg.catalog import load_catalog
+    from .iceberg_catalog import load_catalog
 
     if catalog_uri.startswith(("http://", "https://")):
         return load_catalog("nereus", type="rest", uri=catalog_uri, warehouse=warehouse)
