@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from tests.ports import free_port
 
 BUCKET = "nereus-test"
 CREDENTIALS = {"region": "us-east-1", "access_key_id": "testing", "secret_access_key": "testing"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers(url: str) -> bool:

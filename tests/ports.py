@@ -19,11 +19,23 @@ def _free(port: int) -> bool:
     return True
 
 
+# Ports handed out by this process: a test often picks several before any server binds
+# one, so a port found free must not be handed out twice.
+_handed_out: set[int] = set()
+
+
 def port_run(count: int = 2) -> int:
     """A port p with p .. p+count-1 all free (``nereus standalone --brokers N`` listens on the ports + i)."""
     rng = random.Random()
-    for _ in range(200):
+    for _ in range(500):
         port = rng.randrange(*_BELOW_EPHEMERAL)
-        if all(_free(port + i) for i in range(count)):
+        run = range(port, port + count)
+        if not _handed_out.intersection(run) and all(_free(p) for p in run):
+            _handed_out.update(run)
             return port
     raise AssertionError(f"no run of {count} free ports")
+
+
+def free_port() -> int:
+    """A free port that no connection of this machine will take before a server binds it."""
+    return port_run(1)

@@ -10,15 +10,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from tests.ports import free_port
 
 NEREUS = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone"]
 LISTENERS = ("http", "pulsar", "kafka", "oxia")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PortTaken(Exception):
@@ -84,7 +79,7 @@ class Standalone:
         while waiting and time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 text = self.log.read_text()[log_start:]
-                if "address already in use" in text.lower() or "errno 98" in text.lower():
+                if "already in use" in text.lower() or "errno 98" in text.lower():
                     raise PortTaken(text[-500:])
                 raise AssertionError(f"standalone exited early:\n{text[-3000:]}")
             try:

@@ -10,14 +10,9 @@ import urllib.request
 from pathlib import Path
 
 from nereus.meta import connect
+from tests.ports import free_port
 
 NEREUS = [sys.executable, "-m", "nereus.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> bytes:

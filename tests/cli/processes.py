@@ -11,12 +11,6 @@ from pathlib import Path
 NEREUS = [sys.executable, "-m", "nereus.cli"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def hold_port() -> socket.socket:
     """A listening socket on a free port: the port is in use while it is open."""
     s = socket.socket()

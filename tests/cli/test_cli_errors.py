@@ -10,7 +10,8 @@ import pytest
 
 from tests.ports import port_run
 
-from .processes import Server, assert_one_line_failure, fail, free_port, hold_port
+from .processes import Server, assert_one_line_failure, fail, hold_port
+from tests.ports import free_port
 
 STANDALONE_PORTS = ("http", "pulsar", "kafka", "oxia")
 FLAGS = {"http": "--http-port (webServicePort)", "pulsar": "--pulsar-port (brokerServicePort)",

@@ -11,7 +11,8 @@ import pytest
 
 from tests.ports import port_run
 
-from .processes import Server, free_port
+from .processes import Server
+from tests.ports import free_port
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 

@@ -11,7 +11,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 import pytest
 
-from .processes import Server, assert_one_line_failure, free_port
+from .processes import Server, assert_one_line_failure
+from tests.ports import free_port
 
 
 def _write_config(path: Path, data_dir: Path, ports: dict) -> None:

@@ -30,16 +30,11 @@ from nereus.broker.cluster.ownership import OWNERS
 from nereus.meta import connect
 from nereus.storage import view
 from tests.moto_server import BUCKET, CREDENTIALS
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NEREUS = [sys.executable, "-m", "nereus.cli", "--log-level", "INFO"]
 SESSION_TIMEOUT = 3.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_open(port: int) -> bool:

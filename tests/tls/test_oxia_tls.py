@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from nereus.meta import MetadataUnavailable, connect
-from tests.cli.processes import Server, free_port
+from tests.cli.processes import Server
+from tests.ports import free_port
 
 pulsar = pytest.importorskip("pulsar")
 
