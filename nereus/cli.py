@@ -157,8 +157,11 @@ def _broker_options(command):
                      help="Seconds between garbage collection passes."),
         click.option("--gc-grace", type=click.FloatRange(0), default=60, show_default=True,
                      help="Seconds a released object is kept for readers that resolved it just before."),
-        click.option("--gc-pending-timeout", type=click.FloatRange(0), default=60, show_default=True,
-                     help="Seconds after which an unfinished write (a writer or compactor that died) is resolved."),
+        # At least twice a WAL writer's name reservation life (10 s): a shorter timeout
+        # would let the collector resolve the names of a live writer.
+        click.option("--gc-pending-timeout", type=click.FloatRange(20), default=60, show_default=True,
+                     help="Seconds after which an unfinished write (a writer or compactor that died) is resolved "
+                          "(at least 20)."),
         click.option("--compaction-interval", type=click.FloatRange(0), default=15, show_default=True,
                      help="Seconds between compaction runs (a Spark worker process; 0: no compaction schedule)."),
         click.option("--compaction-max-age", type=click.FloatRange(0), default=15, show_default=True,

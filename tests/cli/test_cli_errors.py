@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import port_run
+from tests.ports import free_port, port_run
 
 from .processes import Server, assert_one_line_failure, fail, hold_port
-from tests.ports import free_port
 
 STANDALONE_PORTS = ("http", "pulsar", "kafka", "oxia")
 FLAGS = {"http": "--http-port (webServicePort)", "pulsar": "--pulsar-port (brokerServicePort)",
@@ -126,6 +125,15 @@ def test_a_bad_object_store_url_is_one_line(tmp_path: Path, metadata: str):
                                  "--pulsar-port", "0", "--kafka-port", "0"], expected)
     assert_one_line_failure(["broker", "--metadata", metadata, "--object-store", "memory://", "--http-port", "0",
                              "--pulsar-port", "0", "--kafka-port", "0"], "memory://")
+
+
+def test_a_gc_pending_timeout_shorter_than_a_writer_reservation_is_refused(tmp_path: Path):
+    # Below twice the WAL writer's name reservation life, the collector could resolve a live writer's names.
+    code, last, stderr = fail(["standalone", "--data-dir", str(tmp_path / "data"), "--gc-pending-timeout", "5",
+                               "--http-port", "0", "--pulsar-port", "0", "--kafka-port", "0", "--oxia-port", "0"])
+    assert code == 2 and "Traceback" not in stderr, stderr  # click's usage error
+    assert "--gc-pending-timeout" in last and "x>=20" in last, last
+    assert not (tmp_path / "data").exists()
 
 
 def test_an_unreachable_metadata_service_is_one_line_stating_the_time_waited(tmp_path: Path):
