@@ -135,6 +135,18 @@ class Authorizer:
             return CONSUME in (auth_policies(stored)["namespace_auth"].get(role) or ())
         return False
 
+    async def kafka_writes_some_topic(self, role: str | None, host: str) -> bool:
+        """May the principal write to at least one Kafka topic (an ACL or a Pulsar produce grant)?"""
+        if await self.is_tenant_admin(role, KAFKA_TENANT):
+            return True
+        if kafka_acls.allows_some(await kafka_acls.load(self.meta), role, host, TOPIC, WRITE):
+            return True
+        if role is None:
+            return False
+        auth = auth_policies(await self._record(policies_key(KAFKA_TENANT, KAFKA_NAMESPACE)) or {})
+        return PRODUCE in (auth["namespace_auth"].get(role) or ()) or any(
+            PRODUCE in (grants.get(role) or ()) for grants in auth["destination_auth"].values())
+
     async def allowed(self, role: str | None, topic: TopicName, action: str | None) -> bool:
         """May ``role`` do ``action`` on ``topic``? ``action`` None: lookup (produce or consume)."""
         if await self.is_tenant_admin(role, topic.tenant):

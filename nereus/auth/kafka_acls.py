@@ -106,6 +106,25 @@ def decide(bindings: list[Binding], role: str | None, host: str, resource_type: 
     return None
 
 
+def allows_some(bindings: list[Binding], role: str | None, host: str, resource_type: int, operation: int) -> bool:
+    """Does an ALLOW for ``operation`` apply to some resource of the type (Kafka's authorizeByResourceType)?
+
+    A DENY on the wildcard resource (literal ``*`` or the empty prefix) takes every such
+    resource away; narrower DENYs leave the rest allowed, as in Kafka.
+    """
+    principal = f"User:{role}" if role is not None else "User:ANONYMOUS"
+
+    def mine(b: Binding) -> bool:
+        return (b.resource_type == resource_type and b.principal in (principal, "User:*")
+                and b.host in (host, WILDCARD) and b.operation in (operation, ALL))
+
+    if any(mine(b) and b.permission_type == DENY and (
+            (b.pattern_type == LITERAL and b.resource_name == WILDCARD)
+            or (b.pattern_type == PREFIXED and b.resource_name == "")) for b in bindings):
+        return False
+    return any(mine(b) and b.permission_type == ALLOW for b in bindings)
+
+
 async def load(meta) -> list[Binding]:
     rec = await meta.get(ACLS_KEY)
     return [Binding(**item) for item in json.loads(rec.value)] if rec is not None else []
@@ -125,4 +144,4 @@ async def update(meta, change) -> list[Binding]:
     return out
 
 
-__all__ = ["ACLS_KEY", "Binding", "InvalidAcl", "decide", "filter_matches", "load", "update", "validate"]
+__all__ = ["ACLS_KEY", "Binding", "InvalidAcl", "allows_some", "decide", "filter_matches", "load", "update", "validate"]

@@ -14,7 +14,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...auth import kafka_acls
-from ...auth.kafka_acls import ALTER, CLUSTER, CREATE, DESCRIBE, TOPIC, Binding, InvalidAcl
+from ...auth.kafka_acls import ALTER, CLUSTER, CREATE, DESCRIBE, IDEMPOTENT_WRITE, TOPIC, Binding, InvalidAcl
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 
@@ -44,6 +44,15 @@ async def allowed(conn, resource_type: int, name: str, operation: int) -> bool:
 async def may_create(conn, topic: str) -> bool:
     """CREATE on the topic or on the cluster (a Pulsar produce grant counts, as a Pulsar producer creates)."""
     return await allowed(conn, TOPIC, topic, CREATE) or await allowed(conn, CLUSTER, CLUSTER_NAME, CREATE)
+
+
+async def may_write_idempotently(conn) -> bool:
+    """IDEMPOTENT_WRITE on the cluster, or WRITE on some topic: what Kafka asks of InitProducerId without a
+    transactional id."""
+    authorizer = conn.service.authorizer
+    if authorizer is None or await allowed(conn, CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE):
+        return True
+    return await authorizer.kafka_writes_some_topic(conn.principal, _host(conn))
 
 
 def _response(head, **values):
@@ -133,4 +142,4 @@ async def handle_delete_acls(conn, head, req):
     return _response(head, filter_results=results)
 
 
-__all__ = ["allowed", "may_create", "handle_create_acls", "handle_delete_acls", "handle_describe_acls"]
+__all__ = ["allowed", "may_create", "may_write_idempotently", "handle_create_acls", "handle_delete_acls", "handle_describe_acls"]

@@ -200,6 +200,9 @@ async def handle_init_producer_id(conn, head, req):
     if req.transactional_id is not None:
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
+    if not await acl_api.may_write_idempotently(conn):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
     pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < 32766:
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=pid,

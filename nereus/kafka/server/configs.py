@@ -141,6 +141,8 @@ async def handle_describe_configs(conn, head, req):
     for res in req.resources:
         code, message, resolved, table = ErrorCode.none, None, {}, {}
         try:
+            if res.resource_type in (TOPIC, BROKER, BROKER_LOGGER, GROUP):  # before existence, as Kafka
+                await _check_alter(conn, res.resource_type, res.resource_name, acls.DESCRIBE_CONFIGS)
             if res.resource_type == TOPIC:
                 if await service.catalog.partition_count(res.resource_name) is None:
                     raise ConfigRequestError(ErrorCode.unknown_topic_or_partition,
@@ -234,13 +236,14 @@ def _incremental(table, kind: str, ops) -> Callable[[dict[str, str]], dict[str, 
     return change
 
 
-async def _check_alter(conn, resource_type: int, name: str) -> None:
-    """ALTER_CONFIGS on the topic, group or (for a broker) the cluster, as Kafka's authorizer asks."""
+async def _check_alter(conn, resource_type: int, name: str, operation: int = acls.ALTER_CONFIGS) -> None:
+    """ALTER_CONFIGS (or ``operation``) on the topic, group or (for a broker) the cluster, as Kafka's
+    authorizer asks."""
     target, code = {TOPIC: (acls.TOPIC, ErrorCode.topic_authorization_failed),
                     GROUP: (acls.GROUP, ErrorCode.group_authorization_failed)}.get(
         resource_type, (acls.CLUSTER, ErrorCode.cluster_authorization_failed))
     if not await acl_api.allowed(conn, target, name if target != acls.CLUSTER else acl_api.CLUSTER_NAME,
-                                 acls.ALTER_CONFIGS):
+                                 operation):
         raise ConfigRequestError(code, "Authorization failed.")
 
 

@@ -12,7 +12,7 @@ import re
 
 from kio.schema.errors import ErrorCode
 
-from ...auth.kafka_acls import GROUP, READ
+from ...auth.kafka_acls import DESCRIBE, GROUP, READ
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api
@@ -110,6 +110,8 @@ async def handle_consumer_group_describe(conn, head, req):
     for group_id in req.group_ids:
         error, group = ErrorCode.none, None
         try:
+            if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+                raise GroupError(ErrorCode.group_authorization_failed.value)
             if not coordinates(service, group_id):
                 raise GroupError(ErrorCode.not_coordinator.value)
             group = await service.coordinator.group(group_id, create=False)

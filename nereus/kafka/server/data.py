@@ -18,7 +18,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ...auth.kafka_acls import DESCRIBE, READ, TOPIC, WRITE
+from ...auth.kafka_acls import DELETE, DESCRIBE, READ, TOPIC, WRITE
 from ...ledger.entry import decode_entry
 from ...storage import OffsetOutOfRange, StorageError, StreamFenced, time_index
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
@@ -387,10 +387,13 @@ async def handle_delete_records(conn, head, req):
     topics = []
     for topic in req.topics:
         parts = []
+        deletable = await acl_api.allowed(conn, TOPIC, topic.name, DELETE)
         for p in topic.partitions:
             code, low = ErrorCode.none, -1
-            part = await service.catalog.partition(topic.name, p.partition_index)
-            if part is None:
+            part = await service.catalog.partition(topic.name, p.partition_index) if deletable else None
+            if not deletable:
+                code = ErrorCode.topic_authorization_failed
+            elif part is None:
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 await part.handle.refresh()

@@ -13,7 +13,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from ...auth.kafka_acls import DESCRIBE, GROUP, READ, TOPIC
+from ...auth.kafka_acls import CLUSTER, DELETE, DESCRIBE, GROUP, READ, TOPIC
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api
@@ -71,6 +71,8 @@ async def handle_sync_group(conn, head, req):
                     protocol_type=group.protocol_type if group else None,
                     protocol_name=group.protocol if group else None, assignment=assignment)
 
+    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        return reply(ErrorCode.group_authorization_failed.value)
     if not coordinates(conn.service, req.group_id):
         return reply(ErrorCode.not_coordinator.value)
     try:
@@ -94,6 +96,8 @@ async def handle_heartbeat(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     code = ErrorCode.unknown_member_id.value
     try:
+        if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+            raise GroupError(ErrorCode.group_authorization_failed.value)
         if not coordinates(conn.service, req.group_id):
             raise GroupError(ErrorCode.not_coordinator.value)
         group = await conn.service.coordinator.group(req.group_id, create=False)
@@ -108,7 +112,10 @@ async def handle_leave_group(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     ids = ([(m.member_id, m.group_instance_id) for m in req.members] if hasattr(req, "members")
            else [(req.member_id, None)])
-    if not coordinates(conn.service, req.group_id):  # one top-level error, as Kafka answers it
+    # one top-level error, as Kafka answers it
+    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed, members=())
+    if not coordinates(conn.service, req.group_id):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.not_coordinator, members=())
     try:
         group = await conn.service.coordinator.group(req.group_id, create=False)
@@ -224,6 +231,8 @@ async def handle_describe_groups(conn, head, req):
     out = []
     for group_id in req.groups:
         try:
+            if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+                raise GroupError(ErrorCode.group_authorization_failed.value)
             if not coordinates(conn.service, group_id):
                 raise GroupError(ErrorCode.not_coordinator.value)
             group = await conn.service.coordinator.group(group_id, create=False)
@@ -247,17 +256,25 @@ async def handle_describe_groups(conn, head, req):
 async def handle_list_groups(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     states = set(getattr(req, "states_filter", ()) or ())
+    # As Kafka: DESCRIBE on the cluster lists every group, otherwise those the principal may DESCRIBE.
+    every = await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, DESCRIBE)
+
+    async def visible(group_id: str) -> bool:
+        return every or await acl_api.allowed(conn, GROUP, group_id, DESCRIBE)
+
     # Each broker lists the groups it coordinates; clients ask every broker and merge.
     groups = [g for g in await conn.service.coordinator.list_groups()
-              if (not states or g.state in states) and is_coordinator(conn.service, g.group_id)]
+              if (not states or g.state in states) and is_coordinator(conn.service, g.group_id)
+              and await visible(g.group_id)]
     listed = tuple(make(nested(cls, "ListedGroup"), group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
                         group_state=g.state, group_type=g.group_type) for g in groups)
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
     if not types or "share" in types:  # share groups (KIP-932) live in this broker's memory
-        listed += tuple(make(nested(cls, "ListedGroup"), group_id=gid, protocol_type="share", group_state=g.state,
-                             group_type="share")
-                        for gid, g in sorted(conn.service.share_groups.groups.items())
-                        if (not states or g.state in states) and is_coordinator(conn.service, gid))
+        listed += tuple([make(nested(cls, "ListedGroup"), group_id=gid, protocol_type="share", group_state=g.state,
+                              group_type="share")
+                         for gid, g in sorted(conn.service.share_groups.groups.items())
+                         if (not states or g.state in states) and is_coordinator(conn.service, gid)
+                         and await visible(gid)])
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 
 
@@ -265,7 +282,9 @@ async def handle_delete_groups(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     results = []
     for group_id in req.groups_names:
-        if coordinates(conn.service, group_id):
+        if not await acl_api.allowed(conn, GROUP, group_id, DELETE):
+            code = ErrorCode.group_authorization_failed.value
+        elif coordinates(conn.service, group_id):
             code = await conn.service.coordinator.delete_group(group_id)
         else:
             code = ErrorCode.not_coordinator.value

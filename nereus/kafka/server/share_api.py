@@ -20,7 +20,8 @@ from ...storage import OffsetOutOfRange, StorageError
 from ...topics.convert import ConversionError
 from ..codec import make, nested
 from ..codec.protocol import response_schema
-from . import routing
+from ...auth.kafka_acls import DESCRIBE, GROUP, READ, TOPIC
+from . import acl_api, routing
 from .cluster import NO_THROTTLE
 from .share_group import ASSIGNOR, LEAVE, ShareHeartbeatAnswer
 from .share_groups import next_epoch
@@ -47,6 +48,12 @@ async def handle_share_group_heartbeat(conn, head, req):
 
     if not req.group_id:
         return reply(ShareHeartbeatAnswer(ErrorCode.invalid_request.value, message="the group id is empty"))
+    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        return reply(ShareHeartbeatAnswer(ErrorCode.group_authorization_failed.value))
+    hidden = [t for t in req.subscribed_topic_names or () if not await acl_api.allowed(conn, TOPIC, t, DESCRIBE)]
+    if hidden:
+        return reply(ShareHeartbeatAnswer(ErrorCode.topic_authorization_failed.value,
+                                          message=f"Topic authorization failed for {', '.join(sorted(hidden))}"))
     if not routing.coordinates(service, req.group_id):
         return reply(ShareHeartbeatAnswer(ErrorCode.not_coordinator.value))
     group = shares.group(req.group_id)
@@ -85,7 +92,9 @@ async def handle_share_group_describe(conn, head, req):
     for group_id in req.group_ids:
         group = service.share_groups.groups.get(group_id)
         error = ErrorCode.none
-        if not routing.coordinates(service, group_id):
+        if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+            error = ErrorCode.group_authorization_failed
+        elif not routing.coordinates(service, group_id):
             error = ErrorCode.not_coordinator
         elif group is None:
             error = ErrorCode.group_id_not_found
@@ -134,7 +143,14 @@ async def _names(catalog, topic_ids) -> dict:
     return out
 
 
-async def _acknowledge(service, group_id: str, member_id: str, names: dict, topics, settings) -> dict:
+async def _refused(conn, names: dict) -> set:
+    """The topic ids (of ``names``) the principal may not READ."""
+    return {topic_id for topic_id, name in names.items()
+            if name is not None and not await acl_api.allowed(conn, TOPIC, name, READ)}
+
+
+async def _acknowledge(service, group_id: str, member_id: str, names: dict, topics, settings,
+                       refused: set = frozenset()) -> dict:
     """Apply acknowledgement batches; returns {(topic id, partition): error code} for each partition acked."""
     shares = service.share_groups
     results, touched = {}, []
@@ -143,6 +159,9 @@ async def _acknowledge(service, group_id: str, member_id: str, names: dict, topi
             if not p.acknowledgement_batches:
                 continue
             key = (t.topic_id, p.partition_index)
+            if t.topic_id in refused:
+                results[key] = ErrorCode.topic_authorization_failed
+                continue
             name = names.get(t.topic_id)
             part = await service.catalog.partition(name, p.partition_index) if name else None
             if part is None:
@@ -200,6 +219,8 @@ async def handle_share_fetch(conn, head, req):
 
     if not req.group_id or not req.member_id:
         return fail(ErrorCode.invalid_request, "group id and member id are required")
+    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        return fail(ErrorCode.group_authorization_failed, "Group authorization failed.")
     has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
     if req.share_session_epoch == OPEN_SESSION and has_acks:
         return fail(ErrorCode.invalid_request, "a new share session carries no acknowledgements")
@@ -207,7 +228,8 @@ async def handle_share_fetch(conn, head, req):
     if error != ErrorCode.none:
         return fail(error)
     names = await _names(service.catalog, [t.topic_id for t in (*req.topics, *req.forgotten_topics_data)])
-    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings)
+    refused = await _refused(conn, names)
+    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings, refused)
     requested = {(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions}
     if req.share_session_epoch == CLOSE_SESSION:
         shares.close_session(req.group_id, req.member_id)
@@ -218,15 +240,17 @@ async def handle_share_fetch(conn, head, req):
                 session.partitions.discard((t.topic_id, index))
         session.partitions |= requested
         fetch_from = sorted(session.partitions)
-    return _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms)
+    return _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms, refused)
 
 
-async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms):
+async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms, refused):
     service = conn.service
     shares = service.share_groups
+    later = {}
     for topic_id, _ in fetch_from:
         if topic_id not in names:
-            names[topic_id] = await service.catalog.topic_name(topic_id)
+            names[topic_id] = later[topic_id] = await service.catalog.topic_name(topic_id)
+    refused = refused | await _refused(conn, later)
     deadline = time.monotonic() + req.max_wait.total_seconds()
     max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
@@ -234,6 +258,9 @@ async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, ac
         changed = shares.changed()
         out, waits, budget, size = {}, [], max_records, 0
         for topic_id, index in fetch_from:
+            if topic_id in refused:
+                out[(topic_id, index)] = (ErrorCode.topic_authorization_failed, None, b"", ())
+                continue
             name = names.get(topic_id)
             part = await service.catalog.partition(name, index) if name else None
             if part is None:
@@ -351,6 +378,8 @@ async def handle_share_acknowledge(conn, head, req):
 
     if not req.group_id or not req.member_id:
         return fail(ErrorCode.invalid_request, "group id and member id are required")
+    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        return fail(ErrorCode.group_authorization_failed, "Group authorization failed.")
     if req.share_session_epoch == OPEN_SESSION:
         return fail(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session")
     _, error = _session(shares, req)
@@ -358,7 +387,8 @@ async def handle_share_acknowledge(conn, head, req):
         return fail(error)
     settings = await shares.settings(req.group_id)
     names = await _names(service.catalog, [t.topic_id for t in req.topics])
-    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings)
+    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings,
+                               await _refused(conn, names))
     if req.share_session_epoch == CLOSE_SESSION:
         shares.close_session(req.group_id, req.member_id)
     pcls, lcls = nested(cls, "PartitionData"), nested(cls, "LeaderIdAndEpoch")
