@@ -27,11 +27,25 @@ from typing import Awaitable, Callable
 from ..ledger.naming import TopicName
 from ..storage import StreamFenced, StreamHandle
 from .dedup import Dedup
-from .policies import policies_key
+from .policies import policies_key, topic_policies_key
+from .throttle import dispatch_limit, publish_limit
 from .time_marks import TimeMarks
 from .traffic import TopicTraffic
 
 log = logging.getLogger(__name__)
+
+
+#: (kind, TopicPolicies field, namespace Policies field: a map of cluster name to the policy).
+_RATE_FIELDS = (("publish", "publishRate", "publishMaxMessageRate"),
+                ("dispatch", "dispatchRate", "topicDispatchRate"),
+                ("subscription", "subscriptionDispatchRate", "subscriptionDispatchRate"))
+
+
+def _local(per_cluster) -> dict | None:
+    """A namespace rate policy: one entry per cluster, this (only) cluster's."""
+    if isinstance(per_cluster, dict) and per_cluster:
+        return next(iter(per_cluster.values()))
+    return None
 
 
 class TopicUnloaded(StreamFenced):
@@ -58,6 +72,12 @@ class Topic:
         self._append_listeners: list[Callable[[], None]] = []
         self._unload_listeners: list[Callable[[str], Awaitable[None] | None]] = []
         self._busy_checks: list[Callable[[], bool]] = []
+        # Rate policies (Pulsar's publishRate / dispatchRate / subscriptionDispatchRate): the
+        # policy JSON in force (the topic's, else the namespace's) and the topic-wide limits.
+        self.rate_policies: dict[str, dict | None] = {"publish": None, "dispatch": None, "subscription": None}
+        self.publish_limit = None
+        self.dispatch_limit = None
+        self.publish_rate_limited = 0  # times a producer's connection was paused (publishRateLimitedTimes)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def load(self) -> None:
@@ -65,13 +85,30 @@ class Topic:
         await self.read_policies()
 
     async def read_policies(self) -> None:
-        """Apply the namespace's deduplication policy (the broker default when unset)."""
+        """Apply the namespace's deduplication policy (the broker default when unset) and the
+        rate policies (the topic's own, else the namespace's)."""
         rec = await self.meta.get(policies_key(self.name.tenant, self.name.namespace))
-        value = json.loads(rec.value).get("deduplicationEnabled") if rec is not None else None
+        namespace = json.loads(rec.value) if rec is not None else {}
+        value = namespace.get("deduplicationEnabled")
         enabled = value if isinstance(value, bool) else self.registry.deduplication_enabled
         if enabled != self.dedup.enabled:
             log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
         self.dedup.enabled = enabled
+        base = self.name.base
+        rec = await self.meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
+        own = json.loads(rec.value) if rec is not None else {}
+        self._apply_rates({kind: own.get(topic_field) or _local(namespace.get(namespace_field))
+                           for kind, topic_field, namespace_field in _RATE_FIELDS})
+
+    def _apply_rates(self, policies: dict[str, dict | None]) -> None:
+        """Rebuild only the limits whose policy changed: a refresh must not refill a bucket."""
+        old, self.rate_policies = self.rate_policies, policies
+        if policies["publish"] != old["publish"]:
+            self.publish_limit = publish_limit(policies["publish"])
+        if policies["dispatch"] != old["dispatch"]:
+            self.dispatch_limit = dispatch_limit(policies["dispatch"])
+        if policies != old:
+            log.info("%s: rate policies %s", self.name, {k: v for k, v in policies.items() if v})
 
     def on_append(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each committed append (wakes readers of this broker)."""

@@ -27,6 +27,7 @@ from . import retention, topic_policies, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
 
+RATE_FIELDS = ("publishMaxMessageRate", "topicDispatchRate", "subscriptionDispatchRate")  # rate_policies.py
 _PUBLIC_FIELDS = ("retention_policies", "deduplicationEnabled", "schema_compatibility_strategy", OVERRIDE_FIELD)
 
 
@@ -42,6 +43,7 @@ def _policies(stored: dict) -> dict:
         "schema_auto_update_compatibility_strategy": stored.get("schema_auto_update_compatibility_strategy") or "Full",
         OVERRIDE_FIELD: stored.get(OVERRIDE_FIELD),
         AUTH_FIELD: auth_policies(stored),
+        **{field: stored.get(field) or {} for field in RATE_FIELDS},
         "deleted": False,
     }
 

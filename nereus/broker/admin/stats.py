@@ -19,6 +19,7 @@ from aiohttp import web
 from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...storage import view
+from ...pulsar.server.dispatcher import THROTTLE_EVENTS
 from ...topics.rates import RateMeter, combined_rates
 from .common import AdminError, context, flag, partitions, require_topic, topic_name
 
@@ -96,6 +97,7 @@ async def topic_stats(ctx, topic) -> dict:
             "isDurable": sub.cursor.durable if sub is not None else True, "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": len(acks.ranges),
             "subscriptionProperties": dict(sub.cursor.properties) if sub is not None else {},
+            **(dispatcher.throttle_events if dispatcher is not None else dict.fromkeys(THROTTLE_EVENTS, 0)),
         }
     publishers = []
     for p in topic.producers.values():
@@ -118,6 +120,7 @@ async def topic_stats(ctx, topic) -> dict:
         "storageSize": storage_size, "backlogSize": int(backlog_total * per_record), "offloadedStorageSize": 0,
         "publishers": publishers, "waitingPublishers": 0, "subscriptions": subs, "replication": {},
         "deduplicationStatus": "Enabled", "topicEpoch": topic.epoch,
+        "publishRateLimitedTimes": topic.core.publish_rate_limited,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
     }
 

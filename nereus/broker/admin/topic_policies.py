@@ -27,7 +27,7 @@ from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, f
 BROKER_DEFAULT_RETENTION = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
 
 
-async def _require_topic(ctx: AdminContext, request: web.Request):
+async def require_policy_topic(ctx: AdminContext, request: web.Request):
     name = topic_name(request)
     await require_namespace(ctx.meta, name.tenant, name.namespace)
     if not await partitions_of(ctx.meta, name) and not await stream_exists(ctx.storage, name):
@@ -35,7 +35,7 @@ async def _require_topic(ctx: AdminContext, request: web.Request):
     return name.base
 
 
-async def _set(ctx: AdminContext, name, field: str, value) -> None:
+async def set_policy(ctx: AdminContext, name, field: str, value) -> None:
     """Set (or with None remove) one policy of the topic's record by compare-and-set."""
     def change(old: bytes | None) -> bytes | None:
         stored = json.loads(old) if old is not None else {}
@@ -62,7 +62,7 @@ def _enforce_soon(ctx: AdminContext, name) -> None:
 
 async def get_retention(request: web.Request) -> web.Response:
     ctx = context(request)
-    name = await _require_topic(ctx, request)
+    name = await require_policy_topic(ctx, request)
     own = await retention.topic_retention(ctx.meta, name)
     if own is not None:
         return web.json_response(own)
@@ -75,16 +75,16 @@ async def get_retention(request: web.Request) -> web.Response:
 async def set_retention(request: web.Request) -> web.Response:
     ctx = context(request)
     value = retention.validate(await body(request))
-    name = await _require_topic(ctx, request)
-    await _set(ctx, name, "retention_policies", value)
+    name = await require_policy_topic(ctx, request)
+    await set_policy(ctx, name, "retention_policies", value)
     _enforce_soon(ctx, name)
     return no_content()
 
 
 async def remove_retention(request: web.Request) -> web.Response:
     ctx = context(request)
-    name = await _require_topic(ctx, request)
-    await _set(ctx, name, "retention_policies", None)
+    name = await require_policy_topic(ctx, request)
+    await set_policy(ctx, name, "retention_policies", None)
     _enforce_soon(ctx, name)  # the namespace's policy applies again
     return no_content()
 
@@ -103,7 +103,7 @@ async def delete_namespace(ctx: AdminContext, tenant: str, namespace: str) -> No
 
 async def get_schema_strategy(request: web.Request) -> web.Response:
     ctx = context(request)
-    name = await _require_topic(ctx, request)
+    name = await require_policy_topic(ctx, request)
     raw = await ctx.meta.get(topic_policies_key(name.tenant, name.namespace, name.local))
     own = json.loads(raw.value).get("schema_compatibility_strategy") if raw is not None else None
     if own is not None:
@@ -118,15 +118,15 @@ async def set_schema_strategy(request: web.Request) -> web.Response:
     value = await body(request)
     if value not in schemas.STRATEGIES + ("UNDEFINED",):
         raise AdminError(400, f"Unknown schema compatibility strategy {value!r}")
-    name = await _require_topic(ctx, request)
-    await _set(ctx, name, "schema_compatibility_strategy", None if value == "UNDEFINED" else value)
+    name = await require_policy_topic(ctx, request)
+    await set_policy(ctx, name, "schema_compatibility_strategy", None if value == "UNDEFINED" else value)
     return no_content()
 
 
 async def remove_schema_strategy(request: web.Request) -> web.Response:
     ctx = context(request)
-    name = await _require_topic(ctx, request)
-    await _set(ctx, name, "schema_compatibility_strategy", None)
+    name = await require_policy_topic(ctx, request)
+    await set_policy(ctx, name, "schema_compatibility_strategy", None)
     return no_content()
 
 
@@ -140,4 +140,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_delete(t + "/retention", remove_retention)
 
 
-__all__ = ["add_routes", "delete_all", "delete_namespace"]
+__all__ = ["add_routes", "delete_all", "delete_namespace", "require_policy_topic", "set_policy"]

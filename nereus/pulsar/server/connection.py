@@ -45,6 +45,7 @@ class ServerConnection(asyncio.Protocol):
         self.pending_send_bytes = 0
         self._paused = False
         self._write_blocked = False  # the client is not reading what we send: neither do we read it
+        self._rate_timer: asyncio.TimerHandle | None = None  # paused by a publish rate until it fires
         self._admitted_ip: str | None = None  # counted in service.limits while open
         self._frame_timer = FrameTimer(service.limits, lambda detail: self.protocol_error("slow-frame", detail))
         self._tasks: set[asyncio.Task] = set()
@@ -94,6 +95,9 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._frame_timer.cancel()
+        if self._rate_timer is not None:
+            self._rate_timer.cancel()
+            self._rate_timer = None
         if self._admitted_ip is None:
             return  # refused at accept: nothing was set up
         self.service.limits.release(self._admitted_ip)
@@ -181,9 +185,24 @@ class ServerConnection(asyncio.Protocol):
         self._write_blocked = False
         self._maybe_resume()
 
+    def throttle_reads(self, delay: float) -> bool:
+        """Stop reading for ``delay`` seconds (a publish rate was exceeded); False if already so."""
+        if self.closed or self.transport is None or self._rate_timer is not None:
+            return False
+        self._rate_timer = asyncio.get_running_loop().call_later(delay, self._rate_elapsed)
+        if not self._paused:
+            self._paused = True
+            self._frame_timer.cancel()
+            self.transport.pause_reading()
+        return True
+
+    def _rate_elapsed(self) -> None:
+        self._rate_timer = None
+        self._maybe_resume()
+
     def _maybe_resume(self) -> None:
         limits = self.service.limits
-        if self._paused and not self.closed and not self._write_blocked \
+        if self._paused and not self.closed and not self._write_blocked and self._rate_timer is None \
                 and self.pending_sends < limits.max_pending_publish_requests // 2 \
                 and self.pending_send_bytes < limits.max_pending_bytes // 2:
             self._paused = False

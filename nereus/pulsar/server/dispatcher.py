@@ -17,6 +17,7 @@ from ...ledger.errors import CursorFenced
 from ...ledger.subscription import ConsumerSlot, Subscription, SubType
 from ...storage import FetchedEntry, OffsetOutOfRange, StorageError
 from ...topics.rates import RateMeter
+from ...topics.throttle import dispatch_limit
 from . import entries, metrics
 from ...tasks import wait_for
 
@@ -25,6 +26,10 @@ log = logging.getLogger(__name__)
 READ_BYTES = 1 << 20
 MAX_REPLAY = 10_000  # Key_Shared: stop reading ahead when this many entries wait for a blocked key
 IDLE_POLL = 2.0
+
+
+THROTTLE_EVENTS = tuple(f"dispatchThrottled{unit}EventsBy{scope}Limit"
+                         for scope in ("Subscription", "Topic", "Broker") for unit in ("Msg", "Bytes"))
 
 
 class Dispatcher:
@@ -44,6 +49,12 @@ class Dispatcher:
         self._closed = False
         self.redelivered = RateMeter()  # msgRateRedeliver of the subscription's stats
         self.read_compacted = False  # below the key view's horizon, read the view (set by SUBSCRIBE)
+        # The subscription's dispatch rate (built from the topic's policy of it) and how
+        # often a rate held dispatch back, under Pulsar's SubscriptionStats names.
+        self._sub_policy: dict | None = None
+        self._sub_limit = None
+        self._throttle_timer: asyncio.TimerHandle | None = None
+        self.throttle_events = dict.fromkeys(THROTTLE_EVENTS, 0)
         sub.cursor.on_fenced = self._cursor_fenced
 
     @property
@@ -59,6 +70,8 @@ class Dispatcher:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -130,7 +143,7 @@ class Dispatcher:
 
     async def _round(self) -> bool:
         sub = self.sub
-        if not sub.consumers or not sub.has_permits():
+        if not sub.consumers or not sub.has_permits() or self._throttled():
             return False
         self._release_delayed()
         generation = self.generation
@@ -138,7 +151,7 @@ class Dispatcher:
         blocked: set[int] = set()
         progressed = False
         for base in sorted(sub.replay):
-            if not sub.has_permits():
+            if not sub.has_permits() or self._throttled():
                 return progressed
             entry = await self._read_one(base)
             if generation != self.generation:
@@ -189,6 +202,8 @@ class Dispatcher:
         for entry in fetched:
             if entry.end_offset <= pos:
                 continue
+            if self._throttled():
+                break
             base, count = entry.base_offset, entry.record_count
             if sub.fully_acked(base, count) or base in sub.pending or base in self._delayed_set:
                 pos = entry.end_offset
@@ -251,6 +266,32 @@ class Dispatcher:
             cursor.ack(at, view.horizon)
         return [item.entry for item in items], (view.horizon if done else None)
 
+    # -- dispatch rates ------------------------------------------------------------------
+    def _limits(self):
+        core = self.topic.core
+        policy = core.rate_policies["subscription"]
+        if policy != self._sub_policy:
+            self._sub_policy, self._sub_limit = policy, dispatch_limit(policy)
+        return core.dispatch_limit, self._sub_limit
+
+    def _throttled(self) -> bool:
+        """True, with a wake-up armed for when it refills, while the topic's or the
+        subscription's dispatch rate is spent."""
+        for scope, limit in zip(("Topic", "Subscription"), self._limits()):
+            if limit is None:
+                continue
+            delay, kind = limit.delay()
+            if delay > 0:
+                self.throttle_events[f"dispatchThrottled{'Msg' if kind == 'msg' else 'Bytes'}EventsBy{scope}Limit"] += 1
+                if self._throttle_timer is None:
+                    self._throttle_timer = asyncio.get_running_loop().call_later(delay, self._throttle_elapsed)
+                return True
+        return False
+
+    def _throttle_elapsed(self) -> None:
+        self._throttle_timer = None
+        self.wake()
+
     # -- helpers -------------------------------------------------------------------------
     async def _read_one(self, base: int) -> FetchedEntry | None:
         if self.read_compacted:
@@ -282,6 +323,9 @@ class Dispatcher:
             ack_set = _unacked_bits(sub, base, count)
         redelivery = sub.dispatched(slot, base, count, key)
         body = entries.body_of(entry.data)
+        for limit in self._limits():
+            if limit is not None:
+                limit.take(count, len(body))
         slot.handle.send_message(base, body, redelivery, ack_set)
         self.topic.traffic.delivered(sub.name, count, len(body))
         slot.handle.meter.record(count, len(body))
@@ -320,4 +364,4 @@ def _unacked_bits(sub: Subscription, base: int, count: int) -> list[int]:
     return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
 
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "THROTTLE_EVENTS"]

@@ -278,6 +278,15 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
         dedup.inflight[key] = task
     size = len(data)
     conn.send_started(size)
+    core = getattr(topic, "core", None)  # a non-persistent topic has no rate policies
+    limit = core.publish_limit if core is not None else None
+    if limit is not None:
+        # Over the publishRate the producer's connection is not read until the bucket
+        # refills (what was received still goes in), as a Pulsar broker pauses auto-read.
+        limit.take(count, size)
+        delay, _ = limit.delay()
+        if delay > 0 and conn.throttle_reads(delay):
+            core.publish_rate_limited += 1
 
     def done(t: asyncio.Task) -> None:
         conn.send_finished(size)
