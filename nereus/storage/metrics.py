@@ -9,15 +9,16 @@ scrape path.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from .. import scraped
 from ..meta import MetadataStore
 from ..meta.cas import update
+from ..scraped import RefreshedCollector
 from . import records
 
 log = logging.getLogger(__name__)
@@ -91,30 +92,16 @@ async def record_compaction(meta: MetadataStore, input_bytes: int, output_bytes:
     await update(meta, PROGRESS_KEY, add)
 
 
-class ProgressCollector:
+class ProgressCollector(RefreshedCollector[dict]):
     """The compaction progress record as series: the last value read, re-read in the background."""
 
+    what = "compaction progress"
+
     def __init__(self, meta: MetadataStore, *, refresh_seconds: float = PROGRESS_REFRESH_SECONDS) -> None:
+        super().__init__({}, refresh_seconds=refresh_seconds)
         self.meta = meta
-        self.refresh_seconds = refresh_seconds
-        self.value: dict = {}
-        self.read_at: float | None = None
-        self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task | None = None
-        self._scheduled = False
 
-    def describe(self):
-        return self._families({})
-
-    def collect(self):
-        fresh = self.read_at is not None and time.monotonic() - self.read_at < self.refresh_seconds
-        if not fresh and not self._scheduled and not self._loop.is_closed():
-            self._scheduled = True
-            self._loop.call_soon_threadsafe(self._start)
-        return self._families(self.value)
-
-    @staticmethod
-    def _families(value: dict):
+    def families(self, value: dict):
         families = []
         for name, doc, field in (
                 ("nereus_storage_compaction_ranges", "Ranges compacted (cluster-wide)", "ranges"),
@@ -130,41 +117,14 @@ class ProgressCollector:
         last.add_metric([], value.get("last_run", 0.0))
         return families + [last]
 
-    def _start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._read())
-
-    async def _read(self) -> None:
-        try:
-            rec = await self.meta.get(PROGRESS_KEY)
-            self.value = records.decode(rec.value) if rec is not None else {}
-        except Exception as exc:  # the last value stays; the next scrape tries again
-            log.warning("reading the compaction progress failed: %s", exc)
-        finally:
-            self.read_at = time.monotonic()
-            self._scheduled = False
-
-    async def close(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+    async def read(self) -> dict:
+        rec = await self.meta.get(PROGRESS_KEY)
+        return records.decode(rec.value) if rec is not None else {}
 
 
 def register_progress(meta: MetadataStore) -> ProgressCollector | None:
     """Serve the compaction progress in ``/metrics``; None when this process already does."""
-    collector = ProgressCollector(meta)
-    try:
-        REGISTRY.register(collector)
-    except ValueError:
-        log.debug("compaction progress metrics are already registered in this process")
-        return None
-    return collector
+    return scraped.register(ProgressCollector(meta))
 
 
-async def unregister_progress(collector: ProgressCollector | None) -> None:
-    if collector is not None:
-        REGISTRY.unregister(collector)
-        await collector.close()
+unregister_progress = scraped.unregister

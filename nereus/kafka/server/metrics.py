@@ -13,7 +13,6 @@ coordinates, so the series of a cluster do not repeat.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -21,9 +20,11 @@ import time
 from urllib.parse import unquote
 
 from kio.schema.errors import ErrorCode
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from ... import scraped
+from ...scraped import RefreshedCollector
 from ...storage import view
 from ..codec.protocol import SUPPORTED
 from . import routing
@@ -114,28 +115,20 @@ class LagRow:
         return max(0, self.log_end - self.committed)
 
 
-class LagCollector:
+class LagCollector(RefreshedCollector[list]):
     """``nereus_kafka_consumer_group_lag`` and committed offsets, recomputed in the background."""
 
+    what = "kafka consumer group lag"
+
     def __init__(self, service, *, refresh_seconds: float = LAG_REFRESH_SECONDS, clock=time.monotonic) -> None:
+        super().__init__([], refresh_seconds=refresh_seconds, clock=clock)
         self.service = service
-        self.refresh_seconds = refresh_seconds
-        self.clock = clock
-        self.rows: list[LagRow] = []
-        self.computed_at: float | None = None
-        self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task | None = None
-        self._scheduled = False
 
-    def describe(self):
-        return self._families([])  # registering must not start a computation
+    @property
+    def rows(self) -> list[LagRow]:
+        return self.value
 
-    def collect(self):
-        self._maybe_refresh()
-        return self._families(self.rows)
-
-    @staticmethod
-    def _families(rows: list[LagRow]):
+    def families(self, rows: list[LagRow]):
         lag = GaugeMetricFamily("nereus_kafka_consumer_group_lag",
                                 "Messages between a group's committed offset and the partition's log end",
                                 labels=["group", "topic", "partition"])
@@ -147,27 +140,7 @@ class LagCollector:
             committed.add_metric(labels, row.committed)
         return [lag, committed]
 
-    def _maybe_refresh(self) -> None:
-        fresh = self.computed_at is not None and self.clock() - self.computed_at < self.refresh_seconds
-        if fresh or self._scheduled or self._loop.is_closed():
-            return
-        self._scheduled = True
-        self._loop.call_soon_threadsafe(self._start)  # a scrape may come from any thread
-
-    def _start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._refresh())
-
-    async def _refresh(self) -> None:
-        try:
-            self.rows = await self.compute()
-        except Exception as exc:  # the last values stay; the next scrape tries again
-            log.warning("kafka: computing consumer group lag failed: %s", exc)
-        finally:
-            self.computed_at = self.clock()
-            self._scheduled = False
-
-    async def compute(self) -> list[LagRow]:
+    async def read(self) -> list[LagRow]:
         """One pass over the committed offsets of the groups this broker coordinates."""
         meta, catalog = self.service.meta, self.service.catalog
         ends: dict[tuple[str, int], int | None] = {}
@@ -199,27 +172,10 @@ class LagCollector:
             return 0  # created lazily: nothing produced yet
         return (await view.bounds(meta, sid))[1]
 
-    async def close(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
 
 def register(service) -> LagCollector | None:
     """Register the lag collector; None when this process already has one (in-process clusters in tests)."""
-    collector = LagCollector(service)
-    try:
-        REGISTRY.register(collector)
-    except ValueError:
-        log.debug("kafka lag metrics are already registered in this process")
-        return None
-    return collector
+    return scraped.register(LagCollector(service))
 
 
-async def unregister(collector: LagCollector | None) -> None:
-    if collector is not None:
-        REGISTRY.unregister(collector)
-        await collector.close()
+unregister = scraped.unregister
