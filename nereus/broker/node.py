@@ -231,6 +231,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
                          sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka"),
+                         anonymous_role=authenticator.anonymous_role if authenticator is not None else None,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))

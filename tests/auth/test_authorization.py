@@ -230,3 +230,25 @@ def test_the_anonymous_role_gets_its_grants(server):
     with pytest.raises(urllib.error.HTTPError) as refused:  # the admin API without credentials: not a superuser
         urllib.request.urlopen(f"{server.http}/admin/v2/tenants", timeout=10)
     assert refused.value.code == 401
+
+
+def test_kafka_clients_without_sasl_get_the_anonymous_role(server):
+    from confluent_kafka import KafkaError, Producer
+
+    topic = "kafka-anon"
+    _ok(_rest(server, "admin", "PUT", f"/admin/v2/persistent/public/default/{topic}/partitions", 1))
+
+    def produce() -> KafkaError | None:
+        outcome = []
+        producer = Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": 10000})
+        producer.produce(topic, b"plain", on_delivery=lambda err, _msg: outcome.append(err))
+        producer.flush(20)
+        assert outcome, "no delivery report"
+        return outcome[0]
+
+    refused = produce()
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    _ok(_rest(server, "admin", "POST", f"/admin/v2/persistent/public/default/{topic}/permissions/anon", ["produce"]))
+    assert produce() is None  # the PLAINTEXT listener's principal is anonymousUserRole
+    status, stats = _rest(server, "admin", "GET", f"/admin/v2/persistent/public/default/{topic}/partitioned-stats")
+    assert status == 200 and stats["msgInCounter"] == 1

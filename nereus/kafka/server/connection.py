@@ -118,8 +118,11 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def principal(self) -> str | None:
-        """The authenticated role (None on a listener without SASL)."""
-        return self.sasl.principal if self.sasl is not None and self.sasl.authenticated else None
+        """The authenticated role; on a listener without SASL the broker's ``anonymousUserRole`` (None: none
+        configured, Kafka's ``User:ANONYMOUS``)."""
+        if self.sasl is None:
+            return self.service.anonymous_role
+        return self.sasl.principal if self.sasl.authenticated else None
 
     def _raw_tokens(self) -> bool:
         return self.sasl is not None and self.sasl.raw_tokens

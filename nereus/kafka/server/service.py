@@ -42,9 +42,10 @@ class KafkaService:
                  auto_create: bool = True, default_partitions: int = 1,
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
                  max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None,
-                 limits: ConnectionLimits | None = None, authorizer=None) -> None:
+                 limits: ConnectionLimits | None = None, authorizer=None, anonymous_role: str | None = None) -> None:
         self.storage = storage
         self.authorizer = authorizer  # nereus.auth.authorization.Authorizer; None: authorization disabled
+        self.anonymous_role = anonymous_role  # the principal of clients on listeners without SASL
         self.meta = meta
         self.registry = registry
         self.host = host
