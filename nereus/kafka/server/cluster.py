@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import logging
 import uuid
 
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import DESCRIBE, TOPIC
-from ...meta import cas
 from ...topics.topic_configs import replication_factors
+from ...transactions.producer_ids import PRODUCER_ID_BLOCK, PRODUCER_ID_KEY, ProducerIds  # noqa: F401 (moved)
 from ..codec import make, nested
 from ..codec.protocol import SUPPORTED, response_schema
 from . import acl_api, routing
@@ -23,8 +22,6 @@ log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648
-PRODUCER_ID_KEY = "/nereus/kafka/next-producer-id"
-PRODUCER_ID_BLOCK = 1000
 
 def api_versions_response(head):
     """ApiVersions v0 with UNSUPPORTED_VERSION (for versions we do not speak)."""
@@ -174,25 +171,6 @@ def handle_find_coordinator(conn, head, req):
         coords = tuple(make(nested(cls, "Coordinator"), key=key, **answer(key)) for key in req.coordinator_keys)
         return make(cls, throttle_time=NO_THROTTLE, coordinators=coords)
     return make(cls, throttle_time=NO_THROTTLE, **answer(req.key))
-
-
-class ProducerIds:
-    """Producer ids from a metadata counter, reserved in blocks (unique across restarts)."""
-
-    def __init__(self, meta) -> None:
-        self.meta = meta
-        self._next = 0
-        self._end = 0
-
-    async def allocate(self) -> int:
-        if self._next >= self._end:
-            rec = await cas.update(self.meta, PRODUCER_ID_KEY, lambda old: json.dumps(
-                {"next": (json.loads(old)["next"] if old else 1000) + PRODUCER_ID_BLOCK}).encode())
-            self._end = json.loads(rec.value)["next"]
-            self._next = self._end - PRODUCER_ID_BLOCK
-        pid = self._next
-        self._next += 1
-        return pid
 
 
 async def handle_init_producer_id(conn, head, req):

@@ -1,0 +1,360 @@
+"""The transaction coordinator: one protocol-neutral state machine over records in the metadata plane.
+
+Every transition is a compare-and-set on the record's version, so any number of
+brokers may act on the same transaction: exactly one wins each transition and the
+others re-read. The PREPARE_* write is the decision: it is durable before any
+marker is written, and whoever finds a PREPARE_* record (the broker that wrote it,
+``recover`` on any broker after a crash) completes it; every participant step is
+idempotent. Producer epochs fence zombies: a re-initialisation or a timeout bumps the
+epoch, and the abort markers of the old transaction carry the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+import time
+from typing import Callable, Iterable
+
+from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from .errors import (ConcurrentTransactions, InvalidProducerIdMapping, InvalidTransactionTimeout, InvalidTxnState,
+                     ProducerFenced, TransactionNotFound)
+from .participants import Participants
+from .producer_ids import ProducerIds
+from .records import (ACTIVE_INDEX, MAX_EPOCH, TxnRecord, TxnState, kafka_key, pid_key, pulsar_key, record_key,
+                      records_range)
+
+log = logging.getLogger(__name__)
+
+S = TxnState
+DEFAULT_MAX_TIMEOUT_MS = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms
+MAX_ATTEMPTS = 100
+
+
+class TransactionCoordinator:
+    """Kafka transactional ids and Pulsar transactions, their state records and their completion."""
+
+    def __init__(self, meta: MetadataStore, producer_ids: ProducerIds, participants: Participants, *,
+                 clock: Callable[[], float] = time.time, interval: float = 1.0,
+                 max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS, tc_id: int = 0) -> None:
+        self.meta = meta
+        self.producer_ids = producer_ids
+        self.participants = participants
+        self.clock = clock
+        self.interval = interval
+        self.max_timeout_ms = max_timeout_ms
+        self.tc_id = tc_id  # Pulsar's TxnID most significant bits
+        self._task: asyncio.Task | None = None
+
+    # -- records ---------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def _get(self, key: str) -> tuple[TxnRecord | None, int]:
+        rec = await self.meta.get(record_key(key))
+        if rec is None:
+            return None, EXPECT_ABSENT
+        return TxnRecord.from_json(rec.value), rec.version.version_id
+
+    async def _put(self, rec: TxnRecord, version: int) -> None:
+        """Write ``rec`` if the stored version is still ``version``; raises UnexpectedVersion."""
+        await self.meta.put(record_key(rec.key), rec.to_json(), expected_version_id=version,
+                            secondary_indexes=rec.active_index())
+
+    def _check_timeout(self, timeout_ms: int) -> None:
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            raise InvalidTransactionTimeout(f"transaction timeout {timeout_ms} ms is not in (0, "
+                                            f"{self.max_timeout_ms}] ms")
+
+    @staticmethod
+    def _not_found(key: str) -> Exception:
+        if key.startswith("pulsar:"):
+            return TransactionNotFound(f"transaction {key[len('pulsar:'):]} does not exist")
+        return InvalidProducerIdMapping(f"no transaction state for {key!r}")
+
+    @staticmethod
+    def _check_producer(rec: TxnRecord, pid: int, epoch: int) -> None:
+        if pid != rec.producer_id:
+            if rec.is_pulsar:
+                raise TransactionNotFound(f"transaction {rec.key} has producer id {rec.producer_id}, not {pid}")
+            raise InvalidProducerIdMapping(f"{rec.key} has producer id {rec.producer_id}, not {pid}")
+        if epoch != rec.producer_epoch:
+            raise ProducerFenced(f"{rec.key}: epoch {epoch} is not the current epoch {rec.producer_epoch}")
+
+    # -- producers -------------------------------------------------------------------------
+    async def init_producer(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
+                            producer_epoch: int = -1) -> tuple[int, int]:
+        """Kafka InitProducerId with a transactional id: (producer id, epoch) of a fresh or bumped producer.
+
+        An ongoing transaction of the old epoch is aborted first (its markers carry the
+        new epoch, fencing the zombie); a PREPARE_* one is completed first. With
+        ``producer_id``/``producer_epoch`` (KIP-360) they must match the record.
+        """
+        self._check_timeout(timeout_ms)
+        key = kafka_key(transactional_id)
+        for _ in range(MAX_ATTEMPTS):
+            rec, version = await self._get(key)
+            now = self.now_ms()
+            if rec is None:
+                pid = await self.producer_ids.allocate()
+                await self.meta.put(pid_key(pid), key.encode())
+                try:
+                    await self._put(TxnRecord(key, pid, 0, S.EMPTY, timeout_ms, update_ms=now), EXPECT_ABSENT)
+                except UnexpectedVersion:
+                    continue
+                return pid, 0
+            if producer_id >= 0:
+                if producer_id != rec.producer_id or producer_epoch not in (rec.producer_epoch,
+                                                                            rec.last_producer_epoch):
+                    raise ProducerFenced(f"{key}: producer {producer_id} epoch {producer_epoch} is not current "
+                                         f"({rec.producer_id} epoch {rec.producer_epoch})")
+                if producer_epoch != rec.producer_epoch and rec.state in (S.EMPTY, S.COMPLETE_ABORT,
+                                                                          S.COMPLETE_COMMIT):
+                    return rec.producer_id, rec.producer_epoch  # bumped already (by a retry or a timeout)
+            if rec.state.prepared:
+                await self._complete(rec)
+                continue
+            if rec.state in (S.ONGOING, S.PREPARE_EPOCH_FENCE):
+                await self._abort(rec, version, bump=True)
+                continue
+            pid, epoch = rec.producer_id, rec.producer_epoch + 1
+            if epoch >= MAX_EPOCH:
+                pid, epoch = await self.producer_ids.allocate(), 0
+                await self.meta.put(pid_key(pid), key.encode())
+            new = rec.with_(producer_id=pid, producer_epoch=epoch, state=S.EMPTY, timeout_ms=timeout_ms,
+                            start_ms=-1, update_ms=now, partitions=[], groups=[], subscriptions=[],
+                            last_producer_epoch=rec.producer_epoch if pid == rec.producer_id else -1)
+            try:
+                await self._put(new, version)
+            except UnexpectedVersion:
+                continue
+            return pid, epoch
+        raise ConcurrentTransactions(f"{key}: too many concurrent changes")
+
+    async def new_txn(self, timeout_ms: int) -> int:
+        """Pulsar NEW_TXN: a fresh producer id (the TxnID's least bits) with an ONGOING record."""
+        self._check_timeout(timeout_ms)
+        pid = await self.producer_ids.allocate()
+        key = pulsar_key(self.tc_id, pid)
+        await self.meta.put(pid_key(pid), key.encode())
+        now = self.now_ms()
+        await self._put(TxnRecord(key, pid, 0, S.ONGOING, timeout_ms, start_ms=now, update_ms=now), EXPECT_ABSENT)
+        return pid
+
+    # -- membership --------------------------------------------------------------------------
+    async def add_partitions(self, key: str, pid: int, epoch: int, partitions: Iterable[str]) -> None:
+        """Add partitions (full topic names) to the transaction: EMPTY/COMPLETE_* -> ONGOING."""
+        await self._add(key, pid, epoch, partitions=builtins.list(partitions))
+
+    async def add_groups(self, key: str, pid: int, epoch: int, group: str) -> None:
+        """Kafka AddOffsetsToTxn: the group's offsets are completed with the transaction."""
+        await self._add(key, pid, epoch, groups=[group])
+
+    async def add_subscriptions(self, key: str, pid: int, epoch: int,
+                                subscriptions: Iterable[tuple[str, str]]) -> None:
+        """Pulsar ADD_SUBSCRIPTION_TO_TXN: (topic, subscription) pairs whose acks wait for the outcome."""
+        await self._add(key, pid, epoch, subscriptions=[tuple(s) for s in subscriptions])
+
+    async def _add(self, key: str, pid: int, epoch: int, *, partitions=(), groups=(), subscriptions=()) -> None:
+        for _ in range(MAX_ATTEMPTS):
+            rec, version = await self._get(key)
+            if rec is None:
+                raise self._not_found(key)
+            self._check_producer(rec, pid, epoch)
+            if rec.state.prepared or rec.state == S.PREPARE_EPOCH_FENCE:
+                raise ConcurrentTransactions(f"{key}: the previous transaction is still completing")
+            now = self.now_ms()
+            if rec.state == S.ONGOING:
+                new = rec.with_(partitions=_merge(rec.partitions, partitions), groups=_merge(rec.groups, groups),
+                                subscriptions=_merge(rec.subscriptions, subscriptions), update_ms=now)
+                if new == rec.with_(update_ms=now):
+                    return  # nothing new
+            elif rec.is_pulsar or rec.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                raise InvalidTxnState(f"{key} is {rec.state.value}: nothing can be added")
+            else:
+                new = rec.with_(state=S.ONGOING, start_ms=now, update_ms=now, partitions=_merge([], partitions),
+                                groups=_merge([], groups), subscriptions=_merge([], subscriptions))
+            try:
+                await self._put(new, version)
+            except UnexpectedVersion:
+                continue
+            return
+        raise ConcurrentTransactions(f"{key}: too many concurrent changes")
+
+    # -- outcome ---------------------------------------------------------------------------
+    async def end(self, key: str, pid: int, epoch: int, commit: bool) -> TxnRecord:
+        """Commit or abort: PREPARE_* (the decision), every participant, then COMPLETE_*.
+
+        A retried end of a completed transaction with the same outcome succeeds; the
+        opposite outcome raises InvalidTxnState. If a participant cannot complete now
+        (e.g. another broker owns a partition) the decision stands and ``recover``
+        finishes it; the returned record then is still PREPARE_*.
+        """
+        prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        for _ in range(MAX_ATTEMPTS):
+            rec, version = await self._get(key)
+            if rec is None:
+                raise self._not_found(key)
+            if epoch != rec.producer_epoch and pid == rec.producer_id and epoch == rec.last_producer_epoch \
+                    and not commit and rec.state in (S.PREPARE_ABORT, S.COMPLETE_ABORT):
+                # The coordinator aborted it with an epoch bump (timeout): the producer's abort agrees.
+                return await self._complete(rec) if rec.state.prepared else rec
+            self._check_producer(rec, pid, epoch)
+            if rec.state == S.ONGOING:
+                new = rec.with_(state=prepare, update_ms=self.now_ms())
+                try:
+                    await self._put(new, version)
+                except UnexpectedVersion:
+                    continue
+                return await self._complete(new)
+            if rec.state == prepare:
+                return await self._complete(rec)
+            if rec.state == complete:
+                return rec
+            if rec.state == S.PREPARE_EPOCH_FENCE:
+                raise ConcurrentTransactions(f"{key} is being fenced")
+            raise InvalidTxnState(f"cannot {'commit' if commit else 'abort'} {key}: it is {rec.state.value}")
+        raise ConcurrentTransactions(f"{key}: too many concurrent changes")
+
+    async def _abort(self, rec: TxnRecord, version: int, *, bump: bool) -> TxnRecord | None:
+        """ONGOING -> PREPARE_ABORT (with an epoch bump that fences the producer) -> COMPLETE_ABORT."""
+        epoch = rec.producer_epoch + 1 if bump and rec.producer_epoch + 1 < MAX_EPOCH else rec.producer_epoch
+        new = rec.with_(state=S.PREPARE_ABORT, producer_epoch=epoch, update_ms=self.now_ms(),
+                        last_producer_epoch=rec.producer_epoch if epoch != rec.producer_epoch
+                        else rec.last_producer_epoch)
+        try:
+            await self._put(new, version)
+        except UnexpectedVersion:
+            return None  # someone else moved it on: the caller re-reads
+        return await self._complete(new)
+
+    async def _complete(self, rec: TxnRecord) -> TxnRecord:
+        """Run every participant of a PREPARE_* record, then CAS it to COMPLETE_* (if still the same)."""
+        commit = rec.state == S.PREPARE_COMMIT
+        pid, epoch = rec.producer_id, rec.producer_epoch
+        steps = [self.participants.complete_partition(p, pid, epoch, commit) for p in rec.partitions]
+        steps += [self.participants.complete_group(g, pid, epoch, commit) for g in rec.groups]
+        steps += [self.participants.complete_subscription(t, s, pid, commit) for t, s in rec.subscriptions]
+        results = await asyncio.gather(*steps, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            log.warning("%s: %d of %d participant(s) not completed yet (%s: %s); retried later", rec.key,
+                        len(failed), len(steps), type(failed[0]).__name__, failed[0])
+            return rec
+        done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        for _ in range(MAX_ATTEMPTS):
+            cur, version = await self._get(rec.key)
+            if cur is None or cur.state != rec.state or cur.producer_id != pid or cur.producer_epoch != epoch:
+                return cur or rec  # completed (or moved on) by someone else
+            new = cur.with_(state=done, update_ms=self.now_ms(), partitions=[], groups=[], subscriptions=[])
+            try:
+                await self._put(new, version)
+            except UnexpectedVersion:
+                continue
+            log.info("%s: transaction of producer %d epoch %d %s", rec.key, pid, epoch,
+                     "committed" if commit else "aborted")
+            return new
+        raise ConcurrentTransactions(f"{rec.key}: too many concurrent changes")
+
+    # -- partition leaders ----------------------------------------------------------------------
+    async def verify(self, pid: int, epoch: int, partition: str) -> TxnRecord:
+        """A partition's check before the first transactional append of (pid, epoch) to it.
+
+        Raises ProducerFenced (another epoch or producer id is current),
+        InvalidProducerIdMapping (unknown pid) or InvalidTxnState (not ONGOING, or the
+        partition was not added).
+        """
+        rec = await self.find_by_pid(pid)
+        if rec is None:
+            raise InvalidProducerIdMapping(f"producer id {pid} has no transaction")
+        if rec.producer_id != pid or rec.producer_epoch != epoch:
+            raise ProducerFenced(f"producer {pid} epoch {epoch} is fenced by {rec.producer_id} epoch "
+                                 f"{rec.producer_epoch}")
+        if rec.state != S.ONGOING or partition not in rec.partitions:
+            raise InvalidTxnState(f"{partition} is not part of an ongoing transaction of producer {pid} "
+                                  f"({rec.state.value})")
+        return rec
+
+    # -- reads ---------------------------------------------------------------------------------
+    async def describe(self, key: str) -> TxnRecord | None:
+        return (await self._get(key))[0]
+
+    async def find_by_pid(self, pid: int) -> TxnRecord | None:
+        """The record that gave out ``pid`` (it may have moved on to another pid since)."""
+        rec = await self.meta.get(pid_key(pid))
+        return None if rec is None else await self.describe(rec.value.decode())
+
+    async def list(self, states: Iterable[TxnState] = (), pids: Iterable[int] = ()) -> builtins.list[TxnRecord]:
+        """Every record, or those in one of ``states`` / with one of ``pids``."""
+        wanted_states, wanted_pids = set(states), set(pids)
+        lo, hi = records_range()
+        out = []
+        async for stored in self.meta.range_scan(lo, hi):
+            rec = TxnRecord.from_json(stored.value)
+            if (not wanted_states or rec.state in wanted_states) and (not wanted_pids or rec.producer_id in
+                                                                      wanted_pids):
+                out.append(rec)
+        return out
+
+    async def _active(self, lo: str, hi: str) -> builtins.list[tuple[TxnRecord, int]]:
+        out = []
+        async for stored in self.meta.range_scan(lo, hi, use_index=ACTIVE_INDEX):
+            out.append((TxnRecord.from_json(stored.value), stored.version.version_id))
+        return out
+
+    # -- background work -----------------------------------------------------------------------
+    async def abort_expired(self) -> int:
+        """Abort every ONGOING transaction older than its timeout (Kafka's get an epoch bump); their count."""
+        now = self.now_ms()
+        aborted = 0
+        for rec, version in await self._active("ONGOING-", f"ONGOING-{now + 1:020d}"):
+            if rec.state != S.ONGOING or rec.deadline_ms > now:
+                continue
+            log.info("%s: transaction of producer %d timed out after %d ms: aborting", rec.key, rec.producer_id,
+                     rec.timeout_ms)
+            if await self._abort(rec, version, bump=not rec.is_pulsar) is not None:
+                aborted += 1
+        return aborted
+
+    async def recover(self) -> int:
+        """Complete every PREPARE_* transaction (a coordinator died mid-commit); the count completed."""
+        done = 0
+        for rec, _ in await self._active("PREPARE-", "PREPARE-\U0010ffff"):
+            if rec.state.prepared and (await self._complete(rec)).state.completed:
+                done += 1
+        return done
+
+    def start(self) -> None:
+        """Run ``abort_expired`` and ``recover`` every ``interval`` seconds until ``close``."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="nereus-txn-coordinator")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.abort_expired()
+                await self.recover()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction coordinator pass failed")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _merge(old: Iterable, new: Iterable) -> builtins.list:
+    out = builtins.list(old)
+    for item in new:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+__all__ = ["DEFAULT_MAX_TIMEOUT_MS", "TransactionCoordinator"]

@@ -1,0 +1,128 @@
+"""Who completes a transaction's parts: markers in partitions, offsets of groups, acks of subscriptions.
+
+The coordinator never touches a stream itself: it calls a ``Participants``. The
+broker's implementation (``BrokerParticipants``) writes the markers through the
+topic registry; the Kafka layer registers the completer of group offsets and the
+Pulsar layer the completer of subscription acks. Every ``complete_*`` is idempotent:
+recovery may call it again after a crash at any point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+import weakref
+from typing import Awaitable, Callable, Protocol
+
+import crc32c
+
+from ..kafka.codec.records import Record, encode_record
+from ..ledger.entry import EntryFlags, EntryFormat, EntryHeader
+from ..ledger.naming import TopicName
+from ..topics.placement import NotOwner
+from .errors import MarkerNotWritten
+from .stream_index import StreamTransactions
+
+log = logging.getLogger(__name__)
+
+ABORT, COMMIT = 0, 1  # Kafka's control record types
+CONTROL_ATTRIBUTES = 0x10 | 0x20  # transactional | control
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_START = 21
+MARKER_FLAGS = EntryFlags.TRANSACTIONAL | EntryFlags.CONTROL | EntryFlags.BATCHED
+
+GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
+SubscriptionCompleter = Callable[[str, str, int, bool], Awaitable[None]]
+
+
+class Participants(Protocol):
+    async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool) -> None:
+        """Write the COMMIT/ABORT marker of ``pid`` into the partition and update its index."""
+
+    async def complete_group(self, group: str, pid: int, epoch: int, commit: bool) -> None:
+        """Make the group offsets ``pid`` committed in the transaction visible, or drop them."""
+
+    async def complete_subscription(self, topic: str, sub: str, pid: int, commit: bool) -> None:
+        """Apply the subscription's pending acks of ``pid`` to its cursor, or drop them."""
+
+
+def control_batch(pid: int, epoch: int, commit: bool, *, timestamp_ms: int, coordinator_epoch: int = 0) -> bytes:
+    """A Kafka control batch (magic v2) holding one COMMIT or ABORT marker record."""
+    record = Record(0, timestamp_ms, struct.pack(">hh", 0, COMMIT if commit else ABORT),
+                    struct.pack(">hi", 0, coordinator_epoch))
+    body = encode_record(record, timestamp_ms)
+    head = bytearray(_BATCH_HEADER.pack(0, _BATCH_HEADER.size - 12 + len(body), -1, 2, 0, CONTROL_ATTRIBUTES, 0,
+                                        timestamp_ms, timestamp_ms, pid, epoch, -1, 1))
+    struct.pack_into(">I", head, 17, crc32c.crc32c(bytes(head[_CRC_START:]) + body))
+    return bytes(head) + body
+
+
+def marker_entry(pid: int, epoch: int, commit: bool, *, timestamp_ms: int) -> bytes:
+    """The stored entry of a marker: the control batch behind a KAFKA entry header."""
+    header = EntryHeader(EntryFormat.KAFKA, 1, first_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
+                         producer_id=pid, producer_epoch=epoch, flags=MARKER_FLAGS)
+    return header.pack() + control_batch(pid, epoch, commit, timestamp_ms=timestamp_ms)
+
+
+class BrokerParticipants:
+    """The broker's participants: markers through the topic registry, groups and subscriptions by hooks."""
+
+    def __init__(self, registry, stream_txns: StreamTransactions, *, clock: Callable[[], float] = time.time) -> None:
+        self.registry = registry
+        self.stream_txns = stream_txns
+        self.clock = clock
+        self._group_completer: GroupCompleter | None = None
+        self._subscription_completer: SubscriptionCompleter | None = None
+        # One marker write per (partition, pid) at a time; a lock lives while someone holds it.
+        self._locks: weakref.WeakValueDictionary[tuple[str, int], asyncio.Lock] = weakref.WeakValueDictionary()
+        self.markers_written = 0  # observability, tests
+
+    def register_group_completer(self, completer: GroupCompleter) -> None:
+        """``completer(group, pid, epoch, commit)``: the Kafka layer's TxnOffsetCommit outcome."""
+        self._group_completer = completer
+
+    def register_subscription_completer(self, completer: SubscriptionCompleter) -> None:
+        """``completer(topic, subscription, pid, commit)``: the Pulsar layer's pending acks outcome."""
+        self._subscription_completer = completer
+
+    async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool) -> None:
+        """Write the marker if ``pid`` has an open transaction in the partition's stream, then close it there.
+
+        Raises MarkerNotWritten when another broker owns the partition (its append
+        session is never taken from a live owner): the coordinator retries later.
+        """
+        name = TopicName.parse(partition)
+        key = (str(name), pid)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
+            topic = await self.registry.get(name)
+            if not await self.stream_txns.is_open(topic.stream_id, pid):
+                return  # nothing was written in the transaction, or the marker is already in place
+            try:
+                await topic.ensure_writer()
+            except NotOwner as exc:
+                raise MarkerNotWritten(f"{partition} is served by another broker: {exc}") from exc
+            data = marker_entry(pid, epoch, commit, timestamp_ms=int(self.clock() * 1000))
+            result = await topic.append(data, 1)
+            # Keeps Pulsar's dedup snapshot covering the marker (no replay of it on load).
+            topic.dedup.committed("", -1, result.base_offset + 1)
+            self.markers_written += 1
+            await self.stream_txns.complete(topic.stream_id, pid, commit, result.base_offset)
+
+    async def complete_group(self, group: str, pid: int, epoch: int, commit: bool) -> None:
+        if self._group_completer is None:
+            raise MarkerNotWritten(f"no Kafka group completer is registered for group {group!r}")
+        await self._group_completer(group, pid, epoch, commit)
+
+    async def complete_subscription(self, topic: str, sub: str, pid: int, commit: bool) -> None:
+        if self._subscription_completer is None:
+            raise MarkerNotWritten(f"no Pulsar subscription completer is registered for {topic} {sub!r}")
+        await self._subscription_completer(topic, sub, pid, commit)
+
+
+__all__ = ["ABORT", "BrokerParticipants", "COMMIT", "GroupCompleter", "MARKER_FLAGS", "Participants",
+           "SubscriptionCompleter", "control_batch", "marker_entry"]

@@ -1,0 +1,61 @@
+"""A broker's transaction parts over the embedded metadata engine and in-memory objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from nereus.meta import open_engine
+from nereus.objstore import open_object_store
+from nereus.storage import StreamStorage
+from nereus.topics import TopicRegistry
+from nereus.transactions import (BrokerParticipants, ProducerIds, StreamTransactions, TransactionCoordinator)
+
+
+class Clock:
+    """A settable clock (seconds), for timeouts without waiting."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Broker:
+    meta: object
+    storage: StreamStorage
+    registry: TopicRegistry
+    stream_txns: StreamTransactions
+    participants: BrokerParticipants
+    coordinator: TransactionCoordinator
+    clock: Clock
+
+    def new_coordinator(self) -> TransactionCoordinator:
+        """Another coordinator over the same metadata (a restarted or a second broker)."""
+        return TransactionCoordinator(self.meta, ProducerIds(self.meta), self.participants, clock=self.clock)
+
+
+@pytest.fixture
+async def broker():
+    engine = open_engine(None, shards=2)
+    meta = engine.client(namespace="default")
+    objects = open_object_store("memory://")
+    storage = StreamStorage(meta, objects, node_id="n")
+    registry = TopicRegistry(storage, meta, idle_seconds=60)
+    stream_txns = StreamTransactions(meta)
+    clock = Clock()
+    participants = BrokerParticipants(registry, stream_txns, clock=clock)
+    coordinator = TransactionCoordinator(meta, ProducerIds(meta), participants, clock=clock)
+    yield Broker(meta, storage, registry, stream_txns, participants, coordinator, clock)
+    await coordinator.close()
+    await stream_txns.close()
+    await registry.close()
+    await storage.close()
+    await meta.close()
+    await engine.close()
