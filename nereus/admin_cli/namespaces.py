@@ -137,3 +137,33 @@ def grant_permission(s, namespace, role, actions):
 def revoke_permission(s, namespace, role):
     """Revoke ROLE's grant on NAMESPACE."""
     s.client.delete(f"/namespaces/{namespace_path(namespace)}/permissions/{_q(role)}")
+
+
+@namespaces.command("subscription-permission")
+@click.argument("namespace")
+@json_option
+@pass_session
+def subscription_permission(s, namespace):
+    """Show the roles allowed on each restricted subscription name of NAMESPACE."""
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/permissions/subscription"))
+
+
+@namespaces.command("grant-subscription-permission")
+@click.argument("namespace")
+@click.option("--subscription", required=True, help="The subscription name restricted to the roles.")
+@click.option("--roles", required=True, help="Comma-separated roles allowed to use the subscription name.")
+@pass_session
+def grant_subscription_permission(s, namespace, subscription, roles):
+    """Allow ROLES to subscribe with SUBSCRIPTION on NAMESPACE (other roles may not, once it has roles)."""
+    s.client.post(f"/namespaces/{namespace_path(namespace)}/permissions/subscription/{_q(subscription)}",
+                  [r.strip() for r in roles.split(",") if r.strip()])
+
+
+@namespaces.command("revoke-subscription-permission")
+@click.argument("namespace")
+@click.option("--subscription", required=True, help="The subscription name.")
+@click.option("--role", required=True, help="The role removed from the subscription's roles.")
+@pass_session
+def revoke_subscription_permission(s, namespace, subscription, role):
+    """Remove ROLE from the roles allowed to subscribe with SUBSCRIPTION on NAMESPACE."""
+    s.client.delete(f"/namespaces/{namespace_path(namespace)}/permissions/{_q(subscription)}/{_q(role)}")

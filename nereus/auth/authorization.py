@@ -161,8 +161,21 @@ class Authorizer:
         stored = await self._record(policies_key(tenant, namespace)) or {}
         return bool(set(auth_policies(stored)["namespace_auth"].get(role) or ()) & {PRODUCE, CONSUME})
 
-    async def denial(self, role: str | None, topic: TopicName, action: str | None) -> str | None:
+    async def subscription_allowed(self, role: str | None, topic: TopicName, subscription: str) -> bool:
+        """Once the namespace lists roles for a subscription name, only they (and admins) may use it."""
+        if await self.is_tenant_admin(role, topic.tenant):
+            return True
+        stored = await self._record(policies_key(topic.tenant, topic.namespace)) or {}
+        roles = auth_policies(stored)["subscription_auth_roles"].get(subscription) or ()
+        return not roles or (role is not None and role in roles)
+
+    async def denial(self, role: str | None, topic: TopicName, action: str | None,
+                     subscription: str | None = None) -> str | None:
         """None if allowed, else the message the client gets (Pulsar's wording)."""
+        if subscription and not await self.subscription_allowed(role, topic, subscription):
+            log.info("role %s refused: subscription %s on %s", role, subscription, topic)
+            return f"Client with role {role} is not authorized to consume from topic {topic} " \
+                   f"with subscription {subscription}"
         if await self.allowed(role, topic, action):
             return None
         what = {PRODUCE: "produce to", CONSUME: "consume from"}.get(action, "lookup")

@@ -252,3 +252,31 @@ def test_kafka_clients_without_sasl_get_the_anonymous_role(server):
     assert produce() is None  # the PLAINTEXT listener's principal is anonymousUserRole
     status, stats = _rest(server, "admin", "GET", f"/admin/v2/persistent/public/default/{topic}/partitioned-stats")
     assert status == 200 and stats["msgInCounter"] == 1
+
+
+def test_subscription_names_restricted_to_their_roles(server):
+    topic = "persistent://acme/app/subs"
+    for role in ("sub-a", "sub-b"):
+        _ok(_rest(server, "acme-admin", "POST", f"/admin/v2/namespaces/acme/app/permissions/{role}", ["consume"]))
+    done = _admin_cli(server, "acme-admin", "namespaces", "grant-subscription-permission", "acme/app",
+                      "--subscription", "locked", "--roles", "sub-a")
+    assert done.returncode == 0, done.stderr
+    listed = _admin_cli(server, "acme-admin", "--json", "namespaces", "subscription-permission", "acme/app")
+    assert json.loads(listed.stdout) == {"locked": ["sub-a"]}
+    assert _rest(server, "acme-admin", "POST", "/admin/v2/namespaces/acme/app/permissions/subscription/x",
+                 "sub-a")[0] == 400
+
+    a, b = _client(server, "sub-a"), _client(server, "sub-b")
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            b.subscribe(topic, "locked")
+        b.subscribe(topic, "free").close()
+        a.subscribe(topic, "locked").close()
+        _ok(_rest(server, "acme-admin", "DELETE", "/admin/v2/namespaces/acme/app/permissions/locked/sub-a"))
+        assert _rest(server, "acme-admin", "GET", "/admin/v2/namespaces/acme/app/permissions/subscription") == \
+            (200, {})
+        b.subscribe(topic, "locked").close()  # no roles left: the name is open to every consumer again
+    finally:
+        a.close()
+        b.close()
+    assert _rest(server, "acme-admin", "DELETE", "/admin/v2/namespaces/acme/app/permissions/locked/sub-a")[0] == 412

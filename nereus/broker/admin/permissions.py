@@ -7,7 +7,13 @@
   one topic (a partitioned topic's grants hold for its partitions); its ``GET`` lists the
   namespace's grants and the topic's together, as Pulsar does.
 
-Stored in the namespace policies' ``auth_policies`` (``namespace_auth``, ``destination_auth``),
+- ``POST /admin/v2/namespaces/{t}/{ns}/permissions/subscription/{sub}`` with a JSON list of
+  roles adds them to the roles allowed to use that subscription name (once a subscription has
+  roles, only they may subscribe with it); ``DELETE .../permissions/{sub}/{role}`` removes one;
+  ``GET .../permissions/subscription`` lists ``{subscription: [roles]}``.
+
+Stored in the namespace policies' ``auth_policies`` (``namespace_auth``, ``destination_auth``,
+``subscription_auth_roles``),
 where the brokers read them on every check (``nereus.auth.authorization``).
 """
 
@@ -69,6 +75,51 @@ async def revoke_namespace(request: web.Request) -> web.Response:
     return no_content()
 
 
+def _roles(value) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(r, str) and r for r in value):
+        raise AdminError(400, "the body must be a non-empty JSON list of role names")
+    return value
+
+
+async def get_subscription_permissions(request: web.Request) -> web.Response:
+    ctx = context(request)
+    stored = await require_namespace(ctx.meta, request.match_info["tenant"], request.match_info["namespace"])
+    return web.json_response({sub: sorted(roles)
+                              for sub, roles in auth_policies(stored)["subscription_auth_roles"].items()})
+
+
+async def grant_subscription(request: web.Request) -> web.Response:
+    ctx = context(request)
+    m = request.match_info
+    roles = _roles(await body(request))
+
+    def change(auth: dict) -> None:
+        table = auth["subscription_auth_roles"]
+        table[m["subscription"]] = sorted(set(table.get(m["subscription"]) or ()) | set(roles))
+
+    await _change(ctx, m["tenant"], m["namespace"], change)
+    return no_content()
+
+
+async def revoke_subscription(request: web.Request) -> web.Response:
+    ctx = context(request)
+    m = request.match_info
+    auth = auth_policies(await require_namespace(ctx.meta, m["tenant"], m["namespace"]))
+    if m["role"] not in (auth["subscription_auth_roles"].get(m["subscription"]) or ()):
+        raise AdminError(412, f"Role {m['role']} has no permission on subscription {m['subscription']}")
+
+    def change(auth: dict) -> None:
+        table = auth["subscription_auth_roles"]
+        left = sorted(set(table.get(m["subscription"]) or ()) - {m["role"]})
+        if left:
+            table[m["subscription"]] = left
+        else:  # no roles left: the subscription name is open again
+            table.pop(m["subscription"], None)
+
+    await _change(ctx, m["tenant"], m["namespace"], change)
+    return no_content()
+
+
 def _topic_handlers(domain: str):
     async def get_permissions(request: web.Request) -> web.Response:
         ctx = context(request)
@@ -112,6 +163,9 @@ def _topic_handlers(domain: str):
 def add_routes(router: web.UrlDispatcher) -> None:
     ns = "/admin/v2/namespaces/{tenant}/{namespace}/permissions"
     router.add_get(ns, get_namespace_permissions)
+    router.add_get(ns + "/subscription", get_subscription_permissions)
+    router.add_post(ns + "/subscription/{subscription}", grant_subscription)
+    router.add_delete(ns + "/{subscription}/{role}", revoke_subscription)
     router.add_post(ns + "/{role}", grant_namespace)
     router.add_delete(ns + "/{role}", revoke_namespace)
     for domain in ("persistent", "non-persistent"):

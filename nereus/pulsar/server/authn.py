@@ -102,12 +102,13 @@ def handle_auth_response(conn, frame) -> None:
     log.debug("connection from %s refreshed its credentials", conn.peer)
 
 
-async def denial(conn, topic, action: str | None) -> str | None:
-    """None if the connection's role may ``action`` (produce, consume; None: lookup) ``topic``, else why not."""
+async def denial(conn, topic, action: str | None, subscription: str | None = None) -> str | None:
+    """None if the connection's role may ``action`` (produce, consume; None: lookup) ``topic`` (with
+    ``subscription``), else why not."""
     authorizer = conn.service.authorizer
     if authorizer is None:
         return None
-    return await authorizer.denial(conn.role, topic, action)
+    return await authorizer.denial(conn.role, topic, action, subscription)
 
 
 __all__ = ["REFRESH_AUTH_DATA", "authenticate_connect", "denial", "handle_auth_response", "refuse"]

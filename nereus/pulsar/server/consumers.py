@@ -70,7 +70,7 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
         return
-    refused = await denial(conn, name, "consume")
+    refused = await denial(conn, name, "consume", cmd.subscription)
     if refused:
         conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
         return
