@@ -26,6 +26,7 @@ from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES,
                           ConnectionLimits)
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
+from ..transactions import BrokerParticipants, StreamTransactions, TransactionCoordinator
 from ..storage import GarbageCollector, StreamStorage
 from ..storage import metrics as storage_metrics
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
@@ -144,6 +145,7 @@ class BrokerNode:
     placement: ClusterPlacement
     http_port: int
     leases: dict
+    transactions: TransactionCoordinator | None = None
 
     @property
     def address(self) -> BrokerAddress:
@@ -179,6 +181,25 @@ def _version() -> str:
         return importlib.metadata.version("nereus")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
+
+
+def _build_transactions(stack: contextlib.AsyncExitStack, meta: MetadataStore, registry: TopicRegistry,
+                        kafka: KafkaService, pulsar: PulsarService) -> TransactionCoordinator:
+    """One coordinator and one stream transaction index per broker, shared by both protocols.
+
+    Their state is in the metadata plane, so every broker of a cluster runs them (CAS
+    settles races). The coordinator's loop (timeouts, recovery) is started by the caller
+    once placement works, and stops before topics are handed over.
+    """
+    stream_txns = StreamTransactions(meta)
+    stack.push_async_callback(stream_txns.close)
+    participants = BrokerParticipants(registry, stream_txns)
+    coordinator = TransactionCoordinator(meta, kafka.producer_ids, participants)
+    for service in (kafka, pulsar):
+        service.transactions = coordinator
+        service.stream_txns = stream_txns
+        service.txn_participants = participants
+    return coordinator
 
 
 def _object_prefix(name: str) -> str:
@@ -236,6 +257,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))
     stack.push_async_callback(kafka.stop)
+    transactions = _build_transactions(stack, meta, registry, kafka, pulsar)
     if options.kafka_ssl_port is not None:
         await bind_listener("kafka-ssl", options.bind, options.kafka_ssl_port,
                             kafka.add_listener("SSL", options.bind, options.kafka_ssl_port, ssl=tls_context))
@@ -290,7 +312,10 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
         task = asyncio.ensure_future(run_under_lease(meta, worker, holder, run, status=leases,
                                                      poll_seconds=options.lease_poll_seconds))
         stack.push_async_callback(_cancel_and_wait, task)
-    node = BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases)
+    transactions.start()
+    stack.push_async_callback(transactions.close)
+    node = BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases,
+                      transactions)
     await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar, node=node)
     await pulsar.serve()
     await kafka.serve()

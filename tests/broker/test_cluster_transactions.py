@@ -1,0 +1,71 @@
+"""Transactions in a cluster: one coordinator per broker over shared state, markers written by owners only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nereus.broker.cluster.ownership import owner_key
+from nereus.ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
+from nereus.ledger.naming import TopicName
+from nereus.transactions import TxnState, kafka_key
+
+from .cluster_harness import Cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = Cluster(2).start()
+    yield cluster
+    cluster.stop()
+
+
+async def _produce(node, topic_name: str, pid: int, epoch: int) -> int:
+    """A partition leader's transactional append (verify, begin, append); the stream id."""
+    topic = await node.registry.get(TopicName.parse(topic_name))
+    await topic.ensure_writer()
+    await node.transactions.verify(pid, epoch, topic_name)
+    await node.kafka.stream_txns.begin(topic.stream_id, pid, epoch, topic.handle.next_offset())
+    header = EntryHeader(EntryFormat.KAFKA, 1, producer_id=pid, producer_epoch=epoch,
+                         flags=EntryFlags.TRANSACTIONAL | EntryFlags.BATCHED)
+    await topic.append(header.pack() + b"payload", 1)
+    return topic.stream_id
+
+
+async def _control_entries(node, topic_name: str) -> list[EntryHeader]:
+    topic = await node.registry.get(TopicName.parse(topic_name))
+    await topic.handle.refresh()
+    result = await topic.handle.fetch(0, topic.handle.next_offset(), max_bytes=1 << 20)
+    headers = [decode_entry(e.data)[0] for e in result.entries]
+    return [h for h in headers if h.flags & EntryFlags.CONTROL]
+
+
+def test_every_broker_shares_one_coordinator_between_its_protocols(cluster):
+    for node in cluster.nodes:
+        assert node.transactions is node.kafka.transactions is node.pulsar.transactions
+        assert node.kafka.stream_txns is node.pulsar.stream_txns
+    assert cluster.nodes[0].transactions is not cluster.nodes[1].transactions
+
+
+def test_a_commit_over_two_owners_completes_without_stealing_an_append_session(cluster):
+    b0, b1 = cluster.nodes
+    mine, theirs = cluster.topic_for(0, "txn"), cluster.topic_for(1, "txn")
+    key = kafka_key("cluster-tx")
+    pid, epoch = cluster.run(b0.transactions.init_producer("cluster-tx", 60_000))
+    cluster.run(b1.transactions.add_partitions(key, pid, epoch, [mine, theirs]))
+    cluster.run(_produce(b0, mine, pid, epoch))
+    stream = cluster.run(_produce(b1, theirs, pid, epoch))
+    # b0 decides; it cannot write into b1's partition, so that marker is left to b1's recovery.
+    rec = cluster.run(b0.transactions.end(key, pid, epoch, commit=True))
+    assert rec.state == TxnState.PREPARE_COMMIT
+    cluster.wait_until(lambda: cluster.run(b0.transactions.describe(key)).state == TxnState.COMPLETE_COMMIT)
+    for topic_name in (mine, theirs):
+        markers = cluster.run(_control_entries(b1, topic_name))
+        assert [(m.producer_id, m.producer_epoch) for m in markers] == [(pid, epoch)]
+    owner = json.loads(cluster.run(b0.storage.meta.get(owner_key(theirs))).value)["broker"]
+    assert owner == b1.membership.name
+    topic = cluster.run(b1.registry.get(TopicName.parse(theirs)))
+    assert topic.handle.writable  # b1 kept its append session
+    view = cluster.run(b1.kafka.stream_txns.view(stream, topic.handle.next_offset()))
+    assert view.lso == topic.handle.next_offset() and view.open == {}
