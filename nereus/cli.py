@@ -188,6 +188,9 @@ def _broker_options(command):
         click.option("--authorization/--no-authorization", default=False, show_default=True,
                      help="Check roles' permissions: superusers, tenant admins, namespace and topic grants "
                           "(authorizationEnabled)."),
+        click.option("--authorization-wildcards/--no-authorization-wildcards", default=False, show_default=True,
+                     help="Grants to prefix* or *suffix roles hold for every role so named "
+                          "(authorizationAllowWildcardsMatching)."),
         click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="Where the compaction worker's output goes (compaction.log). "
                      "Default: DATA_DIR/logs (standalone), ./logs (broker)."),
@@ -327,7 +330,8 @@ def _auth_settings(kwargs: dict):
         token_auth_claim=kwargs["token_auth_claim"], basic_auth_conf=kwargs["basic_auth_conf"],
         anonymous_user_role=kwargs["anonymous_user_role"], super_user_roles=split_list(kwargs["super_user_roles"]),
         refresh_check_seconds=kwargs["authentication_refresh_check_seconds"],
-        authenticate_metrics=kwargs["authenticate_metrics"], authorization_enabled=kwargs["authorization"])
+        authenticate_metrics=kwargs["authenticate_metrics"], authorization_enabled=kwargs["authorization"],
+        authorization_wildcards=kwargs["authorization_wildcards"])
     if settings.authorization_enabled and not settings.enabled:
         raise click.UsageError("--authorization (authorizationEnabled) needs --authentication (authenticationEnabled)")
     if settings.enabled:

@@ -2,6 +2,8 @@
 
 - Superusers (``superUserRoles``) may do everything.
 - A tenant's admins (its ``adminRoles``) may do everything in the tenant's namespaces and topics.
+- With ``authorizationAllowWildcardsMatching`` a grant to ``prefix*`` or ``*suffix`` holds for every
+  role so named.
 - Other roles get what the namespace policies grant: ``auth_policies.namespace_auth[role]``
   (every topic of the namespace) and ``auth_policies.destination_auth[topic][role]`` (one topic;
   a partition inherits its partitioned topic's grants). Lookup needs produce or consume.
@@ -66,9 +68,23 @@ def base_topic(topic: TopicName) -> str:
 class Authorizer:
     """Answers whether a role may act, from ``superUserRoles`` and the metadata plane's records."""
 
-    def __init__(self, meta, super_user_roles: tuple[str, ...] = ()) -> None:
+    def __init__(self, meta, super_user_roles: tuple[str, ...] = (), wildcards: bool = False) -> None:
         self.meta = meta
         self.super_users = frozenset(super_user_roles)
+        self.wildcards = wildcards  # authorizationAllowWildcardsMatching
+
+    def granted(self, grants: dict, role: str | None) -> set[str]:
+        """The actions ``grants`` ({role: [actions]}) give ``role``; with wildcard matching a granted
+        ``prefix*`` or ``*suffix`` counts for every role starting or ending so (only at one end, as Pulsar)."""
+        if role is None:
+            return set()
+        out = set(grants.get(role) or ())
+        if self.wildcards:
+            for granted_role, actions in grants.items():
+                if (len(granted_role) > 1 and granted_role.endswith("*") and role.startswith(granted_role[:-1])) \
+                        or (len(granted_role) > 1 and granted_role.startswith("*") and role.endswith(granted_role[1:])):
+                    out.update(actions or ())
+        return out
 
     def is_super_user(self, role: str | None) -> bool:
         return role is not None and role in self.super_users
@@ -99,8 +115,8 @@ class Authorizer:
             return set()
         stored = await self._record(policies_key(topic.tenant, topic.namespace)) or {}
         auth = auth_policies(stored)
-        granted = set(auth["namespace_auth"].get(role) or ())
-        granted.update((auth["destination_auth"].get(base_topic(topic)) or {}).get(role) or ())
+        granted = self.granted(auth["namespace_auth"], role)
+        granted.update(self.granted(auth["destination_auth"].get(base_topic(topic)) or {}, role))
         if (topic.tenant, topic.namespace) == (KAFKA_TENANT, KAFKA_NAMESPACE):  # Kafka's ACLs on its topics
             bindings = await kafka_acls.load(self.meta)
             name = topic.base.local if topic.partition_index >= 0 else topic.local
@@ -132,7 +148,7 @@ class Authorizer:
             return bool(await self.actions(role, topic) & _KAFKA_NEEDS[operation])
         if resource_type == GROUP and operation in (READ, DESCRIBE):
             stored = await self._record(policies_key(KAFKA_TENANT, KAFKA_NAMESPACE)) or {}
-            return CONSUME in (auth_policies(stored)["namespace_auth"].get(role) or ())
+            return CONSUME in self.granted(auth_policies(stored)["namespace_auth"], role)
         return False
 
     async def kafka_writes_some_topic(self, role: str | None, host: str) -> bool:
@@ -144,8 +160,8 @@ class Authorizer:
         if role is None:
             return False
         auth = auth_policies(await self._record(policies_key(KAFKA_TENANT, KAFKA_NAMESPACE)) or {})
-        return PRODUCE in (auth["namespace_auth"].get(role) or ()) or any(
-            PRODUCE in (grants.get(role) or ()) for grants in auth["destination_auth"].values())
+        return PRODUCE in self.granted(auth["namespace_auth"], role) or any(
+            PRODUCE in self.granted(grants, role) for grants in auth["destination_auth"].values())
 
     async def allowed(self, role: str | None, topic: TopicName, action: str | None) -> bool:
         """May ``role`` do ``action`` on ``topic``? ``action`` None: lookup (produce or consume)."""
@@ -159,7 +175,7 @@ class Authorizer:
         if await self.is_tenant_admin(role, tenant):
             return True
         stored = await self._record(policies_key(tenant, namespace)) or {}
-        return bool(set(auth_policies(stored)["namespace_auth"].get(role) or ()) & {PRODUCE, CONSUME})
+        return bool(self.granted(auth_policies(stored)["namespace_auth"], role) & {PRODUCE, CONSUME})
 
     async def subscription_allowed(self, role: str | None, topic: TopicName, subscription: str) -> bool:
         """Once the namespace lists roles for a subscription name, only they (and admins) may use it."""

@@ -46,6 +46,7 @@ class AuthSettings:
     refresh_check_seconds: float = 60.0  # authenticationRefreshCheckSeconds
     authenticate_metrics: bool = False  # authenticateMetricsEndpoint
     authorization_enabled: bool = False  # authorizationEnabled (needs authentication)
+    authorization_wildcards: bool = False  # authorizationAllowWildcardsMatching
 
     def as_args(self) -> list[str]:
         """The command-line flags that give another broker process these settings."""
@@ -53,7 +54,8 @@ class AuthSettings:
                 "--token-auth-claim", self.token_auth_claim,
                 "--authentication-refresh-check-seconds", str(self.refresh_check_seconds),
                 "--authenticate-metrics" if self.authenticate_metrics else "--no-authenticate-metrics",
-                "--authorization" if self.authorization_enabled else "--no-authorization"]
+                "--authorization" if self.authorization_enabled else "--no-authorization",
+                "--authorization-wildcards" if self.authorization_wildcards else "--no-authorization-wildcards"]
         for flag, value in (("--authentication-providers", ",".join(self.providers)),
                             ("--token-secret-key", self.token_secret_key),
                             ("--token-public-key", self.token_public_key),

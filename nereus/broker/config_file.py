@@ -245,6 +245,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("authenticationRefreshCheckSeconds", "authentication_refresh_check_seconds", _float,
         doc="Seconds between checks of connections' credential expiry."),
     Key("authorizationEnabled", "authorization", _bool, doc="Check roles' permissions (needs authentication)."),
+    Key("authorizationAllowWildcardsMatching", "authorization_wildcards", _bool,
+        doc="Grants to prefix* or *suffix roles hold for every role so named."),
     Key("authenticateMetricsEndpoint", "authenticate_metrics", _bool, doc="/metrics needs credentials too."),
 )}
 

@@ -215,7 +215,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}")
     stack.push_async_callback(storage.close)
     authenticator = Authenticator(options.authentication) if options.authentication.enabled else None
-    authorizer = Authorizer(meta, options.authentication.super_user_roles) \
+    authorizer = Authorizer(meta, options.authentication.super_user_roles,
+                            wildcards=options.authentication.authorization_wildcards) \
         if authenticator is not None and options.authentication.authorization_enabled else None
     http = await bind_listener("http", options.bind, options.http_port,
                                start_http(options.bind, options.http_port, authenticator=authenticator,

@@ -28,7 +28,8 @@ def server(tmp_path_factory):
     config = root / "standalone.conf"
     config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
                       f"tokenSecretKey=file://{root / 'secret.key'}\n"
-                      "authorizationEnabled=true\nsuperUserRoles=admin\nanonymousUserRole=anon\n")
+                      "authorizationEnabled=true\nsuperUserRoles=admin\nanonymousUserRole=anon\n"
+                      "authorizationAllowWildcardsMatching=true\n")
     node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
     node.start()
     node.secret = (root / "secret.key").read_bytes()
@@ -280,3 +281,26 @@ def test_subscription_names_restricted_to_their_roles(server):
         a.close()
         b.close()
     assert _rest(server, "acme-admin", "DELETE", "/admin/v2/namespaces/acme/app/permissions/locked/sub-a")[0] == 412
+
+
+def test_wildcard_roles_in_grants(server):
+    topic = "persistent://acme/app/wild"
+    _ok(_rest(server, "acme-admin", "POST", "/admin/v2/namespaces/acme/app/permissions/team.*", ["produce"]))
+    _ok(_rest(server, "acme-admin", "POST", "/admin/v2/persistent/acme/app/wild/permissions/*.ops", ["consume"]))
+    _ok(_rest(server, "acme-admin", "POST", "/admin/v2/namespaces/acme/app/permissions/a.*.b", ["produce"]))
+    for role, can_produce, can_consume in (("team.x", True, False), ("db.ops", False, True),
+                                           ("a.x.b", False, False), ("teamx", False, False)):
+        client = _client(server, role)
+        try:
+            if can_produce:
+                client.create_producer(topic).send(role.encode())
+            else:
+                with pytest.raises(pulsar.AuthorizationError):
+                    client.create_producer(topic)
+            if can_consume:
+                client.subscribe(topic, f"s-{role}").close()
+            else:
+                with pytest.raises(pulsar.AuthorizationError):
+                    client.subscribe(topic, f"s-{role}")
+        finally:
+            client.close()
