@@ -18,17 +18,21 @@ import time
 from typing import Callable, Iterable
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..storage import records as stream_records
 from .errors import (ConcurrentTransactions, InvalidProducerIdMapping, InvalidTransactionTimeout, InvalidTxnState,
                      ProducerFenced, TransactionNotFound)
 from .participants import Participants
 from .producer_ids import ProducerIds
 from .records import (ACTIVE_INDEX, MAX_EPOCH, TxnRecord, TxnState, kafka_key, pid_key, pulsar_key, record_key,
                       records_range)
+from .stream_index import StreamTransactions
 
 log = logging.getLogger(__name__)
 
 S = TxnState
 DEFAULT_MAX_TIMEOUT_MS = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms
+PULSAR_RETENTION_MS = 60 * 60 * 1000  # a finished Pulsar transaction is remembered this long (retried END_TXN)
+STALE_OPEN_GRACE_MS = 30_000
 MAX_ATTEMPTS = 100
 
 
@@ -37,7 +41,9 @@ class TransactionCoordinator:
 
     def __init__(self, meta: MetadataStore, producer_ids: ProducerIds, participants: Participants, *,
                  clock: Callable[[], float] = time.time, interval: float = 1.0,
-                 max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS, tc_id: int = 0) -> None:
+                 max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS, tc_id: int = 0,
+                 stream_txns: StreamTransactions | None = None, pulsar_retention_ms: int = PULSAR_RETENTION_MS,
+                 stale_open_grace_ms: int = STALE_OPEN_GRACE_MS) -> None:
         self.meta = meta
         self.producer_ids = producer_ids
         self.participants = participants
@@ -45,6 +51,9 @@ class TransactionCoordinator:
         self.interval = interval
         self.max_timeout_ms = max_timeout_ms
         self.tc_id = tc_id  # Pulsar's TxnID most significant bits
+        self.stream_txns = stream_txns  # when given, the loop also closes stale open records of it
+        self.pulsar_retention_ms = pulsar_retention_ms
+        self.stale_open_grace_ms = stale_open_grace_ms
         self._task: asyncio.Task | None = None
 
     # -- records ---------------------------------------------------------------------------
@@ -326,8 +335,58 @@ class TransactionCoordinator:
                 done += 1
         return done
 
+    async def forget_finished(self) -> int:
+        """Delete Pulsar transactions finished more than ``pulsar_retention_ms`` ago; their count."""
+        cutoff = self.now_ms() - self.pulsar_retention_ms
+        forgotten = 0
+        for rec, version in await self._active("DONE-", f"DONE-{max(cutoff, 0):020d}"):
+            if not rec.state.completed or rec.update_ms > cutoff:
+                continue
+            try:
+                await self.meta.delete(record_key(rec.key), expected_version_id=version)
+            except UnexpectedVersion:
+                continue
+            await self.meta.delete(pid_key(rec.producer_id))
+            forgotten += 1
+        return forgotten
+
+    async def abort_stale_open(self) -> int:
+        """Abort open records of the stream index that no live transaction accounts for; their count.
+
+        Such a record comes from a transactional append that raced its transaction's
+        end (a zombie's late request): left alone it would hold the stream's last
+        stable offset back forever. Records younger than ``stale_open_grace_ms`` are left.
+        """
+        if self.stream_txns is None:
+            return 0
+        now = int(time.time() * 1000)  # compared with the metadata plane's timestamps, not the injected clock
+        aborted = 0
+        for item in await self.stream_txns.open_transactions():
+            if now - item.modified_ms < self.stale_open_grace_ms:
+                continue
+            stored = await self.meta.get(stream_records.meta_key(item.stream_id),
+                                         partition_key=stream_records.stream_partition(item.stream_id))
+            if stored is None:  # the stream was deleted
+                await self.stream_txns.forget_stream(item.stream_id)
+                continue
+            name = stream_records.decode(stored.value)["name"]
+            rec = await self.find_by_pid(item.pid)
+            current = rec is not None and rec.producer_id == item.pid
+            if current and (rec.state.prepared or rec.state == S.PREPARE_EPOCH_FENCE
+                            or (rec.state == S.ONGOING and name in rec.partitions)):
+                continue
+            log.warning("%s: producer %d has an open transaction no coordinator record accounts for: aborting it",
+                        name, item.pid)
+            try:
+                await self.participants.complete_partition(name, item.pid, rec.producer_epoch if current
+                                                           else item.epoch, False)
+                aborted += 1
+            except Exception as exc:
+                log.warning("%s: stale transaction of producer %d not aborted yet: %s", name, item.pid, exc)
+        return aborted
+
     def start(self) -> None:
-        """Run ``abort_expired`` and ``recover`` every ``interval`` seconds until ``close``."""
+        """Run ``abort_expired``, ``recover`` and the clean-ups every ``interval`` seconds until ``close``."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="nereus-txn-coordinator")
 
@@ -337,6 +396,8 @@ class TransactionCoordinator:
             try:
                 await self.abort_expired()
                 await self.recover()
+                await self.forget_finished()
+                await self.abort_stale_open()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -357,4 +418,4 @@ def _merge(old: Iterable, new: Iterable) -> builtins.list:
     return out
 
 
-__all__ = ["DEFAULT_MAX_TIMEOUT_MS", "TransactionCoordinator"]
+__all__ = ["DEFAULT_MAX_TIMEOUT_MS", "PULSAR_RETENTION_MS", "STALE_OPEN_GRACE_MS", "TransactionCoordinator"]

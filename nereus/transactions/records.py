@@ -13,7 +13,8 @@ Rules of the state machine (``TRANSITIONS`` below is the whole table):
 Keys: ``/nereus/txn/coord/{quoted key}`` holds a record; ``/nereus/txn/pid/{pid:020d}``
 names the key of the record that gave out that producer id. Records in ONGOING or
 PREPARE_* carry the secondary index ``ACTIVE_INDEX`` (ONGOING by deadline, PREPARE_* by
-state), so the background loop scans only live transactions.
+update time, finished Pulsar ones by update time), so the background loop scans only
+the records it has work for.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class TxnRecord:
             return {ACTIVE_INDEX: f"ONGOING-{self.deadline_ms:020d}"}
         if self.state.prepared or self.state == TxnState.PREPARE_EPOCH_FENCE:
             return {ACTIVE_INDEX: f"PREPARE-{self.update_ms:020d}"}
+        if self.is_pulsar and self.state.completed:  # forgotten after a while (a Pulsar txn is used once)
+            return {ACTIVE_INDEX: f"DONE-{self.update_ms:020d}"}
         return {}
 
 

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 STREAM_ROOT = "/nereus/txn/stream"
 WIDTH = 20
+OPEN_INDEX = "nereus-txn-open"  # secondary index of every open record, by pid: finds stale ones
 
 
 def stream_partition(stream_id: int) -> str:
@@ -60,6 +61,17 @@ class AbortedRange:
     pid: int
     first: int
     last: int  # the abort marker's offset
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTransaction:
+    """One open record, as the stale-record sweep sees it."""
+
+    stream_id: int
+    pid: int
+    epoch: int
+    first: int
+    modified_ms: int  # when it was written (the metadata plane's clock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +139,8 @@ class StreamTransactions:
         value = json.dumps({"first": first_hint, "epoch": epoch}).encode()
         try:
             await self.meta.put(open_key(stream_id, pid), value, expected_version_id=EXPECT_ABSENT,
-                                partition_key=stream_partition(stream_id))
+                                partition_key=stream_partition(stream_id),
+                                secondary_indexes={OPEN_INDEX: f"{pid:0{WIDTH}d}"})
         except UnexpectedVersion:
             return  # already open: its first offset is the lower one
         self._invalidate(stream_id)
@@ -151,6 +164,18 @@ class StreamTransactions:
         """Whether ``pid`` has an open transaction on the stream (read from the metadata plane)."""
         return await self.meta.get(open_key(stream_id, pid), partition_key=stream_partition(stream_id),
                                    include_value=False) is not None
+
+    async def open_transactions(self) -> list[OpenTransaction]:
+        """Every open record of every stream (few: one per open transaction and partition)."""
+        out = []
+        async for rec in self.meta.range_scan("", "\U0010ffff", use_index=OPEN_INDEX):
+            stream_id = _stream_of(rec.key)
+            if stream_id is None:
+                continue
+            value = json.loads(rec.value)
+            out.append(OpenTransaction(stream_id, int(rec.key.rsplit("/", 1)[1]), value.get("epoch", -1),
+                                       value["first"], rec.version.modified_timestamp))
+        return out
 
     async def forget_aborted_before(self, stream_id: int, start_offset: int) -> None:
         """Drop aborted ranges that end below ``start_offset`` (their records were trimmed)."""
@@ -260,5 +285,5 @@ class StreamTransactions:
             await asyncio.gather(task, return_exceptions=True)
 
 
-__all__ = ["AbortedRange", "STREAM_ROOT", "StreamIndex", "StreamTransactions", "TxnView", "aborted_key", "open_key",
+__all__ = ["AbortedRange", "OPEN_INDEX", "OpenTransaction", "STREAM_ROOT", "StreamIndex", "StreamTransactions", "TxnView", "aborted_key", "open_key",
            "stream_partition"]

@@ -38,7 +38,8 @@ class Broker:
 
     def new_coordinator(self) -> TransactionCoordinator:
         """Another coordinator over the same metadata (a restarted or a second broker)."""
-        return TransactionCoordinator(self.meta, ProducerIds(self.meta), self.participants, clock=self.clock)
+        return TransactionCoordinator(self.meta, ProducerIds(self.meta), self.participants, clock=self.clock,
+                                      stream_txns=self.stream_txns)
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ async def broker():
     stream_txns = StreamTransactions(meta)
     clock = Clock()
     participants = BrokerParticipants(registry, stream_txns, clock=clock)
-    coordinator = TransactionCoordinator(meta, ProducerIds(meta), participants, clock=clock)
+    coordinator = TransactionCoordinator(meta, ProducerIds(meta), participants, clock=clock, stream_txns=stream_txns)
     yield Broker(meta, storage, registry, stream_txns, participants, coordinator, clock)
     await coordinator.close()
     await stream_txns.close()

@@ -327,3 +327,42 @@ async def test_group_offsets_complete_with_the_transaction(broker):
     assert await coord.recover() == 1
     assert calls == [("g1", pid, epoch, True)]
     assert (await coord.describe(key)).state == TxnState.COMPLETE_COMMIT
+
+
+async def test_a_zombie_append_after_the_end_is_aborted_by_the_sweep(broker):
+    coord = broker.coordinator
+    key = kafka_key("tx-stray")
+    pid, epoch = await coord.init_producer("tx-stray", TIMEOUT)
+    await coord.add_partitions(key, pid, epoch, [P0])
+    await coord.verify(pid, epoch, P0)  # the leader's check passed...
+    await coord.end(key, pid, epoch, commit=True)  # ...then the transaction ended before its append
+    topic = await broker.registry.get(TopicName.parse(P0))
+    await topic.ensure_writer()
+    await broker.stream_txns.begin(topic.stream_id, pid, epoch, topic.handle.next_offset())
+    await topic.append(EntryHeader(EntryFormat.KAFKA, 1, producer_id=pid, producer_epoch=epoch,
+                                   flags=EntryFlags.TRANSACTIONAL).pack() + b"late", 1)
+    assert (await broker.stream_txns.view(topic.stream_id, 1)).lso == 0  # held back
+    coord.stale_open_grace_ms = 60_000
+    assert await coord.abort_stale_open() == 0  # too young to judge
+    # Another producer's live transaction on this partition keeps its open record.
+    other_pid, other_epoch = await coord.init_producer("tx-live", TIMEOUT)
+    await coord.add_partitions(kafka_key("tx-live"), other_pid, other_epoch, [P0])
+    await broker.stream_txns.begin(topic.stream_id, other_pid, other_epoch, topic.handle.next_offset())
+    coord.stale_open_grace_ms = 0
+    assert await coord.abort_stale_open() == 1
+    view = await broker.stream_txns.view(topic.stream_id, topic.handle.next_offset())
+    assert view.aborted(0, 10) == [(pid, 0, 1)] and view.open == {other_pid: 1}
+
+
+async def test_finished_pulsar_transactions_are_forgotten_after_the_retention(broker):
+    coord = broker.coordinator
+    pid = await coord.new_txn(TIMEOUT)
+    kafka_pid, _ = await coord.init_producer("tx-kept", TIMEOUT)
+    await coord.end(pulsar_key(0, pid), pid, 0, commit=True)
+    assert await coord.forget_finished() == 0
+    broker.clock.advance(coord.pulsar_retention_ms / 1000 + 1)
+    assert await coord.forget_finished() == 1
+    assert await coord.describe(pulsar_key(0, pid)) is None and await coord.find_by_pid(pid) is None
+    with pytest.raises(TransactionNotFound):
+        await coord.end(pulsar_key(0, pid), pid, 0, commit=True)
+    assert (await coord.find_by_pid(kafka_pid)).key == kafka_key("tx-kept")  # Kafka ids stay
