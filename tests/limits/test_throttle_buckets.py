@@ -51,3 +51,31 @@ def test_pulsar_policies_map_to_limits_and_values_at_or_below_zero_are_off():
                             "ratePeriodInSecond": 4})
     assert limit.messages.rate == 5 and limit.messages.capacity == 20
     assert limit.bytes.rate == 1000 and limit.bytes.capacity == 4000
+
+
+def test_kafka_quota_precedence_and_throttle_times():
+    from nereus.kafka.server.quota_store import QuotaStore
+    from nereus.kafka.server.quotas import PRODUCE, Throttles
+
+    clock = Clock()
+    store = QuotaStore(meta=None, clock=clock)
+    store.entries = {
+        (("client-id", None),): {PRODUCE: 100.0},
+        (("client-id", "app"),): {PRODUCE: 200.0},
+        (("user", None),): {PRODUCE: 300.0},
+        (("client-id", "app"), ("user", "bob")): {PRODUCE: 400.0},
+    }
+    assert store.quota(PRODUCE, "bob", "app") == 400.0  # user and client id
+    assert store.quota(PRODUCE, "ann", "app") == 300.0  # a user default before any client-id quota
+    store.entries.pop((("user", None),))
+    assert store.quota(PRODUCE, "ann", "app") == 200.0
+    assert store.quota(PRODUCE, None, "other") == 100.0
+    assert store.quota("consumer_byte_rate", "bob", "app") is None
+
+    throttles = Throttles(store, clock=clock)
+    assert throttles.record(PRODUCE, None, "app", 200) == 0  # one second's burst
+    assert throttles.record(PRODUCE, None, "app", 100) == 500
+    assert throttles.owed(PRODUCE, None, "app") == 500
+    clock.now += 0.5
+    assert throttles.owed(PRODUCE, None, "app") == 0
+    assert throttles.record("consumer_byte_rate", None, "app", 10**9) == 0  # no quota: never throttled

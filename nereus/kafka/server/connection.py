@@ -55,6 +55,7 @@ class KafkaConnection(asyncio.Protocol):
         self._task: asyncio.Task | None = None
         self._admitted_ip: str | None = None  # counted in service.limits while open
         self._frame_timer = FrameTimer(service.limits, self.protocol_error)
+        self._muted_until = 0.0  # loop time until which a quota keeps the connection muted
 
     # -- transport callbacks --------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -137,8 +138,23 @@ class KafkaConnection(asyncio.Protocol):
         log.warning("kafka: closing connection from %s: %s", self.peer, detail)
         self.close()
 
+    def mute(self, ms: int) -> None:
+        """Neither read nor serve this client's requests for ``ms`` (a quota's throttle time)."""
+        loop = asyncio.get_running_loop()
+        self._muted_until = max(self._muted_until, loop.time() + ms / 1000)
+        if not self._paused and not self.closed and self.transport is not None:
+            self._paused = True
+            self._frame_timer.cancel()
+            self.transport.pause_reading()
+
     async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self.closed:
+            muted = self._muted_until - loop.time()
+            if muted > 0:
+                await asyncio.sleep(muted)
+                self._maybe_resume()
+                continue
             # Requests already read wait while the client does not take its answers, or
             # while MAX_IN_FLIGHT answers are being prepared (a Fetch's may be large).
             if not self._requests or self._write_blocked or len(self._responses) >= MAX_IN_FLIGHT:
@@ -241,6 +257,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _maybe_resume(self) -> None:
         if self._paused and not self.closed and not self._write_blocked \
+                and asyncio.get_running_loop().time() >= self._muted_until \
                 and len(self._requests) + len(self._responses) < MAX_PENDING // 2 \
                 and self._pending_bytes < self.service.limits.max_pending_bytes // 2:
             self._paused = False

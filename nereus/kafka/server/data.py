@@ -12,6 +12,7 @@ and a consumer of another zone is sent to a broker of its own zone (KIP-392).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import time
@@ -30,6 +31,7 @@ from ...topics.convert import ConversionError
 from ...topics.traffic import KAFKA_READS
 from . import acl_api, compacted
 from .cluster import NO_THROTTLE
+from .quotas import FETCH, PRODUCE, throttle_time
 from .partition import DUPLICATE, NONE
 from .routing import NO_LEADER, read_replica
 
@@ -51,6 +53,8 @@ async def handle_produce(conn, head, req):
         for pdata in topic.partition_data:
             parts.append((pdata.index, (ErrorCode.topic_authorization_failed, -1, -1, None) if refused
                           else await _produce_partition(service, topic.name, pdata, req.acks)))
+    throttle_ms = await _quota(conn, head, PRODUCE, sum(len(p.records or b"") for t in req.topic_data
+                                                       for p in t.partition_data))
     if req.acks == 0:
         return None
 
@@ -65,9 +69,19 @@ async def handle_produce(conn, head, req):
                 responses.append(make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=stamp,
                                       log_start_offset=start, record_errors=(), error_message=message))
             topics.append(make(topic_cls, name=name, partition_responses=tuple(responses)))
-        return make(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
+        return make(cls, responses=tuple(topics), throttle_time=throttle_time(throttle_ms))
 
     return respond()
+
+
+async def _quota(conn, head, key: str, size: int) -> int:
+    """Count ``size`` bytes against the client's ``key`` quota; the throttle time in ms, for
+    which the connection is muted (0: within the quota, or none)."""
+    await conn.service.quotas.current()
+    ms = conn.service.throttles.record(key, conn.principal, head.client_id, size)
+    if ms:
+        conn.mute(ms)
+    return ms
 
 
 async def _outcome(outcome):
@@ -149,7 +163,20 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
 # -- fetch -----------------------------------------------------------------------------------
 async def handle_fetch(conn, head, req):
     denied = frozenset([t.topic for t in req.topics if not await acl_api.allowed(conn, TOPIC, t.topic, READ)])
-    return _fetch(conn.service, head, req, denied)
+    await conn.service.quotas.current()
+    owed = conn.service.throttles.owed(FETCH, conn.principal, head.client_id)
+    if owed:  # still over its consumer_byte_rate: nothing this time, and the time left (as Kafka)
+        conn.mute(owed)
+        return make(response_schema(head.api_key, head.api_version), throttle_time=throttle_time(owed),
+                    error_code=ErrorCode.none, session_id=0, responses=())
+
+    async def counted():
+        response = await _fetch(conn.service, head, req, denied)
+        size = sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+        ms = await _quota(conn, head, FETCH, size)
+        return dataclasses.replace(response, throttle_time=throttle_time(ms)) if ms else response
+
+    return counted()
 
 
 async def _fetch(service, head, req, denied: frozenset = frozenset()):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import acl_api, admin, cluster, configs, consumer_group_api, data, group_api, sasl_api, share_api
+from . import acl_api, admin, cluster, configs, consumer_group_api, data, group_api, quotas, sasl_api, share_api
 from .cluster import api_versions_response
 
 HANDLERS = {
@@ -35,6 +35,8 @@ HANDLERS = {
     37: admin.handle_create_partitions,
     42: group_api.handle_delete_groups,
     44: configs.handle_incremental_alter_configs,
+    48: quotas.handle_describe_client_quotas,
+    49: quotas.handle_alter_client_quotas,
     50: sasl_api.handle_describe_user_scram_credentials,
     51: sasl_api.handle_alter_user_scram_credentials,
     60: cluster.handle_describe_cluster,

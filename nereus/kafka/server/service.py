@@ -24,6 +24,8 @@ from .cluster import ProducerIds
 from .configs import TopicConfigs
 from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
 from .sasl import SaslSettings
+from .quota_store import QuotaStore
+from .quotas import Throttles
 from .sasl_store import ScramStore
 from .share_groups import ShareGroups
 from .store import Coordinator
@@ -62,6 +64,8 @@ class KafkaService:
                                        "max_producers": max_producers_per_partition}
         self.sasl = sasl  # the SASL_PLAINTEXT / SASL_SSL listeners' mechanisms and token check
         self.scram = ScramStore(meta)
+        self.quotas = QuotaStore(meta)  # client quotas, enforced through self.throttles
+        self.throttles = Throttles(self.quotas)
         self.cluster_id = ""
         self.connections: set = set()
         self.catalog = Catalog(self)
