@@ -112,6 +112,9 @@ class BrokerParticipants:
             topic.dedup.committed("", -1, result.base_offset + 1)
             self.markers_written += 1
             await self.stream_txns.complete(topic.stream_id, pid, commit, result.base_offset)
+            start = topic.handle.start_offset()
+            if not commit and start > 0:  # aborted ranges of trimmed records serve no reader any more
+                await self.stream_txns.forget_aborted_before(topic.stream_id, start)
 
     async def complete_group(self, group: str, pid: int, epoch: int, commit: bool) -> None:
         if self._group_completer is None:

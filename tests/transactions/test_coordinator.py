@@ -366,3 +366,21 @@ async def test_finished_pulsar_transactions_are_forgotten_after_the_retention(br
     with pytest.raises(TransactionNotFound):
         await coord.end(pulsar_key(0, pid), pid, 0, commit=True)
     assert (await coord.find_by_pid(kafka_pid)).key == kafka_key("tx-kept")  # Kafka ids stay
+
+
+async def test_aborted_ranges_of_trimmed_records_are_dropped_by_the_next_abort(broker):
+    coord = broker.coordinator
+    key = kafka_key("tx-trim")
+    pid, epoch = await coord.init_producer("tx-trim", TIMEOUT)
+    for _ in range(2):
+        await coord.add_partitions(key, pid, epoch, [P0])
+        await produce(broker, P0, pid, epoch, count=2)
+        await coord.end(key, pid, epoch, commit=False)
+        topic = await broker.registry.get(TopicName.parse(P0))
+        view = await broker.stream_txns.view(topic.stream_id, topic.handle.next_offset())
+        if topic.handle.start_offset() == 0:
+            assert view.aborted(0, 10) == [(pid, 0, 2)]
+            await broker.storage.trim(topic.stream_id, 3)
+            await topic.handle.refresh()
+    assert topic.handle.start_offset() == 3
+    assert view.aborted(0, 10) == [(pid, 3, 5)]
