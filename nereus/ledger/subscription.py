@@ -185,6 +185,19 @@ class Subscription:
         self.cursor.ack_cumulative(upto_inclusive)
         self._settle([b for b in self.pending if b <= upto_inclusive])
 
+    def settle_bases(self, bases: list[int]) -> None:
+        """Forget the entries among ``bases`` whose records are all acknowledged now."""
+        self._settle(bases)
+
+    def release(self, base: int) -> None:
+        """Forget a dispatched entry without acknowledging it: a pending transaction holds its acks,
+        so it is neither redelivered nor counted against its consumer."""
+        pending = self.pending.get(base)
+        if pending is not None:
+            self._forget(base, pending)
+            self.redeliveries.pop(base, None)
+        self.replay.discard(base)
+
     def _settle(self, bases: list[int]) -> None:
         for base in bases:
             pending = self.pending.get(base)

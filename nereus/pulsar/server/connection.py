@@ -15,7 +15,7 @@ import time
 
 from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry_command, pb, type_name, wrap
 from ..codec.frames import FRAME_HEADROOM
-from . import authn, consumers, lookup, metrics, producers
+from . import authn, consumers, lookup, metrics, producers, transactions
 from .errors import ProtocolViolation
 from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
 from ...tls import peer_cert_cn
@@ -277,10 +277,6 @@ def _pong(_conn: ServerConnection, _frame) -> None:
     pass  # data_received already noted that the client is alive
 
 
-async def _unsupported_request(conn: ServerConnection, cmd) -> None:
-    conn.send_error(cmd.request_id, pb.NotAllowedError, f"{type(cmd).__name__} is not supported by this broker")
-
-
 _SYNC = {
     "PING": _ping,
     "PONG": _pong,
@@ -304,8 +300,11 @@ _ASYNC = {
     "CONSUMER_STATS": consumers.handle_consumer_stats,
     "GET_SCHEMA": lookup.handle_get_schema,
     "GET_OR_CREATE_SCHEMA": lookup.handle_get_or_create_schema,
-    "NEW_TXN": _unsupported_request,
-    "TC_CLIENT_CONNECT_REQUEST": _unsupported_request,
+    "TC_CLIENT_CONNECT_REQUEST": transactions.handle_tc_connect,
+    "NEW_TXN": transactions.handle_new_txn,
+    "ADD_PARTITION_TO_TXN": transactions.handle_add_partition,
+    "ADD_SUBSCRIPTION_TO_TXN": transactions.handle_add_subscription,
+    "END_TXN": transactions.handle_end_txn,
 }
 
 __all__ = ["ServerConnection"]

@@ -14,7 +14,7 @@ from ...ledger.subscription import ConsumerBusy, ConsumerSlot, SubType
 from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ..codec import pb, wrap
-from . import positions, schemas
+from . import positions, schemas, txn_acks
 from .authn import denial
 from .existence import TopicMissing, check_usable
 from .lookup import parse_topic
@@ -167,6 +167,9 @@ def handle_ack(conn, frame) -> None:
         if wants_receipt:
             conn.send(wrap(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=cmd.request_id,
                                                  error=pb.ConsumerNotFound, message="consumer not found")))
+        return
+    if txn_acks.is_transactional(cmd):  # held until the transaction ends
+        conn.spawn(txn_acks.handle_txn_ack(conn, consumer, cmd))
         return
     if not consumer.topic.persistent:  # nothing kept to acknowledge: accepted as Pulsar does
         if wants_receipt:

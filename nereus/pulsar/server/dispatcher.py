@@ -18,7 +18,8 @@ from ...ledger.subscription import ConsumerSlot, Subscription, SubType
 from ...storage import FetchedEntry, OffsetOutOfRange, StorageError
 from ...topics.rates import RateMeter
 from ...topics.throttle import dispatch_limit
-from . import entries, metrics
+from . import entries, metrics, visibility
+from .pending_acks import PendingAcks, settled
 from ...tasks import wait_for
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Dispatcher:
         self._sub_limit = None
         self._throttle_timer: asyncio.TimerHandle | None = None
         self.throttle_events = dict.fromkeys(THROTTLE_EVENTS, 0)
+        self.txn_acks = PendingAcks()  # records acknowledged in open transactions (pending_acks.py)
         sub.cursor.on_fenced = self._cursor_fenced
 
     @property
@@ -158,7 +160,7 @@ class Dispatcher:
                 return True
             if base not in sub.replay:
                 continue  # acked or dispatched meanwhile
-            if entry is None or sub.fully_acked(entry.base_offset, entry.record_count):
+            if entry is None or settled(sub, self.txn_acks, entry.base_offset, entry.record_count):
                 sub.replay.discard(base)
                 continue
             key = self._key(entry) if key_shared else None
@@ -181,6 +183,13 @@ class Dispatcher:
         pos = sub.cursor.read_position
         if pos >= handle.next_offset() or not sub.has_permits():
             return False
+        # Never past the last stable offset (Pulsar's maxReadPosition): an open
+        # transaction's records wait for its marker; the listener of the stream's
+        # transaction index wakes this loop when the LSO moves.
+        txns = await visibility.view(self.topic)
+        limit = handle.next_offset() if txns is None else txns.lso
+        if pos >= limit:
+            return False
         start = pos
         compacted = await self._compacted(pos) if self.read_compacted else None
         if compacted is not None:
@@ -188,7 +197,7 @@ class Dispatcher:
         else:
             view_end = None
             try:
-                fetched = (await handle.fetch(pos, max_bytes=READ_BYTES)).entries
+                fetched = (await handle.fetch(pos, limit, max_bytes=READ_BYTES)).entries
             except OffsetOutOfRange:
                 await handle.refresh()
                 if generation == self.generation and sub.cursor.read_position < handle.start_offset():
@@ -199,16 +208,26 @@ class Dispatcher:
             return True
         key_shared = sub.type == SubType.KEY_SHARED
         shared = sub.type in (SubType.SHARED, SubType.KEY_SHARED)
+        skipped = False
         for entry in fetched:
             if entry.end_offset <= pos:
                 continue
             if self._throttled():
                 break
             base, count = entry.base_offset, entry.record_count
-            if sub.fully_acked(base, count) or base in sub.pending or base in self._delayed_set:
+            if base >= limit and compacted is None:
+                break
+            if settled(sub, self.txn_acks, base, count) or base in sub.pending or base in self._delayed_set:
                 pos = entry.end_offset
                 continue
             header, body = entries.split(entry.data)
+            if visibility.hidden(header, base, txns):
+                # A marker, or a record of an aborted transaction: never delivered, and
+                # acknowledged so the backlog does not keep counting it.
+                sub.cursor.ack(base, entry.end_offset)
+                skipped = True
+                pos = entry.end_offset
+                continue
             if shared:
                 at = entries.deliver_at(header, body)
                 if at is not None:
@@ -234,6 +253,8 @@ class Dispatcher:
             if view_end is not None:
                 pos = max(pos, view_end)  # the rest of the view was compacted away
         sub.cursor.read_position = pos
+        if skipped:
+            self.schedule_persist()
         return pos != start
 
     async def _compacted(self, pos: int):
@@ -319,8 +340,9 @@ class Dispatcher:
         sub = self.sub
         base, count = entry.base_offset, entry.record_count
         ack_set = None
-        if count > 1 and sub.cursor.acks.acked_count_between(base, base + count):
-            ack_set = _unacked_bits(sub, base, count)
+        if count > 1 and (sub.cursor.acks.acked_count_between(base, base + count)
+                          or self.txn_acks.holder(base, base + count) is not None):
+            ack_set = _unacked_bits(sub, base, count, self.txn_acks)
         redelivery = sub.dispatched(slot, base, count, key)
         body = entries.body_of(entry.data)
         for limit in self._limits():
@@ -355,11 +377,11 @@ class Dispatcher:
         self._arm_timer()
 
 
-def _unacked_bits(sub: Subscription, base: int, count: int) -> list[int]:
+def _unacked_bits(sub: Subscription, base: int, count: int, held: PendingAcks) -> list[int]:
     """Pulsar's ack_set of a partly acked batch: bit i set = record i still to deliver."""
     words = [0] * ((count + 63) // 64)
     for i in range(count):
-        if not sub.cursor.acks.is_acked(base + i):
+        if not sub.cursor.acks.is_acked(base + i) and not held.is_held(base + i):
             words[i // 64] |= 1 << (i % 64)
     return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
 

@@ -48,12 +48,17 @@ def implausible_count(meta: pb.MessageMetadata, entry_size: int) -> str | None:
 
 _BATCHED, _COMPRESSED = int(EntryFlags.BATCHED), int(EntryFlags.COMPRESSED)
 _DELAYED, _CONTROL = int(EntryFlags.DELAYED), int(EntryFlags.CONTROL)
+_TRANSACTIONAL = int(EntryFlags.TRANSACTIONAL)
 
 
-def stored_entry(frame: Frame, meta: pb.MessageMetadata, highest_sequence: int) -> tuple[bytes, int]:
+def stored_entry(frame: Frame, meta: pb.MessageMetadata, highest_sequence: int,
+                 txn_pid: int | None = None) -> tuple[bytes, int]:
     """The stored form of a SEND: (bytes, record count). One copy of the entry (per SEND,
-    so the flags are plain ints: IntFlag arithmetic costs more than the rest)."""
-    flags = 0
+    so the flags are plain ints: IntFlag arithmetic costs more than the rest).
+
+    A transactional SEND (``txn_pid``: the TxnID's least bits) is flagged TRANSACTIONAL
+    and carries the transaction's pid, epoch 0, as every transactional entry does."""
+    flags = 0 if txn_pid is None else _TRANSACTIONAL
     if meta.HasField("num_messages_in_batch"):
         flags = _BATCHED
         count = meta.num_messages_in_batch
@@ -67,7 +72,8 @@ def stored_entry(frame: Frame, meta: pb.MessageMetadata, highest_sequence: int) 
         flags |= _CONTROL
     header = EntryHeader(EntryFormat.PULSAR, count, first_timestamp=meta.publish_time,
                          max_timestamp=meta.publish_time, base_sequence=meta.sequence_id,
-                         last_sequence=highest_sequence, flags=flags)
+                         last_sequence=highest_sequence, flags=flags,
+                         producer_id=-1 if txn_pid is None else txn_pid, producer_epoch=-1 if txn_pid is None else 0)
     return b"".join((header.pack(), frame.entry)), count
 
 

@@ -16,7 +16,7 @@ import re
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...topics import NotOwner, UnknownListener
 from ..codec import pb, wrap
-from . import schemas
+from . import schemas, transactions
 from .authn import denial
 from .existence import TopicMissing, check_usable, partitions_for_client
 from .topics import list_partitioned_topics, partitions_of
@@ -38,6 +38,9 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
     if topic is None:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.InvalidTopicName,
                                message=f"invalid topic name {cmd.topic!r}")))
+        return
+    if transactions.is_tc_topic(topic):
+        _lookup_tc(conn, cmd, topic)
         return
     refused = await denial(conn, topic, None)
     if refused:
@@ -75,11 +78,35 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
                            proxy_through_service_url=False)))
 
 
+def _lookup_tc(conn, cmd: pb.CommandLookupTopic, topic: TopicName) -> None:
+    """A coordinator's topic: this broker (the coordinators' state is shared through the metadata plane)."""
+    if transactions.coordinator_of(conn) is None or topic.partition_index >= transactions.TC_COUNT:
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed,
+                               error=pb.TransactionCoordinatorNotFound,
+                               message=f"no transaction coordinator serves {topic}")))
+        return
+    listener = cmd.advertised_listener_name or conn.listener
+    try:
+        url = conn.service.registry.placement.local.urls_for(listener)[0] if listener else conn.service.service_url
+    except UnknownListener as exc:
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.UnknownError,
+                               message=str(exc))))
+        return
+    conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect, brokerServiceUrl=url,
+                           brokerServiceUrlTls="" if listener else conn.service.service_url_tls,
+                           authoritative=True, proxy_through_service_url=False)))
+
+
 async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetadata) -> None:
     topic = parse_topic(cmd.topic)
     if topic is None:
         conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.InvalidTopicName,
                              message=f"invalid topic name {cmd.topic!r}")))
+        return
+    if transactions.is_tc_topic(topic):  # one partition per coordinator; none without transactions
+        available = transactions.coordinator_of(conn) is not None and topic.partition_index < 0
+        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Success,
+                             partitions=transactions.TC_COUNT if available else 0)))
         return
     refused = await denial(conn, topic, None)
     if refused:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...ledger.entry import EntryFlags
 from ...storage import OffsetOutOfRange
 from ..codec import pb
-from . import entries
+from . import entries, visibility
 
 _INT64_MAX = (1 << 63) - 1
 _NO_ID = (1 << 64) - 1
@@ -106,7 +106,13 @@ async def last_message_id(topic, *, read_compacted: bool = False) -> pb.MessageI
             return mid
     if end <= topic.handle.start_offset():
         return mid
-    entry = await _entry(topic, end - 1)
+    if getattr(topic.service, "stream_txns", None) is not None:
+        # Neither a marker nor an uncommitted or aborted record: readers would wait for it.
+        entry = await visibility.last_visible(topic, end)
+        if entry is None:
+            return mid
+    else:
+        entry = await _entry(topic, end - 1)
     if entry is None:
         mid.entryId = end - 1
         return mid

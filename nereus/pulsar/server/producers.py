@@ -18,7 +18,7 @@ from ...storage import StreamFenced
 from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ..codec import pb, wrap
-from . import access, entries, metrics, schemas
+from . import access, entries, metrics, schemas, txn_sends
 from .authn import denial
 from .errors import ProtocolViolation
 from .existence import TopicMissing, check_usable
@@ -33,7 +33,7 @@ class _Pending:
     """A SEND awaiting its receipt: ``future`` is the append task (or that of the original
     of a duplicate still in flight), ``result`` the (ledger id, entry id) once known."""
 
-    __slots__ = ("seq", "highest", "future", "result", "error")
+    __slots__ = ("seq", "highest", "future", "result", "error", "code")
 
     def __init__(self, seq: int, highest: int, future: asyncio.Future | None, result=None) -> None:
         self.seq = seq
@@ -41,6 +41,7 @@ class _Pending:
         self.future = future
         self.result = result
         self.error: str | None = None
+        self.code = pb.PersistenceError
 
 
 class Producer:
@@ -54,6 +55,8 @@ class Producer:
         self.schema_version = b""
         self.meter = RateMeter()  # msgRateIn, msgThroughputIn, averageMsgSize of its stats
         self._queue: deque[_Pending] = deque()
+        # The last transaction check in flight (txn_sends.py): appends after it wait for it.
+        self.gate: asyncio.Future | None = None
 
     @property
     def exclusive(self) -> bool:
@@ -99,11 +102,12 @@ class Producer:
                     head.result = (stream_id, future.result().base_offset)
                 else:
                     head.error = f"{type(exc).__name__}: {exc}"
+                    head.code = getattr(exc, "server_error", pb.PersistenceError)
             queue.popleft()
             if head.error is not None:
-                metrics.SEND_ERRORS.labels("persistence").inc()
+                metrics.SEND_ERRORS.labels("persistence" if head.code == pb.PersistenceError else "refused").inc()
                 out.append(wrap(pb.CommandSendError(producer_id=self.producer_id, sequence_id=head.seq,
-                                                    error=pb.PersistenceError, message=head.error)))
+                                                    error=head.code, message=head.error)))
                 continue
             ledger, entry = head.result
             out.append(wrap(pb.CommandSendReceipt(
@@ -271,8 +275,9 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
     for a leading chunk): the append is registered in flight under its sequence id.
     """
     topic, name = producer.topic, producer.name
-    data, count = entries.stored_entry(frame, meta, stored_highest)
-    task = topic.append(data, count)
+    txn = txn_sends.txn_of(frame.body, meta)
+    data, count = entries.stored_entry(frame, meta, stored_highest, None if txn is None else txn[1])
+    task = txn_sends.append(producer, data, count, txn)
     key = (name, seq)
     if dedup is not None:
         dedup.inflight[key] = task

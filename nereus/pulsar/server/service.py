@@ -55,6 +55,13 @@ class PulsarService:
         self._collector = None
         self.advertised_url: str | None = None  # the internal advertised listener's URL, when one is configured
         self.tls_port: int | None = None  # brokerServicePortTls, once bound
+        # Transactions (set by the broker): the coordinator, the streams' transaction index
+        # (its changes wake the dispatchers waiting at an LSO) and the participants (which
+        # complete this layer's pending acks).
+        self.transactions = None
+        self._stream_txns = None
+        self._txn_participants = None
+        self.by_stream: dict[int, PulsarTopic] = {}  # loaded persistent topics by stream id
 
     @property
     def service_url(self) -> str:
@@ -64,6 +71,41 @@ class PulsarService:
     def service_url_tls(self) -> str:
         """``pulsar+ssl://host:port`` of the TLS listener; "" without one."""
         return f"pulsar+ssl://{self.advertised_host}:{self.tls_port}" if self.tls_port is not None else ""
+
+    def enable_transactions(self, coordinator, streams, participants) -> None:
+        """Serve the transaction commands with ``coordinator`` (nereus.transactions), read
+        visibility from ``streams`` (StreamTransactions), and complete pending acks for
+        ``participants`` (BrokerParticipants)."""
+        self.transactions = coordinator
+        self.stream_txns = streams
+        self.txn_participants = participants
+
+    @property
+    def stream_txns(self):
+        return self._stream_txns
+
+    @stream_txns.setter
+    def stream_txns(self, streams) -> None:
+        self._stream_txns = streams
+        if streams is not None:
+            streams.add_listener(self._txn_index_changed)
+
+    @property
+    def txn_participants(self):
+        return self._txn_participants
+
+    @txn_participants.setter
+    def txn_participants(self, participants) -> None:
+        from .pending_acks import SubscriptionCompleter
+
+        self._txn_participants = participants
+        if participants is not None:
+            participants.register_subscription_completer(SubscriptionCompleter(self))
+
+    def _txn_index_changed(self, stream_id: int) -> None:
+        topic = self.by_stream.get(stream_id)
+        if topic is not None:
+            topic.txn_index_changed()
 
     def next_token(self) -> int:
         return next(self._tokens)

@@ -23,7 +23,7 @@ from ...topics import Topic
 from ...topics import (PARTITIONED_ROOT, create_partitioned_topic, list_partitioned_topics,  # noqa: F401
                        partitioned_key, partitions_of)
 from ..codec import pb, wrap
-from . import metrics
+from . import metrics, pending_acks
 from .dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,12 @@ class PulsarTopic:
         self.epoch = 0  # bumped each time an exclusive producer takes the topic (persisted)
         self._epoch_loaded = False
         self.exclusive_waiters: list[asyncio.Future] = []  # WaitForExclusive producers, in order
+        self.txn_begun: set[int] = set()  # pids of open transactions checked for this partition (txn_sends.py)
         self.traffic = core.traffic
         self.duplicates = metrics.DUPLICATES.labels(str(core.name))  # looked up once, not per SEND
         self._sub_lock = asyncio.Lock()
         core.attachments[ATTACHMENT] = self
+        service.by_stream[self.stream_id] = self
         core.on_append(self.appended)
         core.on_unload(self._unloaded)
         core.busy_while(self.connected)
@@ -99,6 +101,13 @@ class PulsarTopic:
             if dispatcher.sub.consumers:
                 dispatcher.wake()
 
+    def txn_index_changed(self) -> None:
+        """The stream's transaction index changed: the LSO may have moved, a transaction ended."""
+        # A transaction that ended must be checked again should it send once more (its
+        # marker may be in place: a later record of it would read as committed).
+        self.txn_begun.clear()
+        self.appended()
+
     def connected(self) -> bool:
         """True while a producer or consumer is attached."""
         return bool(self.producers) or any(d.sub.consumers for d in self.dispatchers.values())
@@ -118,7 +127,10 @@ class PulsarTopic:
             else:
                 cursor = Cursor.ephemeral(self.stream_id, name, initial=initial)
             sub = Subscription(name, sub_type, cursor, partition_index=self.partition)
-            dispatcher = self.dispatchers[name] = Dispatcher(self, sub)
+            dispatcher = Dispatcher(self, sub)
+            if durable:  # acks of transactions still open hold their records from dispatch
+                dispatcher.txn_acks = await pending_acks.load(self.service.meta, self.stream_id, name)
+            self.dispatchers[name] = dispatcher
             return dispatcher
 
     async def subscription_names(self) -> list[str]:
@@ -164,6 +176,8 @@ class PulsarTopic:
     async def _unloaded(self, reason: str) -> None:
         if self.service.topics.get(str(self.name)) is self:
             del self.service.topics[str(self.name)]
+        if self.service.by_stream.get(self.stream_id) is self:
+            del self.service.by_stream[self.stream_id]
         self.disconnect_clients()
         await self.close()
         try:  # a label per topic ever loaded would grow without bound

@@ -1,0 +1,140 @@
+"""The transaction coordinator commands of the binary protocol.
+
+TC_CLIENT_CONNECT_REQUEST, NEW_TXN, ADD_PARTITION_TO_TXN, ADD_SUBSCRIPTION_TO_TXN and
+END_TXN go to the protocol-neutral ``TransactionCoordinator`` (nereus.transactions);
+this module only translates. A client with transactions enabled first asks for the
+partitioned metadata of ``TC_ASSIGN_TOPIC`` (one partition per coordinator), looks up
+``...-partition-{tcId}`` (any broker answers itself: every broker reaches the one
+coordinator state in the metadata plane) and sends TC_CLIENT_CONNECT_REQUEST there.
+
+TxnID = (most bits = coordinator id, 0 here; least bits = a producer id from the
+counter Kafka producers share), so each open transaction has a pid of its own.
+``txn_ttl_seconds`` carries milliseconds: the official clients send
+``unit.toMillis(timeout)`` in it, and Pulsar brokers read it so.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ...ledger.naming import InvalidTopicName, TopicName
+from ...transactions import errors as txn_errors
+from ..codec import pb, wrap
+
+log = logging.getLogger(__name__)
+
+TC_ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
+TC_COUNT = 1  # coordinators (partitions of TC_ASSIGN_TOPIC); all state is in the metadata plane
+DEFAULT_TIMEOUT_MS = 60_000  # a NEW_TXN without a timeout: the Java client's default
+
+
+def txn_key(most: int, least: int) -> str:
+    """The coordinator record key of a Pulsar transaction."""
+    return f"pulsar:{most}:{least}"
+
+
+def is_tc_topic(name: TopicName) -> bool:
+    return str(name.base) == TC_ASSIGN_TOPIC
+
+
+def coordinator_of(conn):
+    """The broker's transaction coordinator, or None when transactions are not available."""
+    return getattr(conn.service, "transactions", None)
+
+
+def error_code(exc: Exception) -> int:
+    """The ServerError the official clients expect for a coordinator error."""
+    if isinstance(exc, (txn_errors.TransactionNotFound, txn_errors.InvalidProducerIdMapping)):
+        return pb.TransactionNotFound
+    if isinstance(exc, (txn_errors.InvalidTxnState, txn_errors.ProducerFenced)):
+        return pb.InvalidTxnStatus
+    if isinstance(exc, txn_errors.ConcurrentTransactions):
+        # The transaction is being completed: the clients retry this code with backoff.
+        return pb.TransactionCoordinatorNotFound
+    if isinstance(exc, txn_errors.InvalidTransactionTimeout):
+        return pb.NotAllowedError
+    return pb.UnknownError
+
+
+def _txn_ids(cmd) -> tuple[int, int]:
+    return cmd.txnid_most_bits, cmd.txnid_least_bits
+
+
+async def handle_tc_connect(conn, cmd: pb.CommandTcClientConnectRequest) -> None:
+    response = pb.CommandTcClientConnectResponse(request_id=cmd.request_id)
+    if coordinator_of(conn) is None or cmd.tc_id >= TC_COUNT:
+        response.error = pb.TransactionCoordinatorNotFound
+        response.message = f"transaction coordinator {cmd.tc_id} is not available"
+    conn.send(wrap(response))
+
+
+async def handle_new_txn(conn, cmd: pb.CommandNewTxn) -> None:
+    coordinator = coordinator_of(conn)
+    response = pb.CommandNewTxnResponse(request_id=cmd.request_id)
+    if coordinator is None or cmd.tc_id >= TC_COUNT:
+        response.error = pb.TransactionCoordinatorNotFound
+        response.message = f"transaction coordinator {cmd.tc_id} is not available"
+        conn.send(wrap(response))
+        return
+    timeout_ms = cmd.txn_ttl_seconds or DEFAULT_TIMEOUT_MS
+    try:
+        pid = await coordinator.new_txn(timeout_ms)
+    except txn_errors.TransactionError as exc:
+        response.error, response.message = error_code(exc), str(exc)
+    else:
+        response.txnid_most_bits, response.txnid_least_bits = cmd.tc_id, pid
+        log.debug("transaction (%d,%d) opened, timeout %d ms", cmd.tc_id, pid, timeout_ms)
+    conn.send(wrap(response))
+
+
+async def handle_add_partition(conn, cmd: pb.CommandAddPartitionToTxn) -> None:
+    most, least = _txn_ids(cmd)
+    response = pb.CommandAddPartitionToTxnResponse(request_id=cmd.request_id, txnid_most_bits=most,
+                                                   txnid_least_bits=least)
+    try:
+        partitions = [str(TopicName.parse(p)) for p in cmd.partitions]
+    except InvalidTopicName as exc:
+        response.error, response.message = pb.InvalidTopicName, str(exc)
+        conn.send(wrap(response))
+        return
+    await _call(conn, response, most, lambda c: c.add_partitions(txn_key(most, least), least, 0, partitions))
+
+
+async def handle_add_subscription(conn, cmd: pb.CommandAddSubscriptionToTxn) -> None:
+    most, least = _txn_ids(cmd)
+    response = pb.CommandAddSubscriptionToTxnResponse(request_id=cmd.request_id, txnid_most_bits=most,
+                                                      txnid_least_bits=least)
+    try:
+        subs = [(str(TopicName.parse(s.topic)), s.subscription) for s in cmd.subscription]
+    except InvalidTopicName as exc:
+        response.error, response.message = pb.InvalidTopicName, str(exc)
+        conn.send(wrap(response))
+        return
+    await _call(conn, response, most, lambda c: c.add_subscriptions(txn_key(most, least), least, 0, subs))
+
+
+async def handle_end_txn(conn, cmd: pb.CommandEndTxn) -> None:
+    most, least = _txn_ids(cmd)
+    response = pb.CommandEndTxnResponse(request_id=cmd.request_id, txnid_most_bits=most, txnid_least_bits=least)
+    commit = cmd.txn_action == pb.COMMIT
+    await _call(conn, response, most, lambda c: c.end(txn_key(most, least), least, 0, commit))
+    if not response.HasField("error"):
+        log.debug("transaction (%d,%d) %s", most, least, "committed" if commit else "aborted")
+
+
+async def _call(conn, response, most: int, operation) -> None:
+    coordinator = coordinator_of(conn)
+    if coordinator is None:
+        response.error, response.message = pb.TransactionCoordinatorNotFound, "transactions are not available"
+    elif most >= TC_COUNT:
+        response.error, response.message = pb.TransactionNotFound, f"no transaction coordinator {most}"
+    else:
+        try:
+            await operation(coordinator)
+        except txn_errors.TransactionError as exc:
+            response.error, response.message = error_code(exc), str(exc)
+    conn.send(wrap(response))
+
+
+__all__ = ["TC_ASSIGN_TOPIC", "TC_COUNT", "error_code", "handle_add_partition", "handle_add_subscription",
+           "handle_end_txn", "handle_new_txn", "handle_tc_connect", "is_tc_topic", "txn_key"]
