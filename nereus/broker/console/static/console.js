@@ -52,11 +52,63 @@ function setStatus(text) { document.getElementById("status").textContent = text 
 
 function section(title, ...children) { return [el("h2", {}, title), ...children]; }
 
+// -- credentials --------------------------------------------------------------------------
+// Under authentication the console makes its calls as the admin API's clients do: with an
+// Authorization header (a token, or Basic user:password), entered in the sign-in form and
+// kept for this tab only. A 401 answer brings the form back, with the server's reason.
+const AUTH_KEY = "nereus.authorization";
+
+function authorization() { return sessionStorage.getItem(AUTH_KEY); }
+
+function base64(text) {
+  return btoa(Array.from(new TextEncoder().encode(text), b => String.fromCharCode(b)).join(""));
+}
+
+function showSignOut() {
+  document.getElementById("sign-out").hidden = !authorization();
+}
+
+function showSignIn(reason) {
+  if (document.getElementById("sign-in")) return;
+  page++; // the page's polls stop
+  const method = el("select", {id: "sign-in-method"},
+    el("option", {value: "token"}, "Token"), el("option", {value: "basic"}, "User and password"));
+  const token = el("input", {id: "sign-in-token", type: "password", autocomplete: "off", size: 60});
+  const user = el("input", {id: "sign-in-user", autocomplete: "username"});
+  const password = el("input", {id: "sign-in-password", type: "password", autocomplete: "current-password"});
+  const tokenRow = el("p", {}, el("label", {}, "Token ", token));
+  const basicRows = el("div", {hidden: ""}, el("p", {}, el("label", {}, "User ", user)),
+    el("p", {}, el("label", {}, "Password ", password)));
+  method.addEventListener("change", () => {
+    tokenRow.hidden = method.value !== "token";
+    basicRows.hidden = method.value !== "basic";
+  });
+  const form = el("form", {id: "sign-in"}, el("h1", {}, "Sign in"),
+    reason ? el("p", {class: "error"}, reason) : null,
+    el("p", {}, el("label", {}, "Method ", method)), tokenRow, basicRows,
+    el("p", {}, el("button", {type: "submit"}, "Sign in")));
+  form.addEventListener("submit", event => {
+    event.preventDefault();
+    const value = method.value === "token" ? "Bearer " + token.value.trim()
+      : "Basic " + base64(user.value + ":" + password.value);
+    sessionStorage.setItem(AUTH_KEY, value);
+    showSignOut();
+    route();
+    loadOverview().catch(err => setStatus(err.message));
+  });
+  document.getElementById("main").replaceChildren(form);
+}
+
 // -- data ---------------------------------------------------------------------------------
 async function getJSON(path) {
-  const response = await fetch(path, {headers: {Accept: "application/json"}});
+  const headers = {Accept: "application/json"};
+  const auth = authorization();
+  if (auth) headers.Authorization = auth;
+  const response = await fetch(path, {headers});
   const body = await response.json().catch(() => null);
-  if (!response.ok) throw new Error((body && body.reason) || response.status + " " + response.statusText);
+  const reason = (body && body.reason) || response.status + " " + response.statusText;
+  if (response.status === 401) showSignIn(reason);
+  if (!response.ok) throw new Error(reason);
   return body;
 }
 
@@ -312,5 +364,11 @@ function route() {
 }
 
 window.addEventListener("hashchange", route);
+document.getElementById("sign-out").addEventListener("click", event => {
+  event.preventDefault();
+  sessionStorage.removeItem(AUTH_KEY);
+  location.reload();
+});
+showSignOut();
 route();
 if (!overview) loadOverview().catch(err => setStatus(err.message));
