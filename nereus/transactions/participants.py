@@ -75,6 +75,7 @@ class BrokerParticipants:
         self.clock = clock
         self._group_completer: GroupCompleter | None = None
         self._subscription_completer: SubscriptionCompleter | None = None
+        self._marker_listeners: list[Callable[[object, int], None]] = []
         # One marker write per (partition, pid) at a time; a lock lives while someone holds it.
         self._locks: weakref.WeakValueDictionary[tuple[str, int], asyncio.Lock] = weakref.WeakValueDictionary()
         self.markers_written = 0  # observability, tests
@@ -86,6 +87,13 @@ class BrokerParticipants:
     def register_subscription_completer(self, completer: SubscriptionCompleter) -> None:
         """``completer(topic, subscription, pid, commit)``: the Pulsar layer's pending acks outcome."""
         self._subscription_completer = completer
+
+    def add_marker_listener(self, callback: Callable[[object, int], None]) -> None:
+        """``callback(topic, pid)`` just before ``pid``'s marker is appended to ``topic`` (a
+        nereus.topics.Topic): a protocol layer that remembers which transactions it checked for
+        the partition forgets this one, so a late record of it is checked (and refused) again
+        rather than stored behind its marker."""
+        self._marker_listeners.append(callback)
 
     async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool) -> None:
         """Write the marker if ``pid`` has an open transaction in the partition's stream, then close it there.
@@ -107,6 +115,8 @@ class BrokerParticipants:
             except NotOwner as exc:
                 raise MarkerNotWritten(f"{partition} is served by another broker: {exc}") from exc
             data = marker_entry(pid, epoch, commit, timestamp_ms=int(self.clock() * 1000))
+            for listener in self._marker_listeners:
+                listener(topic, pid)
             result = await topic.append(data, 1)
             # Keeps Pulsar's dedup snapshot covering the marker (no replay of it on load).
             topic.dedup.committed("", -1, result.base_offset + 1)
