@@ -118,8 +118,12 @@ def test_send_to_a_partition_not_added_or_an_ended_txn_is_refused(standalone, tx
     done = txn.new_txn()
     producer.send(b"y", done)
     txn.end_txn(done, commit=False)
+    with pytest.raises(ServerError) as err:  # a late record is not stored behind the marker
+        producer.send(b"late", done)
+    assert err.value.code == pb.NotAllowedError
     with pytest.raises(ServerError):
         txn.add_partitions(done, [topic])
+    assert producer.send(b"plain").entryId >= 0  # the producer itself goes on
 
 
 def test_reader_and_read_compacted_stop_at_the_lso(standalone, txn, clients):

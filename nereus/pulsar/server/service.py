@@ -101,6 +101,7 @@ class PulsarService:
         self._txn_participants = participants
         if participants is not None:
             participants.register_subscription_completer(SubscriptionCompleter(self))
+            participants.add_marker_listener(_marker_coming)
 
     def _txn_index_changed(self, stream_id: int) -> None:
         topic = self.by_stream.get(stream_id)
@@ -203,6 +204,13 @@ class PulsarService:
             if topic is not None and not core.closed:
                 self.topics[str(name)] = topic
                 return topic
+
+
+def _marker_coming(core, pid: int) -> None:
+    """A transaction's marker is about to be appended: a later SEND of it is checked again (refused)."""
+    topic = core.attachments.get(ATTACHMENT)
+    if topic is not None:
+        topic.txn_begun.discard(pid)
 
 
 __all__ = ["PulsarService"]
