@@ -85,6 +85,15 @@ class Catalog:
         name = pulsar_name(topic)
         return [name.partition(i) for i in range(count)] if await self.is_partitioned(topic) else [name]
 
+    @staticmethod
+    def kafka_partition(stream: str) -> tuple[str, int] | None:
+        """(Kafka topic, partition index) of a stream name; None for a stream outside the Kafka namespace."""
+        if not stream.startswith(NAMESPACE_PREFIX):
+            return None
+        name = TopicName.parse(stream)
+        index = name.partition_index
+        return (name.base.local, index) if index >= 0 else (name.local, 0)
+
     async def leader_epoch(self, stream: TopicName) -> int:
         """The partition's leader epoch: the fencing token of its stream's latest append session.
 

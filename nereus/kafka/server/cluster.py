@@ -154,16 +154,17 @@ def handle_describe_cluster(conn, head, req):
 
 
 def handle_find_coordinator(conn, head, req):
-    """A group's coordinator is the ring's broker for it; transactions have none (not supported)."""
+    """A group's (key type 0) or transactional id's (1) coordinator: the ring's broker for it."""
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     key_type = getattr(req, "key_type", 0)
 
     def answer(key: str) -> dict:
-        if key_type != 0:
-            return dict(error_code=ErrorCode.coordinator_not_available, error_message="transactions are not supported",
+        if key_type not in (0, 1):
+            return dict(error_code=ErrorCode.invalid_request, error_message=f"unknown coordinator type {key_type}",
                         node_id=-1, host="", port=-1)
-        broker = routing.kafka_broker(service, routing.coordinator(service, key), conn.protocol)
+        where = routing.coordinator(service, key) if key_type == 0 else routing.txn_coordinator(service, key)
+        broker = routing.kafka_broker(service, where, conn.protocol)
         return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host,
                     port=broker.port)
 
@@ -176,8 +177,8 @@ def handle_find_coordinator(conn, head, req):
 async def handle_init_producer_id(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     if req.transactional_id is not None:
-        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
-                    producer_id=-1, producer_epoch=-1)
+        from .txn_api import init_transactional_producer
+        return await init_transactional_producer(conn, head, req)
     if not await acl_api.may_write_idempotently(conn):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
                     producer_id=-1, producer_epoch=-1)

@@ -29,7 +29,7 @@ from ..codec.protocol import response_schema
 from ..codec.records import decode_records
 from ...topics.convert import ConversionError
 from ...topics.traffic import KAFKA_READS
-from . import acl_api, compacted
+from . import acl_api, compacted, txn_data
 from .cluster import NO_THROTTLE
 from .quotas import FETCH, PRODUCE, throttle_time
 from .partition import DUPLICATE, NONE
@@ -136,11 +136,15 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
     except StreamFenced as exc:
         return ErrorCode.not_leader_or_follower, -1, -1, str(exc)
     for batch, _ in batches:
-        if batch.transactional or batch.control:
-            return ErrorCode.invalid_record, -1, -1, "transactional and control batches are not supported"
+        if batch.control:
+            return ErrorCode.invalid_record, -1, -1, "control batches are written by the transaction coordinator"
         code, _ = part.check_sequence(batch)
         if code not in (NONE, DUPLICATE):
             return ErrorCode(code), -1, -1, None
+        if batch.transactional and code == NONE:
+            txn_code, message = await txn_data.begin_batch(service, part, batch)
+            if txn_code != ErrorCode.none:
+                return txn_code, -1, -1, message
     append_time = -1
     if configs["message.timestamp.type"].value == "LogAppendTime":
         append_time = int(time.time() * 1000)
@@ -185,19 +189,25 @@ async def _fetch(service, head, req, denied: frozenset = frozenset()):
     max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF
     # KIP-392: only consumers (not replicas) are sent to a replica near them
     rack = getattr(req, "rack_id", None) if getattr(req, "replica_id", -1) < 0 else None
+    committed = getattr(req, "isolation_level", 0) == txn_data.READ_COMMITTED
     looked = False  # whether the tail of the partitions at their end was looked at (a wait or a refresh)
     while True:
-        total, topics, waits = 0, [], []
+        total, topics, waits, held_at = 0, [], [], []
         for ftopic in req.topics:
             parts = []
             for fp in ftopic.partitions:
                 data, part = await _fetch_partition(service, cls, ftopic.topic, fp, max(max_bytes - total, 0),
-                                                    first=total == 0, rack=rack, denied=ftopic.topic in denied)
+                                                    first=total == 0, rack=rack, denied=ftopic.topic in denied,
+                                                    committed=committed)
                 size = len(data.records)
                 total += size
                 parts.append(data)
                 if part is not None and size == 0 and data.error_code == ErrorCode.none:
-                    waits.append((part, fp.fetch_offset))
+                    # held back by an open transaction: woken by the next append or a look at the LSO
+                    held = committed and data.last_stable_offset <= fp.fetch_offset < data.high_watermark
+                    if held:
+                        held_at.append(part.handle.stream_id)
+                    waits.append((part, data.high_watermark if held else fp.fetch_offset))
             topics.append(make(nested(cls, "FetchableTopicResponse"), topic=ftopic.topic, partitions=tuple(parts)))
         remaining = deadline - time.monotonic()
         if remaining <= 0 and not looked and total < req.min_bytes:
@@ -213,10 +223,13 @@ async def _fetch(service, head, req, denied: frozenset = frozenset()):
             return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
                         responses=tuple(topics))
         looked = True
-        # Long poll: wake on the first append to any of the partitions.
+        # Long poll: wake on the first append to any of the partitions, or a change of the LSO of one held by
+        # an open transaction (looked at again now and then too: a change another broker made may be missed).
         tasks = [asyncio.ensure_future(p.handle.wait_for(offset, remaining)) for p, offset in waits]
+        tasks += [asyncio.ensure_future(service.txn_signals.wait(stream_id, remaining)) for stream_id in held_at]
         try:
-            await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(tasks, timeout=min(remaining, txn_data.LSO_POLL_SECONDS) if held_at else remaining,
+                               return_when=asyncio.FIRST_COMPLETED)
         finally:
             for t in tasks:
                 if t.done() and not t.cancelled() and t.exception() is not None:
@@ -226,16 +239,18 @@ async def _fetch(service, head, req, denied: frozenset = frozenset()):
 
 
 async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: bool, rack: str | None = None,
-                           denied: bool = False):
-    """(partition data, the partition to long-poll or None)."""
+                           denied: bool = False, committed: bool = False):
+    """(partition data, the partition to long-poll or None); ``committed``: read_committed."""
     pcls = nested(cls, "PartitionData")
+    lso, txns = None, None
 
-    def reply(code, hw=-1, start=-1, records=b"", replica=NO_LEADER):
+    def reply(code, hw=-1, start=-1, records=b"", replica=NO_LEADER, aborted=()):
         # An error partition still carries a record set, an empty one, as Kafka sends it:
         # librdkafka rejects a null one (MessageSetSize -1) and then never sees the error.
-        return make(pcls, partition_index=fp.partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
-                    log_start_offset=start, aborted_transactions=None if code else (),
-                    preferred_read_replica=replica, records=records)
+        return make(pcls, partition_index=fp.partition, error_code=code, high_watermark=hw,
+                    last_stable_offset=hw if lso is None or code else min(lso, hw), log_start_offset=start,
+                    aborted_transactions=None if code else aborted, preferred_read_replica=replica,
+                    records=records)
 
     if denied:
         return reply(ErrorCode.topic_authorization_failed), None
@@ -248,24 +263,36 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
         # As a Kafka leader does: the replica to read from, the offsets, no records; not long-polled.
         return reply(ErrorCode.none, handle.next_offset(), handle.start_offset(), replica=replica), None
     limit = min(fp.partition_max_bytes, budget)
-    if fp.fetch_offset == handle.next_offset() and handle.start_offset() <= fp.fetch_offset:
-        return reply(ErrorCode.none, handle.next_offset(), handle.start_offset()), part  # at the end
+    high_watermark = handle.next_offset()
+    try:
+        txns = await txn_data.view(service, part, high_watermark)
+    except Exception as exc:  # the transaction index is unreadable: nothing is shown past what is known stable
+        log.warning("kafka: transaction view of %s-%d: %s", topic, fp.partition, exc)
+        return reply(ErrorCode.kafka_storage_error, high_watermark, handle.start_offset()), part
+    lso = txns.lso if txns is not None else high_watermark
+    if fp.fetch_offset == high_watermark and handle.start_offset() <= fp.fetch_offset:
+        return reply(ErrorCode.none, high_watermark, handle.start_offset()), part  # at the end
+    if committed and lso <= fp.fetch_offset < high_watermark and handle.start_offset() <= fp.fetch_offset:
+        return reply(ErrorCode.none, high_watermark, handle.start_offset()), part  # held back by an open transaction
     compact = await compacted.is_compacted(service, topic)
     log_start = await compacted.log_start(service, topic, part) if compact else handle.start_offset()
     try:
         viewed = await compacted.view_fetch(part, fp.fetch_offset, max(limit, 1)) if compact else None
         if viewed is not None and viewed[1] is None:  # below the key view's horizon
             return reply(ErrorCode.none, handle.next_offset(), log_start, b"".join(viewed[0])), part
-        result = viewed[1] if viewed is not None else await handle.fetch(fp.fetch_offset, max_bytes=max(limit, 1))
+        result = viewed[1] if viewed is not None else await handle.fetch(
+            fp.fetch_offset, lso if committed else None, max_bytes=max(limit, 1))
     except OffsetOutOfRange:
         return reply(ErrorCode.offset_out_of_range, handle.next_offset(), log_start), part
     except StorageError as exc:
         log.warning("kafka: fetch %s-%d@%d failed: %s", topic, fp.partition, fp.fetch_offset, exc)
         return reply(ErrorCode.kafka_storage_error, handle.next_offset(), handle.start_offset()), part
-    chunks, size, records = [], 0, 0
+    chunks, size, records, served_end = [], 0, 0, fp.fetch_offset
     for entry in result.entries:
         if entry.end_offset <= fp.fetch_offset:
             continue
+        if committed and entry.base_offset >= lso:
+            break
         try:
             batch = part.served(entry)
         except ConversionError as exc:
@@ -273,16 +300,24 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
             continue
         if batch is None:
             continue
+        if committed and txns is not None and txn_data.aborted_pulsar_entry(entry, txns):
+            batch = txn_data.as_aborted_batch(batch, entry)
         # At least one batch even past the limits (KIP-74), else stop at the limit.
         if chunks and size + len(batch) > limit or (not first and not chunks and len(batch) > limit):
             break
         chunks.append(batch)
         size += len(batch)
+        served_end = entry.end_offset
         records += entry.end_offset - max(entry.base_offset, fp.fetch_offset)
     if records:
         part.topic.traffic.delivered(KAFKA_READS, records, size)
     start = min(log_start, result.start_offset) if compact else result.start_offset
-    return reply(ErrorCode.none, result.next_offset, start, b"".join(chunks)), part
+    aborted = ()
+    if committed and txns is not None and chunks:
+        end = min(served_end, lso)
+        aborted = tuple(make(nested(cls, "AbortedTransaction"), producer_id=pid, first_offset=first)
+                        for pid, first, _ in txns.aborted(fp.fetch_offset, end))
+    return reply(ErrorCode.none, result.next_offset, start, b"".join(chunks), aborted=aborted), part
 
 
 # -- offsets ---------------------------------------------------------------------------------
@@ -361,6 +396,9 @@ async def handle_list_offsets(conn, head, req):
                 offset = await compacted.log_start(service, topic.name, part)
             elif p.timestamp == LATEST:
                 offset = part.handle.next_offset()
+                if getattr(req, "isolation_level", 0) == txn_data.READ_COMMITTED:
+                    txns = await txn_data.view(service, part, offset)
+                    offset = txns.lso if txns is not None else offset
             elif p.timestamp == MAX_TIMESTAMP:
                 offset, ts = await max_timestamp(part)
             else:

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from ...auth.kafka_acls import CLUSTER, DELETE, DESCRIBE, GROUP, READ, TOPIC
 from ..codec import make, nested
 from ..codec.protocol import response_schema
-from . import acl_api
+from . import acl_api, txn_offsets
 from .cluster import NO_THROTTLE
 from .groups import GroupError, JoinResult
 from .routing import coordinates, is_coordinator
@@ -207,6 +207,9 @@ async def handle_offset_fetch(conn, head, req):
         return make(cls, throttle_time=NO_THROTTLE, topics=topics if head.api_version < 2 else (),
                     error_code=refusal)
     committed = await service.coordinator.fetch_offsets(req.group_id)
+    # KIP-447: a consumer asking for stable offsets waits while a transaction holds one pending
+    unstable = await txn_offsets.unstable_partitions(service.meta, req.group_id) \
+        if getattr(req, "require_stable", False) else set()
     if req.topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
@@ -218,6 +221,10 @@ async def handle_offset_fetch(conn, head, req):
         rows = []
         for index in partitions:
             value = committed.get((name, index))
+            if (name, index) in unstable:
+                rows.append(make(pcls, partition_index=index, committed_offset=-1, committed_leader_epoch=-1,
+                                 metadata="", error_code=ErrorCode.unstable_offset_commit))
+                continue
             rows.append(make(pcls, partition_index=index, committed_offset=value["offset"] if value else -1,
                              committed_leader_epoch=value.get("epoch", -1) if value else -1,
                              metadata=value.get("metadata") if value else "", error_code=ErrorCode.none))

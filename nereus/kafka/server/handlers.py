@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import acl_api, admin, cluster, configs, consumer_group_api, data, group_api, quotas, sasl_api, share_api
+from . import (acl_api, admin, cluster, configs, consumer_group_api, data, group_api, quotas, sasl_api, share_api,
+               txn_api, txn_offsets)
 from .cluster import api_versions_response
 
 HANDLERS = {
@@ -26,6 +27,11 @@ HANDLERS = {
     21: data.handle_delete_records,
     22: cluster.handle_init_producer_id,
     23: data.handle_offset_for_leader_epoch,
+    24: txn_api.handle_add_partitions_to_txn,
+    25: txn_api.handle_add_offsets_to_txn,
+    26: txn_api.handle_end_txn,
+    27: txn_api.handle_write_txn_markers,
+    28: txn_offsets.handle_txn_offset_commit,
     29: acl_api.handle_describe_acls,
     30: acl_api.handle_create_acls,
     31: acl_api.handle_delete_acls,
@@ -40,6 +46,8 @@ HANDLERS = {
     50: sasl_api.handle_describe_user_scram_credentials,
     51: sasl_api.handle_alter_user_scram_credentials,
     60: cluster.handle_describe_cluster,
+    65: txn_api.handle_describe_transactions,
+    66: txn_api.handle_list_transactions,
     68: consumer_group_api.handle_consumer_group_heartbeat,
     69: consumer_group_api.handle_consumer_group_describe,
     76: share_api.handle_share_group_heartbeat,

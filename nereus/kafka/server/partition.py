@@ -36,6 +36,9 @@ class Partition:
         self.handle = core.handle
         self.leader_epoch = 0
         self.producers = ProducerStates(**service.producer_state_options)
+        # Transactions begun here: pid -> epoch, as of the stream index's generation (see txn_data.begin_batch)
+        self.txn_open: dict[int, int] = {}
+        self.txn_generation = -1
         self.closed = False
         self.loading: asyncio.Future | None = None
         self._restored_to = 0

@@ -116,6 +116,16 @@ def coordinates(service, group_id: str) -> bool:
     return False
 
 
+# -- transactions --------------------------------------------------------------------------
+def txn_coordinator(service, transactional_id: str) -> BrokerAddress:
+    """The transaction coordinator of a transactional id: the ring's broker for ``txn:{id}``."""
+    return placement(service).preferred("txn:" + transactional_id)
+
+
+def is_txn_coordinator(service, transactional_id: str) -> bool:
+    return is_local(service, txn_coordinator(service, transactional_id))
+
+
 # -- fetch from the nearest replica (KIP-392) ----------------------------------------------
 def read_replica(service, stream: str, rack_id: str | None) -> int:
     """The node id a consumer in ``rack_id`` should fetch ``stream`` from instead of here; -1: here.
@@ -135,4 +145,5 @@ def read_replica(service, stream: str, rack_id: str | None) -> int:
 
 
 __all__ = ["KafkaBroker", "NO_LEADER", "brokers", "coordinates", "coordinator", "coordinator_key", "is_local",
-           "gather_bounded", "is_coordinator", "kafka_broker", "leader", "node_id", "placement", "read_replica"]
+           "gather_bounded", "is_coordinator", "is_txn_coordinator", "kafka_broker", "leader", "node_id", "placement", "read_replica",
+           "txn_coordinator"]

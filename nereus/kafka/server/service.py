@@ -18,7 +18,7 @@ import uuid
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
-from . import metrics, routing
+from . import metrics, routing, txn_offsets
 from .catalog import Catalog
 from .cluster import ProducerIds
 from .configs import TopicConfigs
@@ -29,6 +29,7 @@ from .quotas import Throttles
 from .sasl_store import ScramStore
 from .share_groups import ShareGroups
 from .store import Coordinator
+from .txn_data import TxnSignals
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,12 @@ class KafkaService:
         self.share_groups = ShareGroups(self)
         self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id))
         self.producer_ids = ProducerIds(meta)
+        # The broker's transactions (set by the broker; None: not enabled): the coordinator, the stream
+        # transaction index and the participants that write markers
+        self.transactions = None
+        self._stream_txns = None
+        self._txn_participants = None
+        self.txn_signals = TxnSignals()
         self._server: asyncio.base_events.Server | None = None
         self._listener_servers: list[asyncio.base_events.Server] = []
         # Port of each listener by security protocol (PLAINTEXT: ``port``): what Metadata tells its clients.
@@ -110,6 +117,29 @@ class KafkaService:
         self.listener_ports[protocol] = bound = server.sockets[0].getsockname()[1] if port == 0 else port
         log.info("kafka %s listener on %s:%d", protocol, host, bound)
         return bound
+
+    @property
+    def stream_txns(self):
+        return self._stream_txns
+
+    @stream_txns.setter
+    def stream_txns(self, streams) -> None:
+        """Long polls held at a last stable offset are woken by changes of the stream's transaction index."""
+        self._stream_txns = streams
+        if streams is not None:
+            streams.add_listener(self.txn_signals.changed)
+
+    @property
+    def txn_participants(self):
+        return self._txn_participants
+
+    @txn_participants.setter
+    def txn_participants(self, participants) -> None:
+        """Group offsets of TxnOffsetCommit are completed here when their transaction ends."""
+        self._txn_participants = participants
+        if participants is not None:
+            participants.register_group_completer(
+                lambda group, pid, epoch, commit: txn_offsets.complete_group(self, group, pid, epoch, commit))
 
     async def _cluster_id(self) -> str:
         rec = await self.meta.get(CLUSTER_ID_KEY)
