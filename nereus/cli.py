@@ -112,7 +112,7 @@ def _broker_options(command):
         click.option("--advertised-address", default=None,
                      help="Host name clients are told to use (default: the bind address)."),
         click.option("--advertised-listeners", default=None,
-                     help="Pulsar's advertised listeners, name:pulsar://host:port[,...]: a client's listener_name "
+                     help="Pulsar's advertised listeners, name:pulsar://host:port (or pulsar+ssl://, http://, https://)[,...]: a client's listener_name "
                           "picks the URL its lookups answer (advertising binds nothing; see --bind-addresses)."),
         click.option("--internal-listener-name", default=None,
                      help="The advertised listener brokers and clients naming none use (default: the first)."),

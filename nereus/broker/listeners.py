@@ -6,10 +6,12 @@ picks one with its ``listener_name``; its lookups (binary and HTTP) then answer 
 listener's URL. The internal listener (``internalListenerName``, default: the first
 one) is what the brokers tell each other and what clients naming no listener get.
 
-The rules are Pulsar's: each listener has one ``pulsar://`` URL and may add an
-``http://`` one (the ``httpUrl`` of its HTTP lookups); one host:port belongs to
-one listener; ``advertisedAddress`` and ``advertisedListeners`` do not go together.
-TLS listeners (``pulsar+ssl://``, ``https://``) are refused: Nereus serves no TLS.
+The rules are Pulsar's: each listener has a ``pulsar://`` or a ``pulsar+ssl://`` URL (or
+both, the ``brokerServiceUrl`` and ``brokerServiceUrlTls`` of its lookups) and may add
+``http://`` and ``https://`` ones (the ``httpUrl`` / ``httpUrlTls`` of its HTTP lookups);
+one host:port belongs to one listener; ``advertisedAddress`` and ``advertisedListeners``
+do not go together. The internal listener needs a ``pulsar://`` URL: brokers reach each
+other by it.
 
 As in Pulsar, advertising an address binds nothing (it may be a load balancer's or a
 NAT's): the broker listens on its Pulsar port, and on each of ``bindAddresses``
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_SCHEMES = ("pulsar", "pulsar+ssl", "http", "https")
 
 
 class ListenerError(ValueError):
@@ -33,19 +36,23 @@ class ListenerError(ValueError):
 @dataclass(frozen=True)
 class AdvertisedListener:
     name: str
-    pulsar_url: str  # pulsar://host:port
+    pulsar_url: str  # pulsar://host:port, or "" (a TLS-only listener)
     http_url: str = ""  # http://host:port, or "" (the broker's own)
+    pulsar_tls_url: str = ""  # pulsar+ssl://host:port, or ""
+    https_url: str = ""  # https://host:port, or ""
 
     @property
     def host(self) -> str:
-        return urlsplit(self.pulsar_url).hostname or ""
+        return urlsplit(self.pulsar_url or self.pulsar_tls_url).hostname or ""
 
     @property
     def port(self) -> int:
-        return urlsplit(self.pulsar_url).port or 0
+        return urlsplit(self.pulsar_url or self.pulsar_tls_url).port or 0
 
-    def as_tuple(self) -> tuple[str, str, str]:
-        return self.name, self.pulsar_url, self.http_url
+    def as_tuple(self) -> tuple[str, ...]:
+        """As broker records keep it (``BrokerAddress.listeners``): the TLS URLs only when there are some."""
+        out = (self.name, self.pulsar_url, self.http_url)
+        return out + (self.pulsar_tls_url, self.https_url) if self.pulsar_tls_url or self.https_url else out
 
 
 def _url(listener: str, text: str) -> tuple[str, str, int]:
@@ -55,10 +62,9 @@ def _url(listener: str, text: str) -> tuple[str, str, int]:
     except ValueError:
         raise ListenerError(f"listener {listener!r}: {text!r} is not a scheme://host:port URL") from None
     scheme = parts.scheme.lower()
-    if scheme in ("pulsar+ssl", "https"):
-        raise ListenerError(f"listener {listener!r}: {scheme}:// is not supported (Nereus serves no TLS)")
-    if scheme not in ("pulsar", "http"):
-        raise ListenerError(f"listener {listener!r}: {text!r} must be a pulsar:// or http:// URL")
+    if scheme not in _SCHEMES:
+        raise ListenerError(f"listener {listener!r}: {text!r} must be a pulsar://, pulsar+ssl://, http:// or "
+                            "https:// URL")
     if not parts.hostname or not port or parts.path not in ("", "/"):
         raise ListenerError(f"listener {listener!r}: {text!r} must be {scheme}://host:port")
     return scheme, parts.hostname, port
@@ -87,13 +93,17 @@ def parse_listeners(text: str, internal: str | None = None) -> tuple[tuple[Adver
         raise ListenerError("no listener given (expected name:pulsar://host:port,...)")
     listeners = []
     for name, mine in urls.items():
-        if "pulsar" not in mine:
-            raise ListenerError(f"listener {name!r} has no pulsar://host:port URL")
-        listeners.append(AdvertisedListener(name, mine["pulsar"], mine.get("http", "")))
+        if "pulsar" not in mine and "pulsar+ssl" not in mine:
+            raise ListenerError(f"listener {name!r} has no pulsar://host:port nor pulsar+ssl://host:port URL")
+        listeners.append(AdvertisedListener(name, mine.get("pulsar", ""), mine.get("http", ""),
+                                            mine.get("pulsar+ssl", ""), mine.get("https", "")))
     internal = internal or listeners[0].name
     if internal not in urls:
         raise ListenerError(f"the internal listener {internal!r} is not one of the advertised listeners "
                             f"({', '.join(urls)})")
+    if "pulsar" not in urls[internal]:
+        raise ListenerError(f"the internal listener {internal!r} has no pulsar://host:port URL (brokers reach "
+                            "each other by it)")
     return tuple(listeners), internal
 
 

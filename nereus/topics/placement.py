@@ -25,9 +25,10 @@ class BrokerAddress:
     kafka_host: str
     kafka_port: int
     http_url: str  # http://host:port
-    # Pulsar's advertised listeners: (name, pulsar://host:port, http://host:port or ""); empty when not configured
+    # Pulsar's advertised listeners: (name, pulsar://host:port or "", http://host:port or "") and, when the
+    # listener has TLS URLs, (pulsar+ssl://host:port or "", https://host:port or ""); empty when not configured
     # (records of brokers that predate them have none either).
-    listeners: tuple[tuple[str, str, str], ...] = ()
+    listeners: tuple[tuple[str, ...], ...] = ()
     pulsar_tls_url: str = ""  # pulsar+ssl://host:port, or "" (no TLS listener)
     https_url: str = ""  # https://host:port, or ""
     # Kafka listeners besides PLAINTEXT (kafka_port): (security protocol, port), e.g. ("SSL", 9093).
@@ -50,9 +51,20 @@ class BrokerAddress:
         """
         if not listener:
             return self.pulsar_url, self.http_url
-        for name, pulsar_url, http_url in self.listeners:
-            if name == listener:
-                return pulsar_url, http_url or self.http_url
+        found = self._listener(listener)
+        return found[1], found[2] or self.http_url
+
+    def tls_urls_for(self, listener: str | None) -> tuple[str, str]:
+        """The (pulsar+ssl, https) URLs a client of ``listener`` is told ("" where there is none)."""
+        if not listener:
+            return self.pulsar_tls_url, self.https_url
+        found = self._listener(listener)
+        return (found[3], found[4]) if len(found) >= 5 else ("", "")
+
+    def _listener(self, listener: str) -> tuple[str, ...]:
+        for found in self.listeners:
+            if found[0] == listener:
+                return found
         # Pulsar's wording: the official clients recognise it.
         raise UnknownListener(f"the broker do not have {listener} listener")
 

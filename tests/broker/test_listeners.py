@@ -30,14 +30,35 @@ def test_listeners_parse_with_the_first_as_internal():
     ("a:pulsar://h:1,b:pulsar://h:1", None, "two listeners"),
     ("a:pulsar://h:1,a:pulsar://h:2", None, "more than one pulsar://"),
     ("a:http://h:1", None, "no pulsar://"),
-    ("a:pulsar+ssl://h:6651", None, "no TLS"),
+    ("a:pulsar+ssl://h:6651", None, "internal listener 'a' has no pulsar://"),
+    ("a:pulsar://h:1,b:https://h:2", None, "'b' has no pulsar://host:port nor pulsar\\+ssl"),
+    ("a:pulsar://h:1,a:pulsar+ssl://h:2,a:pulsar+ssl://h:3", None, "more than one pulsar\\+ssl://"),
     ("a:pulsar://h", None, "pulsar://host:port"),
-    ("a:kafka://h:1", None, "pulsar:// or http://"),
+    ("a:kafka://h:1", None, "must be a pulsar://, pulsar\\+ssl://, http:// or https://"),
     ("", None, "no listener"),
 ])
 def test_bad_listener_settings_say_what_is_wrong(text, internal, error):
     with pytest.raises(ListenerError, match=error):
         parse_listeners(text, internal)
+
+
+def test_listeners_with_tls_urls():
+    listeners, internal = parse_listeners("internal:pulsar://10.0.0.5:6650,external:pulsar+ssl://b.example:6651,"
+                                          "external:https://b.example:8443,both:pulsar://c:1,both:pulsar+ssl://c:2")
+    assert internal == "internal"
+    assert listeners[1] == AdvertisedListener("external", "", "", "pulsar+ssl://b.example:6651",
+                                              "https://b.example:8443")
+    assert (listeners[1].host, listeners[1].port) == ("b.example", 6651)
+    assert listeners[0].as_tuple() == ("internal", "pulsar://10.0.0.5:6650", "")  # as older records have it
+    address = BrokerAddress("b", 1, "", "pulsar://10.0.0.5:6650", "10.0.0.5", 9092, "http://10.0.0.5:8080",
+                            tuple(li.as_tuple() for li in listeners), pulsar_tls_url="pulsar+ssl://10.0.0.5:6651")
+    assert address.urls_for("external") == ("", "http://10.0.0.5:8080")
+    assert address.tls_urls_for("external") == ("pulsar+ssl://b.example:6651", "https://b.example:8443")
+    assert address.tls_urls_for("both") == ("pulsar+ssl://c:2", "")
+    assert address.tls_urls_for("internal") == ("", "")
+    assert address.tls_urls_for(None) == ("pulsar+ssl://10.0.0.5:6651", "")
+    stored = BrokerRecord.decode(BrokerRecord(address, 1).encode()).address
+    assert stored == address
 
 
 def test_bind_addresses_name_advertised_listeners():

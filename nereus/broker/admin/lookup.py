@@ -47,9 +47,9 @@ async def lookup_topic(request: web.Request) -> web.Response:
     listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or None
     try:
         pulsar_url, http_url = broker.urls_for(listener)
+        tls_urls = broker.tls_urls_for(listener)
     except UnknownListener as exc:
         raise AdminError(500, str(exc)) from None  # as Pulsar answers it
-    tls_urls = ("", "") if listener else (broker.pulsar_tls_url, broker.https_url)
     if broker.name == placement.local.name:
         return web.json_response(lookup_data(pulsar_url if listener else ctx.pulsar.service_url, http_url,
                                              *tls_urls))

@@ -62,16 +62,15 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
         return
     # The listener the client names (an empty name is none: some clients send one), else the one it came in by.
     listener = cmd.advertised_listener_name or conn.listener
+    local = broker.name == placement.local.name and not listener
     try:
-        url = (conn.service.service_url if broker.name == placement.local.name and not listener
-               else broker.urls_for(listener)[0])
+        url = conn.service.service_url if local else broker.urls_for(listener)[0]
+        # As Pulsar: both URLs; a client of pulsar+ssl:// uses the TLS one.
+        tls_url = conn.service.service_url_tls if local else broker.tls_urls_for(listener)[0]
     except UnknownListener as exc:  # Pulsar's answer: an error the client does not retry
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.UnknownError,
                                message=str(exc))))
         return
-    # As Pulsar: both URLs; a client of pulsar+ssl:// uses the TLS one (advertised listeners have none).
-    tls_url = "" if listener else (conn.service.service_url_tls if broker.name == placement.local.name
-                                   else broker.pulsar_tls_url)
     # Connect: the broker serves the topic. Redirect (authoritative): ask that broker, which then takes it.
     conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect if final else _Lookup.Redirect,
                            brokerServiceUrl=url, brokerServiceUrlTls=tls_url, authoritative=True,
@@ -86,14 +85,16 @@ def _lookup_tc(conn, cmd: pb.CommandLookupTopic, topic: TopicName) -> None:
                                message=f"no transaction coordinator serves {topic}")))
         return
     listener = cmd.advertised_listener_name or conn.listener
+    local = conn.service.registry.placement.local
     try:
-        url = conn.service.registry.placement.local.urls_for(listener)[0] if listener else conn.service.service_url
+        url = local.urls_for(listener)[0] if listener else conn.service.service_url
+        tls_url = local.tls_urls_for(listener)[0] if listener else conn.service.service_url_tls
     except UnknownListener as exc:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.UnknownError,
                                message=str(exc))))
         return
     conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect, brokerServiceUrl=url,
-                           brokerServiceUrlTls="" if listener else conn.service.service_url_tls,
+                           brokerServiceUrlTls=tls_url,
                            authoritative=True, proxy_through_service_url=False)))
 
 
