@@ -6,7 +6,9 @@ has none); what consumers see is checked with the official ``pulsar-client``.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -254,3 +256,39 @@ def test_restart_keeps_outcomes_and_pending_acks(tmp_path, clients):
         txn.close()
     finally:
         server.kill()
+
+
+def test_end_txn_on_partition_and_subscription(standalone, txn, clients):
+    """What a coordinator sends a partition's broker: the participants' work, idempotent."""
+    topic = new_topic()
+    consumer = clients(standalone.url).subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = txn.create_producer(topic)
+    t = txn.new_txn()
+    producer.send(b"marked", t)
+    for _ in range(2):  # a repeated request changes nothing
+        txn.request(pb.CommandEndTxnOnPartition(txnid_most_bits=t[0], txnid_least_bits=t[1], topic=topic,
+                                                txn_action=pb.COMMIT), "END_TXN_ON_PARTITION_RESPONSE")
+    assert received(consumer) == b"marked"
+    txn.request(pb.CommandEndTxnOnSubscription(
+        txnid_most_bits=t[0], txnid_least_bits=t[1], subscription=pb.Subscription(topic=topic, subscription="s"),
+        txn_action=pb.COMMIT), "END_TXN_ON_SUBSCRIPTION_RESPONSE")
+    txn.end_txn(t, commit=True)  # the coordinator finds the marker in place
+
+
+def test_skipped_records_leave_no_backlog(standalone, txn, clients):
+    topic = new_topic()
+    consumer = clients(standalone.url).subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = txn.create_producer(topic)
+    t = txn.new_txn()
+    for i in range(3):
+        producer.send(b"aborted-%d" % i, t)
+    txn.end_txn(t, commit=False)
+    producer.send(b"last")
+    assert received(consumer) == b"last"
+    rest = topic.split("://", 1)[1]
+
+    def backlog() -> int:
+        with urllib.request.urlopen(f"{standalone.http}/admin/v2/persistent/{rest}/stats", timeout=5) as r:
+            return json.loads(r.read())["subscriptions"]["s"]["msgBacklog"]
+
+    wait_until(lambda: backlog() == 0, what="no backlog once the aborted records and the marker were skipped")

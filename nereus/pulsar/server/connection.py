@@ -305,6 +305,8 @@ _ASYNC = {
     "ADD_PARTITION_TO_TXN": transactions.handle_add_partition,
     "ADD_SUBSCRIPTION_TO_TXN": transactions.handle_add_subscription,
     "END_TXN": transactions.handle_end_txn,
+    "END_TXN_ON_PARTITION": transactions.handle_end_on_partition,
+    "END_TXN_ON_SUBSCRIPTION": transactions.handle_end_on_subscription,
 }
 
 __all__ = ["ServerConnection"]

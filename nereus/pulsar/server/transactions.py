@@ -7,6 +7,9 @@ partitioned metadata of ``TC_ASSIGN_TOPIC`` (one partition per coordinator), loo
 ``...-partition-{tcId}`` (any broker answers itself: every broker reaches the one
 coordinator state in the metadata plane) and sends TC_CLIENT_CONNECT_REQUEST there.
 
+END_TXN_ON_PARTITION and END_TXN_ON_SUBSCRIPTION (what a Pulsar coordinator sends the
+brokers of a transaction's partitions) run the same participants the coordinator runs.
+
 TxnID = (most bits = coordinator id, 0 here; least bits = a producer id from the
 counter Kafka producers share), so each open transaction has a pid of its own.
 ``txn_ttl_seconds`` carries milliseconds: the official clients send
@@ -122,6 +125,45 @@ async def handle_end_txn(conn, cmd: pb.CommandEndTxn) -> None:
         log.debug("transaction (%d,%d) %s", most, least, "committed" if commit else "aborted")
 
 
+async def handle_end_on_partition(conn, cmd: pb.CommandEndTxnOnPartition) -> None:
+    """A coordinator's request to write one partition's marker (idempotent, as the participants are)."""
+    most, least = _txn_ids(cmd)
+    response = pb.CommandEndTxnOnPartitionResponse(request_id=cmd.request_id, txnid_most_bits=most,
+                                                   txnid_least_bits=least)
+    await _participant(conn, response, lambda p: p.complete_partition(
+        str(TopicName.parse(cmd.topic)), least, 0, cmd.txn_action == pb.COMMIT))
+
+
+async def handle_end_on_subscription(conn, cmd: pb.CommandEndTxnOnSubscription) -> None:
+    """A coordinator's request to apply (or drop) one subscription's pending acks."""
+    most, least = _txn_ids(cmd)
+    response = pb.CommandEndTxnOnSubscriptionResponse(request_id=cmd.request_id, txnid_most_bits=most,
+                                                      txnid_least_bits=least)
+    sub = cmd.subscription
+    await _participant(conn, response, lambda p: p.complete_subscription(
+        str(TopicName.parse(sub.topic)), sub.subscription, least, cmd.txn_action == pb.COMMIT))
+
+
+async def _participant(conn, response, operation) -> None:
+    participants = getattr(conn.service, "txn_participants", None)
+    authorizer = conn.service.authorizer
+    if participants is None:
+        response.error, response.message = pb.TransactionCoordinatorNotFound, "transactions are not available"
+    elif authorizer is not None and not authorizer.is_super_user(conn.role):
+        # Brokers send these; a client could end other clients' transactions with them.
+        response.error, response.message = pb.AuthorizationError, f"role {conn.role} may not end transactions here"
+    else:
+        try:
+            await operation(participants)
+        except InvalidTopicName as exc:
+            response.error, response.message = pb.InvalidTopicName, str(exc)
+        except txn_errors.MarkerNotWritten as exc:  # another broker serves it: the sender retries
+            response.error, response.message = pb.ServiceNotReady, str(exc)
+        except txn_errors.TransactionError as exc:
+            response.error, response.message = error_code(exc), str(exc)
+    conn.send(wrap(response))
+
+
 async def _call(conn, response, most: int, operation) -> None:
     coordinator = coordinator_of(conn)
     if coordinator is None:
@@ -137,4 +179,5 @@ async def _call(conn, response, most: int, operation) -> None:
 
 
 __all__ = ["TC_ASSIGN_TOPIC", "TC_COUNT", "error_code", "handle_add_partition", "handle_add_subscription",
-           "handle_end_txn", "handle_new_txn", "handle_tc_connect", "is_tc_topic", "txn_key"]
+           "handle_end_on_partition", "handle_end_on_subscription", "handle_end_txn", "handle_new_txn",
+           "handle_tc_connect", "is_tc_topic", "txn_key"]
