@@ -193,6 +193,7 @@ def _build_transactions(stack: contextlib.AsyncExitStack, meta: MetadataStore, r
     """
     stream_txns = StreamTransactions(meta)
     stack.push_async_callback(stream_txns.close)
+    registry.storage.trim_listeners.append(stream_txns.trimmed)  # retention drops trimmed aborted ranges
     participants = BrokerParticipants(registry, stream_txns)
     coordinator = TransactionCoordinator(meta, kafka.producer_ids, participants, stream_txns=stream_txns)
     for service in (kafka, pulsar):

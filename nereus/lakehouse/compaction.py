@@ -7,6 +7,11 @@ through the object store layer, switch the index with one CAS:
 ``storage.compaction.compact``), and the driver then syncs the built-in Iceberg
 tables of the topics it touched (``sbt.sync``). Executors reach the cluster like
 any client: the metadata over the Oxia protocol, the objects by URL.
+
+Transactions: only ranges below a stream's last stable offset are planned (an open
+transaction may still abort), and records of aborted transactions get no row (their
+offsets are a gap, as markers are); the stream's entries are kept whole, so brokers
+serve the compacted range exactly as before.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from ..meta import MetadataStore
 from ..storage import compacted_format, compaction, view
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
+from ..transactions.stream_index import aborted_view, read_view
 from . import table_format
 
 log = logging.getLogger(__name__)
@@ -40,6 +46,7 @@ class CompactionTask:
     partition: int
     plan: compaction.CompactionPlan
     owner: str | None = None  # the job whose lease covers the stream
+    aborted: tuple[tuple[int, int, int], ...] = ()  # (pid, first, last) of aborted transactions in range
 
     @property
     def input_bytes(self) -> int:
@@ -57,11 +64,13 @@ class JobReport:
     tables: list = field(default_factory=list)
 
 
-def encoder(partition: int) -> compaction.Encoder:
-    """Builds the compacted object of a range of a topic partition's stream (rows + entries)."""
+def encoder(partition: int, aborted: tuple[tuple[int, int, int], ...] = ()) -> compaction.Encoder:
+    """Builds the compacted object of a range of a topic partition's stream (rows + entries);
+    records of the ``aborted`` transactions ``(pid, first, last)`` get no row."""
+    txns = aborted_view(aborted) if aborted else None
 
     def encode(stream_id: int, first: int, entries, generation: int) -> bytes:
-        table = table_format.build_table(partition, first, entries)
+        table = table_format.build_table(partition, first, entries, txns)
         header = compacted_format.CompactedHeader(stream_id, first, sum(c for c, _ in entries), len(entries),
                                                   generation)
         return compacted_format.encode(table, header)
@@ -99,6 +108,15 @@ async def _stream_ids(meta: MetadataStore, topics: list[str] | None) -> list[tup
     return out
 
 
+async def stable_plans(meta: MetadataStore, stream_id: int, **options) -> list[tuple[compaction.CompactionPlan,
+                                                                                     tuple]]:
+    """``compaction.plan`` below the stream's last stable offset, each plan with its aborted ranges."""
+    _, end = await view.bounds(meta, stream_id)  # the tail first: then the LSO is at most it
+    txns = await read_view(meta, stream_id, end)
+    plans = await compaction.plan(meta, stream_id, stable_offset=txns.lso, **options)
+    return [(job, tuple(txns.aborted(job.first, job.last + 1))) for job in plans]
+
+
 async def has_work(meta: MetadataStore, *, min_bytes: int = 1, max_age_seconds: float | None = None) -> bool:
     """Whether some stream has a range a job with these settings would compact now.
 
@@ -106,7 +124,7 @@ async def has_work(meta: MetadataStore, *, min_bytes: int = 1, max_age_seconds: 
     first stream with work.
     """
     for _, _, stream_id in await _stream_ids(meta, None):
-        if await compaction.plan(meta, stream_id, min_bytes=min_bytes, max_age_seconds=max_age_seconds):
+        if await stable_plans(meta, stream_id, min_bytes=min_bytes, max_age_seconds=max_age_seconds):
             return True
     return False
 
@@ -120,7 +138,8 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
     try:
         reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
         try:
-            result = await compaction.compact(meta, objects, reader, task.plan, encoder(task.partition),
+            result = await compaction.compact(meta, objects, reader, task.plan,
+                                              encoder(task.partition, task.aborted),
                                               lease_owner=task.owner)
         except compaction.CompactionConflict as exc:
             log.info("skipped: %s", exc)
@@ -194,11 +213,11 @@ async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes:
         except compaction.CompactionConflict as exc:
             log.info("skipped: %s", exc)
             continue
-        plans = await compaction.plan(meta, stream_id, target_bytes=target_bytes, min_bytes=min_bytes,
-                                      max_age_seconds=max_age_seconds)
+        plans = await stable_plans(meta, stream_id, target_bytes=target_bytes, min_bytes=min_bytes,
+                                   max_age_seconds=max_age_seconds)
         if plans:
             leases.append(lease)
-            tasks += [CompactionTask(topic, partition, job, owner) for job in plans]
+            tasks += [CompactionTask(topic, partition, job, owner, aborted) for job, aborted in plans]
         else:
             await lease.__aexit__(None, None, None)
     return tasks, leases

@@ -11,8 +11,8 @@ resume), then
 1. retention: partitions whose committed start (trim) moved past ``Position.start``
    get their rows below the new start deleted, with the new start recorded in that
    same delete commit;
-2. delivery: rows of ``[Position.end, tail)`` are read with ``rows.read_rows`` (the
-   tail seen when the round was planned) and appended in batches of ``batch_records``,
+2. delivery: rows of ``[Position.end, LSO)`` are read with ``rows.read_rows`` (the
+   last stable offset seen when the round was planned: rows of committed records only) and appended in batches of ``batch_records``,
    each batch committed together with the new positions of the partitions it covers.
 
 Records are immutable at their offsets, so re-reading from a recorded position after a
@@ -30,7 +30,7 @@ import random
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import pyarrow as pa
@@ -233,8 +233,7 @@ class Delivery:
         pending: dict[int, Position] = {}  # positions the next commit records
         for part in plan:
             p, start = part.range.partition, part.position.start
-            todo = _rows.StreamRange(part.range.topic, p, part.range.stream, part.range.stream_id,
-                                     part.position.end, part.range.end)
+            todo = replace(part.range, start=part.position.end)  # keeps its aborted transactions
             if todo.start < todo.end:
                 async for chunk in _rows.read_rows(self.meta, self.objects, todo):
                     i = 0

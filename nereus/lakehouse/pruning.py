@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -188,7 +188,7 @@ async def offset_for_time(meta, objects, bounds: _rows.StreamRange, millis: int)
         if entry.generation == 0 or not early.excludes(await time_stats(objects, entry.object)):
             break
         position = entry.last + 1
-    rest = _rows.StreamRange(bounds.topic, bounds.partition, bounds.stream, bounds.stream_id, position, bounds.end)
+    rest = replace(bounds, start=position)
     async for batch in _rows.read_rows(meta, objects, rest):
         for row in batch:
             if row[3] is not None and _micros(row[3]) >= micros:

@@ -29,6 +29,7 @@ from ..topics.convert import PRODUCER_NAME as KAFKA_PRODUCER_NAME
 from ..topics.convert import key_from_pulsar
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..pulsar.codec import entry_messages, split_entry
+from ..transactions.stream_index import TxnView
 
 LOG_APPEND_TIME = 0x08  # Kafka batch attribute: timestamps are the broker's (max_timestamp)
 
@@ -54,15 +55,18 @@ class RecordColumns:
     def __len__(self) -> int:
         return len(self.offset)
 
-    def add_entry(self, base: int, data: bytes | memoryview) -> None:
+    def add_entry(self, base: int, data: bytes | memoryview, aborted: TxnView | None = None) -> None:
         """The records of one stored entry whose first record is at offset ``base``.
 
         Entries without records add nothing: control entries (Kafka transaction markers,
-        Pulsar markers) and encrypted Pulsar payloads (which cannot be split; their
-        offsets are a gap).
+        Pulsar markers), transactional entries ``aborted`` lists (the stream's transaction
+        view), and encrypted Pulsar payloads (which cannot be split; their offsets are a gap).
         """
         header, body = decode_entry(data)
         if header.flags & EntryFlags.CONTROL:
+            return
+        if aborted is not None and header.flags & EntryFlags.TRANSACTIONAL \
+                and aborted.is_aborted(header.producer_id, base):
             return
         if header.format == EntryFormat.KAFKA:
             self.add_kafka(base, body)

@@ -4,6 +4,10 @@ Offsets resolve exactly as a broker resolves them (``storage/reader.py``: ``idx`
 groups, then ``tail.pending``; only what the tail says is committed), and a record's
 values come from ``record_values``, the mapping compacted objects use too.
 
+Transactions: a range ends at the stream's last stable offset (below it every
+transaction is decided), and the records of aborted transactions give no rows (the
+range carries the aborted ``(pid, first, last)`` ranges read when it was planned).
+
 A row is ``(topic, partition, offset, publish_time, event_time, key, value,
 properties, producer_name)``; ``partition`` is -1 for a non-partitioned topic.
 """
@@ -23,6 +27,7 @@ from ..topics import partitioned_key
 from ..storage import view
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
+from ..transactions.stream_index import TxnView, aborted_view, read_view
 from .record_values import RecordColumns
 
 ROW_FIELDS = ("topic", "partition", "offset", "publish_time", "event_time", "key", "value", "properties",
@@ -39,7 +44,12 @@ class StreamRange:
     stream: str  # stream name
     stream_id: int
     start: int
-    end: int
+    end: int  # the last stable offset when planned: nothing undecided is read
+    aborted: tuple[tuple[int, int, int], ...] = ()  # (pid, first, last) of aborted transactions in range
+
+    def txn_view(self) -> TxnView | None:
+        """What ``record_values`` filters aborted records with (None: no aborted transaction in range)."""
+        return aborted_view(self.aborted) if self.aborted else None
 
 
 async def partitions(meta: MetadataStore, topic: str) -> list[tuple[str, int, str]]:
@@ -53,12 +63,15 @@ async def partitions(meta: MetadataStore, topic: str) -> list[tuple[str, int, st
 
 
 async def stream_range(meta: MetadataStore, topic: str, partition: int, stream: str) -> StreamRange | None:
-    """Committed bounds of a stream: ``start`` (trim) to ``tail.next``; None if it does not exist."""
+    """Stable bounds of a stream: ``start`` (trim) to its last stable offset (``tail.next``
+    without open transactions); None if it does not exist."""
     stream_id = await view.stream_id(meta, stream)
     if stream_id is None:
         return None
-    start, end = await view.bounds(meta, stream_id)
-    return StreamRange(topic, partition, stream, stream_id, start, end)
+    start, end = await view.bounds(meta, stream_id)  # the tail first: then the LSO is at most it
+    txns = await read_view(meta, stream_id, end)
+    return StreamRange(topic, partition, stream, stream_id, start, max(start, txns.lso),
+                       tuple(txns.aborted(start, txns.lso)))
 
 
 class TopicNotFound(LookupError):
@@ -99,10 +112,12 @@ def _runs_of_times(micros: list[int | None]) -> Iterator[datetime | None]:
         yield converted
 
 
-def entry_rows(topic: str, partition: int, base: int, data: bytes | memoryview) -> Iterator[tuple]:
-    """The rows of one stored entry whose first record is at offset ``base`` (``record_values``)."""
+def entry_rows(topic: str, partition: int, base: int, data: bytes | memoryview,
+               aborted: TxnView | None = None) -> Iterator[tuple]:
+    """The rows of one stored entry whose first record is at offset ``base`` (``record_values``);
+    none if ``aborted`` says it belongs to an aborted transaction."""
     values = RecordColumns()
-    values.add_entry(base, data)
+    values.add_entry(base, data, aborted)
     return zip(repeat(topic), repeat(partition), values.offset, _runs_of_times(values.publish),
                map(_time, values.event), values.key, values.value, values.properties, values.producer)
 
@@ -111,11 +126,12 @@ async def read_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -
     """The rows of offsets ``[r.start, r.end)``, a list per read (about 8 MiB of entries)."""
     reader = StreamReader(meta, objects, TailCache(), BlockCache(_READ_BYTES * 2))
     offset = r.start
+    aborted = r.txn_view()
     while offset < r.end:
         entries = await reader.read(r.stream_id, offset, r.end, _READ_BYTES)
         if not entries:
             break
-        batch = [row for e in entries for row in entry_rows(r.topic, r.partition, e.base_offset, e.data)
+        batch = [row for e in entries for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
                  if r.start <= row[2] < r.end]
         offset = entries[-1].end_offset
         yield batch

@@ -18,8 +18,8 @@ Options (case-insensitive):
 
 * ``startingOffset`` / ``endingOffset``: ``earliest`` / ``latest`` (the defaults), one
   offset for every partition, or JSON per partition (``{"0": 10, "1": 20}``, ``"-1"`` for a
-  non-partitioned topic). The end is exclusive; both are clamped to the committed range
-  (trim start, tail) seen when the query is planned.
+  non-partitioned topic). The end is exclusive; both are clamped to the stable range
+  (trim start, last stable offset: ``latest``) seen when the query is planned.
 * ``startingTimestamp``: ms since the epoch; each partition is read from its first
   record published at or after it (``pruning.offset_for_time``); not with startingOffset.
 * ``recordsPerPartition`` (default 100000): offsets per Spark input partition; each
@@ -30,7 +30,9 @@ publish_time and event_time prune what is read (``pruning.py``).
 
 Reading a topic that does not exist raises ``rows.TopicNotFound`` (the message names it).
 The planner and the tasks talk to the metadata store and the object store directly; no
-broker is involved, and only committed records (those the tail record covers) are read.
+broker is involved, and only committed records (those the tail record covers) are read:
+below the last stable offset (the first offset of the oldest open transaction, else the
+tail), and never a record of an aborted transaction (``rows.py``).
 Writes go through a broker (``serviceUrl``).
 """
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import AsyncIterator, Iterator, Mapping
 
@@ -297,8 +300,12 @@ async def _plan(reader: "NereusReader") -> tuple[list[_rows.StreamRange], _colum
 
 def split_range(bounds: _rows.StreamRange, lo: int, hi: int, chunk: int) -> list[_rows.StreamRange]:
     """Offsets ``[lo, hi)`` of the stream of ``bounds`` in ranges of at most ``chunk`` offsets."""
-    return [_rows.StreamRange(bounds.topic, bounds.partition, bounds.stream, bounds.stream_id, first,
-                              min(first + chunk, hi)) for first in range(lo, hi, chunk)]
+    out = []
+    for first in range(lo, hi, chunk):
+        end = min(first + chunk, hi)
+        aborted = tuple(a for a in bounds.aborted if a[1] < end and a[2] >= first)
+        out.append(replace(bounds, start=first, end=end, aborted=aborted))
+    return out
 
 
 def records_per_partition(options: Mapping[str, str]) -> int:
@@ -370,6 +377,7 @@ async def _versioned_rows(meta, objects, r: _rows.StreamRange) -> AsyncIterator[
 
     reader = StreamReader(meta, objects, TailCache(), BlockCache(_READ_BYTES * 2))
     offset = r.start
+    aborted = r.txn_view()
     while offset < r.end:
         entries = await reader.read(r.stream_id, offset, r.end, _READ_BYTES)
         if not entries:
@@ -377,7 +385,8 @@ async def _versioned_rows(meta, objects, r: _rows.StreamRange) -> AsyncIterator[
         batch = []
         for e in entries:
             version = _schema_version(e.data)
-            batch.extend((row, version) for row in _rows.entry_rows(r.topic, r.partition, e.base_offset, e.data)
+            batch.extend((row, version)
+                         for row in _rows.entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
                          if r.start <= row[2] < r.end)
         offset = entries[-1].end_offset
         yield batch

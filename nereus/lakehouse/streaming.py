@@ -7,8 +7,10 @@
 
 An offset of the stream is a JSON object: partition -> next offset (``"-1"`` for a
 non-partitioned topic), e.g. ``{"0": 120, "1": 98}``. A micro-batch reads
-``[start, end)`` of every partition, where ``end`` is each partition's committed tail
-(``tail.next``) when Spark asked for the latest offset. Partitions that appear later (a
+``[start, end)`` of every partition, where ``end`` is each partition's last stable offset
+(its committed tail ``tail.next``, or the first offset of its oldest open transaction) when
+Spark asked for the latest offset: the stream waits at an open transaction and moves on
+once it is decided; records of aborted transactions give no rows. Partitions that appear later (a
 partitioned topic given more partitions, or a stream first written after the query
 started) are read from their earliest offset.
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from ..storage import compacted_format
+from ..transactions.stream_index import TxnView
 from .record_values import RecordColumns
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -106,11 +107,12 @@ def _arrays(values: RecordColumns, partition: int) -> list[pa.Array]:
     return [pa.array(column, type=field.type) for column, field in zip(columns, RECORD_SCHEMA)]
 
 
-def build_table(partition: int, first: int, entries: Sequence[tuple[int, bytes | memoryview]]) -> pa.Table:
+def build_table(partition: int, first: int, entries: Sequence[tuple[int, bytes | memoryview]],
+                aborted: TxnView | None = None) -> pa.Table:
     """The rows of ``entries`` (the first at offset ``first``), each entry on its first record's row.
 
-    Entries without records (markers) ride with the row before them, or with the
-    first row. A range without any record gets one row that only carries entries
+    Entries without rows (markers, and records of transactions ``aborted`` lists) ride
+    with the row before them, or with the first row. A range without any record gets one row that only carries entries
     (offset = ``first``, every record column null). Record values come from
     ``record_values``, as the rows of ``rows.entry_rows`` do.
     """
@@ -120,7 +122,7 @@ def build_table(partition: int, first: int, entries: Sequence[tuple[int, bytes |
     base = first
     for count, data in entries:
         row = len(columns)
-        columns.add_entry(base, data)
+        columns.add_entry(base, data, aborted)
         if len(columns) > row:
             carried[row] = waiting + [(count, data)]
             waiting = []

@@ -104,8 +104,13 @@ class CompactionResult:
 
 
 async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGET_BYTES,
-               min_bytes: int = 1, max_age_seconds: float | None = None) -> list[CompactionPlan]:
+               min_bytes: int = 1, max_age_seconds: float | None = None,
+               stable_offset: int | None = None) -> list[CompactionPlan]:
     """Runs of uncompacted groups below ``tail.pending``, about ``target_bytes`` each.
+
+    ``stable_offset``: the stream's last stable offset, read after its tail (the
+    transaction layer knows it): nothing at or past it is planned, since an open
+    transaction there may still abort and its records must then give no rows.
 
     A run ends at a compacted group; the last run is kept only if it has at least
     ``min_bytes``, or its oldest slice was committed ``max_age_seconds`` ago (small
@@ -118,6 +123,8 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
         return []
     tail = Tail.decode(tail_rec.value)
     limit = tail.pending[0].base if tail.pending else tail.next
+    if stable_offset is not None:
+        limit = min(limit, stable_offset)
     start_rec = await meta.get(records.start_key(stream_id), partition_key=partition)
     start = records.decode(start_rec.value).get("start", 0) if start_rec is not None else 0
     lo, hi = records.index_range(stream_id, start)

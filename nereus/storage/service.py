@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
@@ -64,6 +65,9 @@ class StreamStorage:
         self._tail_reread: set[int] = set()  # changed again while its read was in flight
         self.tail_watch = TailWatch(meta, on_change=self._tail_changed, on_gone=self._tail_gone,
                                     on_reset=self._recheck_all)
+        # Called as ``listener(stream_id, start)`` after a trim raised a start offset (the
+        # transaction layer drops the aborted ranges of trimmed records); failures are logged.
+        self.trim_listeners: list[Callable[[int, int], Awaitable[None]]] = []
 
     # -- names ---------------------------------------------------------------------------
     async def create_stream(self, name: str) -> int:
@@ -160,6 +164,11 @@ class StreamStorage:
             partition_key=records.stream_partition(stream_id),
         )
         start = records.decode(result.value)["start"]
+        for listener in list(self.trim_listeners):
+            try:
+                await listener(stream_id, start)
+            except Exception as exc:  # the trim stands; the next trim or abort marker retries
+                log.warning("stream %d: a trim listener failed at start %d: %s", stream_id, start, exc)
         # Groups overlapping tail.pending stay: a group write in flight (or one a new
         # session makes from the tail) could otherwise resurrect them after release.
         limit = min(start, tail.pending[0].base if tail.pending else tail.next)

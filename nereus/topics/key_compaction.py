@@ -13,7 +13,9 @@ What a key and a tombstone are, per protocol:
 - Kafka: the record key; a null value is a tombstone (an empty value is a value).
 
 Records without a key are kept in the view (Pulsar keeps them; Kafka refuses them
-on compacted topics at produce time). On Kafka compact topics a tombstone stays for
+on compacted topics at produce time). Transactions: a view never reaches past the
+stream's last stable offset, and records of aborted transactions, like markers, give
+no keys (they neither survive nor replace an earlier value of their key). On Kafka compact topics a tombstone stays for
 ``delete.retention.ms`` (default 24 h) past its timestamp, so a reader that was behind
 still learns of it; Pulsar's compactor drops the key at once (the admin layer says which).
 """
@@ -190,31 +192,44 @@ class KeyCompactor:
         """Build the view of ``topic`` up to its committed end now, or with ``min_lag_ms``
         (Kafka's ``min.compaction.lag.ms``) up to the first slice committed less than that
         long ago (raises CompactionConflict)."""
+        from ..transactions.stream_index import read_view  # the transactions layer builds on this one
+
         sid = await self.storage.stream_id(topic)
         tail = await self.storage.tail(sid)
+        txns = await read_view(self.meta, sid, tail.next)  # after the tail: the LSO is at most it
         horizon, size = tail.next, tail.size
-        if min_lag_ms > 0:
-            horizon, size = await self._lagged_horizon(sid, tail, int(time.time() * 1000) - min_lag_ms)
+        cutoff = int(time.time() * 1000) - min_lag_ms if min_lag_ms > 0 else None
+        if cutoff is not None or txns.lso < tail.next:
+            horizon, size = await self._lagged_horizon(sid, tail, cutoff, txns.lso)
+        extract = entry_keys
+        if txns.aborted(0, horizon):
+            def extract(base: int, data: memoryview) -> EntryKeys:
+                header, _ = decode_entry(data)
+                if header.flags & EntryFlags.TRANSACTIONAL and txns.is_aborted(header.producer_id, base):
+                    return [], [], [], []
+                return entry_keys(base, data)
         async with lease(self.meta, sid, self.owner):
-            result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, entry_keys,
+            result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, extract,
                                           horizon=horizon, delete_retention_ms=delete_retention_ms,
                                           lease_owner=self.owner, stream_size=size, shrink=shrink_entry)
         if self.on_built is not None:
             self.on_built(sid)
         return result
 
-    async def _lagged_horizon(self, stream_id: int, tail, cutoff_ms: int) -> tuple[int, int]:
-        """(offset, stream size there) of the first slice above the view committed after ``cutoff_ms``."""
+    async def _lagged_horizon(self, stream_id: int, tail, cutoff_ms: int | None,
+                              stable: int) -> tuple[int, int]:
+        """(offset, stream size there) of the first slice above the view committed after ``cutoff_ms``
+        (None: any time) or reaching the last stable offset ``stable``."""
         start = (await key_view.state(self.meta, stream_id)).horizon
         lo, hi = records.index_range(stream_id, start)
         seen = set()
         async for rec in self.meta.range_scan(lo, hi, partition_key=records.stream_partition(stream_id)):
             for entry in records.decode_group(rec.value):
                 seen.add(entry.base)
-                if entry.last >= start and entry.timestamp > cutoff_ms:
+                if entry.last >= start and _stops(entry, cutoff_ms, stable):
                     return entry.base, entry.size_before
         for entry in tail.pending:
-            if entry.base not in seen and entry.last >= start and entry.timestamp > cutoff_ms:
+            if entry.base not in seen and entry.last >= start and _stops(entry, cutoff_ms, stable):
                 return entry.base, entry.size_before
         return tail.next, tail.size
 
@@ -223,6 +238,11 @@ class KeyCompactor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _stops(entry, cutoff_ms: int | None, stable: int) -> bool:
+    """Whether a view must end before this slice: too young, or not all stable."""
+    return entry.last >= stable or (cutoff_ms is not None and entry.timestamp > cutoff_ms)
 
 
 class KeyViews:

@@ -113,6 +113,39 @@ class TxnView:
         return False
 
 
+async def read_index(meta: MetadataStore, stream_id: int) -> StreamIndex:
+    """A stream's index read from the metadata plane, uncached (for jobs outside a broker).
+
+    Open records are read before aborted ones: a transaction that completes in between
+    is then either still open (the LSO stays below its records) or listed as aborted
+    (``complete`` lists it before it stops being open).
+    """
+    part = stream_partition(stream_id)
+    opened: dict[int, tuple[int, int]] = {}
+    async for rec in meta.range_scan(f"{part}/open/", f"{part}/open/\U0010ffff", partition_key=part):
+        value = json.loads(rec.value)
+        opened[int(rec.key.rsplit("/", 1)[1])] = (value["first"], value.get("epoch", -1))
+    aborted = []
+    async for rec in meta.range_scan(f"{part}/aborted/", f"{part}/aborted/\U0010ffff", partition_key=part):
+        value = json.loads(rec.value)
+        aborted.append(AbortedRange(value["pid"], value["first"], value["last"]))
+    if not opened and not aborted:
+        return EMPTY_INDEX
+    aborted.sort(key=lambda r: r.last)
+    return StreamIndex(opened, tuple(aborted))
+
+
+async def read_view(meta: MetadataStore, stream_id: int, high_watermark: int) -> TxnView:
+    """``TxnView`` of a stream from an uncached read (read ``high_watermark`` BEFORE calling)."""
+    return TxnView(await read_index(meta, stream_id), high_watermark)
+
+
+def aborted_view(ranges, high_watermark: int = 0) -> TxnView:
+    """A ``TxnView`` of given aborted ``(pid, first, last)`` ranges only (what a planned read carries)."""
+    return TxnView(StreamIndex({}, tuple(sorted((AbortedRange(*r) for r in ranges), key=lambda r: r.last))),
+                   high_watermark)
+
+
 class StreamTransactions:
     """The transaction index of every stream, cached per broker and invalidated by notifications."""
 
@@ -183,6 +216,13 @@ class StreamTransactions:
                                      partition_key=stream_partition(stream_id))
         self._invalidate(stream_id)
 
+    async def trimmed(self, stream_id: int, start_offset: int) -> None:
+        """After a trim to ``start_offset``: forget the aborted ranges it emptied, if any (a
+        stream without them costs the cached index read only; a storage trim listener)."""
+        index = await self.index(stream_id)
+        if index.aborted and index.aborted[0].last < start_offset:
+            await self.forget_aborted_before(stream_id, start_offset)
+
     async def forget_stream(self, stream_id: int) -> None:
         """Drop a deleted stream's whole index."""
         part = stream_partition(stream_id)
@@ -209,19 +249,7 @@ class StreamTransactions:
 
     async def _read(self, stream_id: int) -> StreamIndex:
         self.reads += 1
-        part = stream_partition(stream_id)
-        opened: dict[int, tuple[int, int]] = {}
-        async for rec in self.meta.range_scan(f"{part}/open/", f"{part}/open/\U0010ffff", partition_key=part):
-            value = json.loads(rec.value)
-            opened[int(rec.key.rsplit("/", 1)[1])] = (value["first"], value.get("epoch", -1))
-        aborted = []
-        async for rec in self.meta.range_scan(f"{part}/aborted/", f"{part}/aborted/\U0010ffff", partition_key=part):
-            value = json.loads(rec.value)
-            aborted.append(AbortedRange(value["pid"], value["first"], value["last"]))
-        if not opened and not aborted:
-            return EMPTY_INDEX
-        aborted.sort(key=lambda r: r.last)
-        return StreamIndex(opened, tuple(aborted))
+        return await read_index(self.meta, stream_id)
 
     # -- invalidation ----------------------------------------------------------------------
     def add_listener(self, callback: Callable[[int], None]) -> None:
@@ -285,5 +313,5 @@ class StreamTransactions:
             await asyncio.gather(task, return_exceptions=True)
 
 
-__all__ = ["AbortedRange", "OPEN_INDEX", "OpenTransaction", "STREAM_ROOT", "StreamIndex", "StreamTransactions", "TxnView", "aborted_key", "open_key",
+__all__ = ["AbortedRange", "aborted_view", "read_index", "read_view", "OPEN_INDEX", "OpenTransaction", "STREAM_ROOT", "StreamIndex", "StreamTransactions", "TxnView", "aborted_key", "open_key",
            "stream_partition"]
