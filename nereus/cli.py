@@ -147,6 +147,10 @@ def _broker_options(command):
                      show_default=True,
                      help="Bytes of requests one connection may have waiting for answers; its socket is not "
                           "read beyond that (back-pressure)."),
+        click.option("--max-pending-bytes-per-broker", type=click.IntRange(1 << 16), default=256 << 20,
+                     show_default=True,
+                     help="Bytes of requests all Pulsar and Kafka connections together may have waiting for "
+                          "answers; past it, connections are not read until half of it is answered."),
         click.option("--max-pending-publish-requests-per-connection", type=click.IntRange(1), default=1000,
                      show_default=True,
                      help="Pulsar SENDs one connection may have waiting for storage before its socket is not "
@@ -316,7 +320,8 @@ def _options_of(kwargs: dict):
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],
         max_connections_per_ip=kwargs["max_connections_per_ip"], frame_read_timeout=kwargs["frame_read_timeout"],
         max_pending_bytes=kwargs["max_pending_bytes_per_connection"],
-        max_pending_publish_requests=kwargs["max_pending_publish_requests_per_connection"])
+        max_pending_publish_requests=kwargs["max_pending_publish_requests_per_connection"],
+        max_pending_bytes_per_broker=kwargs["max_pending_bytes_per_broker"])
 
 
 def _auth_settings(kwargs: dict):

@@ -13,6 +13,10 @@ received and not yet answered): its socket is not read while it has more, so a
 client sending faster than storage keeps up waits in its own buffers (TCP
 back-pressure), not in the broker's memory. Pulsar's count of pending SENDs
 (``maxPendingPublishRequestsPerConnection``, default 1000) applies the same way.
+``PendingBudget`` (``maxPendingBytesPerBroker``) bounds the sum over every Pulsar and
+Kafka connection of the broker: past it, a connection that receives more is not read
+until the total is back below half, so many connections each within their own limit
+cannot together exhaust memory.
 """
 
 from __future__ import annotations
@@ -27,10 +31,49 @@ log = logging.getLogger(__name__)
 DEFAULT_FRAME_READ_TIMEOUT = 30.0
 DEFAULT_MAX_PENDING_BYTES = 16 << 20
 DEFAULT_MAX_PENDING_PUBLISH_REQUESTS = 1000
+DEFAULT_MAX_PENDING_BYTES_PER_BROKER = 256 << 20
 # Bytes written to a client and not yet taken by its socket, past which that client's
 # requests are not read until it catches up (as a Kafka broker mutes such a channel).
 WRITE_BUFFER_HIGH = 1 << 20
 _REFUSAL_LOG_INTERVAL = 60.0
+
+
+class PendingBudget:
+    """Bytes pending over all the connections of a broker, and the connections waiting for room."""
+
+    def __init__(self, limit: int = DEFAULT_MAX_PENDING_BYTES_PER_BROKER) -> None:
+        if limit < 1:
+            raise ValueError("maxPendingBytesPerBroker must be >= 1")
+        self.limit = limit
+        self.total = 0
+        self.pauses = 0  # connections stopped because of this budget (a counter, for tests and logs)
+        self._waiting: dict[object, object] = {}  # connection -> its resume callback
+
+    @property
+    def over(self) -> bool:
+        return self.total >= self.limit
+
+    def add(self, size: int) -> None:
+        self.total += size
+
+    def remove(self, size: int) -> None:
+        self.total -= size
+        if self._waiting and self.total < self.limit // 2:
+            waiting, self._waiting = self._waiting, {}
+            for resume in waiting.values():
+                resume()
+
+    def wait(self, connection, resume) -> None:
+        """Call ``resume()`` once the total is back below half the limit."""
+        if connection not in self._waiting:
+            self.pauses += 1
+            if self.pauses == 1 or self.pauses % 1000 == 0:
+                log.warning("%d bytes pending over all connections (maxPendingBytesPerBroker %d): "
+                            "connections are not read until half of it is answered", self.total, self.limit)
+        self._waiting[connection] = resume
+
+    def forget(self, connection) -> None:
+        self._waiting.pop(connection, None)
 
 
 class ConnectionLimits:
@@ -39,7 +82,8 @@ class ConnectionLimits:
     def __init__(self, max_connections_per_ip: int = 0,
                  frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT, *, protocol: str = "",
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS) -> None:
+                 max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS,
+                 budget: PendingBudget | None = None) -> None:
         if max_connections_per_ip < 0:
             raise ValueError("maxConnectionsPerIp must be >= 0")
         if frame_read_timeout <= 0:
@@ -47,6 +91,7 @@ class ConnectionLimits:
         if max_pending_bytes < 1 or max_pending_publish_requests < 1:
             raise ValueError("the pending bytes and publish requests limits must be >= 1")
         self.max_pending_bytes = max_pending_bytes
+        self.budget = budget or PendingBudget()  # shared by every protocol of the broker
         self.max_pending_publish_requests = max_pending_publish_requests
         self.max_connections_per_ip = max_connections_per_ip
         self.frame_read_timeout = frame_read_timeout
@@ -107,4 +152,5 @@ def peer_ip(transport) -> str:
 
 
 __all__ = ["ConnectionLimits", "DEFAULT_FRAME_READ_TIMEOUT", "DEFAULT_MAX_PENDING_BYTES",
-           "DEFAULT_MAX_PENDING_PUBLISH_REQUESTS", "FrameTimer", "WRITE_BUFFER_HIGH", "peer_ip"]
+           "DEFAULT_MAX_PENDING_BYTES_PER_BROKER", "DEFAULT_MAX_PENDING_PUBLISH_REQUESTS", "FrameTimer",
+           "PendingBudget", "WRITE_BUFFER_HIGH", "peer_ip"]

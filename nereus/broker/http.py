@@ -7,6 +7,8 @@ import logging
 from aiohttp import http_exceptions, web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from ..http_limits import GuardedSite
+from ..net_limits import ConnectionLimits
 from . import admin, authentication, authorization, console
 from .admin import health
 
@@ -45,27 +47,31 @@ def build_app(authenticator=None, authorizer=None) -> web.Application:
     return app
 
 
-async def start_http(host: str, port: int, *, authenticator=None, authorizer=None) -> web.AppRunner:
+async def start_http(host: str, port: int, *, authenticator=None, authorizer=None,
+                     limits: ConnectionLimits | None = None) -> web.AppRunner:
     """Start serving; returns the runner to ``cleanup()`` at shutdown.
 
-    The admin API answers 503 until ``attach_admin`` gives it the running services.
+    The admin API answers 503 until ``attach_admin`` gives it the running services;
+    ``limits``: connections per IP and the request header timeout (``nereus.http_limits``).
     """
     server_log = logging.getLogger("aiohttp.server")
     if _bad_requests_filter not in server_log.filters:
         server_log.addFilter(_bad_requests_filter)
     runner = web.AppRunner(build_app(authenticator, authorizer), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await GuardedSite(runner, host, port, limits=limits or ConnectionLimits(protocol="http")).start()
     return runner
 
 
-async def add_https(runner: web.AppRunner, host: str, port: int, context) -> int:
+async def add_https(runner: web.AppRunner, host: str, port: int, context,
+                    limits: ConnectionLimits | None = None) -> int:
     """Serve the same application over HTTPS on ``host:port`` too (``context``: the server's SSLContext).
 
     Returns the bound port.
     """
     before = {address[1] for address in runner.addresses}
-    await web.TCPSite(runner, host, port, ssl_context=context).start()
+    await GuardedSite(runner, host, port, ssl_context=context,
+                      limits=limits or ConnectionLimits(protocol="http")).start()
     return port or next(address[1] for address in runner.addresses if address[1] not in before)
 
 

@@ -22,7 +22,8 @@ from ..auth import Authenticator, AuthSettings
 from ..auth.authorization import Authorizer
 from ..kafka.server import KafkaService
 from ..meta import MetadataStore
-from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_PUBLISH_REQUESTS,
+from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_BYTES_PER_BROKER,
+                          DEFAULT_MAX_PENDING_PUBLISH_REQUESTS, PendingBudget,
                           ConnectionLimits)
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
@@ -74,11 +75,12 @@ class BrokerOptions:
     frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT  # seconds a started frame may take to arrive whole
     max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES  # per connection: its socket is not read beyond
     max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS  # Pulsar SENDs per connection
+    max_pending_bytes_per_broker: int = DEFAULT_MAX_PENDING_BYTES_PER_BROKER  # over all Pulsar and Kafka connections
 
-    def connection_limits(self, protocol: str) -> ConnectionLimits:
+    def connection_limits(self, protocol: str, budget: PendingBudget | None = None) -> ConnectionLimits:
         return ConnectionLimits(self.max_connections_per_ip, self.frame_read_timeout, protocol=protocol,
                                 max_pending_bytes=self.max_pending_bytes,
-                                max_pending_publish_requests=self.max_pending_publish_requests)
+                                max_pending_publish_requests=self.max_pending_publish_requests, budget=budget)
     log_dir: Path | None = None  # the compaction worker's log; default: ./logs
     authentication: AuthSettings = AuthSettings()  # authenticationEnabled and the providers' settings
     pulsar_tls_port: int | None = None  # brokerServicePortTls (pulsar+ssl://); None: no TLS listener
@@ -219,9 +221,11 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     authorizer = Authorizer(meta, options.authentication.super_user_roles,
                             wildcards=options.authentication.authorization_wildcards) \
         if authenticator is not None and options.authentication.authorization_enabled else None
+    budget = PendingBudget(options.max_pending_bytes_per_broker)  # one for every protocol's connections
+    http_limits = options.connection_limits("http")
     http = await bind_listener("http", options.bind, options.http_port,
                                start_http(options.bind, options.http_port, authenticator=authenticator,
-                                          authorizer=authorizer))
+                                          authorizer=authorizer, limits=http_limits))
     stack.push_async_callback(http.cleanup)
     http_port = http.addresses[0][1] if options.http_port == 0 else options.http_port
     log.info("http listener on %s:%d (admin REST, lookup, metrics)", options.bind, http_port)
@@ -229,7 +233,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     https_port = None
     if options.http_tls_port is not None:
         https_port = await bind_listener("https", options.bind, options.http_tls_port,
-                                         add_https(http, options.bind, options.http_tls_port, tls_context))
+                                         add_https(http, options.bind, options.http_tls_port, tls_context,
+                                                   limits=http_limits))
         log.info("https listener on %s:%d", options.bind, https_port)
     starting = StartingPlacement(BrokerAddress("starting", -1, options.zone, "", host, 0, ""))
     auto_creation = AutoCreation(options.auto_topic_creation, options.auto_topic_creation_type,
@@ -241,7 +246,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
                            registry=registry, authenticator=authenticator, authorizer=authorizer,
-                           limits=options.connection_limits("pulsar"), **sizes)
+                           limits=options.connection_limits("pulsar", budget), **sizes)
     # Bound now; clients are accepted once the broker registered.
     await bind_listener("pulsar", options.bind, options.pulsar_port, pulsar.start(serve=False))
     stack.push_async_callback(pulsar.stop)
@@ -253,7 +258,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
-                         sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka"),
+                         sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka", budget),
                          anonymous_role=authenticator.anonymous_role if authenticator is not None else None,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))

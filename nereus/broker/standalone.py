@@ -77,7 +77,8 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         engine = open_engine(str(config.data_dir / "meta"), shards=config.metadata_shards)
         stack.push_async_callback(engine.close)
         oxia = await bind_listener("oxia", options.bind, config.oxia_port,
-                                   start_oxia_server(engine, options.bind, config.oxia_port))
+                                   start_oxia_server(engine, options.bind, config.oxia_port,
+                                                     limits=options.connection_limits("oxia")))
         stack.push_async_callback(oxia.stop)
         metadata_url = f"oxia://{advertised(options.bind, None)}:{oxia.port}"
         meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}",
@@ -150,7 +151,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     args += ["--max-connections-per-ip", str(opts.max_connections_per_ip),
              "--frame-read-timeout", str(opts.frame_read_timeout),
              "--max-pending-bytes-per-connection", str(opts.max_pending_bytes),
-             "--max-pending-publish-requests-per-connection", str(opts.max_pending_publish_requests)]
+             "--max-pending-publish-requests-per-connection", str(opts.max_pending_publish_requests),
+             "--max-pending-bytes-per-broker", str(opts.max_pending_bytes_per_broker)]
     args += opts.authentication.as_args()
     if opts.sasl is not None:
         args += ["--sasl-mechanisms", ",".join(opts.sasl.mechanisms)]

@@ -1,4 +1,4 @@
-"""maxConnectionsPerIp and the slow-frame guard on a real standalone's Pulsar and Kafka ports."""
+"""maxConnectionsPerIp and the slow-frame guard on a real standalone's Pulsar, Kafka, HTTP and Oxia ports."""
 
 from __future__ import annotations
 
@@ -79,27 +79,79 @@ def _pulsar_answers(sock: socket.socket, connect: bool = True) -> bool:
         return False
 
 
+HTTP_REQUEST = b"GET /admin/v2/clusters HTTP/1.1\r\nHost: nereus\r\n\r\n"
+
+
+def _http_answers(sock: socket.socket, connect: bool = True) -> bool:
+    """One keep-alive GET and its whole answer; False when the broker closed the connection."""
+    try:
+        sock.sendall(HTTP_REQUEST)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += _read(sock, 1)
+        length = next(int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+                      if line.startswith(b"content-length:"))
+        _read(sock, length)
+        return head.startswith(b"HTTP/1.1 200")
+    except (ConnectionError, OSError, StopIteration):
+        return False
+
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _h2_frame(kind: int, flags: int = 0, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + b"\0\0\0\0" + payload
+
+
+def _oxia_answers(sock: socket.socket, connect: bool = True) -> bool:
+    """HTTP/2 (gRPC): the preface and SETTINGS (or a PING), until the server's SETTINGS (or PING ack)."""
+    try:
+        sock.sendall((H2_PREFACE + _h2_frame(4)) if connect else _h2_frame(6, 0, b"12345678"))
+        while True:
+            header = _read(sock, 9)
+            _read(sock, int.from_bytes(header[:3], "big"))
+            if (header[3], header[4] & 1) == ((4, 0) if connect else (6, 1)):
+                return True
+    except (ConnectionError, OSError):
+        return False
+
+
+ANSWERS = {"kafka": _kafka_answers, "pulsar": _pulsar_answers, "http": _http_answers, "oxia": _oxia_answers}
+#: A frame (or request header) cut 3 bytes short.
+PARTIAL = {"kafka": (struct.pack(">i", len(API_VERSIONS)) + API_VERSIONS)[:-3],
+           "pulsar": _pulsar_frame(pb.CommandPing())[:-3],
+           "http": HTTP_REQUEST[:-3],
+           "oxia": _h2_frame(6, 0, b"12345678")[:-3]}
+
+
 def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closes the connection (what it still sends first, such as HTTP/2
+    acknowledgements, is read past)."""
     sock.settimeout(20)
     try:
-        return sock.recv(1) == b""
+        while sock.recv(4096):
+            pass
+        return True
     except ConnectionResetError:
         return True
+    except socket.timeout:
+        return False
 
 
-@pytest.mark.parametrize("protocol", ["kafka", "pulsar"])
+@pytest.mark.parametrize("protocol", ["kafka", "pulsar", "http", "oxia"])
 def test_one_connection_over_the_per_ip_limit_is_refused(server, protocol):
-    port = server.ports["kafka"] if protocol == "kafka" else server.pulsar_port
-    answers = _kafka_answers if protocol == "kafka" else _pulsar_answers
+    port = server.ports[protocol]
+    answers = ANSWERS[protocol]
     socks = [_connect(port) for _ in range(LIMIT)]
     assert all(answers(s) for s in socks)
     extra = _connect(port)  # accepted by the kernel, closed by the broker
     assert _closed_by_server(extra)
     extra.close()
-    if protocol == "pulsar":
-        assert all(answers(s, connect=False) for s in socks)  # the admitted ones keep working
-    else:
+    if protocol == "kafka":
         assert all(answers(s) for s in socks)
+    else:
+        assert all(answers(s, connect=False) for s in socks)  # the admitted ones keep working
     socks.pop().close()
 
     def one_more_admitted() -> bool:
@@ -115,10 +167,10 @@ def test_one_connection_over_the_per_ip_limit_is_refused(server, protocol):
     assert "maxConnectionsPerIp" in server.log.read_text()
 
 
-@pytest.mark.parametrize("protocol", ["kafka", "pulsar"])
+@pytest.mark.parametrize("protocol", ["kafka", "pulsar", "http", "oxia"])
 def test_a_stalled_partial_frame_is_closed_while_a_normal_client_keeps_working(server, protocol):
-    port = server.ports["kafka"] if protocol == "kafka" else server.pulsar_port
-    answers = _kafka_answers if protocol == "kafka" else _pulsar_answers
+    port = server.ports[protocol]
+    answers = ANSWERS[protocol]
 
     def admitted() -> socket.socket:
         holder = []
@@ -135,14 +187,9 @@ def test_a_stalled_partial_frame_is_closed_while_a_normal_client_keeps_working(s
 
     normal = admitted()
     slow = admitted()
-    frame = (struct.pack(">i", len(API_VERSIONS)) + API_VERSIONS if protocol == "kafka"
-             else _pulsar_frame(pb.CommandPing()))
-    slow.sendall(frame[:len(frame) - 3])  # and then nothing
+    slow.sendall(PARTIAL[protocol])  # and then nothing
     assert _closed_by_server(slow)
     slow.close()
-    if protocol == "pulsar":
-        assert _pulsar_answers(normal, connect=False)
-    else:
-        assert _kafka_answers(normal)
+    assert answers(normal) if protocol == "kafka" else answers(normal, connect=False)
     normal.close()
     assert "after its first bytes" in server.log.read_text()

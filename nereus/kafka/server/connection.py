@@ -56,6 +56,8 @@ class KafkaConnection(asyncio.Protocol):
         self._admitted_ip: str | None = None  # counted in service.limits while open
         self._frame_timer = FrameTimer(service.limits, self.protocol_error)
         self._muted_until = 0.0  # loop time until which a quota keeps the connection muted
+        self._budget = service.limits.budget  # the broker's pending bytes over all connections
+        self._budget_released = False
 
     # -- transport callbacks --------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -80,6 +82,9 @@ class KafkaConnection(asyncio.Protocol):
             return  # refused at accept: nothing was set up
         self.service.limits.release(self._admitted_ip)
         self._admitted_ip = None
+        self._budget.forget(self)
+        self._budget_released = True  # what it had pending leaves the broker's total now
+        self._budget.remove(self._pending_bytes)
         self.service.connections.discard(self)
         self._wake.set()
         if self._task is not None:
@@ -106,10 +111,13 @@ class KafkaConnection(asyncio.Protocol):
                 break
             self._requests.append(bytes(self._buf[4:4 + size]))
             self._pending_bytes += 4 + size
+            self._budget.add(4 + size)
             del self._buf[:4 + size]
         completed = len(self._requests) > queued
         if self._requests:
             self._wake.set()
+            if self._budget.over:
+                self._budget.wait(self, self._maybe_resume)
             if self._over_limit() and not self._paused:
                 self._paused = True
                 self._frame_timer.cancel()  # a frame we stopped reading is not the client's delay
@@ -171,7 +179,7 @@ class KafkaConnection(asyncio.Protocol):
                 log.exception("kafka: request from %s failed", self.peer)
                 self.close()
                 return
-            self._pending_bytes -= self._dispatching  # answered by nothing (acks=0, a closing error)
+            self._unpend(self._dispatching)  # answered by nothing (acks=0, a closing error)
             self._dispatching = 0
             self._maybe_resume()
 
@@ -239,9 +247,14 @@ class KafkaConnection(asyncio.Protocol):
         size, self._dispatching = self._dispatching, 0
         return head, fut, size
 
+    def _unpend(self, size: int) -> None:
+        self._pending_bytes -= size
+        if not self._budget_released:
+            self._budget.remove(size)
+
     def _over_limit(self) -> bool:
         return (len(self._requests) + len(self._responses) > MAX_PENDING
-                or self._pending_bytes > self.service.limits.max_pending_bytes)
+                or self._pending_bytes > self.service.limits.max_pending_bytes or self._budget.over)
 
     def pause_writing(self) -> None:
         self._write_blocked = True
@@ -257,7 +270,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _maybe_resume(self) -> None:
         if self._paused and not self.closed and not self._write_blocked \
-                and asyncio.get_running_loop().time() >= self._muted_until \
+                and asyncio.get_running_loop().time() >= self._muted_until and not self._budget.over \
                 and len(self._requests) + len(self._responses) < MAX_PENDING // 2 \
                 and self._pending_bytes < self.service.limits.max_pending_bytes // 2:
             self._paused = False
@@ -276,7 +289,7 @@ class KafkaConnection(asyncio.Protocol):
             if not fut.done():
                 return
             self._responses.popleft()
-            self._pending_bytes -= size
+            self._unpend(size)
             self._wake.set()  # a place for the next request
             if fut.cancelled():
                 continue

@@ -40,10 +40,12 @@ from ..embedded.store import (CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANG
 from ..errors import (InvalidRequest, MetadataError, NamespaceNotFound, SessionNotFound,
                       UnexpectedVersion)
 from ..keys import encode_key
+from ...net_limits import ConnectionLimits
 from . import convert as cv
 from .directory import ShardDirectory
 from .proto import client_pb2 as pb
 from .proto import service as pbg
+from .guard import OxiaGuard
 from .tls import OxiaTls
 
 log = logging.getLogger(__name__)
@@ -437,15 +439,18 @@ def _status(exc: BaseException) -> int:
 class OxiaServer:
     """A running Oxia-protocol server; ``address`` is what clients should dial."""
 
-    def __init__(self, server: aio.Server, servicer: OxiaServicer, port: int, address: str):
+    def __init__(self, server: aio.Server, servicer: OxiaServicer, port: int, address: str, guard=None):
         self._server = server
         self.servicer = servicer
         self.port = port
         self.address = address
+        self._guard = guard  # the public port's connection limits in front of gRPC (guard.py)
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop accepting calls; open calls get ``grace`` seconds. The engine stays open."""
         self.servicer.stopping.set()
+        if self._guard is not None:
+            await self._guard.stop()
         await self._server.stop(grace)
 
     async def wait_for_termination(self) -> None:
@@ -458,32 +463,41 @@ def _host_port(host: str, port: int) -> str:
 
 async def start_oxia_server(engine: Engine, host: str = "127.0.0.1", port: int = 6648, *,
                             advertised_address: str | None = None, namespaces: Iterable[str] = (),
-                            max_namespaces: int = DEFAULT_MAX_NAMESPACES, tls: OxiaTls | None = None) -> OxiaServer:
+                            max_namespaces: int = DEFAULT_MAX_NAMESPACES, tls: OxiaTls | None = None,
+                            limits: ConnectionLimits | None = None) -> OxiaServer:
     """Serve ``engine`` over Oxia's protocol on ``host:port`` (0: any free port).
 
     ``advertised_address`` is the ``host:port`` given to clients as shard leader;
     by default the bind address (the host name when binding every interface).
     ``namespaces`` exist besides ``default`` (and those created in earlier runs);
     clients may create ``max_namespaces`` others, no more. With ``tls`` the port
-    speaks TLS only (``tls.py``).
+    speaks TLS only (``tls.py``). With ``limits`` the port is served by ``guard.py``
+    (connections per IP, slow frames), relaying to gRPC on a loopback port.
     """
     credentials = tls.server_credentials() if tls is not None else None  # unreadable files fail first
     _check_port_free(host, port)
     # SO_REUSEPORT would let a second server bind the same port silently.
     server = aio.server(options=cv.GRPC_OPTIONS + [("grpc.so_reuseport", 0)])
-    bound = (server.add_insecure_port(_host_port(host, port)) if credentials is None
-             else server.add_secure_port(_host_port(host, port), credentials))
+    grpc_address = _host_port(host, port) if limits is None else "127.0.0.1:0"
+    bound = (server.add_insecure_port(grpc_address) if credentials is None
+             else server.add_secure_port(grpc_address, credentials))
     if not bound:
-        raise OSError(f"cannot bind the oxia listener to {_host_port(host, port)}")
+        raise OSError(f"cannot bind the oxia listener to {grpc_address}")
+    guard = None
+    if limits is not None:  # the public port first (a taken one fails here), relaying once gRPC runs
+        guard = OxiaGuard(limits, bound)
+        bound = await guard.bind(host, port)
     if advertised_address is None:
         adv_host = socket.gethostname() if host in ("", "0.0.0.0", "::", "[::]") else host
         advertised_address = _host_port(adv_host, bound)
     servicer = OxiaServicer(engine, advertised_address, namespaces=namespaces, max_namespaces=max_namespaces)
     pbg.add_to_server(servicer, server)
     await server.start()
+    if guard is not None:
+        await guard.serve()
     log.info("oxia protocol listening on %s%s (advertised as %s)", _host_port(host, bound),
              " over TLS" if tls is not None else "", advertised_address)
-    return OxiaServer(server, servicer, bound, advertised_address)
+    return OxiaServer(server, servicer, bound, advertised_address, guard)
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -101,6 +101,7 @@ class ServerConnection(asyncio.Protocol):
         if self._admitted_ip is None:
             return  # refused at accept: nothing was set up
         self.service.limits.release(self._admitted_ip)
+        self.service.limits.budget.forget(self)
         self._admitted_ip = None
         self.service.connections.discard(self)
         if self._keepalive is not None:
@@ -162,8 +163,11 @@ class ServerConnection(asyncio.Protocol):
         self.pending_sends += 1
         self.pending_send_bytes += size
         limits = self.service.limits
+        limits.budget.add(size)
+        if limits.budget.over:
+            limits.budget.wait(self, self._maybe_resume)
         if (self.pending_sends >= limits.max_pending_publish_requests
-                or self.pending_send_bytes >= limits.max_pending_bytes) \
+                or self.pending_send_bytes >= limits.max_pending_bytes or limits.budget.over) \
                 and not self._paused and self.transport is not None:
             self._paused = True
             self._frame_timer.cancel()  # a frame we stopped reading is not the client's delay
@@ -172,6 +176,7 @@ class ServerConnection(asyncio.Protocol):
     def send_finished(self, size: int = 0) -> None:
         self.pending_sends -= 1
         self.pending_send_bytes -= size
+        self.service.limits.budget.remove(size)
         self._maybe_resume()
 
     def pause_writing(self) -> None:
@@ -203,6 +208,7 @@ class ServerConnection(asyncio.Protocol):
     def _maybe_resume(self) -> None:
         limits = self.service.limits
         if self._paused and not self.closed and not self._write_blocked and self._rate_timer is None \
+                and not limits.budget.over \
                 and self.pending_sends < limits.max_pending_publish_requests // 2 \
                 and self.pending_send_bytes < limits.max_pending_bytes // 2:
             self._paused = False
