@@ -85,6 +85,9 @@ def _broker_options(command):
         click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True),
         click.option("--pulsar-port", type=click.IntRange(0, 65535), default=6650, show_default=True),
         click.option("--kafka-port", type=click.IntRange(0, 65535), default=9092, show_default=True),
+        click.option("--kafka-plaintext/--no-kafka-plaintext", default=True, show_default=True,
+                     help="The PLAINTEXT Kafka listener on --kafka-port (kafkaListeners without PLAINTEXT:// turns it "
+                          "off; another Kafka listener is then needed)."),
         click.option("--pulsar-tls-port", type=click.IntRange(0, 65535), default=None,
                      help="Pulsar over TLS (pulsar+ssl://; Pulsar's usual 6651). Default: none."),
         click.option("--https-port", type=click.IntRange(0, 65535), default=None,
@@ -300,6 +303,10 @@ def _options_of(kwargs: dict):
     from .broker.node import BrokerOptions
 
     listeners, internal, binds = _advertised_listeners(kwargs)
+    if not kwargs["kafka_plaintext"] and all(kwargs[name] is None for name in (
+            "kafka_ssl_port", "kafka_sasl_port", "kafka_sasl_ssl_port")):
+        raise click.UsageError("--no-kafka-plaintext (kafkaListeners without PLAINTEXT://) needs another Kafka "
+                               "listener: --kafka-ssl-port, --kafka-sasl-port or --kafka-sasl-ssl-port")
     return BrokerOptions(
         authentication=_auth_settings(kwargs),
         pulsar_tls_port=kwargs["pulsar_tls_port"], http_tls_port=kwargs["https_port"],
@@ -308,7 +315,8 @@ def _options_of(kwargs: dict):
         sasl=_sasl_settings(kwargs),
         advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds,
         bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
-        kafka_port=kwargs["kafka_port"], advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
+        kafka_port=kwargs["kafka_port"] if kwargs["kafka_plaintext"] else None,
+        advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
         broker_name=kwargs["broker_name"], cluster_name=kwargs["cluster_name"], gc_interval=kwargs["gc_interval"],
         gc_grace=kwargs["gc_grace"], gc_pending_timeout=kwargs["gc_pending_timeout"],
         compaction_interval=kwargs["compaction_interval"], compaction_max_age=kwargs["compaction_max_age"],
@@ -616,8 +624,37 @@ def kafka_user() -> None:
     """Kafka SASL users: SCRAM credentials in the metadata service (also used by SASL/PLAIN)."""
 
 
-_METADATA_OPTION = click.option("--metadata", default="oxia://127.0.0.1:6648", show_default=True,
-                                help="The cluster's metadata service (the standalone's --oxia-port).")
+def _metadata_options(command):
+    """--metadata and the TLS files to reach a metadata service that serves TLS only."""
+    for option in reversed((
+            click.option("--metadata", default="oxia://127.0.0.1:6648", show_default=True,
+                         help="The cluster's metadata service (the standalone's --oxia-port); oxia+tls://... "
+                              "or any --tls-* option: over TLS."),
+            click.option("--tls-trust-certs-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                         help="PEM CA certificates the metadata service's certificate must be signed by."),
+            click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                         help="PEM client certificate, for a service that requires one."),
+            click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                         help="PEM private key of --tls-cert-file."))):
+        command = option(command)
+    return command
+
+
+def _metadata_url(metadata: str, trust: str | None, cert: str | None, key: str | None) -> str:
+    """``metadata`` with the TLS files as its ``oxia+tls://`` query (unchanged when none is given)."""
+    from urllib.parse import quote
+
+    given = [(name, value) for name, value in (("trust", trust), ("cert", cert), ("key", key)) if value]
+    if not given:
+        return metadata
+    if (cert is None) != (key is None):
+        raise click.UsageError("--tls-cert-file and --tls-key-file go together")
+    if metadata.startswith("oxia://"):
+        metadata = "oxia+tls://" + metadata[len("oxia://"):]
+    if not metadata.startswith("oxia+tls://"):
+        raise click.UsageError(f"the --tls-* options need an oxia:// or oxia+tls:// --metadata URL, not {metadata!r}")
+    query = "&".join(f"{name}={quote(str(Path(value).resolve()))}" for name, value in given)
+    return f"{metadata}{'&' if '?' in metadata else '?'}{query}"
 
 
 async def _with_scram_store(metadata: str, work):
@@ -637,10 +674,13 @@ async def _with_scram_store(metadata: str, work):
               help="Repeatable. Default: both.")
 @click.option("--password", prompt=True, hide_input=True, help="Prompted for when not given.")
 @click.option("--iterations", type=click.IntRange(4096, 16384), default=8192, show_default=True)
-@_METADATA_OPTION
-def kafka_user_set(name: str, mechanisms: tuple[str, ...], password: str, iterations: int, metadata: str) -> None:
+@_metadata_options
+def kafka_user_set(name: str, mechanisms: tuple[str, ...], password: str, iterations: int, metadata: str,
+                   tls_trust_certs_file, tls_cert_file, tls_key_file) -> None:
     """Create or change a user's SCRAM credentials (stored salted and hashed, never the password)."""
     from .kafka.server.sasl_scram import credential_from_password
+
+    metadata = _metadata_url(metadata, tls_trust_certs_file, tls_cert_file, tls_key_file)
 
     async def work(store):
         for mechanism in mechanisms or ("SCRAM-SHA-256", "SCRAM-SHA-512"):
@@ -654,9 +694,12 @@ def kafka_user_set(name: str, mechanisms: tuple[str, ...], password: str, iterat
 @click.argument("name")
 @click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
               help="Repeatable. Default: both.")
-@_METADATA_OPTION
-def kafka_user_delete(name: str, mechanisms: tuple[str, ...], metadata: str) -> None:
+@_metadata_options
+def kafka_user_delete(name: str, mechanisms: tuple[str, ...], metadata: str, tls_trust_certs_file, tls_cert_file,
+                      tls_key_file) -> None:
     """Delete a user's SCRAM credentials."""
+    metadata = _metadata_url(metadata, tls_trust_certs_file, tls_cert_file, tls_key_file)
+
     async def work(store):
         return [m for m in mechanisms or ("SCRAM-SHA-256", "SCRAM-SHA-512") if await store.delete(name, m)]
 
@@ -667,9 +710,11 @@ def kafka_user_delete(name: str, mechanisms: tuple[str, ...], metadata: str) -> 
 
 
 @kafka_user.command("list")
-@_METADATA_OPTION
-def kafka_user_list(metadata: str) -> None:
+@_metadata_options
+def kafka_user_list(metadata: str, tls_trust_certs_file, tls_cert_file, tls_key_file) -> None:
     """Users and their SCRAM mechanisms and iterations."""
+    metadata = _metadata_url(metadata, tls_trust_certs_file, tls_cert_file, tls_key_file)
+
     async def work(store):
         return await store.users()
 

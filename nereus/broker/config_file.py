@@ -143,8 +143,8 @@ def _listeners(text: str) -> dict[str, tuple[str, int]]:
         if not 0 <= port <= 65535:
             raise ValueError("port out of range")
         out[protocol] = (host, port)
-    if "PLAINTEXT" not in out:
-        raise ValueError("expected a PLAINTEXT://host:port listener (besides any SSL or SASL one)")
+    if not out:
+        raise ValueError(f"expected PROTOCOL://host:port listeners ({', '.join(KAFKA_PROTOCOLS)})")
     return out
 
 
@@ -180,7 +180,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("bindAddresses", "bind_addresses", _text, doc="listener:pulsar://host:port,... more Pulsar ports to bind."),
     Key("webServicePort", "http_port", _int, doc="HTTP port (admin REST API, metrics)."),
     Key("brokerServicePort", "pulsar_port", _int, doc="Pulsar binary protocol port."),
-    Key("kafkaListeners", None, _listeners, doc="KoP: PLAINTEXT://host:port[,SSL://host:port] Kafka listeners."),
+    Key("kafkaListeners", None, _listeners,
+        doc="KoP: PLAINTEXT://host:port[,SSL://host:port,...] Kafka listeners (PLAINTEXT may be left out)."),
     Key("kafkaAdvertisedListeners", None, _listeners, doc="KoP: PLAINTEXT://host:port told to Kafka clients."),
     Key("saslAllowedMechanisms", "sasl_mechanisms", _mechanisms,
         doc="KoP: SASL mechanisms of the SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)."),
@@ -353,7 +354,10 @@ def _apply_kafka_listeners(out: Resolved, listeners: dict, seen: dict) -> None:
     if "kafkaListeners" in listeners:
         source = ("kafkaListeners", seen["kafkaListeners"])
         by_protocol = listeners["kafkaListeners"]
-        _set(out, "kafka_port", by_protocol["PLAINTEXT"][1], source)
+        if "PLAINTEXT" in by_protocol:
+            _set(out, "kafka_port", by_protocol["PLAINTEXT"][1], source)
+        else:  # SSL / SASL listeners only, as KoP allows
+            _set(out, "kafka_plaintext", False, source)
         for protocol, param in (("SSL", "kafka_ssl_port"), ("SASL_PLAINTEXT", "kafka_sasl_port"),
                                 ("SASL_SSL", "kafka_sasl_ssl_port")):
             if protocol in by_protocol:
@@ -366,7 +370,8 @@ def _apply_kafka_listeners(out: Resolved, listeners: dict, seen: dict) -> None:
                 out.notes.append(f"kafkaListeners host {host} is not used: every listener binds to bindAddress "
                                  f"{bind}")
     if "kafkaAdvertisedListeners" in listeners:
-        host, port = listeners["kafkaAdvertisedListeners"]["PLAINTEXT"]
+        advertised_by = listeners["kafkaAdvertisedListeners"]
+        host, port = advertised_by.get("PLAINTEXT") or next(iter(advertised_by.values()))
         advertised = out.values.get("advertised_address")
         if advertised is None and host:
             out.values["advertised_address"] = host

@@ -48,7 +48,7 @@ class BrokerOptions:
     bind: str = "127.0.0.1"
     http_port: int = 8080
     pulsar_port: int = 6650
-    kafka_port: int = 9092
+    kafka_port: int | None = 9092  # None: no PLAINTEXT Kafka listener (an SSL or SASL one only)
     advertised_address: str | None = None  # default: the bind address (loopback for a wildcard)
     advertised_listeners: tuple[AdvertisedListener, ...] = ()  # Pulsar's advertisedListeners (listeners.py)
     internal_listener: str | None = None  # internalListenerName; default: the first advertised listener
@@ -257,12 +257,13 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                             pulsar.add_tls_listener(options.bind, options.pulsar_tls_port, tls_context))
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
-    kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port, advertised_host=host,
+    kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port or 0, advertised_host=host,
                          sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka", budget),
                          anonymous_role=authenticator.anonymous_role if authenticator is not None else None,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
-    await bind_listener("kafka", options.bind, options.kafka_port, kafka.start(serve=False))
+    await bind_listener("kafka", options.bind, options.kafka_port or 0,
+                        kafka.start(serve=False, plaintext=options.kafka_port is not None))
     stack.push_async_callback(kafka.stop)
     transactions = _build_transactions(stack, meta, registry, kafka, pulsar)
     if options.kafka_ssl_port is not None:

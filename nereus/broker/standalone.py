@@ -132,7 +132,7 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     args = [sys.executable, "-m", "nereus.cli", "--log-level", logging.getLevelName(log.getEffectiveLevel()),
             "broker", "--metadata", metadata_url, "--object-store", objects_url, "--bind", opts.bind,
             "--http-port", port(opts.http_port), "--pulsar-port", port(opts.pulsar_port),
-            "--kafka-port", port(opts.kafka_port), "--zone", opts.zone,
+            "--kafka-port", port(opts.kafka_port or 0), "--zone", opts.zone,
             "--session-timeout", str(config.session_timeout), "--gc-interval", str(opts.gc_interval),
             "--gc-grace", str(opts.gc_grace), "--gc-pending-timeout", str(opts.gc_pending_timeout),
             "--compaction-interval", str(opts.compaction_interval),
@@ -154,6 +154,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
              "--max-pending-publish-requests-per-connection", str(opts.max_pending_publish_requests),
              "--max-pending-bytes-per-broker", str(opts.max_pending_bytes_per_broker)]
     args += opts.authentication.as_args()
+    if opts.kafka_port is None:
+        args += ["--no-kafka-plaintext"]
     if opts.sasl is not None:
         args += ["--sasl-mechanisms", ",".join(opts.sasl.mechanisms)]
     for flag, base in (("--pulsar-tls-port", opts.pulsar_tls_port), ("--https-port", opts.http_tls_port),

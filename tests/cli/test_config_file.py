@@ -56,11 +56,13 @@ def test_kafka_advertised_listeners_give_the_advertised_host_unless_advertised_a
     assert len(got.notes) == 2 and "ext.example" in got.notes[0] and "19092" in got.notes[1]
 
 
-def test_one_plaintext_listener_among_others_is_used_and_tls_alone_is_refused():
+def test_one_plaintext_listener_among_others_is_used_and_tls_alone_turns_plaintext_off():
     assert values("kafkaListeners=SSL://h:9093,PLAINTEXT://h:9092\n").values["kafka_port"] == 9092
+    alone = values("kafkaListeners=SSL://h:9093\n").values
+    assert alone["kafka_plaintext"] is False and alone["kafka_ssl_port"] == 9093 and "kafka_port" not in alone
     with pytest.raises(ConfigError) as info:
-        values("kafkaListeners=SSL://h:9093\n")
-    assert info.value.key == "kafkaListeners" and "SSL://h:9093" in str(info.value)
+        values("kafkaListeners=SSL://h:9093,SSL://h:9094\n")
+    assert info.value.key == "kafkaListeners" and "SSL://h:9094" in str(info.value)
 
 
 @pytest.mark.parametrize("line,key", [

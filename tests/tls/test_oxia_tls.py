@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -76,3 +78,20 @@ def test_oxia_url_options_are_checked():
         connect("oxia+tls://127.0.0.1:1?trusted=/ca.pem")
     with pytest.raises(InvalidRequest, match="need oxia\\+tls"):
         connect("oxia://127.0.0.1:1?trust=/ca.pem")
+
+
+def _kafka_user(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nereus.cli", "kafka-user", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_kafka_user_reaches_a_tls_only_metadata_service(oxia_tls, pki):
+    metadata = f"oxia://127.0.0.1:{oxia_tls}"
+    tls = ["--tls-trust-certs-file", str(pki.ca), "--tls-cert-file", str(pki.client_cert),
+           "--tls-key-file", str(pki.client_key)]
+    done = _kafka_user("set", "alice", "--password", "secret", "--metadata", metadata, *tls)
+    assert done.returncode == 0, done.stderr
+    listed = _kafka_user("list", "--metadata", metadata, *tls)
+    assert listed.returncode == 0 and listed.stdout.startswith("alice\t"), listed.stderr
+    refused = _kafka_user("list", "--metadata", metadata, "--tls-cert-file", str(pki.client_cert))
+    assert refused.returncode == 2 and "go together" in refused.stderr

@@ -30,10 +30,15 @@ def test_kop_ssl_listener_beside_plaintext():
         "kafka_port": 9092, "kafka_ssl_port": 9093, "bind": "127.0.0.1"}
 
 
+def test_kop_listeners_without_plaintext():
+    assert values("kafkaListeners=SASL_SSL://:9094,SSL://:9093\n") == {
+        "kafka_plaintext": False, "kafka_sasl_ssl_port": 9094, "kafka_ssl_port": 9093}
+
+
 @pytest.mark.parametrize(("text", "reason"), [
     ("kafkaListeners=PLAINTEXT://:9092,SSL://:9093,SSL://:9094", "more than one SSL listener"),
     ("kafkaListeners=PLAINTEXT://:9092,QUIC://:9093", "unknown security protocol"),
-    ("kafkaListeners=SSL://:9093", "expected a PLAINTEXT://host:port listener"),
+    (" kafkaListeners= , ", "expected PROTOCOL://host:port listeners"),
 ])
 def test_kafka_listeners_that_cannot_be_served_are_refused(text, reason):
     with pytest.raises(ConfigError, match=reason):

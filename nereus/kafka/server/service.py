@@ -86,13 +86,20 @@ class KafkaService:
         self.listener_ports: dict[str, int] = {}
         self._lag_metrics = None
 
-    async def start(self, *, serve: bool = True) -> None:
-        """Bind the port; with ``serve=False`` connections wait in the backlog until ``serve()``."""
+    async def start(self, *, serve: bool = True, plaintext: bool = True) -> None:
+        """Bind the port; with ``serve=False`` connections wait in the backlog until ``serve()``.
+
+        ``plaintext=False``: no PLAINTEXT listener (``port`` stays 0); ``add_listener`` adds the others.
+        """
         from .connection import KafkaConnection
 
         self.cluster_id = await self._cluster_id()
         self.coordinator.start()
         self._lag_metrics = metrics.register(self)
+        if not plaintext:
+            self.port = 0
+            log.info("kafka: no PLAINTEXT listener (cluster %s)", self.cluster_id)
+            return
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: KafkaConnection(self), self.host, self.port,
                                                   start_serving=serve)
