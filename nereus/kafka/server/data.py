@@ -46,6 +46,8 @@ async def handle_produce(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
     results: list[tuple[str, list]] = []
+    if req.transactional_id is not None:
+        await txn_data.begin_request(service, req)
     for topic in req.topic_data:
         parts = []
         results.append((topic.name, parts))

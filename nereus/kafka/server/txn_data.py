@@ -26,7 +26,7 @@ import crc32c
 from kio.schema.errors import ErrorCode
 
 from ...ledger.entry import EntryFlags, EntryFormat, decode_entry
-from ..codec.batch import TRANSACTIONAL_MASK
+from ..codec.batch import TRANSACTIONAL_MASK, parse_header
 from ...transactions import errors as txn_errors
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,28 @@ async def begin_batch(service, part, batch) -> tuple[ErrorCode, str | None]:
     return ErrorCode.none, None
 
 
+async def begin_request(service, req) -> None:
+    """Begin the transactions of a Produce request's partitions all at once, before its appends.
+
+    The appends (one partition after the other, in order) then find them begun; a
+    partition whose check fails here is checked again, and answered, by its append.
+    """
+    jobs = [_begin_partition(service, topic.name, pdata) for topic in req.topic_data for pdata in topic.partition_data]
+    if len(jobs) > 1:
+        await asyncio.gather(*jobs, return_exceptions=True)
+
+
+async def _begin_partition(service, topic: str, pdata) -> None:
+    if not pdata.records:
+        return
+    batch = parse_header(pdata.records)
+    if not batch.transactional or batch.control:
+        return
+    part = await service.catalog.partition(topic, pdata.index)
+    if part is not None:
+        await begin_batch(service, part, batch)
+
+
 async def view(service, part, high_watermark: int):
     """The stream's transaction view (None: transactions are not enabled)."""
     if service.stream_txns is None:
@@ -132,4 +154,5 @@ def as_aborted_batch(batch: bytes, entry) -> bytes:
     return bytes(out)
 
 
-__all__ = ["LSO_POLL_SECONDS", "READ_COMMITTED", "TxnSignals", "aborted_pulsar_entry", "as_aborted_batch", "begin_batch", "view"]
+__all__ = ["LSO_POLL_SECONDS", "READ_COMMITTED", "TxnSignals", "aborted_pulsar_entry", "as_aborted_batch", "begin_batch",
+           "begin_request", "view"]
