@@ -273,7 +273,9 @@ def test_subscription_names_restricted_to_their_roles(server):
             b.subscribe(topic, "locked")
         b.subscribe(topic, "free").close()
         a.subscribe(topic, "locked").close()
-        _ok(_rest(server, "acme-admin", "DELETE", "/admin/v2/namespaces/acme/app/permissions/locked/sub-a"))
+        done = _admin_cli(server, "acme-admin", "namespaces", "revoke-subscription-permission", "acme/app",
+                          "--subscription", "locked", "--role", "sub-a")
+        assert done.returncode == 0, done.stderr
         assert _rest(server, "acme-admin", "GET", "/admin/v2/namespaces/acme/app/permissions/subscription") == \
             (200, {})
         b.subscribe(topic, "locked").close()  # no roles left: the name is open to every consumer again
