@@ -23,6 +23,8 @@ pulsar = pytest.importorskip("pulsar")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("pyiceberg")
 
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
 from nereus.lakehouse import compaction, sbt, table_format  # noqa: E402
 from nereus.meta import connect  # noqa: E402
 from nereus.storage import gc, records  # noqa: E402
@@ -485,3 +487,99 @@ async def _index_layout(metadata: str, topic: str) -> list:
                 "tail.pending bases": pending, "markers": markers}
     finally:
         await meta.close()
+
+
+TXN_TOPIC = "compact-txn"
+
+
+async def _pending_slices(metadata: str, topic: str) -> int:
+    from nereus.lakehouse import rows
+
+    meta = connect(metadata)
+    try:
+        total = 0
+        for name, partition, stream in await rows.partitions(meta, topic):
+            bounds = await rows.stream_range(meta, name, partition, stream)
+            rec = await meta.get(records.tail_key(bounds.stream_id),
+                                 partition_key=records.stream_partition(bounds.stream_id))
+            total += len(records.Tail.decode(rec.value).pending)
+        return total
+    finally:
+        await meta.close()
+
+
+def _spark_values(spark, urls, topic: str) -> dict[bytes, int]:
+    df = (spark.read.format("nereus").option("metadata", urls[0]).option("objects", urls[1])
+          .option("topic", topic).load())
+    rows = df.select("offset", "value").collect()
+    assert len(rows) == len({r.value for r in rows}), "a record was read twice"
+    return {r.value: r.offset for r in rows}
+
+
+def _read_committed(node, topic: str, expected: int) -> dict[bytes, int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": node.bootstrap, "group.id": f"g{time.monotonic_ns()}",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                         "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    got: dict[bytes, int] = {}
+    deadline = time.monotonic() + DEADLINE
+    try:
+        while len(got) < expected:
+            assert time.monotonic() < deadline, f"read {len(got)} of {expected} committed records"
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got[msg.value()] = msg.offset()
+    finally:
+        consumer.close()
+    return got
+
+
+def test_transactions_spark_reads_and_sbt_tables_hold_committed_records_only(spark, node, urls, catalog):
+    admin_client = AdminClient({"bootstrap.servers": node.bootstrap})
+    for fut in admin_client.create_topics([NewTopic(TXN_TOPIC, 1)]).values():
+        fut.result(DEADLINE)
+    producer = confluent_kafka.Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "lake-txn",
+                                         "transaction.timeout.ms": 60000, "linger.ms": 5})
+    producer.init_transactions(DEADLINE)
+    committed, aborted = set(), set()
+    for t in range(6):
+        producer.begin_transaction()
+        values = {b"t%d-%d" % (t, i) for i in range(5)}
+        for value in sorted(values):
+            producer.produce(TXN_TOPIC, value=value, key=value[:2])
+        if t % 2 == 0:
+            producer.commit_transaction(DEADLINE)
+            committed |= values
+        else:
+            producer.flush(DEADLINE)  # stored before the abort
+            producer.abort_transaction(DEADLINE)
+            aborted |= values
+    producer.begin_transaction()
+    pending = {b"open-%d" % i for i in range(3)}
+    for value in sorted(pending):
+        producer.produce(TXN_TOPIC, value=value)
+    assert producer.flush(DEADLINE) == 0
+    plain = confluent_kafka.Producer({"bootstrap.servers": node.bootstrap})
+    late = {b"late-%d" % i for i in range(3)}
+    for value in sorted(late):
+        plain.produce(TXN_TOPIC, value=value)
+    assert plain.flush(DEADLINE) == 0
+
+    # Open transaction: the read stops at it (the LSO), so the later plain records wait too.
+    assert set(_spark_values(spark, urls, TXN_TOPIC)) == committed
+    producer.commit_transaction(DEADLINE)
+    committed |= pending | late
+    before = _spark_values(spark, urls, TXN_TOPIC)
+    assert set(before) == committed and not aborted & set(before)
+
+    wait_until(lambda: asyncio.run(_pending_slices(urls[0], TXN_TOPIC)) == 0, "every slice is in an idx group")
+    report = compaction.run_job(spark, *urls, topics=[TXN_TOPIC], catalog=catalog)
+    assert report.compacted >= 1 and report.conflicts == 0
+    table = catalog.load_table(sbt.identifier(TXN_TOPIC))
+    rows = table.scan().to_arrow()
+    assert dict(zip(rows.column("value").to_pylist(), rows.column("offset").to_pylist())) == before
+    # Consumers of the compacted range: the same records at the same offsets.
+    assert _read_committed(node, TXN_TOPIC, len(committed)) == before
+    got = consume_pulsar(node, len(committed), topic=f"persistent://public/default/{TXN_TOPIC}")
+    assert {value for _, value, *_ in got.values()} == committed
+    assert _spark_values(spark, urls, TXN_TOPIC) == before
