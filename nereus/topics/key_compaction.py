@@ -30,13 +30,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+
 from ..kafka.codec.records import decode_records
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry, encode_entry as encode_stored
+from ..pulsar.codec.batch_scan import scan
 from ..pulsar.codec import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
                             split_entry)
 from ..storage import key_view, records
 from ..storage.compaction import CompactionConflict, lease
-from ..storage.key_view import EntryKeys, KeyView
+from ..storage.api import FetchedEntry
+from ..storage.key_view import KEY_SCHEMA, EntryKeys, KeyView
 from .convert import key_from_pulsar
 
 log = logging.getLogger(__name__)
@@ -72,10 +77,70 @@ def entry_keys(base: int, data: memoryview) -> EntryKeys:
     return offsets, keys, tombstones, stamps
 
 
-def _batch_keys(base: int, meta, payload: memoryview) -> EntryKeys:
+def entries_keys(entries: list[FetchedEntry]) -> pa.Table:
+    """``entry_keys`` of many entries as one table (``key_view.KEY_SCHEMA``): the Pulsar
+    batches among them are scanned side by side (``batch_scan``), not parsed one message
+    at a time."""
+    cols: tuple[list, list, list, list, list, list] = ([], [], [], [], [], [])
+    batches: list[bytes | memoryview] = []
+    lanes: list[tuple[int, int, int, int]] = []  # (base, messages, publish time, record count)
+    for entry in entries:
+        header, body = decode_entry(entry.data)
+        meta = None
+        if header.format == EntryFormat.PULSAR and not header.flags & EntryFlags.CONTROL:
+            meta, payload = split_entry(body)
+        if (meta is not None and meta.HasField("num_messages_in_batch") and not meta.encryption_keys
+                and not meta.HasField("marker_type")):
+            batches.append(decompress(meta.compression, payload, meta.uncompressed_size))
+            lanes.append((entry.base_offset, meta.num_messages_in_batch, meta.publish_time, entry.record_count))
+            continue
+        offsets, keys, tombstones, stamps = entry_keys(entry.base_offset, memoryview(entry.data))
+        for column, values in zip(cols, (offsets, keys, tombstones, stamps, [entry.base_offset] * len(offsets),
+                                         [entry.record_count] * len(offsets))):
+            column += values
+    tables = [pa.table(dict(zip(KEY_SCHEMA.names, cols)), schema=KEY_SCHEMA)]
+    if batches:
+        tables.append(_scanned_keys(batches, lanes))
+    return pa.concat_tables(tables)
+
+
+def _scanned_keys(batches: list[bytes | memoryview], lanes: list[tuple[int, int, int, int]]) -> pa.Table:
+    base, count, publish, records_ = (np.array(c, np.int64) for c in zip(*lanes))
+    try:
+        found = scan(batches, count.tolist())
+    except MalformedBatch:  # a layout the scan does not read, or a broken batch (which this reports)
+        cols: tuple[list, list, list, list] = ([], [], [], [])
+        for data, (b, n, p, _) in zip(batches, lanes):
+            meta = pb.MessageMetadata(num_messages_in_batch=n, publish_time=p)
+            for column, values in zip(cols, _batch_keys(b, meta, memoryview(data), decompressed=True)):
+                column += values
+        entry_base = np.repeat(base, count)
+        return pa.table(dict(zip(KEY_SCHEMA.names, (*cols, entry_base, np.repeat(records_, count)))),
+                        schema=KEY_SCHEMA)
+    rows = int(count.sum())
+    entry_base = np.repeat(base, count)
+    first_row = np.repeat(np.cumsum(count) - count, count)
+    offsets = entry_base + (np.arange(rows, dtype=np.int64) - first_row)
+    key_offsets, key_data = found.key_bytes()
+    valid = pa.py_buffer(np.packbits(found.has_key, bitorder="little"))
+    keys = pa.Array.from_buffers(pa.binary(), rows, [valid, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
+    if found.key_b64.any():
+        decoded = keys.to_pylist()
+        for i in np.flatnonzero(found.key_b64 & found.has_key):
+            decoded[i] = base64.b64decode(decoded[i])
+        keys = pa.array(decoded, pa.binary())
+    tombstones = (found.payload_size == 0) | found.null_value
+    stamps = np.where(found.event_time != 0, found.event_time, np.repeat(publish, count))
+    return pa.table([offsets, keys, tombstones, stamps, entry_base, np.repeat(records_, count).astype(np.int32)],
+                    schema=KEY_SCHEMA)
+
+
+def _batch_keys(base: int, meta, payload: memoryview, *, decompressed: bool = False) -> EntryKeys:
     """``entry_keys`` of a Pulsar batch: one metadata object reused, nothing else built
-    per message (the build's cost is this loop)."""
-    data = memoryview(decompress(meta.compression, payload, meta.uncompressed_size)).cast("B")
+    per message (the cost of this loop is why ``entries_keys`` scans instead)."""
+    if not decompressed:
+        payload = decompress(meta.compression, payload, meta.uncompressed_size)
+    data = memoryview(payload).cast("B")
     count, end, pos = meta.num_messages_in_batch, len(data), 0
     publish = meta.publish_time
     single = pb.SingleMessageMetadata()
@@ -102,21 +167,69 @@ def _batch_keys(base: int, meta, payload: memoryview) -> EntryKeys:
     return list(range(base, base + count)), keys, tombstones, stamps
 
 
-def shrink_entry(data: bytes | memoryview, keep: tuple[int, ...]) -> bytes | None:
-    """A Pulsar batch with only the messages at ``keep`` (indexes in the batch) kept whole.
+#: What a dropped message of a shrunk batch becomes: metadata ``payload_size=0``, no payload.
+_PLACEHOLDER = _U32.pack(2) + b"\x18\x00"
+
+
+def shrink_entries(items: list[tuple[bytes | memoryview, tuple[int, ...]]]) -> list[bytes | None]:
+    """Pulsar batches with only the messages at ``keep`` (indexes in the batch) kept whole.
 
     Each other message becomes an empty placeholder, so every kept message keeps its
     batch index (its MessageId) and the entry its record count, while a compacted
     reader no longer downloads what it skips (the dispatcher's ack set hides the
     placeholders, as it hid the dropped messages). None: left as stored (a Kafka
     batch, which the fetch path rebuilds; unbatched, encrypted or marker entries).
+    The batches are scanned side by side (``batch_scan``); kept messages are copied
+    byte for byte.
     """
+    out: list[bytes | None] = [None] * len(items)
+    todo: list[tuple[int, object, object, tuple[int, ...]]] = []  # (item, header, metadata, keep)
+    batches: list[bytes] = []
+    for i, (data, keep) in enumerate(items):
+        header, body = decode_entry(data)
+        if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
+            continue
+        meta, payload = split_entry(body)
+        if not meta.HasField("num_messages_in_batch") or meta.encryption_keys or meta.HasField("marker_type"):
+            continue
+        batches.append(decompress(meta.compression, payload, meta.uncompressed_size))
+        todo.append((i, header, meta, keep))
+    if not todo:
+        return out
+    counts = [meta.num_messages_in_batch for _, _, meta, _ in todo]
+    try:
+        found = scan(batches, counts)
+    except MalformedBatch:  # a layout the scan does not read: message by message
+        for (i, _, _, keep) in todo:
+            out[i] = _shrink_parsed(items[i][0], keep)
+        return out
+    raw = found.buffer
+    first = 0
+    for (i, header, meta, keep), count in zip(todo, counts):
+        parts, expected = [], 0
+        for index in keep:
+            if not 0 <= index < count:
+                raise MalformedBatch(f"message {index} of a batch of {count}")
+            parts.append(_PLACEHOLDER * (index - expected))
+            parts.append(raw[found.message_start[first + index]:found.message_end[first + index]].tobytes())
+            expected = index + 1
+        parts.append(_PLACEHOLDER * (count - expected))
+        batch = b"".join(parts)
+        meta.uncompressed_size = len(batch)
+        stored = compress(meta.compression, batch) if meta.compression else batch
+        out[i] = b"".join(encode_stored(header, b"".join(encode_entry(meta, stored))))
+        first += count
+    return out
+
+
+def shrink_entry(data: bytes | memoryview, keep: tuple[int, ...]) -> bytes | None:
+    """``shrink_entries`` of one entry."""
+    return shrink_entries([(data, keep)])[0]
+
+
+def _shrink_parsed(data: bytes | memoryview, keep: tuple[int, ...]) -> bytes | None:
     header, body = decode_entry(data)
-    if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
-        return None
     meta, payload = split_entry(body)
-    if not meta.HasField("num_messages_in_batch") or meta.encryption_keys or meta.HasField("marker_type"):
-        return None
     wanted = set(keep)
     batch = BatchBuilder()
     for m in entry_messages(meta, payload):
@@ -201,17 +314,22 @@ class KeyCompactor:
         cutoff = int(time.time() * 1000) - min_lag_ms if min_lag_ms > 0 else None
         if cutoff is not None or txns.lso < tail.next:
             horizon, size = await self._lagged_horizon(sid, tail, cutoff, txns.lso)
-        extract = entry_keys
+        extract, extract_many = entry_keys, entries_keys
         if txns.aborted(0, horizon):
-            def extract(base: int, data: memoryview) -> EntryKeys:
+            def aborted(base: int, data: memoryview) -> bool:
                 header, _ = decode_entry(data)
-                if header.flags & EntryFlags.TRANSACTIONAL and txns.is_aborted(header.producer_id, base):
-                    return [], [], [], []
-                return entry_keys(base, data)
+                return bool(header.flags & EntryFlags.TRANSACTIONAL) and txns.is_aborted(header.producer_id, base)
+
+            def extract(base: int, data: memoryview) -> EntryKeys:
+                return ([], [], [], []) if aborted(base, data) else entry_keys(base, data)
+
+            def extract_many(entries: list[FetchedEntry]) -> pa.Table:
+                return entries_keys([e for e in entries if not aborted(e.base_offset, memoryview(e.data))])
         async with lease(self.meta, sid, self.owner):
             result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, extract,
                                           horizon=horizon, delete_retention_ms=delete_retention_ms,
-                                          lease_owner=self.owner, stream_size=size, shrink=shrink_entry)
+                                          lease_owner=self.owner, stream_size=size, shrink=shrink_entries,
+                                          extract_many=extract_many)
         if self.on_built is not None:
             self.on_built(sid)
         return result
@@ -274,5 +392,5 @@ class KeyViews:
         self._views.pop(stream_id, None)
 
 
-__all__ = ["CompactionConflict", "CompactionRunning", "CompactionStatus", "KeyCompactor", "KeyViews", "entry_keys", "shrink_entry",
+__all__ = ["CompactionConflict", "CompactionRunning", "CompactionStatus", "KeyCompactor", "KeyViews", "entries_keys", "entry_keys", "shrink_entries", "shrink_entry",
            "ERROR", "NOT_RUN", "RUNNING", "SUCCESS"]
