@@ -158,6 +158,13 @@ def _broker_options(command):
                      show_default=True,
                      help="Pulsar SENDs one connection may have waiting for storage before its socket is not "
                           "read (maxPendingPublishRequestsPerConnection)."),
+        click.option("--consumer-group-heartbeat-interval", type=click.FloatRange(0.1), default=2,
+                     show_default=True,
+                     help="Seconds between a KIP-848 consumer's heartbeats, told to it in every answer "
+                          "(group.consumer.heartbeat.interval.ms; Kafka's default is 5)."),
+        click.option("--consumer-group-session-timeout", type=click.FloatRange(0.5), default=45, show_default=True,
+                     help="Seconds after which a KIP-848 consumer that stopped heartbeating leaves its group "
+                          "(group.consumer.session.timeout.ms)."),
         click.option("--session-timeout", type=click.FloatRange(0.5), default=10, show_default=True,
                      help="Seconds after which a broker that stopped heartbeating loses its topics."),
         click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
@@ -307,6 +314,9 @@ def _options_of(kwargs: dict):
             "kafka_ssl_port", "kafka_sasl_port", "kafka_sasl_ssl_port")):
         raise click.UsageError("--no-kafka-plaintext (kafkaListeners without PLAINTEXT://) needs another Kafka "
                                "listener: --kafka-ssl-port, --kafka-sasl-port or --kafka-sasl-ssl-port")
+    if kwargs["consumer_group_heartbeat_interval"] >= kwargs["consumer_group_session_timeout"]:
+        raise click.UsageError("--consumer-group-heartbeat-interval (group.consumer.heartbeat.interval.ms) must be "
+                               "below --consumer-group-session-timeout (group.consumer.session.timeout.ms)")
     return BrokerOptions(
         authentication=_auth_settings(kwargs),
         pulsar_tls_port=kwargs["pulsar_tls_port"], http_tls_port=kwargs["https_port"],
@@ -329,7 +339,9 @@ def _options_of(kwargs: dict):
         max_connections_per_ip=kwargs["max_connections_per_ip"], frame_read_timeout=kwargs["frame_read_timeout"],
         max_pending_bytes=kwargs["max_pending_bytes_per_connection"],
         max_pending_publish_requests=kwargs["max_pending_publish_requests_per_connection"],
-        max_pending_bytes_per_broker=kwargs["max_pending_bytes_per_broker"])
+        max_pending_bytes_per_broker=kwargs["max_pending_bytes_per_broker"],
+        consumer_heartbeat_interval=kwargs["consumer_group_heartbeat_interval"],
+        consumer_session_timeout=kwargs["consumer_group_session_timeout"])
 
 
 def _auth_settings(kwargs: dict):

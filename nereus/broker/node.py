@@ -76,6 +76,8 @@ class BrokerOptions:
     max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES  # per connection: its socket is not read beyond
     max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS  # Pulsar SENDs per connection
     max_pending_bytes_per_broker: int = DEFAULT_MAX_PENDING_BYTES_PER_BROKER  # over all Pulsar and Kafka connections
+    consumer_heartbeat_interval: float = 2.0  # group.consumer.heartbeat.interval.ms (KIP-848), in seconds
+    consumer_session_timeout: float = 45.0  # group.consumer.session.timeout.ms, in seconds
 
     def connection_limits(self, protocol: str, budget: PendingBudget | None = None) -> ConnectionLimits:
         return ConnectionLimits(self.max_connections_per_ip, self.frame_read_timeout, protocol=protocol,
@@ -261,6 +263,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                          sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka", budget),
                          anonymous_role=authenticator.anonymous_role if authenticator is not None else None,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
+                         consumer_heartbeat_interval=options.consumer_heartbeat_interval,
+                         consumer_session_timeout=options.consumer_session_timeout,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port or 0,
                         kafka.start(serve=False, plaintext=options.kafka_port is not None))

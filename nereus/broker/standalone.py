@@ -152,7 +152,9 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
              "--frame-read-timeout", str(opts.frame_read_timeout),
              "--max-pending-bytes-per-connection", str(opts.max_pending_bytes),
              "--max-pending-publish-requests-per-connection", str(opts.max_pending_publish_requests),
-             "--max-pending-bytes-per-broker", str(opts.max_pending_bytes_per_broker)]
+             "--max-pending-bytes-per-broker", str(opts.max_pending_bytes_per_broker),
+             "--consumer-group-heartbeat-interval", str(opts.consumer_heartbeat_interval),
+             "--consumer-group-session-timeout", str(opts.consumer_session_timeout)]
     args += opts.authentication.as_args()
     if opts.kafka_port is None:
         args += ["--no-kafka-plaintext"]

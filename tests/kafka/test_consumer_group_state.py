@@ -53,3 +53,30 @@ def test_static_member_restarting_takes_its_old_target_without_a_new_group_epoch
     assert again.assignment == before == {"t": frozenset({2, 3})}
     _beat(state, "b2", -1)
     assert state.epoch > epoch and list(state.members) == ["a"]
+
+
+def test_a_heartbeat_at_the_previous_epoch_after_a_lost_answer_is_accepted():
+    state = ConsumerGroupState()
+    a = _beat(state, "a", 0)
+    _beat(state, "b", 0)
+    a = _beat(state, "a", a.epoch, owned=a.assignment, topics=None)  # revoke 2, 3; same epoch
+    old_epoch, kept = a.epoch, a.assignment
+    moved = _beat(state, "a", old_epoch, owned=kept, topics=None)
+    assert moved.epoch > old_epoch
+    # that answer was lost: the member still says the old epoch, owning a subset of its assignment
+    again = _beat(state, "a", old_epoch, owned=kept, topics=None)
+    assert again.error == 0 and again.epoch == moved.epoch and again.assignment == kept
+    assert _beat(state, "a", old_epoch, owned={"t": frozenset({0, 1, 2})}, topics=None).error == FENCED_MEMBER_EPOCH
+    assert _beat(state, "a", old_epoch, owned=None, topics=None).error == FENCED_MEMBER_EPOCH
+    assert _beat(state, "a", old_epoch - 1, owned=kept, topics=None).error == FENCED_MEMBER_EPOCH
+    assert _beat(state, "a", moved.epoch, owned=kept, topics=None).error == 0
+
+
+def test_the_previous_epoch_survives_a_reload():
+    state = ConsumerGroupState()
+    a = _beat(state, "a", 0)
+    _beat(state, "b", 0)
+    a = _beat(state, "a", a.epoch, owned=a.assignment, topics=None)
+    moved = _beat(state, "a", a.epoch, owned=a.assignment, topics=None)
+    reloaded = ConsumerGroupState.from_json(state.to_json())
+    assert _beat(reloaded, "a", a.epoch, owned=a.assignment, topics=None).epoch == moved.epoch

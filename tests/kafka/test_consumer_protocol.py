@@ -59,3 +59,76 @@ def test_server_side_assignment_revokes_only_what_moves_and_commits_with_member_
     wait_until(lambda: _settled([first], 4, 4), timeout=30)
     _poll_all(first)
     first.consumer.close()
+
+
+def _beat(raw: RawKafka, group: str, member: str, epoch: int, topic: str | None = None, owned=None):
+    from kio.index import load_request_schema
+
+    from nereus.kafka.codec import make, nested
+
+    cls = load_request_schema(68, 0)
+    tps = None if owned is None else tuple(
+        make(nested(cls, "TopicPartitions"), topic_id=tid, partitions=tuple(sorted(ps))) for tid, ps in owned.items())
+    return raw.request(68, 0, group_id=group, member_id=member, member_epoch=epoch, instance_id=None, rack_id=None,
+                       rebalance_timeout=datetime.timedelta(seconds=30),
+                       subscribed_topic_names=(topic,) if topic else None, server_assignor=None,
+                       topic_partitions=tps)
+
+
+def _owned(resp) -> dict:
+    return {tp.topic_id: set(tp.partitions) for tp in resp.assignment.topic_partitions} if resp.assignment else {}
+
+
+def _commit(raw: RawKafka, version: int, group: str, member: str, epoch: int, topic: str):
+    from kio.index import load_request_schema
+
+    from nereus.kafka.codec import make, nested
+
+    cls = load_request_schema(8, version)
+    part = make(nested(cls, "OffsetCommitRequestPartition"), partition_index=0, committed_offset=1,
+                committed_leader_epoch=-1, committed_metadata=None)
+    resp = raw.request(8, version, group_id=group, generation_id_or_member_epoch=epoch, member_id=member,
+                       group_instance_id=None, topics=(make(nested(cls, "OffsetCommitRequestTopic"), name=topic,
+                                                            partitions=(part,)),))
+    return resp.topics[0].partitions[0].error_code.value
+
+
+def test_configured_timings_lost_answers_and_member_epoch_commits(tmp_path, topic, group):
+    from tests.standalone_process import Standalone
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("group.consumer.heartbeat.interval.ms=400\ngroup.consumer.session.timeout.ms=3000\n")
+    server = Standalone(tmp_path / "data", extra_args=["--compaction-interval", "0", "--config", str(conf)])
+    server.start()
+    raw = RawKafka(server.bootstrap)
+    try:
+        _topic(server.bootstrap, topic, 4)
+        a = _beat(raw, group, "", 0, topic)
+        assert a.error_code.value == 0 and a.heartbeat_interval == datetime.timedelta(milliseconds=400)
+        a_id, b = a.member_id, _beat(raw, group, "", 0, topic)
+        owned = _owned(a)
+        a2 = _beat(raw, group, a_id, a.member_epoch, owned=owned)  # told to give up half, same epoch
+        assert a2.member_epoch == a.member_epoch
+        kept = _owned(a2)
+        moved = _beat(raw, group, a_id, a.member_epoch, owned=kept)
+        assert moved.error_code.value == 0 and moved.member_epoch > a.member_epoch
+        # the answer that moved the member on was lost: it asks again at its previous epoch
+        again = _beat(raw, group, a_id, a.member_epoch, owned=kept)
+        assert again.error_code.value == 0 and again.member_epoch == moved.member_epoch and _owned(again) == kept
+        assert _beat(raw, group, a_id, a.member_epoch, owned=owned).error_code.value == 110  # FENCED_MEMBER_EPOCH
+        # OffsetCommit v9 checks the member epoch; consumer-protocol members must use v9+
+        assert _commit(raw, 9, group, a_id, moved.member_epoch, topic) == 0
+        assert _commit(raw, 9, group, a_id, a.member_epoch, topic) == 113  # STALE_MEMBER_EPOCH
+        assert _commit(raw, 9, group, "nobody", moved.member_epoch, topic) == 25  # UNKNOWN_MEMBER_ID
+        assert _commit(raw, 8, group, a_id, moved.member_epoch, topic) == 35  # UNSUPPORTED_VERSION
+        # b stops heartbeating: it leaves after the configured 3 s session, a stays while it beats
+
+        def b_gone():
+            _beat(raw, group, a_id, moved.member_epoch, owned=kept)
+            described = raw.request(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
+            return b.member_id not in {m.member_id for m in described.members}
+
+        wait_until(b_gone, timeout=30, interval=0.3)
+    finally:
+        raw.close()
+        server.kill()

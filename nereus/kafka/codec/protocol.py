@@ -35,7 +35,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 1, 12),
-    8: ("OffsetCommit", 2, 8),
+    8: ("OffsetCommit", 2, 9),
     9: ("OffsetFetch", 1, 7),
     10: ("FindCoordinator", 0, 4),
     11: ("JoinGroup", 0, 9),

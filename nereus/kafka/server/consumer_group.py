@@ -15,6 +15,9 @@ Rules (what ``ConsumerGroupHeartbeat`` does to the state):
 - Member epoch 0 joins, -1 leaves (-2: a static member leaving for a restart,
   which keeps its place for the session timeout). A heartbeat with another epoch
   than the member's is FENCED_MEMBER_EPOCH; the client then rejoins with epoch 0.
+  Except, as Kafka: the member's previous epoch with owned partitions that are all
+  in its current assignment (the answer that moved it on was lost) is taken as its
+  current epoch, and the answer repeats the epoch and the assignment.
 - A member whose session timed out leaves the group.
 
 Sans-I/O: topics are names and partition counts here; the handler maps topic ids.
@@ -43,6 +46,7 @@ class ConsumerMember:
     topics: frozenset[str] = frozenset()
     assignor: str | None = None
     epoch: int = 0
+    previous_epoch: int = -1  # the epoch before the last move (a lost answer's heartbeat carries it)
     assigned: TopicPartitions = field(default_factory=dict)  # what the member was told it owns
     revoking: TopicPartitions = field(default_factory=dict)  # given up, not yet confirmed released
     last_seen: float = 0.0
@@ -50,14 +54,15 @@ class ConsumerMember:
     def to_json(self) -> dict:
         return {"id": self.member_id, "instance": self.instance_id, "rack": self.rack_id, "client": self.client_id,
                 "host": self.client_host, "rebalance": self.rebalance_timeout, "topics": sorted(self.topics),
-                "assignor": self.assignor, "epoch": self.epoch,
+                "assignor": self.assignor, "epoch": self.epoch, "previous_epoch": self.previous_epoch,
                 "assigned": {t: sorted(p) for t, p in self.assigned.items()},
                 "revoking": {t: sorted(p) for t, p in self.revoking.items()}}
 
     @classmethod
     def from_json(cls, v: dict) -> "ConsumerMember":
         return cls(v["id"], v["instance"], v["rack"], v["client"], v["host"], v["rebalance"], frozenset(v["topics"]),
-                   v["assignor"], v["epoch"], {t: frozenset(p) for t, p in v["assigned"].items()},
+                   v["assignor"], v["epoch"], v.get("previous_epoch", -1),
+                   {t: frozenset(p) for t, p in v["assigned"].items()},
                    {t: frozenset(p) for t, p in v["revoking"].items()})
 
 
@@ -172,7 +177,7 @@ class ConsumerGroupState:
                 member.assigned, member.revoking, member.epoch = {}, {}, 0
         elif member is None:
             return HeartbeatAnswer(UNKNOWN_MEMBER, message=f"member {member_id} is not in the group")
-        elif epoch != member.epoch:
+        elif epoch != member.epoch and not self._lost_answer(member, epoch, owned):
             return HeartbeatAnswer(FENCED_MEMBER_EPOCH,
                                    message=f"epoch {epoch} is not the member's current epoch {member.epoch}")
         member.last_seen, member.rebalance_timeout = now, rebalance_timeout
@@ -191,8 +196,14 @@ class ConsumerGroupState:
         before = (member.epoch, member.assigned)
         self._refresh_target()
         self._reconcile(member)
-        changed = (member.epoch, member.assigned) != before or owned is not None or epoch == 0
+        changed = (member.epoch, member.assigned) != before or owned is not None or epoch == 0 or epoch != member.epoch
         return HeartbeatAnswer(0, member.member_id, member.epoch, member.assigned if changed else None)
+
+    @staticmethod
+    def _lost_answer(member: ConsumerMember, epoch: int, owned: TopicPartitions | None) -> bool:
+        """A heartbeat at the member's previous epoch whose answer was lost (Kafka accepts it)."""
+        return (0 < epoch == member.previous_epoch < member.epoch and owned is not None
+                and _flat(owned) <= _flat(member.assigned))
 
     def _replace_static(self, instance_id: str, member_id: str) -> ConsumerMember | None:
         old = next((m for m in self.members.values() if m.instance_id == instance_id), None)
@@ -244,7 +255,8 @@ class ConsumerGroupState:
             if other is not member:
                 held |= _flat(other.assigned) | _flat(other.revoking)
         member.assigned = _nested(target - held)
-        member.epoch = self.assignment_epoch
+        if member.epoch != self.assignment_epoch:
+            member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
 
     def to_json(self) -> dict:
         return {"epoch": self.epoch, "assignment_epoch": self.assignment_epoch, "assignor": self.assignor,

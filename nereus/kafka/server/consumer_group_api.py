@@ -23,8 +23,6 @@ from .routing import coordinates
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL = datetime.timedelta(seconds=2)  # Kafka's default is 5 s; rebalances wait on it
-
 
 async def _partition_counts(catalog, topics) -> dict[str, int]:
     counts = {}
@@ -42,7 +40,7 @@ async def handle_consumer_group_heartbeat(conn, head, req):
 
     def reply(answer: HeartbeatAnswer, assignment=None):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(answer.error), error_message=answer.message,
-                    member_id=answer.member_id, member_epoch=answer.epoch, heartbeat_interval=HEARTBEAT_INTERVAL,
+                    member_id=answer.member_id, member_epoch=answer.epoch, heartbeat_interval=datetime.timedelta(seconds=service.consumer_heartbeat_interval),
                     assignment=assignment)
 
     if not req.group_id:

@@ -141,7 +141,8 @@ async def handle_offset_commit(conn, head, req):
     elif req.group_id:
         try:
             group = await coordinator.group(req.group_id)
-            code = group.check_commit(req.member_id, generation, getattr(req, "group_instance_id", None))
+            code = group.check_commit(req.member_id, generation, getattr(req, "group_instance_id", None),
+                                      head.api_version)
         except GroupError as exc:
             code = exc.code
     commits: dict[tuple[str, int], tuple] = {}

@@ -39,8 +39,8 @@ INITIAL_REBALANCE_DELAY = 0.3  # lets consumers started together land in one gen
 NONE, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, UNKNOWN_MEMBER = 0, 22, 23, 25
 INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, NOT_COORDINATOR = 26, 27, 16
 COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID = 15, 81, 82
-GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH = 69, 113
-CONSUMER_SESSION_TIMEOUT = 45.0  # Kafka's group.consumer.session.timeout.ms
+GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH, UNSUPPORTED_VERSION = 69, 113, 35
+CONSUMER_SESSION_TIMEOUT = 45.0  # Kafka's group.consumer.session.timeout.ms default
 
 
 class GroupError(Exception):
@@ -429,13 +429,17 @@ class Group:
             fut.set_result(answer)
         return fut
 
-    def check_commit(self, member_id: str, generation: int, instance_id: str | None = None) -> int:
+    def check_commit(self, member_id: str, generation: int, instance_id: str | None = None,
+                     version: int = 9) -> int:
+        """The error of an OffsetCommit (``version``) by this member at this generation / member epoch."""
         if self.gone:
             return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
         if self.is_consumer and not (generation < 0 and not member_id):
             member = self.consumer_members.get(member_id)
             if member is None:
                 return UNKNOWN_MEMBER
+            if version < 9:  # as Kafka: members of the consumer protocol commit with v9+
+                return UNSUPPORTED_VERSION
             if generation != member.epoch:
                 return STALE_MEMBER_EPOCH
             member.last_seen = self._now()
@@ -459,7 +463,7 @@ class Group:
         """Drop members whose session timed out (not those waiting in a join)."""
         if self.gone:
             return
-        if self.consumer is not None and self.consumer.expire(now, CONSUMER_SESSION_TIMEOUT):
+        if self.consumer is not None and self.consumer.expire(now, self.coordinator.consumer_session_timeout):
             self.coordinator.persist(self)
         expired = [m.member_id for m in self.members.values()
                    if (m.join is None or m.join.done()) and now - m.last_seen > m.session_timeout]

@@ -45,7 +45,8 @@ class KafkaService:
                  auto_create: bool = True, default_partitions: int = 1,
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
                  max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None,
-                 limits: ConnectionLimits | None = None, authorizer=None, anonymous_role: str | None = None) -> None:
+                 limits: ConnectionLimits | None = None, authorizer=None, anonymous_role: str | None = None,
+                 consumer_heartbeat_interval: float = 2.0, consumer_session_timeout: float = 45.0) -> None:
         self.storage = storage
         self.authorizer = authorizer  # nereus.auth.authorization.Authorizer; None: authorization disabled
         self.anonymous_role = anonymous_role  # the principal of clients on listeners without SASL
@@ -72,7 +73,10 @@ class KafkaService:
         self.catalog = Catalog(self)
         self.configs = TopicConfigs(self)
         self.share_groups = ShareGroups(self)
-        self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id))
+        # KIP-848 consumer groups: told to members (interval) and enforced (session), in seconds
+        self.consumer_heartbeat_interval = consumer_heartbeat_interval
+        self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id),
+                                       consumer_session_timeout=consumer_session_timeout)
         self.producer_ids = ProducerIds(meta)
         # The broker's transactions (set by the broker; None: not enabled): the coordinator, the stream
         # transaction index and the participants that write markers

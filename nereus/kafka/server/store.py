@@ -66,7 +66,7 @@ from urllib.parse import quote, unquote
 
 from ...meta import EXPECT_ABSENT, PutOp, UnexpectedVersion
 from ...storage.records import subtree_ranges
-from .groups import (COORDINATOR_NOT_AVAILABLE, DEAD, EMPTY, GROUPS_ROOT, NONE, NOT_COORDINATOR, Group,
+from .groups import (CONSUMER_SESSION_TIMEOUT, COORDINATOR_NOT_AVAILABLE, DEAD, EMPTY, GROUPS_ROOT, NONE, NOT_COORDINATOR, Group,
                      GroupError, group_key)
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,10 @@ class Coordinator:
                  max_groups: int = MAX_GROUPS, max_group_size: int = MAX_GROUP_SIZE,
                  retry_backoff: tuple[float, float] = RETRY_BACKOFF,
                  initial_rebalance_delay: float | None = None,
-                 serves: Callable[[str], bool] | None = None) -> None:
+                 serves: Callable[[str], bool] | None = None,
+                 consumer_session_timeout: float = CONSUMER_SESSION_TIMEOUT) -> None:
         self.meta = meta
+        self.consumer_session_timeout = consumer_session_timeout  # KIP-848 members (seconds)
         self.serves = serves  # is this broker the group's coordinator (None: of every group)
         self.clock = clock
         self.idle_seconds = idle_seconds
