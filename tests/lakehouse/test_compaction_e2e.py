@@ -26,6 +26,8 @@ pytest.importorskip("pyiceberg")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from nereus.lakehouse import compaction, sbt, table_format  # noqa: E402
+from nereus.lakehouse.spark import SCHEMA  # noqa: E402
+from nereus.lakehouse.streaming import NereusStreamReader  # noqa: E402
 from nereus.meta import connect  # noqa: E402
 from nereus.storage import gc, records  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
@@ -567,10 +569,15 @@ def test_transactions_spark_reads_and_sbt_tables_hold_committed_records_only(spa
 
     # Open transaction: the read stops at it (the LSO), so the later plain records wait too.
     assert set(_spark_values(spark, urls, TXN_TOPIC)) == committed
+    stream = NereusStreamReader({"metadata": urls[0], "objects": urls[1], "topic": TXN_TOPIC}, SCHEMA)
+    waiting = stream.latestOffset()
     producer.commit_transaction(DEADLINE)
     committed |= pending | late
     before = _spark_values(spark, urls, TXN_TOPIC)
     assert set(before) == committed and not aborted & set(before)
+    # Structured streaming: the offsets stopped at the open transaction and move on after its commit.
+    assert waiting == {"0": before[b"open-0"]}
+    assert stream.latestOffset()["0"] > max(before.values())
 
     wait_until(lambda: asyncio.run(_pending_slices(urls[0], TXN_TOPIC)) == 0, "every slice is in an idx group")
     report = compaction.run_job(spark, *urls, topics=[TXN_TOPIC], catalog=catalog)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 
 import crc32c
+import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -201,3 +202,23 @@ async def test_a_trim_forgets_the_aborted_ranges_below_the_new_start(broker):
     assert (await broker.stream_txns.view(sid, hwm)).aborted(0, hwm)
     await topic.handle.trim(offsets["p2"])  # past its marker
     assert (await broker.stream_txns.view(sid, hwm)).aborted(0, hwm) == []
+
+
+async def test_delivered_tables_get_committed_records_only(broker, tmp_path):
+    deltalake = pytest.importorskip("deltalake")
+    from nereus.lakehouse.delta_target import DeltaTarget
+    from nereus.lakehouse.deliver import Delivery
+
+    offsets, still_open = await scenario(broker)
+    delivery = Delivery(broker.meta, broker.storage.objects, TOPIC, DeltaTarget(str(tmp_path / "delta")))
+    try:
+        await delivery.deliver_once()
+        table = deltalake.DeltaTable(str(tmp_path / "delta")).to_pyarrow_table()
+        assert sorted(table.column("value").to_pylist()) == sorted(COMMITTED_BEFORE_OPEN)
+        await still_open.end(True)
+        await delivery.deliver_once()
+        table = deltalake.DeltaTable(str(tmp_path / "delta")).to_pyarrow_table()
+        assert sorted(table.column("value").to_pylist()) == sorted(COMMITTED_BEFORE_OPEN + AFTER_OPEN)
+        assert offsets["x0"] not in table.column("offset").to_pylist()
+    finally:
+        delivery.close()
