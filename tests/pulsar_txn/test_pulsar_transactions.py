@@ -292,3 +292,23 @@ def test_skipped_records_leave_no_backlog(standalone, txn, clients):
             return json.loads(r.read())["subscriptions"]["s"]["msgBacklog"]
 
     wait_until(lambda: backlog() == 0, what="no backlog once the aborted records and the marker were skipped")
+
+
+def test_unsubscribe_drops_pending_acks(standalone, txn):
+    topic = new_topic()
+    producer = txn.create_producer(topic)
+    producer.send(b"m")
+    consumer = txn.subscribe(topic, "gone")
+    mid, _ = consumer.receive()
+    t = txn.new_txn()
+    consumer.ack(mid, t)
+    txn.request(pb.CommandUnsubscribe(consumer_id=consumer.consumer_id), "SUCCESS")
+    other = TxnClient(standalone.pulsar_port)
+    try:
+        again = other.subscribe(topic, "gone")  # a new subscription of the same name
+        assert again.receive()[1] == b"m"
+        txn.end_txn(t, commit=True)  # finds no pending acks: the new subscription keeps its own state
+        again.redeliver_unacked()
+        assert again.receive()[1] == b"m"
+    finally:
+        other.close()

@@ -95,6 +95,12 @@ async def store(meta, stream_id: int, sub: str, pid: int, items: list[Item]) -> 
     await update(meta, acks_key(stream_id, sub, pid), change, partition_key=stream_partition(stream_id))
 
 
+async def forget(meta, stream_id: int, sub: str) -> None:
+    """Drop every pending ack of a deleted subscription."""
+    prefix = acks_prefix(stream_id, sub)
+    await meta.delete_range(prefix, prefix + "\U0010ffff", partition_key=stream_partition(stream_id))
+
+
 class SubscriptionCompleter:
     """The Pulsar layer's part of ending a transaction: its pending acks, applied or dropped."""
 
@@ -140,4 +146,4 @@ class SubscriptionCompleter:
                   "applied" if commit else "dropped")
 
 
-__all__ = ["PendingAcks", "SubscriptionCompleter", "acks_key", "load", "settled", "store"]
+__all__ = ["PendingAcks", "SubscriptionCompleter", "acks_key", "forget", "load", "settled", "store"]

@@ -140,9 +140,14 @@ class PulsarTopic:
     async def drop_subscription(self, name: str) -> None:
         dispatcher = self.dispatchers.pop(name, None)
         self.traffic.forget(name)
+        durable = dispatcher is None or dispatcher.sub.cursor.durable
         if dispatcher is not None:
             await dispatcher.close()
             await dispatcher.sub.cursor.delete()
+        # Acks of transactions still open go with it: a subscription made again under the
+        # name must not find its records held (their transactions' completion finds none).
+        if durable:
+            await pending_acks.forget(self.service.meta, self.stream_id, name)
 
     def close_producer(self, producer) -> None:
         """Tell one producer to reconnect (CLOSE_PRODUCER) and forget it here."""
