@@ -160,6 +160,8 @@ async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str) -> Sy
     table = await asyncio.to_thread(_load_or_create, catalog, ident, str(TopicName.parse(topic)))
     listed = await asyncio.to_thread(lambda: {t.file.file_path: t.file for t in table.scan().plan_files()})
     to_add = sorted(path for path in wanted if path not in listed)
+    if to_add:  # ranges of markers and aborted records only: no row to list
+        to_add = await asyncio.to_thread(lambda: [p for p in to_add if table_format.holds_records(table.io, p)])
     to_remove = [listed[path] for path in listed if path not in wanted]
     report = SyncReport(".".join(ident), len(to_add), len(to_remove), coverage(list(wanted.values())))
     for path in to_add:  # pinned before the table lists it: the collector can never race the commit

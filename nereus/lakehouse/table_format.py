@@ -72,6 +72,27 @@ def iceberg_data_file(io, table_metadata, path: str):
         **statistics.to_serialized_dict())
 
 
+def holds_records(io, path: str) -> bool:
+    """False for a compacted object whose only row carries entries and no record (a range of
+    markers and aborted transactional records): a table lists no such file.
+
+    Every record has a producer name (Kafka batches: ``kafka``), the carrier row none.
+    """
+    import pyarrow.parquet as pq
+
+    with io.new_input(path).open() as stream:
+        metadata = pq.read_metadata(stream)
+    if metadata.num_rows != 1 or metadata.num_row_groups != 1:
+        return metadata.num_rows > 0
+    group = metadata.row_group(0)
+    for i in range(group.num_columns):
+        column = group.column(i)
+        if column.path_in_schema == "producer_name":
+            stats = column.statistics
+            return stats is None or not stats.has_null_count or stats.null_count == 0
+    return True
+
+
 class _ColumnsIn:
     """Parquet file metadata as if the file held only the columns in ``mapping`` (paths to field ids)."""
 
@@ -112,8 +133,9 @@ def build_table(partition: int, first: int, entries: Sequence[tuple[int, bytes |
     """The rows of ``entries`` (the first at offset ``first``), each entry on its first record's row.
 
     Entries without rows (markers, and records of transactions ``aborted`` lists) ride
-    with the row before them, or with the first row. A range without any record gets one row that only carries entries
-    (offset = ``first``, every record column null). Record values come from
+    with the row before them, or with the first row. A range without any record gets one
+    row that only carries entries (offset = ``first``, every record column null;
+    ``holds_records`` keeps such a file out of the table). Record values come from
     ``record_values``, as the rows of ``rows.entry_rows`` do.
     """
     columns = RecordColumns()

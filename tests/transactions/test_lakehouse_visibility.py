@@ -222,3 +222,61 @@ async def test_delivered_tables_get_committed_records_only(broker, tmp_path):
         assert offsets["x0"] not in table.column("offset").to_pylist()
     finally:
         delivery.close()
+
+
+@pytest.fixture
+async def file_broker(tmp_path):
+    """The ``broker`` parts over an object store of files (table readers open the objects by URL)."""
+    from nereus.meta import open_engine
+    from nereus.objstore import open_object_store
+    from nereus.storage import StreamStorage
+    from nereus.topics import TopicRegistry
+    from nereus.transactions import BrokerParticipants, ProducerIds, StreamTransactions, TransactionCoordinator
+    from tests.transactions.conftest import Broker, Clock
+
+    engine = open_engine(None, shards=2)
+    meta = engine.client(namespace="default")
+    objects = open_object_store((tmp_path / "objects").as_uri())
+    storage = StreamStorage(meta, objects, node_id="n")
+    registry = TopicRegistry(storage, meta, idle_seconds=60)
+    stream_txns = StreamTransactions(meta)
+    clock = Clock()
+    participants = BrokerParticipants(registry, stream_txns, clock=clock)
+    coordinator = TransactionCoordinator(meta, ProducerIds(meta), participants, clock=clock, stream_txns=stream_txns)
+    yield Broker(meta, storage, registry, stream_txns, participants, coordinator, clock)
+    await coordinator.close()
+    await stream_txns.close()
+    await registry.close()
+    await storage.close()
+    await meta.close()
+    await engine.close()
+
+
+async def test_a_compacted_range_of_aborted_records_adds_no_row_to_the_sbt_table(file_broker, tmp_path):
+    pytest.importorskip("pyiceberg")
+    from nereus.lakehouse import sbt
+
+    broker = file_broker
+    for i in range(8):  # one idx group of 8 slices each
+        await plain(broker, (b"a%d" % i, b"a%d" % i),)
+    aborted = Txn(broker, "tx-gone")
+    for i in range(7):
+        await aborted.produce((b"x%d" % i, b"x%d" % i),)
+    await aborted.end(False)  # its marker is the 8th slice of the second group
+    for i in range(16):
+        await plain(broker, (b"b%d" % i, b"b%d" % i),)
+    _, sid = await stream_of(broker)
+    plans = await lake_compaction.stable_plans(broker.meta, sid, target_bytes=1)  # one per group
+    assert [(job.first, job.last) for job, _ in plans][:3] == [(0, 7), (8, 15), (16, 23)]
+    for job, ranges in plans:
+        await compaction.compact(broker.meta, broker.storage.objects, broker.storage.reader, job,
+                                 lake_compaction.encoder(-1, ranges))
+    objects_url = (tmp_path / "objects").as_uri()
+    catalog = sbt.open_catalog(f"sqlite:///{tmp_path / 'catalog.db'}", objects_url + "/iceberg")
+    report = await sbt.sync(broker.meta, catalog, objects_url, TOPIC)
+    assert report.added == len(plans) - 1  # the aborted range's object carries entries only
+    table = catalog.load_table(sbt.identifier(TOPIC))
+    values = table.scan().to_arrow().column("value").to_pylist()
+    compacted_b = plans[-1][0].last + 1 - 16
+    assert sorted(values) == sorted([b"a%d" % i for i in range(8)] + [b"b%d" % i for i in range(compacted_b)])
+    assert [v for _, v in await row_values(broker)] == [b"a%d" % i for i in range(8)] + [b"b%d" % i for i in range(16)]
