@@ -93,6 +93,12 @@ class Cursor:
             return cursor, True
 
     @classmethod
+    async def load(cls, meta: MetadataStore, stream_id: int, name: str,
+                   objects: ObjectStore | None = None) -> "Cursor | None":
+        """The durable cursor as stored, or None if there is none."""
+        return await cls._load(meta, stream_id, name, objects)
+
+    @classmethod
     async def _load(cls, meta: MetadataStore, stream_id: int, name: str,
                     objects: ObjectStore | None) -> "Cursor | None":
         rec = await meta.get(cursor_key(stream_id, name), partition_key=stream_partition(stream_id))

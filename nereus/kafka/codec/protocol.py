@@ -43,7 +43,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     13: ("LeaveGroup", 0, 5),
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
-    16: ("ListGroups", 0, 4),
+    16: ("ListGroups", 0, 5),
     17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
@@ -78,6 +78,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     77: ("ShareGroupDescribe", 1, 1),
     78: ("ShareFetch", 1, 1),
     79: ("ShareAcknowledge", 1, 1),
+    90: ("DescribeShareGroupOffsets", 0, 1),
+    91: ("AlterShareGroupOffsets", 0, 0),
+    92: ("DeleteShareGroupOffsets", 0, 0),
 }
 API_VERSIONS = 18
 

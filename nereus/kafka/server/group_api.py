@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from ...auth.kafka_acls import CLUSTER, DELETE, DESCRIBE, GROUP, READ, TOPIC
 from ..codec import make, nested
 from ..codec.protocol import response_schema
-from . import acl_api, txn_offsets
+from . import acl_api, share_offsets, txn_offsets
 from .cluster import NO_THROTTLE
 from .groups import GroupError, JoinResult
 from .routing import coordinates, is_coordinator
@@ -294,6 +294,9 @@ async def handle_delete_groups(conn, head, req):
             code = ErrorCode.group_authorization_failed.value
         elif coordinates(conn.service, group_id):
             code = await conn.service.coordinator.delete_group(group_id)
+            if code == ErrorCode.group_id_not_found.value:  # a share group's state is its subscriptions
+                shared = await share_offsets.delete_share_group(conn.service, group_id)
+                code = code if shared is None else shared
         else:
             code = ErrorCode.not_coordinator.value
         results.append(make(nested(cls, "DeletableGroupResult"), group_id=group_id, error_code=ErrorCode(code)))

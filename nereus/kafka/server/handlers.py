@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import (acl_api, admin, cluster, configs, consumer_group_api, data, group_api, quotas, sasl_api, share_api,
+from . import (acl_api, admin, cluster, configs, consumer_group_api, data, group_api, quotas, sasl_api, share_api, share_offsets,
                txn_api, txn_offsets)
 from .cluster import api_versions_response
 
@@ -54,6 +54,9 @@ HANDLERS = {
     77: share_api.handle_share_group_describe,
     78: share_api.handle_share_fetch,
     79: share_api.handle_share_acknowledge,
+    90: share_offsets.handle_describe_share_group_offsets,
+    91: share_offsets.handle_alter_share_group_offsets,
+    92: share_offsets.handle_delete_share_group_offsets,
 }
 
 __all__ = ["HANDLERS", "api_versions_response"]
