@@ -141,14 +141,16 @@ class TransactionCoordinator:
             return pid, epoch
         raise ConcurrentTransactions(f"{key}: too many concurrent changes")
 
-    async def new_txn(self, timeout_ms: int) -> int:
-        """Pulsar NEW_TXN: a fresh producer id (the TxnID's least bits) with an ONGOING record."""
+    async def new_txn(self, timeout_ms: int, owner: str | None = None) -> int:
+        """Pulsar NEW_TXN: a fresh producer id (the TxnID's least bits) with an ONGOING record
+        (``owner``: the client's role, kept for the ownership checks of the protocol layer)."""
         self._check_timeout(timeout_ms)
         pid = await self.producer_ids.allocate()
         key = pulsar_key(self.tc_id, pid)
         await self.meta.put(pid_key(pid), key.encode())
         now = self.now_ms()
-        await self._put(TxnRecord(key, pid, 0, S.ONGOING, timeout_ms, start_ms=now, update_ms=now), EXPECT_ABSENT)
+        await self._put(TxnRecord(key, pid, 0, S.ONGOING, timeout_ms, start_ms=now, update_ms=now, owner=owner),
+                        EXPECT_ABSENT)
         return pid
 
     # -- membership --------------------------------------------------------------------------

@@ -81,6 +81,7 @@ class TxnRecord:
     groups: list[str] = field(default_factory=list)  # Kafka groups of AddOffsetsToTxn
     subscriptions: list[tuple[str, str]] = field(default_factory=list)  # Pulsar (topic, subscription)
     last_producer_epoch: int = -1  # the epoch before a bump (a retried InitProducerId/EndTxn of it is known)
+    owner: str | None = None  # the role that opened a Pulsar transaction (only it and superusers may use it)
 
     @property
     def deadline_ms(self) -> int:
