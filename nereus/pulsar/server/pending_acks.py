@@ -71,7 +71,7 @@ def settled(sub, held: PendingAcks, base: int, count: int) -> bool:
     """Every record of the entry is acknowledged on the cursor or held by a transaction."""
     if sub.fully_acked(base, count):
         return True
-    if not held:
+    if not held or held.holder(base, base + count) is None:
         return False
     acks = sub.cursor.acks
     return all(acks.is_acked(o) or held.is_held(o) for o in range(base, base + count))
