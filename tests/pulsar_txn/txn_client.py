@@ -30,13 +30,16 @@ class ServerError(Exception):
 class TxnClient:
     """One connection; ``request`` sends a command and waits for the answer with its request id."""
 
-    def __init__(self, port: int, *, timeout: float = 10.0) -> None:
+    def __init__(self, port: int, *, timeout: float = 10.0, token: str | None = None) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.timeout = timeout
         self.decoder = FrameDecoder()
         self._ids = itertools.count(1)
         self._frames: deque = deque()  # received, not yet taken
-        self._send(wrap(pb.CommandConnect(client_version="nereus-txn-test", protocol_version=21)))
+        connect = pb.CommandConnect(client_version="nereus-txn-test", protocol_version=21)
+        if token is not None:
+            connect.auth_method_name, connect.auth_data = "token", token.encode()
+        self._send(wrap(connect))
         self._take(lambda f: type_name(f.type) == "CONNECTED")
 
     # -- plumbing ---------------------------------------------------------------------------

@@ -81,7 +81,7 @@ async def handle_new_txn(conn, cmd: pb.CommandNewTxn) -> None:
         return
     timeout_ms = cmd.txn_ttl_seconds or DEFAULT_TIMEOUT_MS
     try:
-        pid = await coordinator.new_txn(timeout_ms)
+        pid = await coordinator.new_txn(timeout_ms, owner=conn.role)
     except txn_errors.TransactionError as exc:
         response.error, response.message = error_code(exc), str(exc)
     else:
@@ -100,7 +100,8 @@ async def handle_add_partition(conn, cmd: pb.CommandAddPartitionToTxn) -> None:
         response.error, response.message = pb.InvalidTopicName, str(exc)
         conn.send(wrap(response))
         return
-    await _call(conn, response, most, lambda c: c.add_partitions(txn_key(most, least), least, 0, partitions))
+    await _call(conn, response, most, lambda c: c.add_partitions(txn_key(most, least), least, 0, partitions),
+                txn_key(most, least))
 
 
 async def handle_add_subscription(conn, cmd: pb.CommandAddSubscriptionToTxn) -> None:
@@ -113,14 +114,15 @@ async def handle_add_subscription(conn, cmd: pb.CommandAddSubscriptionToTxn) -> 
         response.error, response.message = pb.InvalidTopicName, str(exc)
         conn.send(wrap(response))
         return
-    await _call(conn, response, most, lambda c: c.add_subscriptions(txn_key(most, least), least, 0, subs))
+    await _call(conn, response, most, lambda c: c.add_subscriptions(txn_key(most, least), least, 0, subs),
+                txn_key(most, least))
 
 
 async def handle_end_txn(conn, cmd: pb.CommandEndTxn) -> None:
     most, least = _txn_ids(cmd)
     response = pb.CommandEndTxnResponse(request_id=cmd.request_id, txnid_most_bits=most, txnid_least_bits=least)
     commit = cmd.txn_action == pb.COMMIT
-    await _call(conn, response, most, lambda c: c.end(txn_key(most, least), least, 0, commit))
+    await _call(conn, response, most, lambda c: c.end(txn_key(most, least), least, 0, commit), txn_key(most, least))
     if not response.HasField("error"):
         log.debug("transaction (%d,%d) %s", most, least, "committed" if commit else "aborted")
 
@@ -164,12 +166,26 @@ async def _participant(conn, response, operation) -> None:
     conn.send(wrap(response))
 
 
-async def _call(conn, response, most: int, operation) -> None:
+async def not_owner(conn, coordinator, key: str) -> str | None:
+    """Why the client may not use transaction ``key`` (under authorization: only the role that
+    opened it, and superusers, as Pulsar checks), or None."""
+    authorizer = conn.service.authorizer
+    if authorizer is None or authorizer.is_super_user(conn.role):
+        return None
+    record = await coordinator.describe(key)
+    if record is None or record.owner is None or record.owner == conn.role:
+        return None
+    return f"role {conn.role} is not the owner of transaction {key.split(':', 1)[1]}"
+
+
+async def _call(conn, response, most: int, operation, key: str) -> None:
     coordinator = coordinator_of(conn)
     if coordinator is None:
         response.error, response.message = pb.TransactionCoordinatorNotFound, "transactions are not available"
     elif most >= TC_COUNT:
         response.error, response.message = pb.TransactionNotFound, f"no transaction coordinator {most}"
+    elif (refused := await not_owner(conn, coordinator, key)) is not None:
+        response.error, response.message = pb.AuthorizationError, refused
     else:
         try:
             await operation(coordinator)

@@ -15,7 +15,7 @@ from ...transactions import errors as txn_errors
 from ...transactions.records import TxnState
 from ..codec import pb, wrap
 from . import pending_acks, positions
-from .transactions import TC_COUNT, error_code, txn_key
+from .transactions import TC_COUNT, error_code, not_owner, txn_key
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ async def _hold(conn, consumer, cmd: pb.CommandAck, most: int, pid: int) -> None
     record = await coordinator.find_by_pid(pid) if most < TC_COUNT else None
     if record is None or record.key != txn_key(most, pid):
         raise AckRefused(pb.TransactionNotFound, f"transaction ({most},{pid}) not found")
+    refused = await not_owner(conn, coordinator, record.key)
+    if refused is not None:
+        raise AckRefused(pb.AuthorizationError, refused)
     if record.state != TxnState.ONGOING and record.state != TxnState.EMPTY:
         raise AckRefused(pb.InvalidTxnStatus, f"transaction ({most},{pid}) is {record.state.value}")
     topic, dispatcher = consumer.topic, consumer.dispatcher
