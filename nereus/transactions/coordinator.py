@@ -52,6 +52,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.tc_id = tc_id  # Pulsar's TxnID most significant bits
         self.stream_txns = stream_txns  # when given, the loop also closes stale open records of it
+        self._completing: dict[str, asyncio.Task] = {}  # key -> the completion ``end(wait=False)`` left running
         self.pulsar_retention_ms = pulsar_retention_ms
         self.stale_open_grace_ms = stale_open_grace_ms
         self._task: asyncio.Task | None = None
@@ -194,13 +195,15 @@ class TransactionCoordinator:
         raise ConcurrentTransactions(f"{key}: too many concurrent changes")
 
     # -- outcome ---------------------------------------------------------------------------
-    async def end(self, key: str, pid: int, epoch: int, commit: bool) -> TxnRecord:
+    async def end(self, key: str, pid: int, epoch: int, commit: bool, *, wait: bool = True) -> TxnRecord:
         """Commit or abort: PREPARE_* (the decision), every participant, then COMPLETE_*.
 
         A retried end of a completed transaction with the same outcome succeeds; the
         opposite outcome raises InvalidTxnState. If a participant cannot complete now
         (e.g. another broker owns a partition) the decision stands and ``recover``
-        finishes it; the returned record then is still PREPARE_*.
+        finishes it; the returned record then is still PREPARE_*. ``wait=False``
+        returns once the decision is durable and completes in the background, as a
+        Kafka coordinator answers EndTxn (``settle`` waits for that completion).
         """
         prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
@@ -219,15 +222,35 @@ class TransactionCoordinator:
                     await self._put(new, version)
                 except UnexpectedVersion:
                     continue
-                return await self._complete(new)
+                return await self._complete(new) if wait else self._complete_later(new)
             if rec.state == prepare:
-                return await self._complete(rec)
+                return await self._complete(rec) if wait else self._complete_later(rec)
             if rec.state == complete:
                 return rec
             if rec.state == S.PREPARE_EPOCH_FENCE:
                 raise ConcurrentTransactions(f"{key} is being fenced")
             raise InvalidTxnState(f"cannot {'commit' if commit else 'abort'} {key}: it is {rec.state.value}")
         raise ConcurrentTransactions(f"{key}: too many concurrent changes")
+
+    def _complete_later(self, rec: TxnRecord) -> TxnRecord:
+        task = self._completing.get(rec.key)
+        if task is None or task.done():
+            task = self._completing[rec.key] = asyncio.ensure_future(self._complete(rec))
+
+            def done(t: asyncio.Task, key: str = rec.key) -> None:
+                if self._completing.get(key) is t:
+                    del self._completing[key]
+                if not t.cancelled() and t.exception() is not None:  # the decision stands: recovery finishes it
+                    log.warning("%s: completion failed (%s); retried later", key, t.exception())
+
+            task.add_done_callback(done)
+        return rec
+
+    async def settle(self, key: str, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) for a completion ``end(wait=False)`` left running for ``key``."""
+        task = self._completing.get(key)
+        if task is not None:
+            await asyncio.wait([task], timeout=timeout)
 
     async def _abort(self, rec: TxnRecord, version: int, *, bump: bool) -> TxnRecord | None:
         """ONGOING -> PREPARE_ABORT (with an epoch bump that fences the producer) -> COMPLETE_ABORT."""
@@ -407,9 +430,11 @@ class TransactionCoordinator:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        tasks = [t for t in [task, *self._completing.values()] if t is not None]
+        self._completing.clear()
+        for t in tasks:  # an unfinished completion is finished by recovery (its decision is durable)
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _merge(old: Iterable, new: Iterable) -> builtins.list:

@@ -384,3 +384,18 @@ async def test_aborted_ranges_of_trimmed_records_are_dropped_by_the_next_abort(b
             await topic.handle.refresh()
     assert topic.handle.start_offset() == 3
     assert view.aborted(0, 10) == [(pid, 3, 5)]
+
+
+async def test_end_without_waiting_answers_at_the_decision_and_completes_in_the_background(broker):
+    coord = broker.coordinator
+    pid, epoch = await coord.init_producer("tx-nowait", TIMEOUT)
+    key = kafka_key("tx-nowait")
+    await coord.add_partitions(key, pid, epoch, [P0])
+    await produce(broker, P0, pid, epoch)
+    decided = await coord.end(key, pid, epoch, commit=True, wait=False)
+    assert decided.state == TxnState.PREPARE_COMMIT  # durable: a crash from here on is finished by recovery
+    await coord.settle(key, 30)
+    assert (await coord.describe(key)).state == TxnState.COMPLETE_COMMIT
+    assert [offset for offset, _ in await markers(broker, P0)] == [3]
+    await coord.add_partitions(key, pid, epoch, [P0])  # the next transaction
+    assert (await coord.describe(key)).state == TxnState.ONGOING
