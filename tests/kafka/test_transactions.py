@@ -126,7 +126,8 @@ def test_open_transaction_holds_back_read_committed_and_lso(broker):
         assert got == [b"pending", b"after"]
     finally:
         consumer.close()
-    assert _latest(broker, topic, 0, IsolationLevel.READ_COMMITTED) == 4
+    # the commit marker is at offset 3 (EndTxn is answered at the decision; the marker follows at once)
+    wait_until(lambda: _latest(broker, topic, 0, IsolationLevel.READ_COMMITTED) == 4)
 
 
 def test_offsets_in_a_transaction_become_visible_on_commit(broker):
@@ -164,8 +165,8 @@ def test_offsets_in_a_transaction_become_visible_on_commit(broker):
             else:
                 producer.abort_transaction(30)
             expected = 4 if commit else -1001  # an aborted transaction's offsets are dropped
+            assert stable.committed([tp], 10)[0].offset == expected  # waits while they are pending
             assert consumer.committed([tp], 10)[0].offset == expected
-            assert stable.committed([tp], 10)[0].offset == expected
     finally:
         consumer.close()
         stable.close()
@@ -230,8 +231,8 @@ def test_transaction_admin_requests(broker):
         listed = raw.request(66, 1, state_filters=("Ongoing",), producer_id_filters=(), duration_filter=-1)
         assert tid in [t.transactional_id for t in listed.transaction_states]
         producer.commit_transaction(30)
-        state = raw.request(65, 0, transactional_ids=(tid,)).transaction_states[0]
-        assert state.transaction_state == "CompleteCommit"
+        wait_until(lambda: raw.request(65, 0, transactional_ids=(tid,)).transaction_states[0].transaction_state
+                   == "CompleteCommit")
         listed = raw.request(66, 1, state_filters=("Ongoing",), producer_id_filters=(), duration_filter=-1)
         assert tid not in [t.transactional_id for t in listed.transaction_states]
     finally:

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 CLUSTER_ACTION = 9  # Kafka's AclOperation for broker-to-broker requests
 DEFAULT_TIMEOUT_MS = 60_000
+SETTLE_SECONDS = 10.0  # how long a request waits for the previous transaction's markers before CONCURRENT_TRANSACTIONS
 
 
 def key_of(transactional_id: str) -> str:
@@ -64,6 +65,15 @@ async def _refusal(conn, transactional_id: str, operation: int = WRITE) -> Error
 
 def _coordinator(conn):
     return conn.service.transactions
+
+
+async def _settled(conn, key: str, call):
+    """``call()``; if the previous transaction is still completing here, once more after it completed."""
+    try:
+        return await call()
+    except txn_errors.ConcurrentTransactions:
+        await _coordinator(conn).settle(key, SETTLE_SECONDS)
+        return await call()
 
 
 async def init_transactional_producer(conn, head, req):
@@ -114,7 +124,8 @@ async def _add_partitions(conn, tid: str, pid: int, epoch: int, topics, fenced_c
         # Kafka adds all or nothing: the partitions without their own error were not attempted
         return {tp: refused or codes.get(tp, ErrorCode.operation_not_attempted) for tp in everything}
     try:
-        await _coordinator(conn).add_partitions(key_of(tid), pid, epoch, sorted(set(names.values())))
+        await _settled(conn, key_of(tid), lambda: _coordinator(conn).add_partitions(
+            key_of(tid), pid, epoch, sorted(set(names.values()))))
         code = ErrorCode.none
     except Exception as exc:
         code = error_code(exc, fenced_code)
@@ -180,8 +191,9 @@ async def handle_add_offsets_to_txn(conn, head, req):
     if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
         return reply(ErrorCode.group_authorization_failed)
     try:
-        await _coordinator(conn).add_groups(key_of(req.transactional_id), req.producer_id, req.producer_epoch,
-                                            req.group_id)
+        key = key_of(req.transactional_id)
+        await _settled(conn, key, lambda: _coordinator(conn).add_groups(key, req.producer_id, req.producer_epoch,
+                                                                        req.group_id))
     except Exception as exc:
         return reply(error_code(exc, head.api_version >= 2))
     return reply(ErrorCode.none)
@@ -197,7 +209,9 @@ async def handle_end_txn(conn, head, req):
     if refused is not None:
         return reply(refused)
     try:
-        await _coordinator(conn).end(key_of(req.transactional_id), req.producer_id, req.producer_epoch, req.committed)
+        # answered at the decision; the markers follow (the next transaction's first request waits for them)
+        await _coordinator(conn).end(key_of(req.transactional_id), req.producer_id, req.producer_epoch, req.committed,
+                                     wait=False)
     except Exception as exc:
         return reply(error_code(exc, head.api_version >= 2))
     return reply(ErrorCode.none)
