@@ -130,6 +130,14 @@ class Cursor:
         self.acks.ack_cumulative(upto_inclusive)
         self._changes += 1
 
+    def set_property(self, key: str, value) -> None:
+        """Set (None: remove) a property, persisted with the cursor's next write."""
+        if value is None:
+            self.properties.pop(key, None)
+        else:
+            self.properties[key] = value
+        self._changes += 1
+
     def reset(self, position: int) -> None:
         """Seek: everything below ``position`` counts as acknowledged, nothing above."""
         self.acks.reset(position)

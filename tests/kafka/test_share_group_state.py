@@ -106,3 +106,31 @@ def test_offsets_without_a_deliverable_record_are_archived():
     sp.archive_fresh(0, 2)  # e.g. transaction markers
     assert sp.start_offset == 2 and sp.fetched_to == 2
     assert sp.acquire("a", 0, 4, budget=10, now=0) == [(2, 3, 1)]
+
+
+def test_renew_extends_the_lock_of_held_records_only():
+    from nereus.kafka.server.share_partition import RENEW
+
+    sp = share_partition(lock=10.0)
+    sp.acquire("a", 0, 2, budget=10, now=0)
+    sp.check("a", 0, 1, (RENEW,))
+    sp.acknowledge("a", 0, 1, (RENEW,), now=8.0)
+    assert sp.expire(now=15.0) == 0 and sp.next_deadline() == 18.0  # renewed at 8: held until 18
+    with pytest.raises(InvalidRecordState):
+        sp.check("b", 0, 0, (RENEW,))
+    assert sp.expire(now=18.0) == 2
+
+
+def test_saved_delivery_counts_come_back_with_a_new_copy():
+    sp = share_partition(limit=3)
+    sp.acquire("a", 0, 4, budget=10, now=0)
+    sp.acknowledge("a", 0, 0, (ACCEPT,))
+    sp.acknowledge("a", 1, 1, (RELEASE,))
+    sp.acquire("b", 0, 4, budget=10, now=0)  # offset 1 again: count 2
+    sp.save_state()
+    again = SharePartition(sp.cursor, lock_seconds=10.0, delivery_limit=3)
+    assert again.fetched_to == 4 and again.start_offset == 1
+    assert again.acquire("c", 0, 4, budget=10, now=0) == [(1, 1, 3), (2, 3, 2)]
+    again.save_state()
+    at_limit = SharePartition(sp.cursor, lock_seconds=10.0, delivery_limit=3)  # offset 1 was held at the limit
+    assert at_limit.start_offset == 2 and at_limit.acquire("d", 0, 4, budget=10, now=0) == [(2, 3, 3)]

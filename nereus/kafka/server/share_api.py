@@ -25,7 +25,7 @@ from . import acl_api, routing
 from .cluster import NO_THROTTLE
 from .share_group import ASSIGNOR, LEAVE, ShareHeartbeatAnswer
 from .share_groups import next_epoch
-from .share_partition import InvalidRecordState
+from .share_partition import RENEW, InvalidRecordState
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,10 @@ async def _refused(conn, names: dict) -> set:
 
 
 async def _acknowledge(service, group_id: str, member_id: str, names: dict, topics, settings,
-                       refused: set = frozenset()) -> dict:
-    """Apply acknowledgement batches; returns {(topic id, partition): error code} for each partition acked."""
+                       refused: set = frozenset(), renew: bool = False) -> dict:
+    """Apply acknowledgement batches; returns {(topic id, partition): error code} for each partition acked.
+
+    ``renew``: the request's ``is_renew_ack`` (RENEW types are refused without it)."""
     shares = service.share_groups
     results, touched = {}, []
     for t in topics:
@@ -168,6 +170,9 @@ async def _acknowledge(service, group_id: str, member_id: str, names: dict, topi
                 results[key] = ErrorCode.unknown_topic_or_partition
                 continue
             sp = await shares.share_partition(group_id, name, part, settings)
+            if not renew and any(RENEW in b.acknowledge_types for b in p.acknowledgement_batches):
+                results[key] = ErrorCode.invalid_request
+                continue
             try:
                 for b in p.acknowledgement_batches:
                     sp.check(member_id, b.first_offset, b.last_offset, tuple(b.acknowledge_types))
@@ -175,8 +180,9 @@ async def _acknowledge(service, group_id: str, member_id: str, names: dict, topi
                 log.debug("kafka: share group %s: %s", group_id, exc)
                 results[key] = ErrorCode.invalid_record_state
                 continue
+            now = time.monotonic()
             for b in p.acknowledgement_batches:
-                sp.acknowledge(member_id, b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+                sp.acknowledge(member_id, b.first_offset, b.last_offset, tuple(b.acknowledge_types), now)
             results[key] = ErrorCode.none
             touched.append((key, sp))
     if touched:
@@ -229,10 +235,14 @@ async def handle_share_fetch(conn, head, req):
         return fail(error)
     names = await _names(service.catalog, [t.topic_id for t in (*req.topics, *req.forgotten_topics_data)])
     refused = await _refused(conn, names)
-    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings, refused)
+    renew = getattr(req, "is_renew_ack", False)
+    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings, refused, renew)
     requested = {(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions}
     if req.share_session_epoch == CLOSE_SESSION:
         shares.close_session(req.group_id, req.member_id)
+        fetch_from = []
+    elif renew:  # a renewing fetch only renews (KIP-1222): nothing new is acquired
+        session.partitions |= requested
         fetch_from = []
     else:
         for t in req.forgotten_topics_data:
@@ -257,16 +267,20 @@ async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, ac
     while True:
         changed = shares.changed()
         out, waits, budget, size = {}, [], max_records, 0
+        acquiring: list = []  # the share-partition of each entry of ``out`` (None: none)
         for topic_id, index in fetch_from:
             if topic_id in refused:
                 out[(topic_id, index)] = (ErrorCode.topic_authorization_failed, None, b"", ())
+                acquiring.append(None)
                 continue
             name = names.get(topic_id)
             part = await service.catalog.partition(name, index) if name else None
             if part is None:
                 out[(topic_id, index)] = (ErrorCode.unknown_topic_or_partition, None, b"", ())
+                acquiring.append(None)
                 continue
             sp = await shares.share_partition(req.group_id, name, part, settings)
+            acquiring.append(sp)
             code, records, ranges = await _acquire(part, sp, req.member_id, budget, max(max_bytes - size, 1))
             budget -= sum(last - first + 1 for first, last, _ in ranges)
             size += len(records)
@@ -275,6 +289,8 @@ async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, ac
                 waits.append((part, sp))
         remaining = deadline - time.monotonic()
         got = any(v[3] for v in out.values())
+        if got:
+            await _save_acquired(shares, [sp for sp, (_, _, _, ranges) in zip(acquiring, out.values()) if ranges])
         if got or remaining <= 0 or not waits or budget <= 0:
             return _fetch_response(conn, cls, out, requested, acked, lock_ms)
         deadlines = [d for _, sp in waits if (d := sp.next_deadline()) is not None]
@@ -288,6 +304,16 @@ async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, ac
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _save_acquired(shares, sps: list) -> None:
+    """Make the delivery counts of what was just acquired durable before it is handed out."""
+    for sp in sps:
+        sp.save_state()
+    try:
+        await shares.persist(sps)
+    except CursorFenced as exc:
+        log.warning("kafka: delivery counts not saved: %s", exc)
 
 
 async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int):
@@ -374,7 +400,7 @@ async def handle_share_acknowledge(conn, head, req):
 
     def fail(code: ErrorCode, message: str | None = None):
         return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=message, responses=(),
-                    node_endpoints=())
+                    node_endpoints=(), acquisition_lock_timeout=datetime.timedelta(0))
 
     if not req.group_id or not req.member_id:
         return fail(ErrorCode.invalid_request, "group id and member id are required")
@@ -388,7 +414,7 @@ async def handle_share_acknowledge(conn, head, req):
     settings = await shares.settings(req.group_id)
     names = await _names(service.catalog, [t.topic_id for t in req.topics])
     acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings,
-                               await _refused(conn, names))
+                               await _refused(conn, names), getattr(req, "is_renew_ack", False))
     if req.share_session_epoch == CLOSE_SESSION:
         shares.close_session(req.group_id, req.member_id)
     pcls, lcls = nested(cls, "PartitionData"), nested(cls, "LeaderIdAndEpoch")
@@ -400,7 +426,8 @@ async def handle_share_acknowledge(conn, head, req):
     tcls = nested(cls, "ShareAcknowledgeTopicResponse")
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 responses=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                node_endpoints=_endpoints(conn, cls))
+                node_endpoints=_endpoints(conn, cls),
+                acquisition_lock_timeout=datetime.timedelta(seconds=settings.lock_seconds))  # v2
 
 
 __all__ = ["handle_share_acknowledge", "handle_share_fetch", "handle_share_group_describe",

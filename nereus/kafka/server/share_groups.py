@@ -112,6 +112,8 @@ class ShareGroups:
                              cursor.acks.acked_below)
                 held = self.partitions[key] = (stream_id, SharePartition(
                     cursor, lock_seconds=settings.lock_seconds, delivery_limit=settings.delivery_limit))
+                if cursor.dirty:  # records held at the delivery limit when their broker stopped: archived
+                    await self.persist([held[1]])
             sp = held[1]
             sp.lock_seconds, sp.delivery_limit, sp.max_in_flight = (settings.lock_seconds, settings.delivery_limit,
                                                                     settings.max_locks)

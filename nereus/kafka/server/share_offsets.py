@@ -23,6 +23,7 @@ from ..codec.protocol import response_schema
 from . import acl_api
 from .cluster import NO_THROTTLE
 from .routing import coordinates
+from .share_partition import STATE_PROPERTY
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ async def handle_alter_share_group_offsets(conn, head, req):
                                               properties={SHARE_GROUP_PROPERTY: req.group_id},
                                               objects=service.storage.objects)
                 cursor.reset(offset)
+                cursor.set_property(STATE_PROPERTY, None)  # the acquired window started elsewhere
                 await cursor.persist()
                 _forget_loaded(service, req.group_id, t.topic_name, p.partition_index)
                 log.info("kafka: share group %s starts %s-%d at %d", req.group_id, t.topic_name, p.partition_index,

@@ -12,11 +12,15 @@ Rules (what acquisitions and acknowledgements do to a record):
   the record's delivery count and locks it to the member until ``now + lock``.
 - ACCEPT and REJECT acknowledge the record on the cursor (a rejected record is archived,
   never redelivered); GAP (offsets with no record) does as well. RELEASE makes it
-  available again. Only the member holding a record's lock may acknowledge it.
+  available again. RENEW (KIP-1222, v2 requests) extends the lock by a full duration.
+  Only the member holding a record's lock may acknowledge it.
 - A released or lock-expired record whose delivery count reached the limit is archived
   (acknowledged on the cursor) instead of being made available.
-- Delivery counts and locks are not durable: after a restart the cursor's unacknowledged
-  records are delivered again with a count starting at 1 (KIP-932 allows redelivery).
+- Delivery counts and the acquired window are durable, locks are not: ``save_state``
+  puts the in-flight records' delivery counts and ``fetched_to`` into a cursor property
+  (one write per ShareFetch that acquired records, not one per record); a share-partition
+  loaded from the cursor takes them back, its held records available again (those at
+  the delivery limit archived, as a lock lost at the limit is).
 
 Sans-I/O: the caller reads the stream, persists the cursor and keeps the clock.
 """
@@ -27,8 +31,10 @@ from dataclasses import dataclass
 
 from ...ledger.cursor import Cursor
 
-GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
-ACK_TYPES = (GAP, ACCEPT, RELEASE, REJECT)
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+ACK_TYPES = (GAP, ACCEPT, RELEASE, REJECT, RENEW)
+#: The cursor property holding ``{"to": fetched_to, "counts": [[first, last, count], ...]}``.
+STATE_PROPERTY = "kafka.share.state"
 
 
 class InvalidRecordState(Exception):
@@ -52,6 +58,32 @@ class SharePartition:
         self.max_in_flight = max_in_flight
         self.fetched_to = cursor.acks.acked_below  # SPEO: records at and past it were never acquired
         self.in_flight: dict[int, InFlight] = {}
+        self._restore(cursor.properties.get(STATE_PROPERTY))
+
+    def _restore(self, saved: dict | None) -> None:
+        if not saved:
+            return
+        start = self.start_offset
+        for first, last, count in saved.get("counts", ()):
+            for offset in range(max(first, start), last + 1):
+                if self._done(offset):
+                    continue
+                if count >= self.delivery_limit:
+                    self._archive(offset)
+                else:
+                    self.in_flight[offset] = InFlight(count)
+        self.fetched_to = max(self.fetched_to, saved.get("to", 0))
+
+    def save_state(self) -> None:
+        """Record the delivery counts and ``fetched_to`` on the cursor (persisted with it)."""
+        counts: list[list[int]] = []
+        for offset in sorted(self.in_flight):
+            count = self.in_flight[offset].delivery_count
+            if counts and counts[-1][1] == offset - 1 and counts[-1][2] == count:
+                counts[-1][1] = offset
+            else:
+                counts.append([offset, offset, count])
+        self.cursor.set_property(STATE_PROPERTY, {"to": self.fetched_to, "counts": counts})
 
     @property
     def start_offset(self) -> int:
@@ -165,12 +197,15 @@ class SharePartition:
             if state is None or state.member != member:
                 raise InvalidRecordState(f"offset {offset} is not acquired by member {member}")
 
-    def acknowledge(self, member: str, first: int, last: int, types: tuple[int, ...]) -> None:
-        """Apply one acknowledgement batch (call ``check`` first)."""
+    def acknowledge(self, member: str, first: int, last: int, types: tuple[int, ...], now: float = 0.0) -> None:
+        """Apply one acknowledgement batch (call ``check`` first); ``now`` dates a RENEW."""
         for offset in range(first, last + 1):
             kind = types[0] if len(types) == 1 else types[offset - first]
             state = self.in_flight.get(offset)
-            if kind == RELEASE:
+            if kind == RENEW:
+                if state is not None and state.member == member:
+                    state.deadline = now + self.lock_seconds
+            elif kind == RELEASE:
                 if state is not None and state.member == member:
                     self._release(offset)
             elif kind == GAP:
@@ -181,4 +216,5 @@ class SharePartition:
         self._trim()
 
 
-__all__ = ["ACCEPT", "ACK_TYPES", "GAP", "InFlight", "InvalidRecordState", "REJECT", "RELEASE", "SharePartition"]
+__all__ = ["ACCEPT", "ACK_TYPES", "GAP", "InFlight", "InvalidRecordState", "REJECT", "RELEASE", "RENEW", "STATE_PROPERTY",
+           "SharePartition"]
