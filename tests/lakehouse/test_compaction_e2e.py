@@ -510,6 +510,22 @@ async def _pending_slices(metadata: str, topic: str) -> int:
         await meta.close()
 
 
+async def _open_transactions(metadata: str, topic: str) -> int:
+    """Open transactions of the topic's streams (an ended one stays open until its markers are in)."""
+    from nereus.lakehouse import rows
+    from nereus.transactions.stream_index import read_index
+
+    meta = connect(metadata)
+    try:
+        total = 0
+        for name, partition, stream in await rows.partitions(meta, topic):
+            bounds = await rows.stream_range(meta, name, partition, stream)
+            total += len((await read_index(meta, bounds.stream_id)).open)
+        return total
+    finally:
+        await meta.close()
+
+
 def _spark_values(spark, urls, topic: str) -> dict[bytes, int]:
     df = (spark.read.format("nereus").option("metadata", urls[0]).option("objects", urls[1])
           .option("topic", topic).load())
@@ -567,12 +583,15 @@ def test_transactions_spark_reads_and_sbt_tables_hold_committed_records_only(spa
         plain.produce(TXN_TOPIC, value=value)
     assert plain.flush(DEADLINE) == 0
 
+    # EndTxn is answered before the markers are in: wait until only the last one is open.
+    wait_until(lambda: asyncio.run(_open_transactions(urls[0], TXN_TOPIC)) == 1, "the markers are written")
     # Open transaction: the read stops at it (the LSO), so the later plain records wait too.
     assert set(_spark_values(spark, urls, TXN_TOPIC)) == committed
     stream = NereusStreamReader({"metadata": urls[0], "objects": urls[1], "topic": TXN_TOPIC}, SCHEMA)
     waiting = stream.latestOffset()
     producer.commit_transaction(DEADLINE)
     committed |= pending | late
+    wait_until(lambda: asyncio.run(_open_transactions(urls[0], TXN_TOPIC)) == 0, "the commit markers are written")
     before = _spark_values(spark, urls, TXN_TOPIC)
     assert set(before) == committed and not aborted & set(before)
     # Structured streaming: the offsets stopped at the open transaction and move on after its commit.
