@@ -510,20 +510,23 @@ async def _pending_slices(metadata: str, topic: str) -> int:
         await meta.close()
 
 
-async def _open_transactions(metadata: str, topic: str) -> int:
-    """Open transactions of the topic's streams (an ended one stays open until its markers are in)."""
+async def _txn_index(metadata: str, topic: str):
+    """The transaction index of a one-partition topic's stream."""
     from nereus.lakehouse import rows
     from nereus.transactions.stream_index import read_index
 
     meta = connect(metadata)
     try:
-        total = 0
-        for name, partition, stream in await rows.partitions(meta, topic):
-            bounds = await rows.stream_range(meta, name, partition, stream)
-            total += len((await read_index(meta, bounds.stream_id)).open)
-        return total
+        ((name, partition, stream),) = await rows.partitions(meta, topic)
+        bounds = await rows.stream_range(meta, name, partition, stream)
+        return await read_index(meta, bounds.stream_id)
     finally:
         await meta.close()
+
+
+def _open_transactions(metadata: str, topic: str) -> int:
+    """Open transactions of the topic (an ended one stays open until its markers are in)."""
+    return len(asyncio.run(_txn_index(metadata, topic)).open)
 
 
 def _spark_values(spark, urls, topic: str) -> dict[bytes, int]:
@@ -584,14 +587,14 @@ def test_transactions_spark_reads_and_sbt_tables_hold_committed_records_only(spa
     assert plain.flush(DEADLINE) == 0
 
     # EndTxn is answered before the markers are in: wait until only the last one is open.
-    wait_until(lambda: asyncio.run(_open_transactions(urls[0], TXN_TOPIC)) == 1, "the markers are written")
+    wait_until(lambda: _open_transactions(urls[0], TXN_TOPIC) == 1, "the markers are written")
     # Open transaction: the read stops at it (the LSO), so the later plain records wait too.
     assert set(_spark_values(spark, urls, TXN_TOPIC)) == committed
     stream = NereusStreamReader({"metadata": urls[0], "objects": urls[1], "topic": TXN_TOPIC}, SCHEMA)
     waiting = stream.latestOffset()
     producer.commit_transaction(DEADLINE)
     committed |= pending | late
-    wait_until(lambda: asyncio.run(_open_transactions(urls[0], TXN_TOPIC)) == 0, "the commit markers are written")
+    wait_until(lambda: _open_transactions(urls[0], TXN_TOPIC) == 0, "the commit markers are written")
     before = _spark_values(spark, urls, TXN_TOPIC)
     assert set(before) == committed and not aborted & set(before)
     # Structured streaming: the offsets stopped at the open transaction and move on after its commit.
@@ -609,3 +612,9 @@ def test_transactions_spark_reads_and_sbt_tables_hold_committed_records_only(spa
     got = consume_pulsar(node, len(committed), topic=f"persistent://public/default/{TXN_TOPIC}")
     assert {value for _, value, *_ in got.values()} == committed
     assert _spark_values(spark, urls, TXN_TOPIC) == before
+    # Retention: a trim past the aborted transactions forgets their ranges (the broker's trim listener).
+    assert len(asyncio.run(_txn_index(urls[0], TXN_TOPIC)).aborted) == 3
+    trim = confluent_kafka.TopicPartition(TXN_TOPIC, 0, before[b"open-0"])
+    [(_, future)] = admin_client.delete_records([trim], request_timeout=DEADLINE).items()
+    assert future.result(DEADLINE).low_watermark == before[b"open-0"]
+    assert asyncio.run(_txn_index(urls[0], TXN_TOPIC)).aborted == ()
