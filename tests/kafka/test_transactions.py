@@ -11,6 +11,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from confluent_kafka import IsolationLevel
 
+from kio.index import load_request_schema
+
+from nereus.kafka.codec import make, nested
 from tests.kafka.conftest import wait_until
 from tests.kafka.raw import RawKafka
 
@@ -250,3 +253,38 @@ def test_control_batches_from_clients_are_refused(broker):
         assert answer.error_code == 87  # INVALID_RECORD
     finally:
         raw.close()
+
+
+def test_write_txn_markers_from_another_broker_ends_the_partition_part(broker):
+    topic = _name("txm")
+    _create(broker, topic, partitions=1)
+    producer = _producer(broker, _name("tid"))
+    producer.begin_transaction()
+    producer.produce(topic, b"pending", partition=0)
+    producer.flush(10)
+    raw_pid = None
+    raw = RawKafka(broker.bootstrap)
+    try:
+        listed = raw.request(66, 1, state_filters=("Ongoing",), producer_id_filters=(), duration_filter=-1)
+        pid = next(t.producer_id for t in listed.transaction_states if t.transactional_id in _ids(raw, topic))
+        cls = load_request_schema(27, 1)
+        marker = make(nested(cls, "WritableTxnMarker"), producer_id=pid, producer_epoch=0, transaction_result=False,
+                      coordinator_epoch=0,
+                      topics=(make(nested(cls, "WritableTxnMarkerTopic"), name=topic, partition_indexes=(0,)),))
+        answer = raw.request(27, 1, markers=(marker,))
+        raw_pid = answer.markers[0].producer_id
+        assert [p.error_code for p in answer.markers[0].topics[0].partitions] == [0]
+    finally:
+        raw.close()
+    assert raw_pid == pid
+    # the partition's part is aborted: the LSO moved past the marker, the record is hidden from read_committed
+    assert _latest(broker, topic, 0, IsolationLevel.READ_COMMITTED) == 2
+    assert consume(broker, [topic], "read_committed", until=1, timeout=2) == []
+
+
+def _ids(raw: RawKafka, topic: str) -> set[str]:
+    """Transactional ids whose ongoing transaction includes ``topic``."""
+    listed = raw.request(66, 1, state_filters=("Ongoing",), producer_id_filters=(), duration_filter=-1)
+    ids = tuple(t.transactional_id for t in listed.transaction_states)
+    described = raw.request(65, 0, transactional_ids=ids).transaction_states
+    return {s.transactional_id for s in described if any(t.topic == topic for t in s.topics)}

@@ -18,6 +18,7 @@ from tests.kafka.test_transactions import _create, _latest, consume
 from tests.standalone_process import Standalone
 
 PARTITIONS = 6
+RANDOM_KILLS = 1  # kills at a random point of a run of transactions (then one right after an EndTxn)
 
 
 def _stable(server, topic: str) -> bool:
@@ -38,7 +39,7 @@ def test_broker_killed_mid_commit_leaves_whole_transactions(tmp_path):
     attempted = 0
     try:
         _create(server, topic, partitions=PARTITIONS)
-        for _round in range(2):
+        for _round in range(RANDOM_KILLS):
             producer = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": tid,
                                  "transaction.timeout.ms": 3000, "message.timeout.ms": 3000, "linger.ms": 0})
             producer.init_transactions(60)
@@ -60,6 +61,20 @@ def test_broker_killed_mid_commit_leaves_whole_transactions(tmp_path):
             server.start()
             # recovery finishes a decided transaction; an undecided one is aborted when it times out
             wait_until(lambda: _stable(server, topic), timeout=60, interval=0.3)
+        # killed right after EndTxn was answered: the decision is durable, its markers may not be written yet
+        producer = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": tid,
+                             "transaction.timeout.ms": 3000, "linger.ms": 0})
+        producer.init_transactions(60)
+        attempted += 1
+        producer.begin_transaction()
+        for p in range(PARTITIONS):
+            producer.produce(topic, f"t{attempted}-p{p}".encode(), partition=p)
+        producer.commit_transaction(30)
+        server.kill()
+        acknowledged.add(attempted)
+        del producer
+        server.start()
+        wait_until(lambda: _stable(server, topic), timeout=60, interval=0.3)
         seen = consume(server, [topic], "read_committed", until=len(acknowledged) * PARTITIONS, settle=1.0,
                        timeout=60)
         by_txn: dict[int, set[int]] = {}

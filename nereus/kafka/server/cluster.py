@@ -9,7 +9,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ...auth.kafka_acls import DESCRIBE, TOPIC
+from ...auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from ...topics.topic_configs import replication_factors
 from ...transactions.producer_ids import PRODUCER_ID_BLOCK, PRODUCER_ID_KEY, ProducerIds  # noqa: F401 (moved)
 from ..codec import make, nested
@@ -153,15 +153,18 @@ def handle_describe_cluster(conn, head, req):
                 cluster_authorized_operations=NO_OPERATIONS)
 
 
-def handle_find_coordinator(conn, head, req):
+async def handle_find_coordinator(conn, head, req):
     """A group's (key type 0) or transactional id's (1) coordinator: the ring's broker for it."""
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     key_type = getattr(req, "key_type", 0)
 
-    def answer(key: str) -> dict:
+    async def answer(key: str) -> dict:
         if key_type not in (0, 1):
             return dict(error_code=ErrorCode.invalid_request, error_message=f"unknown coordinator type {key_type}",
+                        node_id=-1, host="", port=-1)
+        if key_type == 1 and not await acl_api.allowed(conn, TRANSACTIONAL_ID, key, DESCRIBE):
+            return dict(error_code=ErrorCode.transactional_id_authorization_failed, error_message=None,
                         node_id=-1, host="", port=-1)
         where = routing.coordinator(service, key) if key_type == 0 else routing.txn_coordinator(service, key)
         broker = routing.kafka_broker(service, where, conn.protocol)
@@ -169,9 +172,9 @@ def handle_find_coordinator(conn, head, req):
                     port=broker.port)
 
     if head.api_version >= 4:
-        coords = tuple(make(nested(cls, "Coordinator"), key=key, **answer(key)) for key in req.coordinator_keys)
+        coords = tuple([make(nested(cls, "Coordinator"), key=key, **await answer(key)) for key in req.coordinator_keys])
         return make(cls, throttle_time=NO_THROTTLE, coordinators=coords)
-    return make(cls, throttle_time=NO_THROTTLE, **answer(req.key))
+    return make(cls, throttle_time=NO_THROTTLE, **await answer(req.key))
 
 
 async def handle_init_producer_id(conn, head, req):

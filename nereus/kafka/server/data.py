@@ -19,7 +19,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from ...auth.kafka_acls import DELETE, DESCRIBE, READ, TOPIC, WRITE
+from ...auth.kafka_acls import DELETE, DESCRIBE, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from ...ledger.entry import decode_entry
 from ...storage import OffsetOutOfRange, StorageError, StreamFenced, time_index
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
@@ -46,13 +46,19 @@ async def handle_produce(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
     results: list[tuple[str, list]] = []
-    if req.transactional_id is not None:
+    # a transactional producer writes for its transactional id: refused without WRITE on it, as Kafka does
+    txn_refused = req.transactional_id is not None and not await acl_api.allowed(
+        conn, TRANSACTIONAL_ID, req.transactional_id, WRITE)
+    if req.transactional_id is not None and not txn_refused:
         await txn_data.begin_request(service, req)
     for topic in req.topic_data:
         parts = []
         results.append((topic.name, parts))
         refused = not await acl_api.allowed(conn, TOPIC, topic.name, WRITE)  # nothing of the topic is written
         for pdata in topic.partition_data:
+            if txn_refused:
+                parts.append((pdata.index, (ErrorCode.transactional_id_authorization_failed, -1, -1, None)))
+                continue
             parts.append((pdata.index, (ErrorCode.topic_authorization_failed, -1, -1, None) if refused
                           else await _produce_partition(service, topic.name, pdata, req.acks)))
     throttle_ms = await _quota(conn, head, PRODUCE, sum(len(p.records or b"") for t in req.topic_data
