@@ -87,3 +87,38 @@ async def test_marks_continue_after_a_new_session(service):
     assert after[0] > before[0] and after[1] > before[1]
     # every record below a mark is at most its max: no record is skipped by a lookup
     assert after[1] < BASE_TS + after[0]
+
+
+async def test_max_timestamp_reads_the_tail_and_one_interval(service):
+    await service.catalog.create("newest", 1)
+    part = await service.catalog.partition("newest", 0)
+    await part.ensure_writer()
+    spike = 777
+
+    def stamp(offset):
+        return BASE_TS + offset + (10**9 if offset == spike else 0)
+
+    for b in range(BATCHES):
+        await append(part, b * PER_BATCH, PER_BATCH, stamp)
+    total = BATCHES * PER_BATCH
+    newest = await time_index.last(service.meta, part.handle.stream_id)
+    assert newest is not None and newest[0] > spike + INTERVAL + PER_BATCH
+
+    reads = []
+    fetch = part.handle.fetch
+
+    async def counting(start, end=None, max_bytes=1 << 20):
+        result = await fetch(start, end, max_bytes=max_bytes)
+        reads.append(start)
+        return result
+
+    part.handle.fetch = counting
+    batch_end = (spike // PER_BATCH + 1) * PER_BATCH - 1
+    assert await data.max_timestamp(part) == (batch_end, stamp(spike))
+    assert min(reads) >= spike - INTERVAL - PER_BATCH  # not from the start of the stream
+
+    # newer than the spike, in the tail: found there
+    await append(part, total, PER_BATCH, lambda o: BASE_TS + 2 * 10**9 + o)
+    reads.clear()
+    assert await data.max_timestamp(part) == (total + PER_BATCH - 1, BASE_TS + 2 * 10**9 + total + PER_BATCH - 1)
+    assert min(reads) >= spike - INTERVAL - PER_BATCH

@@ -365,8 +365,30 @@ async def offset_for_timestamp(part, timestamp: int) -> tuple[int, int]:
 
 
 async def max_timestamp(part) -> tuple[int, int]:
+    """(offset, timestamp) of the stream's newest timestamp (the first entry reaching it).
+
+    The time index bounds the reads: the newest mark says the maximum below it, so only
+    the records after it are read, and, if none is newer, the interval where the running
+    maximum reached the mark's (the mark before it is below that maximum).
+    """
     handle = part.handle
-    offset, end = handle.start_offset(), handle.next_offset()
+    start, end = handle.start_offset(), handle.next_offset()
+    newest = await time_index.last(part.service.meta, handle.stream_id)
+    if newest is None or newest[0] <= start:
+        return await _max_timestamp_between(handle, start, end)
+    marked_offset, marked_max = newest
+    tail = await _max_timestamp_between(handle, marked_offset, end)
+    if tail[1] > marked_max:
+        return tail
+    reached = max(start, await time_index.before(part.service.meta, handle.stream_id, marked_max))
+    found = await _max_timestamp_between(handle, reached, marked_offset)
+    if found[1] < marked_max:  # the maximum was in records trimmed since: what is left decides
+        found = await _max_timestamp_between(handle, start, reached)
+        found = max(found, await _max_timestamp_between(handle, reached, marked_offset), key=lambda b: b[1])
+    return found if found[1] >= tail[1] else tail
+
+
+async def _max_timestamp_between(handle, offset: int, end: int) -> tuple[int, int]:
     best = (-1, -1)
     while offset < end:
         result = await handle.fetch(offset, end, max_bytes=4 << 20)
