@@ -10,13 +10,17 @@ to a live version (same type; Avro-style definitions compared as JSON) returns t
 version; otherwise the new schema is checked against the live ones under the
 topic's compatibility strategy: the topic policy ``schema_compatibility_strategy``,
 else the namespace's, else the namespace's older ``schema_auto_update_compatibility_strategy``
-(``AutoUpdateDisabled`` is ALWAYS_INCOMPATIBLE), else Pulsar's broker default, FULL.
+(``AutoUpdateDisabled`` is ALWAYS_INCOMPATIBLE), else the broker's
+``schemaCompatibilityStrategy`` (Pulsar's default, FULL).
 AVRO, JSON and PROTOBUF (Pulsar describes all three with Avro definitions) are
 checked by Avro schema resolution (the ``avro`` library's reader/writer
 compatibility checker): a reader field missing from the writer needs a default,
 types must match or promote. PROTOBUF_NATIVE schemas (descriptor sets) may not
 change their root message type, as Pulsar checks them; other types are compatible
-with themselves only. A namespace with ``is_allow_auto_update_schema`` false takes
+with themselves only; KEY_VALUE schemas are checked part by part, the key schema
+against the key schemas and the value schema against the value schemas (each under its
+own type, from the ``key.schema.type`` / ``value.schema.type`` properties), as Pulsar's
+KeyValue check does. A namespace with ``is_allow_auto_update_schema`` false takes
 no new schema from clients (producers, consumers): only an admin upload adds one.
 
 Schema types are Pulsar's SchemaType names ("AVRO", "JSON", ...); the protocol
@@ -120,8 +124,9 @@ async def _record(meta: MetadataStore, key: str) -> dict:
     return json.loads(rec.value) if rec is not None else {}
 
 
-async def strategy_of(meta: MetadataStore, topic: TopicName) -> str:
-    """The compatibility strategy in force for ``topic`` (topic policy, namespace policies, broker default)."""
+async def strategy_of(meta: MetadataStore, topic: TopicName, default: str = DEFAULT_STRATEGY) -> str:
+    """The compatibility strategy in force for ``topic`` (topic policy, namespace policies, then
+    ``default``: the broker's ``schemaCompatibilityStrategy``)."""
     base = topic.base
     value = (await _record(meta, topic_policies_key(base.tenant, base.namespace, base.local))).get(
         "schema_compatibility_strategy")
@@ -131,7 +136,7 @@ async def strategy_of(meta: MetadataStore, topic: TopicName) -> str:
     value = policies.get("schema_compatibility_strategy")
     if value in STRATEGIES:
         return value
-    return AUTO_UPDATE_STRATEGIES.get(policies.get("schema_auto_update_compatibility_strategy"), DEFAULT_STRATEGY)
+    return AUTO_UPDATE_STRATEGIES.get(policies.get("schema_auto_update_compatibility_strategy"), default)
 
 
 async def auto_update_allowed(meta: MetadataStore, topic: TopicName) -> bool:
@@ -141,7 +146,8 @@ async def auto_update_allowed(meta: MetadataStore, topic: TopicName) -> bool:
 
 
 async def put_if_absent(meta: MetadataStore, topic: TopicName, type_: str, data: bytes, props: dict | None = None,
-                        *, strategy: str | None = None, from_client: bool = False) -> int:
+                        *, strategy: str | None = None, from_client: bool = False,
+                        default_strategy: str = DEFAULT_STRATEGY) -> int:
     """Register a schema; returns its version (an equal live version is reused).
 
     ``from_client``: a producer's or consumer's schema, which only reuses a version when
@@ -149,7 +155,7 @@ async def put_if_absent(meta: MetadataStore, topic: TopicName, type_: str, data:
     """
     if type_ in ("AVRO", "JSON", "PROTOBUF") and data:
         _parse(type_, data)  # invalid definitions are refused before anything is stored
-    strategy = strategy or await strategy_of(meta, topic)
+    strategy = strategy or await strategy_of(meta, topic, default_strategy)
     frozen = from_client and not await auto_update_allowed(meta, topic)
     result: list[int] = []
 
@@ -163,7 +169,7 @@ async def put_if_absent(meta: MetadataStore, topic: TopicName, type_: str, data:
             return None
         if frozen:
             raise IncompatibleSchema(AUTO_UPDATE_DISABLED)
-        check(strategy, type_, data, current)
+        check(strategy, type_, data, current, props)
         info = SchemaInfo(versions[-1].version + 1 if versions else 0, type_, data, dict(props or {}),
                           int(time.time() * 1000))
         result.append(info.version)
@@ -196,12 +202,13 @@ async def delete(meta: MetadataStore, topic: TopicName, *, force: bool = False) 
     return result[0] if result else None
 
 
-async def check_for_consumer(meta: MetadataStore, topic: TopicName, type_: str, data: bytes) -> None:
+async def check_for_consumer(meta: MetadataStore, topic: TopicName, type_: str, data: bytes,
+                             props: dict | None = None, default_strategy: str = DEFAULT_STRATEGY) -> None:
     """A consumer's schema must be able to read the topic's (nothing to check when it has none)."""
     current = live(await history(meta, topic))
     if not current or any(_same(v, type_, data) for v in current):
         return
-    check(await strategy_of(meta, topic), type_, data, current)
+    check(await strategy_of(meta, topic, default_strategy), type_, data, current, props)
 
 
 def _same(info: SchemaInfo, type_: str, data: bytes) -> bool:
@@ -218,17 +225,20 @@ def _same(info: SchemaInfo, type_: str, data: bytes) -> bool:
     return False
 
 
-def is_compatible(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> bool:
+def is_compatible(strategy: str, type_: str, data: bytes, current: list[SchemaInfo],
+                  props: dict | None = None) -> bool:
     try:
-        check(strategy, type_, data, current)
+        check(strategy, type_, data, current, props)
     except IncompatibleSchema:
         return False
     return True
 
 
 # -- compatibility ------------------------------------------------------------------------
-def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> None:
-    """Raise IncompatibleSchema if ``(type_, data)`` may not follow the live versions ``current``."""
+def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo], props: dict | None = None) -> None:
+    """Raise IncompatibleSchema if ``(type_, data)`` may not follow the live versions ``current``.
+
+    ``props``: the new schema's properties (a KEY_VALUE schema's part types are there)."""
     if not current or strategy == "ALWAYS_COMPATIBLE":
         return
     if strategy == "ALWAYS_INCOMPATIBLE":
@@ -238,6 +248,9 @@ def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> 
         raise IncompatibleSchema(f"incompatible schema: the topic's schema type is {latest.type}, not {type_}")
     if type_ == "PROTOBUF_NATIVE":
         _check_protobuf_native(data, latest)
+        return
+    if type_ == "KEY_VALUE":
+        _check_key_value(strategy, data, props or {}, current)
         return
     if type_ not in ("AVRO", "JSON", "PROTOBUF"):
         return  # other types are compatible with themselves
@@ -256,6 +269,44 @@ def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo]) -> 
         if mode in ("FORWARD", "FULL") and not _can_read(old, new):
             raise IncompatibleSchema(f"incompatible schema: version {old_info.version} cannot read data "
                                      f"written with it ({mode})")
+
+
+_KV_LENGTH = struct.Struct(">i")
+#: What a KEY_VALUE schema's part is when its properties do not say (Pulsar's default).
+_KV_DEFAULT_TYPE = "BYTES"
+
+
+def key_value_parts(data: bytes, props: dict) -> tuple[SchemaInfo, SchemaInfo] | None:
+    """The key and value schemas of a KEY_VALUE schema (``[i32 length][key][i32 length][value]``);
+    None if ``data`` is not laid out so."""
+    parts, pos = [], 0
+    for _ in range(2):
+        if len(data) - pos < 4:
+            return None
+        (size,) = _KV_LENGTH.unpack_from(data, pos)
+        if size < 0:
+            size = 0  # Pulsar writes -1 for an empty part
+        if pos + 4 + size > len(data):
+            return None
+        parts.append(data[pos + 4:pos + 4 + size])
+        pos += 4 + size
+    types = [str(props.get(f"{side}.schema.type") or _KV_DEFAULT_TYPE).upper() for side in ("key", "value")]
+    return SchemaInfo(-1, types[0], parts[0]), SchemaInfo(-1, types[1], parts[1])
+
+
+def _check_key_value(strategy: str, data: bytes, props: dict, current: list[SchemaInfo]) -> None:
+    new = key_value_parts(data, props)
+    if new is None:
+        raise InvalidSchema("a KEY_VALUE schema is [length][key schema][length][value schema]")
+    olds = [(info.version, key_value_parts(info.data, info.props)) for info in current]
+    for index, side in enumerate(("key", "value")):
+        part = new[index]
+        history = [SchemaInfo(version, parts[index].type, parts[index].data) for version, parts in olds
+                   if parts is not None]
+        try:
+            check(strategy, part.type, part.data, history)
+        except IncompatibleSchema as exc:
+            raise IncompatibleSchema(f"the {side} schema: {exc}") from None
 
 
 def _check_protobuf_native(data: bytes, latest: SchemaInfo) -> None:
@@ -293,6 +344,6 @@ def _can_read(reader: avro.schema.Schema, writer: avro.schema.Schema) -> bool:
     return result.compatibility is SchemaCompatibilityType.compatible
 
 
-__all__ = ["AUTO_UPDATE_DISABLED", "AUTO_UPDATE_STRATEGIES", "auto_update_allowed", "DEFAULT_STRATEGY", "IncompatibleSchema", "InvalidSchema", "SchemaInfo", "STRATEGIES", "check",
+__all__ = ["AUTO_UPDATE_DISABLED", "AUTO_UPDATE_STRATEGIES", "auto_update_allowed", "DEFAULT_STRATEGY", "IncompatibleSchema", "InvalidSchema", "SchemaInfo", "STRATEGIES", "check", "key_value_parts",
            "check_for_consumer", "delete", "get", "history", "is_compatible", "live", "put_if_absent", "schema_key",
            "strategy_of", "version_bytes", "version_from_bytes"]

@@ -135,3 +135,42 @@ def test_get_schema_commands_on_the_wire(admin, standalone, topic):
     finally:
         raw.close()
     assert admin.ok("GET", _schema_path(topic))["type"] == "AVRO"
+
+
+def test_key_value_schemas_are_checked_part_by_part(standalone):
+    """A KEY_VALUE schema ([length][key schema][length][value schema], part types in its
+    properties) is checked key against key and value against value (FULL by default)."""
+    import struct
+
+    from nereus.pulsar.codec import pb, wrap
+    from tests.pulsar_broker.rawclient import RawClient
+
+    topic = f"persistent://public/default/kv-{uuid.uuid4().hex[:8]}"
+
+    def kv(key_fields: dict, value_fields: dict) -> pb.Schema:
+        parts = [json.dumps(type(name, (schema.Record,), fields).schema()).encode()
+                 for name, fields in (("Key", key_fields), ("Value", value_fields))]
+        data = b"".join(struct.pack(">i", len(p)) + p for p in parts)
+        props = [pb.KeyValue(key="key.schema.type", value="AVRO"), pb.KeyValue(key="value.schema.type", value="AVRO"),
+                 pb.KeyValue(key="kv.encoding.type", value="SEPARATED")]
+        return pb.Schema(name=topic, schema_data=data, type=pb.Schema.Type.Value("KeyValue"), properties=props)
+
+    base = dict(a=schema.String(), b=schema.String())
+    raw = RawClient(standalone.pulsar_port)
+    try:
+        raw.connect()
+
+        def register(request_id: int, s: pb.Schema) -> int | None:
+            raw.send(wrap(pb.CommandGetOrCreateSchema(request_id=request_id, topic=topic, schema=s)))
+            got = raw.expect("GET_OR_CREATE_SCHEMA_RESPONSE")
+            return got.error_code if got.HasField("error_code") else None
+
+        assert register(1, kv(base, base)) is None
+        # a value field added with a default: compatible both ways
+        assert register(2, kv(base, dict(base, c=schema.String(required_default=True)))) is None
+        # a key field added without a default: the key schema cannot read old keys
+        assert register(3, kv(dict(base, k=schema.String()), base)) == pb.IncompatibleSchema
+        # the same change on the value side is refused too
+        assert register(4, kv(base, dict(base, d=schema.String()))) == pb.IncompatibleSchema
+    finally:
+        raw.close()

@@ -60,7 +60,8 @@ async def post_schema(request: web.Request) -> web.Response:
     ctx = context(request)
     type_, data, props = _payload(await body(request))
     try:
-        version = await schemas.put_if_absent(ctx.meta, topic_name(request), type_, data, props)
+        version = await schemas.put_if_absent(ctx.meta, topic_name(request), type_, data, props,
+                                              default_strategy=ctx.pulsar.registry.schema_compatibility_strategy)
     except schemas.IncompatibleSchema as exc:
         raise AdminError(409, str(exc)) from None
     except schemas.InvalidSchema as exc:
@@ -77,11 +78,11 @@ async def delete_schema(request: web.Request) -> web.Response:
 async def compatibility(request: web.Request) -> web.Response:
     ctx = context(request)
     name = topic_name(request)
-    type_, data, _props = _payload(await body(request))
-    strategy = await schemas.strategy_of(ctx.meta, name)
+    type_, data, props = _payload(await body(request))
+    strategy = await schemas.strategy_of(ctx.meta, name, ctx.pulsar.registry.schema_compatibility_strategy)
     current = schemas.live(await schemas.history(ctx.meta, name))
     try:
-        ok = schemas.is_compatible(strategy, type_, data, current)
+        ok = schemas.is_compatible(strategy, type_, data, current, props)
     except schemas.InvalidSchema as exc:
         raise AdminError(422, f"Invalid schema definition: {exc}") from None
     return web.json_response({"isCompatibility": ok, "schemaCompatibilityStrategy": strategy})

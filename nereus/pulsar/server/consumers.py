@@ -131,12 +131,13 @@ async def _consumer_schema(conn, cmd: pb.CommandSubscribe, topic) -> bool:
     if not cmd.HasField("schema") or cmd.schema.type in (0, pb.Schema.Type.Value("AutoConsume")):
         return True
     type_, data, props = schemas.from_proto(cmd.schema)
-    meta = conn.service.meta
+    meta, default = conn.service.meta, conn.service.registry.schema_compatibility_strategy
     try:
         if await schemas.get(meta, topic.name) is None and _idle(topic):
-            await schemas.put_if_absent(meta, topic.name, type_, data, props, from_client=True)
+            await schemas.put_if_absent(meta, topic.name, type_, data, props, from_client=True,
+                                        default_strategy=default)
         else:
-            await schemas.check_for_consumer(meta, topic.name, type_, data)
+            await schemas.check_for_consumer(meta, topic.name, type_, data, props, default)
     except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:
         conn.send_error(cmd.request_id, pb.IncompatibleSchema, str(exc))
         return False
