@@ -136,6 +136,12 @@ def _broker_options(command):
         click.option("--default-partitions", type=click.IntRange(1, 10000), default=1, show_default=True,
                      help="Partitions of an auto-created partitioned topic (and of a Kafka topic created "
                           "without a count)."),
+        click.option("--schema-compatibility-strategy", default="FULL", show_default=True,
+                     type=click.Choice(["ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+                                        "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"],
+                                       case_sensitive=False),
+                     help="Schema compatibility of namespaces and topics without a policy of their own "
+                          "(schemaCompatibilityStrategy)."),
         click.option("--deduplication/--no-deduplication", default=True, show_default=True,
                      help="Message deduplication of namespaces without a policy of their own."),
         click.option("--max-message-size", type=click.IntRange(1024, 1 << 30), default=None,
@@ -340,6 +346,7 @@ def _options_of(kwargs: dict):
         max_pending_bytes=kwargs["max_pending_bytes_per_connection"],
         max_pending_publish_requests=kwargs["max_pending_publish_requests_per_connection"],
         max_pending_bytes_per_broker=kwargs["max_pending_bytes_per_broker"],
+        schema_compatibility_strategy=kwargs["schema_compatibility_strategy"].upper(),
         consumer_heartbeat_interval=kwargs["consumer_group_heartbeat_interval"],
         consumer_session_timeout=kwargs["consumer_group_session_timeout"])
 

@@ -76,6 +76,7 @@ class BrokerOptions:
     max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES  # per connection: its socket is not read beyond
     max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS  # Pulsar SENDs per connection
     max_pending_bytes_per_broker: int = DEFAULT_MAX_PENDING_BYTES_PER_BROKER  # over all Pulsar and Kafka connections
+    schema_compatibility_strategy: str = "FULL"  # for namespaces and topics without a policy
     consumer_heartbeat_interval: float = 2.0  # group.consumer.heartbeat.interval.ms (KIP-848), in seconds
     consumer_session_timeout: float = 45.0  # group.consumer.session.timeout.ms, in seconds
 
@@ -242,7 +243,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     auto_creation = AutoCreation(options.auto_topic_creation, options.auto_topic_creation_type,
                                  options.default_partitions)
     registry = TopicRegistry(storage, meta, placement=starting, deduplication_enabled=options.deduplication,
-                             auto_creation=auto_creation)
+                             auto_creation=auto_creation,
+                             schema_compatibility_strategy=options.schema_compatibility_strategy)
     registry.start()
     stack.push_async_callback(registry.close)
     sizes = {} if options.max_message_size is None else {"max_message_size": options.max_message_size}

@@ -153,6 +153,7 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
              "--max-pending-bytes-per-connection", str(opts.max_pending_bytes),
              "--max-pending-publish-requests-per-connection", str(opts.max_pending_publish_requests),
              "--max-pending-bytes-per-broker", str(opts.max_pending_bytes_per_broker),
+             "--schema-compatibility-strategy", opts.schema_compatibility_strategy,
              "--consumer-group-heartbeat-interval", str(opts.consumer_heartbeat_interval),
              "--consumer-group-session-timeout", str(opts.consumer_session_timeout)]
     args += opts.authentication.as_args()

@@ -35,8 +35,11 @@ class TopicRegistry:
     def __init__(self, storage: StreamStorage, meta: MetadataStore, *, idle_seconds: float = 300.0,
                  placement: Placement | None = None,
                  deduplication_enabled: bool = BROKER_DEDUPLICATION_ENABLED,
-                 auto_creation: AutoCreation = AutoCreation()) -> None:
+                 auto_creation: AutoCreation = AutoCreation(),
+                 schema_compatibility_strategy: str = "FULL") -> None:
         self.storage = storage
+        # The broker's schemaCompatibilityStrategy, for namespaces and topics without a policy.
+        self.schema_compatibility_strategy = schema_compatibility_strategy
         # The broker's allowAutoTopicCreation settings (a namespace policy may override them).
         self.auto_creation = auto_creation
         self.meta = meta

@@ -155,3 +155,28 @@ def test_protobuf_native_root_message_may_not_change(admin, client, pulsar):
     assert admin.post(path, native("demo.Order"))[0] == 409
     admin.ok("PUT", f"/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
     assert admin.ok("POST", path, native("demo.Order")) == {"version": {"version": 1}}
+
+
+def test_the_broker_default_comes_from_the_config_file(tmp_path, pulsar):
+    """``schemaCompatibilityStrategy`` in the broker's file applies where no policy says otherwise."""
+    import urllib.request
+
+    from tests.standalone_process import Standalone
+
+    conf = tmp_path / "standalone.conf"
+    conf.write_text("schemaCompatibilityStrategy=BACKWARD\n")
+    server = Standalone(tmp_path / "data", extra_args=["--compaction-interval", "0", "--config", str(conf)])
+    server.start()
+    client = pulsar.Client(server.url, operation_timeout_seconds=10)
+    try:
+        topic = f"persistent://public/default/broker-default-{uuid.uuid4().hex[:8]}"
+        assert _accepts(client, pulsar, topic, "avro", _record(**BASE))
+        # removing a required field: BACKWARD takes it, Pulsar's own default (FULL) would not
+        assert _accepts(client, pulsar, topic, "avro", CHANGES["remove_required"])
+        assert not _accepts(client, pulsar, topic, "avro", CHANGES["add_without_default"])
+        url = f"{server.http}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/schemaCompatibilityStrategy"
+        with urllib.request.urlopen(url + "?applied=true", timeout=10) as resp:
+            assert json.loads(resp.read()) == "BACKWARD"
+    finally:
+        client.close()
+        server.kill()

@@ -110,7 +110,7 @@ async def get_schema_strategy(request: web.Request) -> web.Response:
         return web.json_response(own)
     if not flag(request, "applied"):
         return no_content()
-    return web.json_response(await schemas.strategy_of(ctx.meta, name))
+    return web.json_response(await schemas.strategy_of(ctx.meta, name, ctx.pulsar.registry.schema_compatibility_strategy))
 
 
 async def set_schema_strategy(request: web.Request) -> web.Response:

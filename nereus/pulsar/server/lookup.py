@@ -172,7 +172,9 @@ async def handle_get_or_create_schema(conn, cmd: pb.CommandGetOrCreateSchema) ->
         response.error_code, response.error_message = pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}"
     else:
         try:
-            version = await schemas.put_if_absent(conn.service.meta, topic, *schemas.from_proto(cmd.schema))
+            version = await schemas.put_if_absent(
+                conn.service.meta, topic, *schemas.from_proto(cmd.schema),
+                default_strategy=conn.service.registry.schema_compatibility_strategy)
             response.schema_version = schemas.version_bytes(version)
         except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:
             response.error_code, response.error_message = pb.IncompatibleSchema, str(exc)

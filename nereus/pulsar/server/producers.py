@@ -205,7 +205,8 @@ async def _producer_schema(conn, cmd: pb.CommandProducer, name) -> bytes | None:
         return b""  # a bytes producer is accepted on any topic (Pulsar's schemaValidationEnforced=false)
     try:
         version = await schemas.put_if_absent(conn.service.meta, name, *schemas.from_proto(cmd.schema),
-                                              from_client=True)
+                                              from_client=True,
+                                              default_strategy=conn.service.registry.schema_compatibility_strategy)
     except (schemas.IncompatibleSchema, schemas.InvalidSchema) as exc:
         conn.send_error(cmd.request_id, pb.IncompatibleSchema, str(exc))
         return None
