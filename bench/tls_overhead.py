@@ -1,0 +1,222 @@
+"""Throughput and p99 over TLS and over token authentication vs. plaintext, Pulsar and Kafka, in one run.
+
+One standalone (started here on free ports) serves every variant at once:
+Pulsar on ``pulsar://`` and ``pulsar+ssl://``, with and without a token
+(``authenticationEnabled`` with an ``anonymousUserRole``, so a client without
+credentials is let in as that role); Kafka on PLAINTEXT, SSL, SASL_PLAINTEXT and
+SASL_SSL listeners (SASL/PLAIN with a ``token:<jwt>`` password). The certificate is
+self-signed, made with ``openssl`` here.
+
+For each variant: one producer (official client, batching) sends ``--messages``
+1 KiB messages to a fresh topic as fast as acknowledgements allow (throughput:
+messages acknowledged over the wall time; p99: send-to-acknowledgement latency
+of each message), then one consumer reads them back (messages over the time to
+the last). Variants run interleaved, ``--rounds`` times each, and the median round
+is reported with its ratio to the plaintext variant of the same protocol (target
+>= 0.8).
+
+Usage: .venv/bin/python bench/tls_overhead.py [--messages 50000] [--rounds 3]
+The last line is ``key=value`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import jwt
+import pulsar
+from confluent_kafka import Consumer, Producer
+
+from _procs import free_port, start_nereus, wait_port  # bench/ is on sys.path
+
+SIZE = 1024
+SECRET = os.urandom(32)
+
+
+def make_cert(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "server.pem", directory / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def token(subject: str = "bench") -> str:
+    return jwt.encode({"sub": subject, "exp": int(time.time()) + 86400}, SECRET, algorithm="HS256")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+# -- pulsar -----------------------------------------------------------------------------------
+def pulsar_round(url: str, count: int, *, auth=None, ca: Path | None = None) -> tuple[float, float, float]:
+    """(produce msgs/s, produce p99 ms, consume msgs/s)."""
+    options = dict(io_threads=1, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    if auth is not None:
+        options["authentication"] = auth
+    if ca is not None:
+        options.update(tls_trust_certs_file_path=str(ca), tls_validate_hostname=True)
+    client = pulsar.Client(url, **options)
+    topic = f"persistent://public/default/tls-{uuid.uuid4().hex[:8]}"
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
+                                      batching_max_allowed_size_in_bytes=128 * 1024, batching_max_publish_delay_ms=5,
+                                      max_pending_messages=20000, block_if_queue_full=True)
+    payload = os.urandom(SIZE)
+    latencies: list[float] = []
+    done = threading.Event()
+    remaining = [count]
+    lock = threading.Lock()
+
+    def receipt(sent_at: float):
+        def callback(result, _msg_id) -> None:
+            now = time.perf_counter()
+            with lock:
+                latencies.append(now - sent_at)
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    done.set()
+        return callback
+
+    start = time.perf_counter()
+    for _ in range(count):
+        producer.send_async(payload, receipt(time.perf_counter()))
+    producer.flush()
+    done.wait(300)
+    produce = count / (time.perf_counter() - start)
+    # Subscribed only now: the consumer reads stored messages, not ones pushed while producing.
+    consumer = client.subscribe(topic, "bench", receiver_queue_size=5000,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    start = time.perf_counter()
+    last = None
+    for _ in range(count):
+        last = consumer.receive(timeout_millis=60000)
+    consume = count / (time.perf_counter() - start)
+    consumer.acknowledge_cumulative(last)
+    client.close()
+    return produce, _percentile(latencies, 0.99) * 1000, consume
+
+
+# -- kafka ------------------------------------------------------------------------------------
+def kafka_round(conf: dict, count: int) -> tuple[float, float, float]:
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**conf, "linger.ms": 5, "batch.size": 131072, "queue.buffering.max.messages": 200000,
+                         "acks": "all"})
+    payload = os.urandom(SIZE)
+    latencies: list[float] = []
+
+    def delivered(sent_at: float):
+        return lambda err, _msg: latencies.append(time.perf_counter() - sent_at)
+
+    producer.produce(topic, b"warm-up")  # creates the topic before the clock starts
+    producer.flush(60)
+    latencies.clear()
+    start = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, payload, on_delivery=delivered(time.perf_counter()))
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(300)
+    produce = count / (time.perf_counter() - start)
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "fetch.max.bytes": 8 << 20})
+    consumer.subscribe([topic])
+    got = 0
+    start = last = None
+    deadline = time.monotonic() + 300
+    while got < count + 1 and time.monotonic() < deadline:  # the warm-up message too
+        for msg in consumer.consume(1000, 0.1):
+            if msg.error() is None:
+                last = time.perf_counter()
+                start = start or last
+                got += 1
+    consume = (got - 1) / (last - start) if start and last > start else 0.0
+    consumer.close()
+    return produce, _percentile(latencies, 0.99) * 1000, consume
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="nereus-tls-"))
+    cert, key = make_cert(work)
+    ports = {name: free_port() for name in ("pulsar_tls", "ssl", "sasl", "sasl_ssl")}
+    config = work / "standalone.conf"
+    config.write_text(
+        f"brokerServicePortTls={ports['pulsar_tls']}\n"
+        f"tlsCertificateFilePath={cert}\ntlsKeyFilePath={key}\ntlsTrustCertsFilePath={cert}\n"
+        "authenticationEnabled=true\n"
+        "authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken\n"
+        f"tokenSecretKey=data:;base64,{base64.b64encode(SECRET).decode()}\n"
+        "anonymousUserRole=anonymous\nsuperUserRoles=anonymous,bench\n"
+        f"kafkaListeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:{ports['ssl']},"
+        f"SASL_PLAINTEXT://127.0.0.1:{ports['sasl']},SASL_SSL://127.0.0.1:{ports['sasl_ssl']}\n"
+        "saslAllowedMechanisms=PLAIN\n")
+    proc, base_ports = start_nereus(work, ["--compaction-interval", "0", "--config", str(config)])
+    try:
+        for port in ports.values():
+            wait_port(port, proc)
+        kafka_plain = base_ports["kafka"]  # --kafka-port stands for the PLAINTEXT listener
+        pulsar_plain = f"pulsar://127.0.0.1:{base_ports['pulsar']}"
+        pulsar_tls = f"pulsar+ssl://localhost:{ports['pulsar_tls']}"
+        tls = {"ssl.ca.location": str(cert)}
+        sasl = {"sasl.mechanisms": "PLAIN", "sasl.username": "bench", "sasl.password": "token:" + token()}
+        variants = {
+            "pulsar_plain": lambda: pulsar_round(pulsar_plain, args.messages),
+            "pulsar_tls": lambda: pulsar_round(pulsar_tls, args.messages, ca=cert),
+            "pulsar_token": lambda: pulsar_round(pulsar_plain, args.messages, auth=pulsar.AuthenticationToken(token())),
+            "pulsar_tls_token": lambda: pulsar_round(pulsar_tls, args.messages, ca=cert,
+                                                     auth=pulsar.AuthenticationToken(token())),
+            "kafka_plain": lambda: kafka_round({"bootstrap.servers": f"127.0.0.1:{kafka_plain}"}, args.messages),
+            "kafka_ssl": lambda: kafka_round({"bootstrap.servers": f"localhost:{ports['ssl']}",
+                                              "security.protocol": "SSL", **tls}, args.messages),
+            "kafka_sasl": lambda: kafka_round({"bootstrap.servers": f"127.0.0.1:{ports['sasl']}",
+                                               "security.protocol": "SASL_PLAINTEXT", **sasl}, args.messages),
+            "kafka_sasl_ssl": lambda: kafka_round({"bootstrap.servers": f"localhost:{ports['sasl_ssl']}",
+                                                   "security.protocol": "SASL_SSL", **tls, **sasl}, args.messages),
+        }
+        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
+        for round_no in range(args.rounds):
+            for name, run in variants.items():
+                results[name].append(run())
+                produce, p99, consume = results[name][-1]
+                print(f"round {round_no + 1} {name}: produce {produce:,.0f} msg/s p99 {p99:.1f} ms, "
+                      f"consume {consume:,.0f} msg/s", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    summary = {}
+    print(f"\n{'variant':18} {'produce msg/s':>14} {'ratio':>6} {'p99 ms':>8} {'consume msg/s':>14} {'ratio':>6}")
+    for name, rounds in results.items():
+        produce = statistics.median(r[0] for r in rounds)
+        p99 = statistics.median(r[1] for r in rounds)
+        consume = statistics.median(r[2] for r in rounds)
+        base = name.split("_")[0] + "_plain"
+        base_produce = statistics.median(r[0] for r in results[base])
+        base_consume = statistics.median(r[2] for r in results[base])
+        print(f"{name:18} {produce:14,.0f} {produce / base_produce:6.2f} {p99:8.1f} {consume:14,.0f} "
+              f"{consume / base_consume:6.2f}")
+        summary.update({f"{name}_produce": round(produce), f"{name}_p99_ms": round(p99, 1),
+                        f"{name}_consume": round(consume), f"{name}_produce_ratio": round(produce / base_produce, 2),
+                        f"{name}_consume_ratio": round(consume / base_consume, 2)})
+    print(" ".join(f"{k}={v}" for k, v in summary.items()))
+
+
+if __name__ == "__main__":
+    main()
