@@ -233,6 +233,13 @@ def test_transaction_admin_requests(broker):
         assert state[1].error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
         listed = raw.request(66, 1, state_filters=("Ongoing",), producer_id_filters=(), duration_filter=-1)
         assert tid in [t.transactional_id for t in listed.transaction_states]
+        cls = load_request_schema(61, 0)
+        asked = make(nested(cls, "TopicRequest"), name=topic, partition_indexes=(0, 1))
+        parts = raw.request(61, 0, topics=(asked,)).topics[0].partitions
+        assert [p.active_producers for p in parts][0] == ()
+        (active,) = parts[1].active_producers
+        assert (active.producer_id, active.producer_epoch) == (state[0].producer_id, state[0].producer_epoch)
+        assert active.current_txn_start_offset == 0 and active.last_sequence == 0
         producer.commit_transaction(30)
         wait_until(lambda: raw.request(65, 0, transactional_ids=(tid,)).transaction_states[0].transaction_state
                    == "CompleteCommit")

@@ -46,6 +46,7 @@ HANDLERS = {
     50: sasl_api.handle_describe_user_scram_credentials,
     51: sasl_api.handle_alter_user_scram_credentials,
     60: cluster.handle_describe_cluster,
+    61: txn_api.handle_describe_producers,
     65: txn_api.handle_describe_transactions,
     66: txn_api.handle_list_transactions,
     68: consumer_group_api.handle_consumer_group_heartbeat,

@@ -65,6 +65,10 @@ class ProducerStates:
     def get(self, producer_id: int) -> ProducerState | None:
         return self._states.get(producer_id)
 
+    def items(self) -> list[tuple[int, ProducerState]]:
+        """Every producer id kept, with its state."""
+        return list(self._states.items())
+
     def expire(self, now: float | None = None) -> int:
         """Forget producers idle longer than the expiration; returns how many."""
         now = self.clock() if now is None else now

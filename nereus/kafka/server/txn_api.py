@@ -1,5 +1,5 @@
 """Transaction requests: InitProducerId (transactional), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-WriteTxnMarkers, DescribeTransactions and ListTransactions.
+WriteTxnMarkers, DescribeTransactions, ListTransactions and DescribeProducers.
 
 The protocol-neutral coordinator (``nereus.transactions``) keeps the state; these
 handlers map the Kafka requests onto it and its errors onto Kafka codes. A
@@ -345,6 +345,46 @@ async def handle_list_transactions(conn, head, req):
                 transaction_states=tuple(rows))
 
 
+async def handle_describe_producers(conn, head, req):
+    """The producers a partition knows (idempotent and transactional), with the first offset of an open transaction."""
+    service = conn.service
+    cls = response_schema(head.api_key, head.api_version)
+    pcls, scls = nested(cls, "PartitionResponse"), nested(cls, "ProducerState")
+    topics = []
+    for topic in req.topics:
+        readable = await acl_api.allowed(conn, TOPIC, topic.name, READ)
+        rows = []
+        for index in topic.partition_indexes:
+            part = await service.catalog.partition(topic.name, index) if readable else None
+            if part is None:
+                code = ErrorCode.topic_authorization_failed if not readable else ErrorCode.unknown_topic_or_partition
+                rows.append(make(pcls, partition_index=index, error_code=code, error_message=None, active_producers=()))
+                continue
+            rows.append(make(pcls, partition_index=index, error_code=ErrorCode.none, error_message=None,
+                             active_producers=tuple(make(scls, **p) for p in await _producers(service, part))))
+        topics.append(make(nested(cls, "TopicResponse"), name=topic.name, partitions=tuple(rows)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def _producers(service, part) -> list[dict]:
+    import time
+
+    opened = {}
+    if service.stream_txns is not None:
+        index = await service.stream_txns.index(part.handle.stream_id)
+        opened = {pid: (first, epoch) for pid, (first, epoch) in index.open.items()}
+    wall_ms, now = time.time() * 1000, part.producers.clock()
+    out = {}
+    for pid, state in part.producers.items():
+        out[pid] = dict(producer_id=pid, producer_epoch=state.epoch, last_sequence=state.last_sequence,
+                        last_timestamp=int(wall_ms - (now - state.last_used) * 1000), coordinator_epoch=-1,
+                        current_txn_start_offset=opened.get(pid, (-1, -1))[0])
+    for pid, (first, epoch) in opened.items():
+        out.setdefault(pid, dict(producer_id=pid, producer_epoch=epoch, last_sequence=-1, last_timestamp=-1,
+                                 coordinator_epoch=-1, current_txn_start_offset=first))
+    return [out[pid] for pid in sorted(out)]
+
+
 def _matches(pattern: str, value: str) -> bool:
     import re
 
@@ -354,6 +394,7 @@ def _matches(pattern: str, value: str) -> bool:
         return False
 
 
-__all__ = ["error_code", "handle_add_offsets_to_txn", "handle_add_partitions_to_txn", "handle_describe_transactions",
+__all__ = ["error_code", "handle_add_offsets_to_txn", "handle_add_partitions_to_txn", "handle_describe_producers",
+           "handle_describe_transactions",
            "handle_end_txn", "handle_list_transactions", "handle_write_txn_markers", "init_transactional_producer",
            "key_of"]
