@@ -295,3 +295,33 @@ def _ids(raw: RawKafka, topic: str) -> set[str]:
     ids = tuple(t.transactional_id for t in listed.transaction_states)
     described = raw.request(65, 0, transactional_ids=ids).transaction_states
     return {s.transactional_id for s in described if any(t.topic == topic for t in s.topics)}
+
+
+def test_add_partitions_batched_form_and_verify_only(broker):
+    topic, tid = _name("txv"), _name("tid")
+    _create(broker, topic, partitions=2)
+    raw = RawKafka(broker.bootstrap)
+    try:
+        raw.request(10, 4, key_type=1, coordinator_keys=(tid,))
+        init = raw.request(22, 4, transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=30),
+                           producer_id=-1, producer_epoch=-1)
+        assert init.error_code == 0
+        cls = load_request_schema(24, 4)
+
+        def add(partitions, verify_only):
+            txn = make(nested(cls, "AddPartitionsToTxnTransaction"), transactional_id=tid,
+                       producer_id=init.producer_id, producer_epoch=init.producer_epoch, verify_only=verify_only,
+                       topics=(make(nested(cls, "AddPartitionsToTxnTopic"), name=topic, partitions=partitions),))
+            answer = raw.request(24, 4, transactions=(txn,))
+            assert answer.error_code == 0
+            return {r.partition_index: r.partition_error_code
+                    for r in answer.results_by_transaction[0].topic_results[0].results_by_partition}
+
+        assert add((0,), True) == {0: 48}  # INVALID_TXN_STATE: not in a transaction yet
+        assert add((0,), False) == {0: 0}
+        assert add((0, 1), True) == {0: 0, 1: 48}
+        end = raw.request(26, 3, transactional_id=tid, producer_id=init.producer_id,
+                          producer_epoch=init.producer_epoch, committed=False)
+        assert end.error_code == 0
+    finally:
+        raw.close()
