@@ -111,6 +111,8 @@ async def _stream_ids(meta: MetadataStore, topics: list[str] | None) -> list[tup
 async def stable_plans(meta: MetadataStore, stream_id: int, **options) -> list[tuple[compaction.CompactionPlan,
                                                                                      tuple]]:
     """``compaction.plan`` below the stream's last stable offset, each plan with its aborted ranges."""
+    if not await compaction.plan(meta, stream_id, **options):
+        return []  # the common case of a schedule's check: no transaction index read
     _, end = await view.bounds(meta, stream_id)  # the tail first: then the LSO is at most it
     txns = await read_view(meta, stream_id, end)
     plans = await compaction.plan(meta, stream_id, stable_offset=txns.lso, **options)
