@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -74,8 +75,10 @@ SCHEMA = pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("tombstone", 
 
 
 KEY_SCHEMA = pa.schema([f for f in SCHEMA if f.name != "entry"])
-#: Input bytes handed to an ``EntriesKeyExtractor`` at a time.
-_EXTRACT_BYTES = 64 << 20
+#: Input bytes handed to an ``EntriesKeyExtractor`` at a time, and how many such calls run at
+#: once (numpy releases the GIL: the key scans of two chunks use two cores).
+_EXTRACT_BYTES = 32 << 20
+_EXTRACT_PARALLEL = max(1, min(2, os.cpu_count() or 1))
 
 
 def view_key(stream_id: int) -> str:
@@ -229,12 +232,18 @@ class _Input:
         self.records = 0
 
     def add_many(self, got: list[FetchedEntry], extract: EntriesKeyExtractor) -> None:
-        table = extract(got)
-        self.tables.append(table.select(KEY_SCHEMA.names).cast(KEY_SCHEMA))
-        self.records += table.num_rows
+        self.add_entries(got)
+        self.add_keys(extract(got))
+
+    def add_entries(self, got: list[FetchedEntry]) -> None:
+        """Entries whose keys come apart (``add_keys``)."""
         for entry in got:
             self.bytes += len(entry.data)
             self.entries[entry.base_offset] = entry.data
+
+    def add_keys(self, table: pa.Table) -> None:
+        self.tables.append(table.select(KEY_SCHEMA.names).cast(KEY_SCHEMA))
+        self.records += table.num_rows
 
     def table(self) -> pa.Table:
         """All the records added, as one table of ``KEY_SCHEMA``."""
@@ -348,34 +357,48 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
 
     pending: list[FetchedEntry] = []
     pending_bytes = 0
+    extracting: list[asyncio.Future] = []
 
-    def add(got: list[FetchedEntry], offset: int) -> None:
-        nonlocal pending_bytes
+    def wanted(got: list[FetchedEntry], offset: int) -> list[FetchedEntry]:
+        out = []
         for entry in got:
             if entry.base_offset < offset:
                 continue  # began below the previous horizon: it is in the previous view
             if entry.end_offset > horizon:
                 raise StorageError(f"stream {stream_id}: horizon {horizon} is inside the entry at {entry.base_offset}")
-            if extract_many is None:
-                new.add(entry, extract)
-            else:
-                pending.append(entry)
-                pending_bytes += len(entry.data)
-        if pending and (pending_bytes >= _EXTRACT_BYTES or not got):
-            new.add_many(pending, extract_many)
-            pending.clear()
-            pending_bytes = 0
+            out.append(entry)
+        return out
+
+    def add(got: list[FetchedEntry]) -> None:
+        for entry in got:
+            new.add(entry, extract)
+
+    async def extract_pending() -> None:
+        nonlocal pending, pending_bytes
+        while len(extracting) >= _EXTRACT_PARALLEL:
+            new.add_keys(await extracting.pop(0))
+        new.add_entries(pending)
+        extracting.append(loop.run_in_executor(None, extract_many, pending))
+        pending, pending_bytes = [], 0
 
     while offset < horizon:
         got = await reader.read(stream_id, offset, horizon, _READ_BYTES)
         if not got:
             break
-        # Off the event loop: decoding a large range must not stall the broker (nor
-        # its metadata session, which holds the compaction lease).
-        await loop.run_in_executor(None, add, got, offset)
-        offset = got[-1].end_offset
+        got, offset = wanted(got, offset), got[-1].end_offset
+        if extract_many is None:
+            # Off the event loop: decoding a large range must not stall the broker (nor
+            # its metadata session, which holds the compaction lease).
+            await loop.run_in_executor(None, add, got)
+            continue
+        pending += got
+        pending_bytes += sum(len(e.data) for e in got)
+        if pending_bytes >= _EXTRACT_BYTES:
+            await extract_pending()
     if pending:
-        await loop.run_in_executor(None, add, [], offset)
+        await extract_pending()
+    for future in extracting:
+        new.add_keys(await future)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     table = await loop.run_in_executor(
         None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms, shrink=shrink))

@@ -116,7 +116,7 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
     if len(batches) > 1:
         np.cumsum(sizes[:-1], out=starts[1:])
     ends = starts + sizes
-    buf = np.frombuffer(b"".join(batches) + bytes(_PAD), np.uint8)
+    buf = np.frombuffer(b"".join([*batches, bytes(_PAD)]), np.uint8)
     words = _words(buf)
     count = np.asarray(counts, np.int64)
     if (count < 0).any():
