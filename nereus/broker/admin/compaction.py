@@ -124,7 +124,7 @@ async def _topic_policies(ctx: AdminContext, name: TopicName) -> dict:
 
 async def get_topic_threshold(request: web.Request) -> web.Response:
     ctx = context(request)
-    name = await topic_policies._require_topic(ctx, request)
+    name = await topic_policies.require_policy_topic(ctx, request)
     value = (await _topic_policies(ctx, name)).get(TOPIC_FIELD)
     if value is None and request.query.get("applied", "false").lower() == "true":
         value = ((await require_namespace(ctx.meta, name.tenant, name.namespace)).get(NAMESPACE_FIELD) or 0)
@@ -134,8 +134,8 @@ async def get_topic_threshold(request: web.Request) -> web.Response:
 async def set_topic_threshold(request: web.Request) -> web.Response:
     ctx = context(request)
     value = None if request.method == "DELETE" else _threshold(await body(request))
-    name = await topic_policies._require_topic(ctx, request)
-    await topic_policies._set(ctx, name, TOPIC_FIELD, value)
+    name = await topic_policies.require_policy_topic(ctx, request)
+    await topic_policies.set_policy(ctx, name, TOPIC_FIELD, value)
     return no_content()
 
 
