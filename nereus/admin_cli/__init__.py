@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from . import auth
+from . import auth, rates  # noqa: F401 - rates adds its commands to namespaces and topics
 from .brokers import brokers
 from .clusters import clusters
 from .http import AdminClient

@@ -93,3 +93,31 @@ def test_topic_dispatch_rate_throttles_delivery(admin, client):
     admin.ok("POST", rest_path(topic) + "/dispatchRate", DISPATCH)
     sub = _drain_throttled(admin, client, topic, 5)
     assert sub["dispatchThrottledMsgEventsByTopicLimit"] >= 1
+
+
+def test_admin_command_sets_gets_and_removes_rates(admin, standalone):
+    import json
+    import subprocess
+    import sys
+
+    ns = _ns(admin)
+
+    def cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "nereus.cli", "admin", "--url", standalone.http, *args],
+                              check=True, capture_output=True, text=True, timeout=60).stdout
+
+    cli("namespaces", "set-publish-rate", ns, "-m", "10", "-b", "4096")
+    assert admin.ok("GET", f"/namespaces/{ns}/publishRate") == {"publishThrottlingRateInMsg": 10,
+                                                                 "publishThrottlingRateInByte": 4096}
+    cli("namespaces", "set-subscription-dispatch-rate", ns, "-md", "100", "-dt", "2")
+    assert json.loads(cli("--json", "namespaces", "get-subscription-dispatch-rate", ns)) == {
+        "dispatchThrottlingRateInMsg": 100, "dispatchThrottlingRateInByte": -1, "relativeToPublishRate": False,
+        "ratePeriodInSecond": 2}
+    topic = f"persistent://{ns}/cli"
+    admin.ok("PUT", rest_path(topic))
+    cli("topics", "set-dispatch-rate", topic, "-bd", "1000")
+    assert admin.ok("GET", rest_path(topic) + "/dispatchRate")["dispatchThrottlingRateInByte"] == 1000
+    cli("topics", "remove-dispatch-rate", topic)
+    cli("namespaces", "remove-publish-rate", ns)
+    assert admin.get(f"/namespaces/{ns}/publishRate") == (204, None)
+    assert admin.get(rest_path(topic) + "/dispatchRate") == (204, None)
