@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
+import time
 
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import CLUSTER, DESCRIBE, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from ...transactions import errors as txn_errors
+from ...transactions.records import kafka_key as key_of  # the coordinator record key of a transactional id
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api, routing
@@ -28,11 +31,6 @@ log = logging.getLogger(__name__)
 CLUSTER_ACTION = 9  # Kafka's AclOperation for broker-to-broker requests
 DEFAULT_TIMEOUT_MS = 60_000
 SETTLE_SECONDS = 10.0  # how long a request waits for the previous transaction's markers before CONCURRENT_TRANSACTIONS
-
-
-def key_of(transactional_id: str) -> str:
-    """The coordinator record key of a Kafka transactional id."""
-    return f"kafka:{transactional_id}"
 
 
 def error_code(exc: Exception, version_fenced: bool = True) -> ErrorCode:
@@ -99,8 +97,8 @@ async def _stream_names(service, topics) -> dict[tuple[str, int], str | None]:
     """(topic, index) -> the partition's stream name; None for a partition that does not exist."""
     out = {}
     for name, indexes in topics:
-        streams = await service.catalog.streams(name, await service.catalog.partition_count(name)) \
-            if await service.catalog.partition_count(name) is not None else []
+        count = await service.catalog.partition_count(name)
+        streams = await service.catalog.streams(name, count) if count is not None else []
         for index in indexes:
             out[(name, index)] = str(streams[index]) if 0 <= index < len(streams) else None
     return out
@@ -308,8 +306,6 @@ async def handle_describe_transactions(conn, head, req):
 
 
 async def handle_list_transactions(conn, head, req):
-    import time
-
     cls = response_schema(head.api_key, head.api_version)
     service = conn.service
     known = {v: k for k, v in STATE_NAMES.items()}
@@ -367,8 +363,6 @@ async def handle_describe_producers(conn, head, req):
 
 
 async def _producers(service, part) -> list[dict]:
-    import time
-
     opened = {}
     if service.stream_txns is not None:
         index = await service.stream_txns.index(part.handle.stream_id)
@@ -386,8 +380,6 @@ async def _producers(service, part) -> list[dict]:
 
 
 def _matches(pattern: str, value: str) -> bool:
-    import re
-
     try:
         return re.fullmatch(pattern, value) is not None
     except re.error:
