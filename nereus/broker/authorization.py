@@ -7,7 +7,7 @@ With ``authorizationEnabled`` (after authentication gave the request a role):
   console's calls are for superusers only (any role may list and read clusters);
 - a tenant's admins may call everything under their tenant;
 - other roles may read a topic (lookup, stats, metadata: GET) when they may produce
-  to or consume from it.
+  to or consume from it; any role may look up the transaction coordinators' topic.
 
 Refused: 401 with Pulsar's ``{"reason": ...}`` body (as Pulsar's admin API answers).
 """
@@ -19,6 +19,7 @@ import logging
 from aiohttp import web
 
 from ..ledger.naming import InvalidTopicName, TopicName
+from ..pulsar.server.transactions import is_tc_topic
 from .authentication import ROLE
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,10 @@ def _topic(request: web.Request) -> TopicName | None:
         return None
 
 
+def _finds_coordinator(request: web.Request, topic: TopicName) -> bool:
+    return is_tc_topic(topic) and (request.path.startswith("/lookup/") or request.path.endswith("/partitions"))
+
+
 @web.middleware
 async def authorize(request: web.Request, handler):
     if not request.path.startswith(_CHECKED) or ROLE not in request:
@@ -61,6 +66,8 @@ async def authorize(request: web.Request, handler):
     if await authorizer.is_tenant_admin(role, tenant):
         return await handler(request)
     topic = _topic(request) if "topic" in request.match_info else None
+    if topic is not None and request.method == "GET" and _finds_coordinator(request, topic):
+        return await handler(request)  # any role with transactions looks its coordinator up
     if topic is not None and request.method == "GET" and await authorizer.allowed(role, topic, None):
         return await handler(request)
     return _refused(request, role, "Don't have permission to administrate resources on this tenant")

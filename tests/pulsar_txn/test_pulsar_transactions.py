@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -312,3 +313,16 @@ def test_unsubscribe_drops_pending_acks(standalone, txn):
         assert again.receive()[1] == b"m"
     finally:
         other.close()
+
+
+def test_http_lookup_of_the_coordinator(standalone):
+    """What a client given an http:// service URL asks before it connects to a coordinator."""
+    base = f"{standalone.http}/admin/v2/persistent/pulsar/system/transaction_coordinator_assign/partitions"
+    with urllib.request.urlopen(base + "?checkAllowAutoCreation=true", timeout=5) as r:
+        assert json.loads(r.read())["partitions"] == 1
+    path = "/lookup/v2/topic/persistent/pulsar/system/transaction_coordinator_assign-partition-0"
+    with urllib.request.urlopen(standalone.http + path, timeout=5) as r:
+        assert json.loads(r.read())["brokerUrl"] == standalone.url
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(standalone.http + path.replace("partition-0", "partition-3"), timeout=5)
+    assert err.value.code == 404

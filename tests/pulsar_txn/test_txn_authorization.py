@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -62,3 +63,12 @@ def test_only_the_owner_and_superusers_use_a_transaction(server):
     finally:
         for c in (alice, bob, admin):
             c.close()
+
+
+def test_any_authenticated_role_finds_the_coordinator(server):
+    token = create_token("alice", secret_key=server.secret)
+    for path in ("/admin/v2/persistent/pulsar/system/transaction_coordinator_assign/partitions",
+                 "/lookup/v2/topic/persistent/pulsar/system/transaction_coordinator_assign-partition-0"):
+        request = urllib.request.Request(server.http + path, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 200

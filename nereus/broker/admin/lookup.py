@@ -9,7 +9,8 @@ Pulsar broker redirects; the official clients' HTTP lookup follows redirects).
 A topic whose owner just died answers 503 until it has moved; a topic of a missing
 tenant or namespace, or one the auto-creation rule does not create, 404. ``?listenerName=``
 (or the ``X-Pulsar-ListenerName`` header) picks the advertised listener whose URLs
-are answered; one the broker does not have is an error.
+are answered; one the broker does not have is an error. The transaction coordinators'
+topic (``transactions.TC_ASSIGN_TOPIC``) is answered by every broker itself.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
+from ...pulsar.server import transactions
 from ...pulsar.server.existence import TopicMissing, check_usable
 from ...topics import NotOwner, UnknownListener
 from .common import AdminError, context, flag
@@ -35,6 +37,17 @@ async def lookup_topic(request: web.Request) -> web.Response:
         name = TopicName.parse(f"{m['domain']}://{m['tenant']}/{m['namespace']}/{m['topic']}")
     except InvalidTopicName:
         raise AdminError(412, "Topic name is not valid") from None
+    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or None
+    if transactions.is_tc_topic(name):  # a transaction coordinator: every broker serves them
+        if ctx.pulsar.transactions is None or name.partition_index >= transactions.TC_COUNT:
+            raise AdminError(404, f"no transaction coordinator serves {name}")
+        try:
+            pulsar_url, http_url = ctx.placement.local.urls_for(listener)
+            tls_urls = ctx.placement.local.tls_urls_for(listener)
+        except UnknownListener as exc:
+            raise AdminError(500, str(exc)) from None
+        return web.json_response(lookup_data(pulsar_url if listener else ctx.pulsar.service_url, http_url,
+                                             *tls_urls))
     try:  # a missing tenant or namespace, or a topic the rule in force does not create: as the binary lookup
         await check_usable(ctx.pulsar, name)
     except TopicMissing as exc:
@@ -44,7 +57,6 @@ async def lookup_topic(request: web.Request) -> web.Response:
         broker, final = await placement.lookup(str(name), authoritative=flag(request, "authoritative"))
     except NotOwner as exc:
         raise AdminError(503, str(exc)) from None
-    listener = request.query.get("listenerName") or request.headers.get("X-Pulsar-ListenerName") or None
     try:
         pulsar_url, http_url = broker.urls_for(listener)
         tls_urls = broker.tls_urls_for(listener)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import cas
+from ...pulsar.server import transactions
 from ...pulsar.server.existence import TopicMissing, partitions_for_client
 from ...storage import StreamExists, StreamNotFound
 from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
@@ -187,6 +188,8 @@ async def get_partitions(request: web.Request) -> web.Response:
 
 
 async def _client_partitions(ctx, request: web.Request, name: TopicName) -> int:
+    if transactions.is_tc_topic(name):  # one partition per transaction coordinator
+        return transactions.TC_COUNT if ctx.pulsar.transactions is not None and name.partition_index < 0 else 0
     if not flag(request, "checkAllowAutoCreation"):
         return await partitions_of(ctx.meta, name)
     try:
