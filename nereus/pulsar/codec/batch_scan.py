@@ -59,7 +59,7 @@ class UnsupportedLayout(MalformedBatch):
 
 
 _HIGH = np.uint64(0x8080808080808080)
-_ONE, _EIGHT = np.uint64(1), np.uint64(8)
+_ONE, _EIGHT, _BYTE = np.uint64(1), np.uint64(8), np.uint64(0xFF)
 
 
 def _words(buf: np.ndarray) -> np.ndarray:
@@ -101,12 +101,11 @@ _FIELDS = {2: (0, 2), 3: (1, 0), 5: (2, 0), 6: (3, 0), 9: (4, 0), 10: (5, 0), 1:
            8: (6, 0)}
 _TAGS = np.arange(256)
 _UNREADABLE = (_TAGS >= 0x80) | ((_TAGS & 7 != 0) & (_TAGS & 7 != 2)) | (_TAGS >> 3 == 0)
-_LENGTH = (_TAGS & 7) == 2
+_LENGTH = ((_TAGS & 7) == 2).astype(np.int64)
 _SLOT = np.full(256, 6, np.int64)
 for _field, (_slot, _wire) in _FIELDS.items():
     _UNREADABLE[_field << 3 | (_wire ^ 2)] = True  # a known field of the other wire type
     _SLOT[_field << 3 | _wire] = _slot
-_KEY = _TAGS == (2 << 3 | 2)
 
 
 def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches:
@@ -126,7 +125,9 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
     values = np.zeros((7, rows), np.int64)
     values[1] = -1  # payload_size: required
     flat = values.reshape(-1)
-    key_start = np.zeros(rows, np.int64)
+    starts_of = np.zeros((7, rows), np.int64)  # where each field's value starts (the key's is used)
+    flat_start = starts_of.reshape(-1)
+    row_of_tag = _SLOT * rows
     message_start = np.zeros(rows, np.int64)
     message_end = np.zeros(rows, np.int64)
     pos = starts.copy()
@@ -146,7 +147,7 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
         at, limit, r = q[live], meta_end[live], row[live]
         while at.size:
             word = words[at]
-            tag = word.view(np.uint8)[::8]
+            tag = (word & _BYTE).astype(np.intp)
             if _UNREADABLE[tag].any():
                 raise UnsupportedLayout("a field number above 15, or of a wire type not read here")
             value, last = _varint_words(word >> _EIGHT)
@@ -156,10 +157,10 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
                 last[again] = after_again - at[again] - 2
             after = at + 2 + last.astype(np.int64)
             signed = value.view(np.int64)
-            flat[_SLOT[tag] * rows + r] = signed
-            is_key = _KEY[tag]
-            key_start[r[is_key]] = after[is_key]
-            at = after + np.where(_LENGTH[tag], signed, 0)
+            cell = row_of_tag[tag] + r
+            flat[cell] = signed
+            flat_start[cell] = after
+            at = after + signed * _LENGTH[tag]
             if ((at > limit) | (at < after)).any():
                 raise MalformedBatch(f"message {step}: a field overruns its SingleMessageMetadata")
             going = at < limit
@@ -175,7 +176,8 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
         message_end[row] = nxt
         step += 1
         lanes = lanes[count[lanes] > step]
-    has_key = (values[0] != 0) | (key_start != 0)
+    key_start = starts_of[0]
+    has_key = key_start != 0
     return ScannedBatches(buf, has_key & (values[5] == 0), key_start, values[0], values[3] != 0, values[1],
                           values[2], values[4] != 0, message_start, message_end, starts)
 
