@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import random
 import signal
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pulsar
@@ -79,6 +81,8 @@ class Load:
         self.acked = {"pulsar": set(), "kafka": set()}
         self.errors = collections.Counter()
         self.received = {"pulsar": collections.Counter(), "kafka": collections.Counter()}
+        self.node = node
+        self.stuck = ""
         self.sent = {"pulsar": 0, "kafka": 0}
         url = f"pulsar://127.0.0.1:{node.ports['pulsar']}"
         self.bootstrap = f"127.0.0.1:{node.ports['kafka']}"
@@ -164,11 +168,19 @@ class Load:
         self.producer.flush()
         self.kproducer.flush(timeout)
         deadline = time.monotonic() + timeout
+        progress, progressed_at = None, time.monotonic()
         while time.monotonic() < deadline:
             with self.lock:
                 behind = [p for p in ("pulsar", "kafka") if self.acked[p] - set(self.received[p])]
+                seen = (len(self.received["pulsar"]), len(self.received["kafka"]))
             if not behind:
                 break
+            if seen != progress:
+                progress, progressed_at = seen, time.monotonic()
+            elif time.monotonic() - progressed_at > 60:
+                break  # nothing new for a minute: report what is missing
+        if behind:
+            self.stuck = self._subscription_state()
             if "pulsar" in behind:
                 try:
                     msg = self.consumer.receive(timeout_millis=200)
@@ -184,6 +196,18 @@ class Load:
                             self.received["kafka"][int(msg.value())] += 1
         self.kconsumer.close()
         self.client.close()
+
+    def _subscription_state(self) -> str:
+        """The broker's view of the Pulsar subscription (permits, backlog, cursor), for a report."""
+        base = f"http://127.0.0.1:{self.node.ports['http']}/admin/v2/persistent/public/default/{PULSAR_TOPIC}"
+        try:
+            stats = json.load(urllib.request.urlopen(base + "/stats", timeout=30))["subscriptions"]["soak-sub"]
+            cursor = json.load(urllib.request.urlopen(base + "/internalStats", timeout=30))["cursors"]["soak-sub"]
+        except Exception as exc:  # noqa: BLE001 - a report only
+            return f"subscription state unavailable: {exc}"
+        consumers = [{k: c[k] for k in ("availablePermits", "unackedMessages")} for c in stats["consumers"]]
+        return (f"backlog {stats['msgBacklog']}, consumers {consumers}, mark-delete {cursor['markDeletePosition']}, "
+                f"read position {cursor['readPosition']}")
 
 
 def stored_pulsar(node: Standalone) -> collections.Counter:
@@ -259,6 +283,8 @@ def main() -> None:
               f"stored but never acknowledged {summary[f'{protocol}_stored_unacked']}")
     if load.errors:
         print(f"  client errors: {dict(load.errors)}")
+    if load.stuck:
+        print(f"  pulsar subscription when the consumer stopped getting messages: {load.stuck}")
     print(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
