@@ -76,7 +76,8 @@ class Load:
     """The long-lived clients and what they saw."""
 
     def __init__(self, node: Standalone) -> None:
-        self.stop = threading.Event()
+        self.stop = threading.Event()  # the producers
+        self.stop_consumers = threading.Event()
         self.lock = threading.Lock()
         self.acked = {"pulsar": set(), "kafka": set()}
         self.errors = collections.Counter()
@@ -123,7 +124,7 @@ class Load:
             self.sent["pulsar"] = n
 
     def _pulsar_consume(self) -> None:
-        while not self.stop.is_set():
+        while not self.stop_consumers.is_set():
             try:
                 msg = self.consumer.receive(timeout_millis=200)
             except pulsar.Timeout:
@@ -154,7 +155,7 @@ class Load:
             self.kproducer.poll(0)
 
     def _kafka_consume(self) -> None:
-        while not self.stop.is_set():
+        while not self.stop_consumers.is_set():
             for msg in self.kconsumer.consume(500, 0.2):
                 if msg.error() is None:
                     with self.lock:
@@ -163,7 +164,7 @@ class Load:
     def finish(self, timeout: float = 300) -> None:
         """Stop producing, wait for every acknowledgement and for the consumers to catch up."""
         self.stop.set()
-        for thread in self.threads:
+        for thread in (self.threads[0], self.threads[2]):
             thread.join(60)
         self.producer.flush()
         self.kproducer.flush(timeout)
@@ -179,21 +180,12 @@ class Load:
                 progress, progressed_at = seen, time.monotonic()
             elif time.monotonic() - progressed_at > 60:
                 break  # nothing new for a minute: report what is missing
+            time.sleep(0.5)
         if behind:
             self.stuck = self._subscription_state()
-            if "pulsar" in behind:
-                try:
-                    msg = self.consumer.receive(timeout_millis=200)
-                    with self.lock:
-                        self.received["pulsar"][int(msg.data())] += 1
-                    self.consumer.acknowledge(msg)
-                except pulsar.Timeout:
-                    pass
-            if "kafka" in behind:
-                for msg in self.kconsumer.consume(500, 0.2):
-                    if msg.error() is None:
-                        with self.lock:
-                            self.received["kafka"][int(msg.value())] += 1
+        self.stop_consumers.set()
+        for thread in (self.threads[1], self.threads[3]):
+            thread.join(60)
         self.kconsumer.close()
         self.client.close()
 
