@@ -202,9 +202,7 @@ def _build_transactions(stack: contextlib.AsyncExitStack, meta: MetadataStore, r
     participants = BrokerParticipants(registry, stream_txns)
     coordinator = TransactionCoordinator(meta, kafka.producer_ids, participants, stream_txns=stream_txns)
     for service in (kafka, pulsar):
-        service.transactions = coordinator
-        service.stream_txns = stream_txns
-        service.txn_participants = participants
+        service.enable_transactions(coordinator, stream_txns, participants)
     return coordinator
 
 

@@ -81,8 +81,8 @@ class KafkaService:
         # The broker's transactions (set by the broker; None: not enabled): the coordinator, the stream
         # transaction index and the participants that write markers
         self.transactions = None
-        self._stream_txns = None
-        self._txn_participants = None
+        self.stream_txns = None
+        self.txn_participants = None
         self.txn_signals = TxnSignals()
         self._server: asyncio.base_events.Server | None = None
         self._listener_servers: list[asyncio.base_events.Server] = []
@@ -129,28 +129,16 @@ class KafkaService:
         log.info("kafka %s listener on %s:%d", protocol, host, bound)
         return bound
 
-    @property
-    def stream_txns(self):
-        return self._stream_txns
-
-    @stream_txns.setter
-    def stream_txns(self, streams) -> None:
-        """Long polls held at a last stable offset are woken by changes of the stream's transaction index."""
-        self._stream_txns = streams
-        if streams is not None:
-            streams.add_listener(self.txn_signals.changed)
-
-    @property
-    def txn_participants(self):
-        return self._txn_participants
-
-    @txn_participants.setter
-    def txn_participants(self, participants) -> None:
-        """Group offsets of TxnOffsetCommit are completed here when their transaction ends."""
-        self._txn_participants = participants
-        if participants is not None:
-            participants.register_group_completer(
-                lambda group, pid, epoch, commit: txn_offsets.complete_group(self, group, pid, epoch, commit))
+    def enable_transactions(self, coordinator, streams, participants) -> None:
+        """Serve the transactional APIs with ``coordinator`` (nereus.transactions): long polls held
+        at a last stable offset wake on changes of ``streams`` (StreamTransactions), and group
+        offsets of TxnOffsetCommit are completed for ``participants`` when their transaction ends."""
+        self.transactions = coordinator
+        self.stream_txns = streams
+        self.txn_participants = participants
+        streams.add_listener(self.txn_signals.changed)
+        participants.register_group_completer(
+            lambda group, pid, epoch, commit: txn_offsets.complete_group(self, group, pid, epoch, commit))
 
     async def _cluster_id(self) -> str:
         rec = await self.meta.get(CLUSTER_ID_KEY)

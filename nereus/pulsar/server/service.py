@@ -59,8 +59,8 @@ class PulsarService:
         # (its changes wake the dispatchers waiting at an LSO) and the participants (which
         # complete this layer's pending acks).
         self.transactions = None
-        self._stream_txns = None
-        self._txn_participants = None
+        self.stream_txns = None
+        self.txn_participants = None
         self.by_stream: dict[int, PulsarTopic] = {}  # loaded persistent topics by stream id
 
     @property
@@ -79,29 +79,11 @@ class PulsarService:
         self.transactions = coordinator
         self.stream_txns = streams
         self.txn_participants = participants
+        from .pending_acks import SubscriptionCompleter  # pending acks need the service's topics: import late
 
-    @property
-    def stream_txns(self):
-        return self._stream_txns
-
-    @stream_txns.setter
-    def stream_txns(self, streams) -> None:
-        self._stream_txns = streams
-        if streams is not None:
-            streams.add_listener(self._txn_index_changed)
-
-    @property
-    def txn_participants(self):
-        return self._txn_participants
-
-    @txn_participants.setter
-    def txn_participants(self, participants) -> None:
-        from .pending_acks import SubscriptionCompleter
-
-        self._txn_participants = participants
-        if participants is not None:
-            participants.register_subscription_completer(SubscriptionCompleter(self))
-            participants.add_marker_listener(_marker_coming)
+        streams.add_listener(self._txn_index_changed)
+        participants.register_subscription_completer(SubscriptionCompleter(self))
+        participants.add_marker_listener(_marker_coming)
 
     def _txn_index_changed(self, stream_id: int) -> None:
         topic = self.by_stream.get(stream_id)
