@@ -150,3 +150,31 @@ def test_acknowledgements_survive_a_restart(fresh_broker, topic, group):
         assert sorted(again.fetch_until(2)) == [(2, 2), (3, 2)]
     finally:
         raw.close()
+
+
+def test_a_stored_share_group_is_listed_and_described_after_a_restart(fresh_broker, topic, group):
+    from confluent_kafka.admin import AdminClient
+
+    fresh_broker.start()
+    raw = RawKafka(fresh_broker.bootstrap)
+    member = Member(raw, group, "m1", topic_id_of(raw, topic))
+    assert join(raw, group, "m1", topic).error_code == ErrorCode.none
+    assert member.fetch() == []  # the share-partition's state is stored
+    raw.close()
+    assert fresh_broker.stop() == 0
+    fresh_broker.start()
+    raw = RawKafka(fresh_broker.bootstrap)
+    try:
+        # no member came back: the group is known only from what was stored
+        listed = {g.group_id: g for g in raw.request(16, 5, states_filter=(), types_filter=("share",)).groups}
+        assert (listed[group].group_type, listed[group].group_state, listed[group].protocol_type) == \
+            ("share", "Empty", "share")
+        assert not raw.request(16, 5, states_filter=(), types_filter=("classic",)).groups
+        (described,) = raw.request(77, 1, group_ids=(group,), include_authorized_operations=False).groups
+        assert (described.error_code, described.group_state, described.members) == (ErrorCode.none, "Empty", ())
+        admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+        # deleting it removes what was stored: it is no longer listed
+        assert admin.delete_consumer_groups([group])[group].result(10) is None
+        assert group not in {g.group_id for g in raw.request(16, 5, states_filter=(), types_filter=()).groups}
+    finally:
+        raw.close()

@@ -270,18 +270,21 @@ async def handle_list_groups(conn, head, req):
     async def visible(group_id: str) -> bool:
         return every or await acl_api.allowed(conn, GROUP, group_id, DESCRIBE)
 
+    types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
     # Each broker lists the groups it coordinates; clients ask every broker and merge.
     groups = [g for g in await conn.service.coordinator.list_groups()
-              if (not states or g.state in states) and is_coordinator(conn.service, g.group_id)
-              and await visible(g.group_id)]
+              if (not states or g.state in states) and (not types or g.group_type.lower() in types)
+              and is_coordinator(conn.service, g.group_id) and await visible(g.group_id)]
     listed = tuple(make(nested(cls, "ListedGroup"), group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
                         group_state=g.state, group_type=g.group_type) for g in groups)
-    types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
-    if not types or "share" in types:  # share groups (KIP-932) live in this broker's memory
-        listed += tuple([make(nested(cls, "ListedGroup"), group_id=gid, protocol_type="share", group_state=g.state,
+    if not types or "share" in types:  # share groups (KIP-932): stored, and loaded ones with their members
+        shares = conn.service.share_groups
+        share_states = {gid: "Empty" for gid in await shares.stored()}
+        share_states.update({gid: g.state for gid, g in shares.groups.items()})
+        listed += tuple([make(nested(cls, "ListedGroup"), group_id=gid, protocol_type="share", group_state=state,
                               group_type="share")
-                         for gid, g in sorted(conn.service.share_groups.groups.items())
-                         if (not states or g.state in states) and is_coordinator(conn.service, gid)
+                         for gid, state in sorted(share_states.items())
+                         if (not states or state in states) and is_coordinator(conn.service, gid)
                          and await visible(gid)])
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 

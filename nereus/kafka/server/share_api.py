@@ -23,7 +23,7 @@ from ..codec.protocol import response_schema
 from ...auth.kafka_acls import DESCRIBE, GROUP, READ, TOPIC
 from . import acl_api, routing
 from .cluster import NO_THROTTLE
-from .share_group import ASSIGNOR, LEAVE, ShareHeartbeatAnswer
+from .share_group import ASSIGNOR, LEAVE, ShareGroupState, ShareHeartbeatAnswer
 from .share_groups import next_epoch
 from .share_partition import RENEW, InvalidRecordState
 
@@ -56,6 +56,8 @@ async def handle_share_group_heartbeat(conn, head, req):
                                           message=f"Topic authorization failed for {', '.join(sorted(hidden))}"))
     if not routing.coordinates(service, req.group_id):
         return reply(ShareHeartbeatAnswer(ErrorCode.not_coordinator.value))
+    if req.member_epoch == 0:  # a member joins: the group is stored from now on
+        await shares.record(req.group_id)
     group = shares.group(req.group_id)
     topics = list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
     wanted = set(topics or ()) | group.subscribed
@@ -96,6 +98,8 @@ async def handle_share_group_describe(conn, head, req):
             error = ErrorCode.group_authorization_failed
         elif not routing.coordinates(service, group_id):
             error = ErrorCode.not_coordinator
+        elif group is None and await service.share_groups.known(group_id):
+            group = ShareGroupState(group_id)  # stored, no member back yet: Empty
         elif group is None:
             error = ErrorCode.group_id_not_found
         if error != ErrorCode.none:

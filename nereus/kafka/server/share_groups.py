@@ -11,6 +11,10 @@ Share sessions (KIP-932) are per (group, member) on this broker: epoch 0 opens o
 (replacing and releasing the previous), each request carries the next epoch, -1 closes
 it and releases what the member still holds.
 
+Each share group also has a record under ``SHARE_GROUPS_ROOT`` (written before its
+first cursor), so a broker lists and describes the groups it has state for before any
+member comes back, as Kafka lists every group it knows.
+
 Broker configs (dynamic, ``IncrementalAlterConfigs`` on the broker):
 ``group.share.record.lock.duration.ms`` (30 s), ``group.share.delivery.count.limit``
 (5), ``group.share.partition.max.record.locks`` (2000); the first two are the defaults
@@ -24,6 +28,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote, unquote
 
 from ...ledger.cursor import Cursor
 from ...ledger.errors import CursorFenced
@@ -35,6 +40,12 @@ log = logging.getLogger(__name__)
 
 MAX_LOCKS = "group.share.partition.max.record.locks"
 MAX_SESSION_EPOCH = 0x7FFFFFFF
+SHARE_GROUPS_ROOT = "/nereus/kafka/share-groups/"
+_END = "\U0010ffff"
+
+
+def share_group_key(group_id: str) -> str:
+    return SHARE_GROUPS_ROOT + quote(group_id, safe="")
 
 
 @dataclass
@@ -62,6 +73,30 @@ class ShareGroups:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self._loading: dict[tuple[str, str, int], asyncio.Lock] = {}
         self._changed = asyncio.Event()
+        self._recorded: set[str] = set()  # groups whose record this broker has seen or written
+
+    # -- the stored list of share groups -------------------------------------------------------
+    async def record(self, group_id: str) -> None:
+        """Make sure ``group_id`` has its share-group record (before it gets state anywhere)."""
+        if group_id in self._recorded:
+            return
+        await self.service.meta.put(share_group_key(group_id), b"{}")
+        self._recorded.add(group_id)
+
+    async def forget(self, group_id: str) -> None:
+        """The share group was deleted: drop its record."""
+        self._recorded.discard(group_id)
+        await self.service.meta.delete(share_group_key(group_id))
+
+    async def stored(self) -> list[str]:
+        """Every share group with a record, loaded here or not."""
+        return [unquote(key[len(SHARE_GROUPS_ROOT):])
+                async for key in self.service.meta.list(SHARE_GROUPS_ROOT, SHARE_GROUPS_ROOT + _END)]
+
+    async def known(self, group_id: str) -> bool:
+        if group_id in self.groups or group_id in self._recorded:
+            return True
+        return await self.service.meta.get(share_group_key(group_id), include_value=False) is not None
 
     # -- settings and wake-ups ------------------------------------------------------------------
     async def settings(self, group_id: str) -> ShareSettings:
@@ -103,6 +138,7 @@ class ShareGroups:
             held = self.partitions.get(key)
             stream_id = part.handle.stream_id
             if held is None or held[0] != stream_id or held[1].cursor.fenced:
+                await self.record(group_id)
                 cursor, created = await Cursor.open(
                     self.service.meta, stream_id, group_id,
                     initial=part.handle.start_offset() if settings.from_earliest else part.handle.next_offset(),
@@ -176,5 +212,5 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= MAX_SESSION_EPOCH else epoch + 1
 
 
-__all__ = ["MAX_LOCKS", "ShareGroups", "ShareSession",
+__all__ = ["MAX_LOCKS", "SHARE_GROUPS_ROOT", "ShareGroups", "ShareSession",
            "ShareSettings", "next_epoch"]

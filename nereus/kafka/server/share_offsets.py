@@ -145,6 +145,7 @@ async def handle_alter_share_group_offsets(conn, head, req):
                 tail = await service.storage.tail(sid)
                 start = await service.storage.start(sid)
                 offset = min(max(p.start_offset, start), tail.next)
+                await service.share_groups.record(req.group_id)
                 cursor, _ = await Cursor.open(service.meta, sid, req.group_id, initial=offset,
                                               properties={SHARE_GROUP_PROPERTY: req.group_id},
                                               objects=service.storage.objects)
@@ -199,13 +200,14 @@ async def delete_share_group(service, group_id: str) -> int | None:
     """DeleteGroups of a share group: its error code, or None if ``group_id`` names no share group."""
     members = _members(service, group_id)
     partitions = await group_partitions(service, group_id)
-    if not members and not partitions and group_id not in service.share_groups.groups:
+    if not members and not partitions and not await service.share_groups.known(group_id):
         return None
     if members:
         return ErrorCode.non_empty_group.value
     for topic in partitions:
         await delete_partitions(service, group_id, topic)
     service.share_groups.groups.pop(group_id, None)
+    await service.share_groups.forget(group_id)
     log.info("kafka: share group %s deleted", group_id)
     return ErrorCode.none.value
 
