@@ -35,6 +35,7 @@ MARKER_FLAGS = EntryFlags.TRANSACTIONAL | EntryFlags.CONTROL | EntryFlags.BATCHE
 
 GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
 SubscriptionCompleter = Callable[[str, str, int, bool], Awaitable[None]]
+RemoteMarkerWriter = Callable[[object, str, int, int, bool], Awaitable[None]]
 
 
 class Participants(Protocol):
@@ -75,10 +76,12 @@ class BrokerParticipants:
         self.clock = clock
         self._group_completer: GroupCompleter | None = None
         self._subscription_completer: SubscriptionCompleter | None = None
+        self._remote_writer: RemoteMarkerWriter | None = None
         self._marker_listeners: list[Callable[[object, int], None]] = []
         # One marker write per (partition, pid) at a time; a lock lives while someone holds it.
         self._locks: weakref.WeakValueDictionary[tuple[str, int], asyncio.Lock] = weakref.WeakValueDictionary()
         self.markers_written = 0  # observability, tests
+        self.markers_forwarded = 0  # written by the partition's owner on this broker's request
 
     def register_group_completer(self, completer: GroupCompleter) -> None:
         """``completer(group, pid, epoch, commit)``: the Kafka layer's TxnOffsetCommit outcome."""
@@ -88,6 +91,11 @@ class BrokerParticipants:
         """``completer(topic, subscription, pid, commit)``: the Pulsar layer's pending acks outcome."""
         self._subscription_completer = completer
 
+    def register_remote_marker_writer(self, writer: RemoteMarkerWriter | None) -> None:
+        """``writer(owner, partition, pid, epoch, commit)``: asks ``owner`` (a BrokerAddress), the broker
+        that serves the partition, to write the marker now; raises MarkerNotWritten when it cannot."""
+        self._remote_writer = writer
+
     def add_marker_listener(self, callback: Callable[[object, int], None]) -> None:
         """``callback(topic, pid)`` just before ``pid``'s marker is appended to ``topic`` (a
         nereus.topics.Topic): a protocol layer that remembers which transactions it checked for
@@ -95,11 +103,14 @@ class BrokerParticipants:
         rather than stored behind its marker."""
         self._marker_listeners.append(callback)
 
-    async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool) -> None:
+    async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool, *,
+                                 forward: bool = True) -> None:
         """Write the marker if ``pid`` has an open transaction in the partition's stream, then close it there.
 
-        Raises MarkerNotWritten when another broker owns the partition (its append
-        session is never taken from a live owner): the coordinator retries later.
+        When another broker owns the partition (its append session is never taken from
+        a live owner) the remote marker writer asks that broker to write it; without
+        one, or when that fails, raises MarkerNotWritten and the coordinator retries later.
+        ``forward=False`` (a request another broker forwarded) never forwards it again.
         """
         name = TopicName.parse(partition)
         key = (str(name), pid)
@@ -113,7 +124,11 @@ class BrokerParticipants:
             try:
                 await topic.ensure_writer()
             except NotOwner as exc:
-                raise MarkerNotWritten(f"{partition} is served by another broker: {exc}") from exc
+                if exc.owner is None or self._remote_writer is None or not forward:
+                    raise MarkerNotWritten(f"{partition} is served by another broker: {exc}") from exc
+                await self._remote_writer(exc.owner, partition, pid, epoch, commit)
+                self.markers_forwarded += 1
+                return
             data = marker_entry(pid, epoch, commit, timestamp_ms=int(self.clock() * 1000))
             for listener in self._marker_listeners:
                 listener(topic, pid)
@@ -137,5 +152,5 @@ class BrokerParticipants:
         await self._subscription_completer(topic, sub, pid, commit)
 
 
-__all__ = ["ABORT", "BrokerParticipants", "COMMIT", "GroupCompleter", "MARKER_FLAGS", "Participants",
+__all__ = ["ABORT", "BrokerParticipants", "COMMIT", "GroupCompleter", "MARKER_FLAGS", "Participants", "RemoteMarkerWriter",
            "SubscriptionCompleter", "control_batch", "marker_entry"]

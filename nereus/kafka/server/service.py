@@ -18,7 +18,7 @@ import uuid
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
-from . import metrics, routing, txn_offsets
+from . import metrics, routing, txn_markers, txn_offsets
 from .catalog import Catalog
 from .cluster import ProducerIds
 from .configs import TopicConfigs
@@ -139,6 +139,11 @@ class KafkaService:
         streams.add_listener(self.txn_signals.changed)
         participants.register_group_completer(
             lambda group, pid, epoch, commit: txn_offsets.complete_group(self, group, pid, epoch, commit))
+        if self.authorizer is None:
+            participants.register_remote_marker_writer(txn_markers.send_marker)
+        else:
+            log.info("kafka: brokers have no credentials for each other's listeners: markers of partitions "
+                     "another broker owns are written when that broker's transaction coordinator runs")
 
     async def _cluster_id(self) -> str:
         rec = await self.meta.get(CLUSTER_ID_KEY)

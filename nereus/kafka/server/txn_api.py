@@ -237,7 +237,8 @@ async def handle_write_txn_markers(conn, head, req):
                 else:
                     try:
                         await service.txn_participants.complete_partition(
-                            stream, marker.producer_id, marker.producer_epoch, marker.transaction_result)
+                            stream, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+                            forward=False)
                         code = ErrorCode.none
                     except Exception as exc:
                         log.info("kafka: marker for %s-%d not written: %s", topic.name, index, exc)
