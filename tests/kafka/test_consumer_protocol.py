@@ -132,3 +132,39 @@ def test_configured_timings_lost_answers_and_member_epoch_commits(tmp_path, topi
     finally:
         raw.close()
         server.kill()
+
+
+def _fetch_v9(raw: RawKafka, groups):
+    """OffsetFetch v9: ``groups`` as (group id, member id, member epoch, topic); each group's (error, offsets)."""
+    from kio.index import load_request_schema
+
+    from nereus.kafka.codec import make, nested
+
+    cls = load_request_schema(9, 9)
+    wanted = tuple(make(nested(cls, "OffsetFetchRequestGroup"), group_id=g, member_id=m, member_epoch=e,
+                        topics=(make(nested(cls, "OffsetFetchRequestTopics"), name=t, partition_indexes=(0, 1)),))
+                   for g, m, e, t in groups)
+    resp = raw.request(9, 9, groups=wanted, require_stable=True)
+    return [(g.error_code.value, {p.partition_index: p.committed_offset for t in g.topics for p in t.partitions})
+            for g in resp.groups]
+
+
+def test_batched_offset_fetch_checks_the_member_epoch(broker, topic, group):
+    _topic(broker.bootstrap, topic, 2)
+    raw = RawKafka(broker.bootstrap)
+    try:
+        (offset_fetch,) = [k for k in raw.request(18, 3, client_software_name="t", client_software_version="1").api_keys
+                           if k.api_key == 9]
+        assert offset_fetch.max_version >= 9
+        joined = _beat(raw, group, "", 0, topic)
+        member, epoch = joined.member_id, joined.member_epoch
+        assert _commit(raw, 9, group, member, epoch, topic) == 0
+        other = group + "-other"
+        assert _fetch_v9(raw, [(group, member, epoch, topic), (other, None, -1, topic)]) == [
+            (0, {0: 1, 1: -1}), (0, {0: -1, 1: -1})]
+        assert _fetch_v9(raw, [(group, member, epoch - 1, topic)]) == [(113, {})]  # STALE_MEMBER_EPOCH
+        assert _fetch_v9(raw, [(group, "nobody", epoch, topic)]) == [(25, {})]  # UNKNOWN_MEMBER_ID
+        assert _fetch_v9(raw, [(group, None, -1, topic)]) == [(0, {0: 1, 1: -1})]  # an admin client
+        assert _beat(raw, group, member, -1).error_code.value == 0
+    finally:
+        raw.close()

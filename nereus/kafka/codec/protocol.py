@@ -28,15 +28,15 @@ _API = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 
 # API key -> (name, min version, max version) we serve. Upper bounds stop before
-# versions that need features we do not have (topic ids in Produce/Fetch v13+,
-# batched OffsetFetch).
+# versions that need features we do not have (topic ids in Produce/Fetch v13+ and
+# OffsetFetch v10).
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 11),
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 1, 12),
     8: ("OffsetCommit", 2, 9),
-    9: ("OffsetFetch", 1, 7),
+    9: ("OffsetFetch", 1, 9),
     10: ("FindCoordinator", 0, 4),
     11: ("JoinGroup", 0, 9),
     12: ("Heartbeat", 0, 4),

@@ -191,46 +191,68 @@ async def handle_offset_commit(conn, head, req):
     return wait()
 
 
-async def handle_offset_fetch(conn, head, req):
+async def _fetch_group(conn, group_id: str, topics, require_stable: bool, member_id: str | None = None,
+                       member_epoch: int = -1) -> tuple[ErrorCode, dict[str, list[tuple]]]:
+    """One group's OffsetFetch: its error, and (index, offset, leader epoch, metadata, code) per topic."""
     service = conn.service
-    cls = response_schema(head.api_key, head.api_version)
-    tcls, pcls = nested(cls, "OffsetFetchResponseTopic"), nested(cls, "OffsetFetchResponsePartition")
-    refusal = None
-    if not await acl_api.allowed(conn, GROUP, req.group_id, DESCRIBE):
-        refusal = ErrorCode.group_authorization_failed
-    elif not coordinates(service, req.group_id):
-        refusal = ErrorCode.not_coordinator
-    if refusal is not None:
-        # v2+ carry a top-level error; v1 only per partition, so each asked partition gets it
-        topics = tuple(make(tcls, name=t.name, partitions=tuple(
-            make(pcls, partition_index=i, committed_offset=-1, committed_leader_epoch=-1, metadata="",
-                 error_code=refusal) for i in t.partition_indexes)) for t in req.topics or ())
-        return make(cls, throttle_time=NO_THROTTLE, topics=topics if head.api_version < 2 else (),
-                    error_code=refusal)
-    committed = await service.coordinator.fetch_offsets(req.group_id)
+    if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+        return ErrorCode.group_authorization_failed, {}
+    if not coordinates(service, group_id):
+        return ErrorCode.not_coordinator, {}
+    if member_id or member_epoch >= 0:  # v9+: a consumer-protocol member fetches at its epoch
+        try:
+            group = await service.coordinator.group(group_id, create=False)
+        except GroupError as exc:
+            return ErrorCode(exc.code), {}
+        code = group.check_fetch(member_id, member_epoch) if group is not None else 0
+        if code:
+            return ErrorCode(code), {}
+    committed = await service.coordinator.fetch_offsets(group_id)
     # KIP-447: a consumer asking for stable offsets waits while a transaction holds one pending
-    unstable = await txn_offsets.unstable_partitions(service.meta, req.group_id) \
-        if getattr(req, "require_stable", False) else set()
-    if req.topics is None:
+    unstable = await txn_offsets.unstable_partitions(service.meta, group_id) if require_stable else set()
+    if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
             wanted.setdefault(topic, []).append(partition)
     else:
-        wanted = {t.name: list(t.partition_indexes) for t in req.topics}
-    topics = []
+        wanted = {t.name: list(t.partition_indexes) for t in topics}
+    out: dict[str, list[tuple]] = {}
     for name, partitions in wanted.items():
-        rows = []
+        rows = out.setdefault(name, [])
         for index in partitions:
             value = committed.get((name, index))
             if (name, index) in unstable:
-                rows.append(make(pcls, partition_index=index, committed_offset=-1, committed_leader_epoch=-1,
-                                 metadata="", error_code=ErrorCode.unstable_offset_commit))
-                continue
-            rows.append(make(pcls, partition_index=index, committed_offset=value["offset"] if value else -1,
-                             committed_leader_epoch=value.get("epoch", -1) if value else -1,
-                             metadata=value.get("metadata") if value else "", error_code=ErrorCode.none))
-        topics.append(make(tcls, name=name, partitions=tuple(rows)))
-    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=ErrorCode.none)
+                rows.append((index, -1, -1, "", ErrorCode.unstable_offset_commit))
+            elif value is None:
+                rows.append((index, -1, -1, "", ErrorCode.none))
+            else:
+                rows.append((index, value["offset"], value.get("epoch", -1), value.get("metadata"), ErrorCode.none))
+    return ErrorCode.none, out
+
+
+async def handle_offset_fetch(conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    if head.api_version >= 8:  # batched: several groups, each with its own error (and member, v9+)
+        gcls, tcls, pcls = (nested(cls, n) for n in ("OffsetFetchResponseGroup", "OffsetFetchResponseTopics",
+                                                      "OffsetFetchResponsePartitions"))
+        groups = []
+        for g in req.groups:
+            error, found = await _fetch_group(conn, g.group_id, g.topics, req.require_stable,
+                                              getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            topics = tuple(make(tcls, name=name, partitions=tuple(
+                make(pcls, partition_index=i, committed_offset=o, committed_leader_epoch=e, metadata=m,
+                     error_code=c) for i, o, e, m, c in rows)) for name, rows in found.items())
+            groups.append(make(gcls, group_id=g.group_id, topics=topics, error_code=error))
+        return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    tcls, pcls = nested(cls, "OffsetFetchResponseTopic"), nested(cls, "OffsetFetchResponsePartition")
+    error, found = await _fetch_group(conn, req.group_id, req.topics, getattr(req, "require_stable", False))
+    if error != ErrorCode.none and head.api_version < 2:
+        # v1 has no top-level error: each asked partition gets it
+        found = {t.name: [(i, -1, -1, "", error) for i in t.partition_indexes] for t in req.topics or ()}
+    topics = tuple(make(tcls, name=name, partitions=tuple(
+        make(pcls, partition_index=i, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
+        for i, o, e, m, c in rows)) for name, rows in found.items())
+    return make(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
 async def handle_describe_groups(conn, head, req):

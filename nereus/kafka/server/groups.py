@@ -429,6 +429,17 @@ class Group:
             fut.set_result(answer)
         return fut
 
+    def check_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        """The error of an OffsetFetch (v9+) by a member of the consumer protocol at ``member_epoch``."""
+        if self.gone:
+            return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
+        if self.members or self.consumer is None or (not member_id and member_epoch < 0):
+            return NONE  # classic groups and admin clients are not checked, as Kafka
+        member = self.consumer_members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER
+        return NONE if member_epoch == member.epoch else STALE_MEMBER_EPOCH
+
     def check_commit(self, member_id: str, generation: int, instance_id: str | None = None,
                      version: int = 9) -> int:
         """The error of an OffsetCommit (``version``) by this member at this generation / member epoch."""
