@@ -171,6 +171,10 @@ def _broker_options(command):
         click.option("--consumer-group-session-timeout", type=click.FloatRange(0.5), default=45, show_default=True,
                      help="Seconds after which a KIP-848 consumer that stopped heartbeating leaves its group "
                           "(group.consumer.session.timeout.ms)."),
+        click.option("--transactional-id-expiration", type=click.FloatRange(1), default=7 * 24 * 3600,
+                     show_default=True,
+                     help="Seconds after which a Kafka transactional id without an open transaction is "
+                          "forgotten (transactional.id.expiration.ms)."),
         click.option("--session-timeout", type=click.FloatRange(0.5), default=10, show_default=True,
                      help="Seconds after which a broker that stopped heartbeating loses its topics."),
         click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
@@ -348,7 +352,8 @@ def _options_of(kwargs: dict):
         max_pending_bytes_per_broker=kwargs["max_pending_bytes_per_broker"],
         schema_compatibility_strategy=kwargs["schema_compatibility_strategy"].upper(),
         consumer_heartbeat_interval=kwargs["consumer_group_heartbeat_interval"],
-        consumer_session_timeout=kwargs["consumer_group_session_timeout"])
+        consumer_session_timeout=kwargs["consumer_group_session_timeout"],
+        transactional_id_expiration=kwargs["transactional_id_expiration"])
 
 
 def _auth_settings(kwargs: dict):

@@ -226,6 +226,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         doc="Kafka's: milliseconds between a KIP-848 consumer's heartbeats."),
     Key("group.consumer.session.timeout.ms", "consumer_group_session_timeout", _millis,
         doc="Kafka's: a KIP-848 consumer silent this long leaves its group."),
+    Key("transactional.id.expiration.ms", "transactional_id_expiration", _millis,
+        doc="A Kafka transactional id idle this long (no open transaction) is forgotten."),
     Key("dataDir", "data_dir", _text, frozenset({STANDALONE}), doc="Metadata and local object store files."),
     Key("oxiaPort", "oxia_port", _int, frozenset({STANDALONE}), doc="Oxia protocol (metadata) port."),
     Key("objectStoreUrl", "object_store", _text, doc="file://, s3:// or memory:// object store."),

@@ -79,6 +79,7 @@ class BrokerOptions:
     schema_compatibility_strategy: str = "FULL"  # for namespaces and topics without a policy
     consumer_heartbeat_interval: float = 2.0  # group.consumer.heartbeat.interval.ms (KIP-848), in seconds
     consumer_session_timeout: float = 45.0  # group.consumer.session.timeout.ms, in seconds
+    transactional_id_expiration: float = 7 * 24 * 3600.0  # transactional.id.expiration.ms, in seconds
 
     def connection_limits(self, protocol: str, budget: PendingBudget | None = None) -> ConnectionLimits:
         return ConnectionLimits(self.max_connections_per_ip, self.frame_read_timeout, protocol=protocol,
@@ -189,7 +190,8 @@ def _version() -> str:
 
 
 def _build_transactions(stack: contextlib.AsyncExitStack, meta: MetadataStore, registry: TopicRegistry,
-                        kafka: KafkaService, pulsar: PulsarService) -> TransactionCoordinator:
+                        kafka: KafkaService, pulsar: PulsarService,
+                        transactional_id_expiration: float) -> TransactionCoordinator:
     """One coordinator and one stream transaction index per broker, shared by both protocols.
 
     Their state is in the metadata plane, so every broker of a cluster runs them (CAS
@@ -200,7 +202,8 @@ def _build_transactions(stack: contextlib.AsyncExitStack, meta: MetadataStore, r
     stack.push_async_callback(stream_txns.close)
     registry.storage.trim_listeners.append(stream_txns.trimmed)  # retention drops trimmed aborted ranges
     participants = BrokerParticipants(registry, stream_txns)
-    coordinator = TransactionCoordinator(meta, kafka.producer_ids, participants, stream_txns=stream_txns)
+    coordinator = TransactionCoordinator(meta, kafka.producer_ids, participants, stream_txns=stream_txns,
+                                         transactional_id_expiration_ms=int(transactional_id_expiration * 1000))
     for service in (kafka, pulsar):
         service.enable_transactions(coordinator, stream_txns, participants)
     return coordinator
@@ -269,7 +272,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     await bind_listener("kafka", options.bind, options.kafka_port or 0,
                         kafka.start(serve=False, plaintext=options.kafka_port is not None))
     stack.push_async_callback(kafka.stop)
-    transactions = _build_transactions(stack, meta, registry, kafka, pulsar)
+    transactions = _build_transactions(stack, meta, registry, kafka, pulsar, options.transactional_id_expiration)
     if options.kafka_ssl_port is not None:
         await bind_listener("kafka-ssl", options.bind, options.kafka_ssl_port,
                             kafka.add_listener("SSL", options.bind, options.kafka_ssl_port, ssl=tls_context))

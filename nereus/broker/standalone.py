@@ -155,7 +155,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
              "--max-pending-bytes-per-broker", str(opts.max_pending_bytes_per_broker),
              "--schema-compatibility-strategy", opts.schema_compatibility_strategy,
              "--consumer-group-heartbeat-interval", str(opts.consumer_heartbeat_interval),
-             "--consumer-group-session-timeout", str(opts.consumer_session_timeout)]
+             "--consumer-group-session-timeout", str(opts.consumer_session_timeout),
+             "--transactional-id-expiration", str(opts.transactional_id_expiration)]
     args += opts.authentication.as_args()
     if opts.kafka_port is None:
         args += ["--no-kafka-plaintext"]

@@ -33,6 +33,8 @@ S = TxnState
 DEFAULT_MAX_TIMEOUT_MS = 15 * 60 * 1000  # Kafka's transaction.max.timeout.ms
 PULSAR_RETENTION_MS = 60 * 60 * 1000  # a finished Pulsar transaction is remembered this long (retried END_TXN)
 STALE_OPEN_GRACE_MS = 30_000
+TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
+EXPIRATION_CHECK_MS = 60_000  # how often the loop looks for idle transactional ids (a scan of every record)
 MAX_ATTEMPTS = 100
 
 
@@ -43,7 +45,8 @@ class TransactionCoordinator:
                  clock: Callable[[], float] = time.time, interval: float = 1.0,
                  max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS, tc_id: int = 0,
                  stream_txns: StreamTransactions | None = None, pulsar_retention_ms: int = PULSAR_RETENTION_MS,
-                 stale_open_grace_ms: int = STALE_OPEN_GRACE_MS) -> None:
+                 stale_open_grace_ms: int = STALE_OPEN_GRACE_MS,
+                 transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS) -> None:
         self.meta = meta
         self.producer_ids = producer_ids
         self.participants = participants
@@ -55,6 +58,8 @@ class TransactionCoordinator:
         self._completing: dict[str, asyncio.Task] = {}  # key -> the completion ``end(wait=False)`` left running
         self.pulsar_retention_ms = pulsar_retention_ms
         self.stale_open_grace_ms = stale_open_grace_ms
+        self.transactional_id_expiration_ms = transactional_id_expiration_ms
+        self._last_expiration_check_ms = -EXPIRATION_CHECK_MS
         self._task: asyncio.Task | None = None
 
     # -- records ---------------------------------------------------------------------------
@@ -375,6 +380,29 @@ class TransactionCoordinator:
             forgotten += 1
         return forgotten
 
+    async def expire_transactional_ids(self) -> int:
+        """Delete the records of Kafka transactional ids idle for ``transactional_id_expiration_ms``
+        (no transaction ongoing or completing); their count. The id's next InitProducerId
+        starts afresh with a new producer id, as after Kafka's expiration."""
+        cutoff = self.now_ms() - self.transactional_id_expiration_ms
+        self._last_expiration_check_ms = self.now_ms()
+        expired = 0
+        lo, hi = records_range()
+        async for stored in self.meta.range_scan(lo, hi):
+            rec = TxnRecord.from_json(stored.value)
+            if rec.is_pulsar or rec.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT) \
+                    or rec.update_ms > cutoff:
+                continue
+            try:
+                await self.meta.delete(record_key(rec.key), expected_version_id=stored.version.version_id)
+            except UnexpectedVersion:
+                continue  # used meanwhile
+            await self.meta.delete(pid_key(rec.producer_id))
+            log.info("%s: transactional id idle for more than %d ms: its producer %d is forgotten", rec.key,
+                     self.transactional_id_expiration_ms, rec.producer_id)
+            expired += 1
+        return expired
+
     async def abort_stale_open(self) -> int:
         """Abort open records of the stream index that no live transaction accounts for; their count.
 
@@ -423,6 +451,8 @@ class TransactionCoordinator:
                 await self.recover()
                 await self.forget_finished()
                 await self.abort_stale_open()
+                if self.now_ms() - self._last_expiration_check_ms >= EXPIRATION_CHECK_MS:
+                    await self.expire_transactional_ids()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -445,4 +475,5 @@ def _merge(old: Iterable, new: Iterable) -> builtins.list:
     return out
 
 
-__all__ = ["DEFAULT_MAX_TIMEOUT_MS", "PULSAR_RETENTION_MS", "STALE_OPEN_GRACE_MS", "TransactionCoordinator"]
+__all__ = ["DEFAULT_MAX_TIMEOUT_MS", "EXPIRATION_CHECK_MS", "PULSAR_RETENTION_MS", "STALE_OPEN_GRACE_MS",
+           "TRANSACTIONAL_ID_EXPIRATION_MS", "TransactionCoordinator"]

@@ -399,3 +399,28 @@ async def test_end_without_waiting_answers_at_the_decision_and_completes_in_the_
     assert [offset for offset, _ in await markers(broker, P0)] == [3]
     await coord.add_partitions(key, pid, epoch, [P0])  # the next transaction
     assert (await coord.describe(key)).state == TxnState.ONGOING
+
+
+async def test_the_loop_forgets_transactional_ids_idle_past_their_expiration_but_not_ongoing_ones(broker):
+    coord = broker.coordinator
+    coord.transactional_id_expiration_ms = 600_000
+    idle, committed, ongoing = (kafka_key(t) for t in ("tx-idle", "tx-committed", "tx-ongoing"))
+    idle_pid, _ = await coord.init_producer("tx-idle", TIMEOUT)
+    pid, epoch = await coord.init_producer("tx-committed", TIMEOUT)
+    await coord.add_partitions(committed, pid, epoch, [P0])
+    await coord.end(committed, pid, epoch, commit=True)
+    long_pid, long_epoch = await coord.init_producer("tx-ongoing", 900_000)
+    await coord.add_partitions(ongoing, long_pid, long_epoch, [P1])
+    broker.clock.advance(599)
+    assert await coord.expire_transactional_ids() == 0  # not idle long enough yet
+    broker.clock.advance(61)  # past the expiration and past the loop's next check
+    coord.interval = 0.01
+    coord.start()
+    deadline = asyncio.get_running_loop().time() + 10
+    while await coord.describe(idle) is not None or await coord.describe(committed) is not None:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    assert (await coord.describe(ongoing)).state == TxnState.ONGOING  # an open transaction never expires
+    assert await coord.find_by_pid(idle_pid) is None
+    new_pid, new_epoch = await coord.init_producer("tx-idle", TIMEOUT)  # starts afresh
+    assert (new_pid, new_epoch) != (idle_pid, 0) and new_epoch == 0
