@@ -4,9 +4,12 @@ A topic's own policy (``.../{topic}/retention``; on a partitioned topic, for eac
 partition) overrides its namespace's, as Pulsar's topic policies do. A Kafka topic
 (in ``public/default``) with ``retention.ms`` or ``retention.bytes`` set on it has
 that as its own policy (per partition, as in Kafka) unless a Pulsar topic policy is
-set too. On a Kafka compact topic (``cleanup.policy`` compact or compact,delete) the
-raw records below the key view's horizon are released as well (the view serves them);
-``retention.ms`` / ``retention.bytes`` trim only with ``delete`` in the policy, as in Kafka.
+set too. On a Kafka compact-only topic (``cleanup.policy=compact``) the raw records
+below the key view's horizon are released as well (the view serves them);
+``retention.ms`` / ``retention.bytes`` trim only with ``delete`` in the policy, as in
+Kafka. With ``compact,delete`` the start offset retention leaves is where the view is
+served from too (a key whose record is past retention is gone), so the raw records are
+not released below it.
 
 Pulsar's retention keeps *acknowledged* messages for a time or size; messages some
 durable subscription has not acknowledged are never removed by it. So the trim is
@@ -58,6 +61,11 @@ KAFKA_TENANT, KAFKA_NAMESPACE = "public", "default"  # where Kafka topics live
 def kafka_compacted(configs: dict[str, str]) -> bool:
     """A Kafka topic with ``cleanup.policy`` compact (or compact,delete) set on it."""
     return "compact" in configs.get("cleanup.policy", "delete").split(",")
+
+
+def kafka_compact_only(configs: dict[str, str]) -> bool:
+    """``cleanup.policy=compact`` without ``delete``: the view outlives the raw records it replaces."""
+    return kafka_compacted(configs) and "delete" not in configs.get("cleanup.policy", "delete").split(",")
 
 
 def kafka_policy(configs: dict[str, str]) -> RetentionPolicy | None:
@@ -193,16 +201,17 @@ async def effective(ctx: AdminContext, name: TopicName) -> RetentionPolicy | Non
 async def releases_below_view(ctx: AdminContext, name: TopicName) -> bool:
     """Whether retention releases ``name``'s raw records below its key view (a Kafka compact topic)."""
     return _is_kafka_namespace(name.tenant, name.namespace) and \
-        kafka_compacted(await read_topic_configs(ctx.meta, name.base.local))
+        kafka_compact_only(await read_topic_configs(ctx.meta, name.base.local))
 
 
 async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only: TopicName | None = None) -> None:
     """Apply retention to the namespace's topics (``only``: to that topic or its partitions)."""
     default = policy_of(await namespace_policies(ctx.meta, tenant, namespace) or {})
-    own, compacted = {}, set()
+    own, compacted, compact_only = {}, set(), set()
     if _is_kafka_namespace(tenant, namespace):
         configs = await all_topic_configs(ctx.meta)
         compacted = {topic for topic, values in configs.items() if kafka_compacted(values)}
+        compact_only = {topic for topic, values in configs.items() if kafka_compact_only(values)}
         own = {topic: kafka_policy(values) for topic, values in configs.items()}
         own = {topic: policy for topic, policy in own.items() if policy is not None or topic in compacted}
     own.update({local: policy_of({"retention_policies": value})
@@ -217,7 +226,7 @@ async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only
         if only is not None and name.base != only.base:
             continue
         policy = own[name.base.local] if name.base.local in own else default
-        below_view = name.base.local in compacted
+        below_view = name.base.local in compact_only
         if policy is None and not below_view:
             continue
         try:

@@ -285,7 +285,8 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
     compact = await compacted.is_compacted(service, topic)
     log_start = await compacted.log_start(service, topic, part) if compact else handle.start_offset()
     try:
-        viewed = await compacted.view_fetch(part, fp.fetch_offset, max(limit, 1)) if compact else None
+        floor = handle.start_offset() if compact and await compacted.deletes(service, topic) else 0
+        viewed = await compacted.view_fetch(part, fp.fetch_offset, max(limit, 1), floor) if compact else None
         if viewed is not None and viewed[1] is None:  # below the key view's horizon
             return reply(ErrorCode.none, handle.next_offset(), log_start, b"".join(viewed[0])), part
         result = viewed[1] if viewed is not None else await handle.fetch(
