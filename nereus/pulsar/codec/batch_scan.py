@@ -150,12 +150,16 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
             tag = (word & _BYTE).astype(np.intp)
             if _UNREADABLE[tag].any():
                 raise UnsupportedLayout("a field number above 15, or of a wire type not read here")
-            value, last = _varint_words(word >> _EIGHT)
-            if (last >= 7).any():  # not ended in the 7 bytes read: read again
-                again = np.flatnonzero(last >= 7)
-                value[again], after_again = _varint(buf, words, at[again] + 1)
-                last[again] = after_again - at[again] - 2
-            after = at + 2 + last.astype(np.int64)
+            value = (word >> _EIGHT) & _BYTE
+            if (value < 0x80).all():  # one-byte values on every lane (lengths, small numbers): the usual step
+                after = at + 2
+            else:
+                value, last = _varint_words(word >> _EIGHT)
+                if (last >= 7).any():  # not ended in the 7 bytes read: read again
+                    again = np.flatnonzero(last >= 7)
+                    value[again], after_again = _varint(buf, words, at[again] + 1)
+                    last[again] = after_again - at[again] - 2
+                after = at + 2 + last.astype(np.int64)
             signed = value.view(np.int64)
             cell = row_of_tag[tag] + r
             flat[cell] = signed
