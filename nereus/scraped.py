@@ -8,6 +8,7 @@ loop; ``register`` puts a collector in the default registry once per process.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import time
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 Value = TypeVar("Value")
 
 
-class RefreshedCollector(Generic[Value]):
+class RefreshedCollector(abc.ABC, Generic[Value]):
     """A custom collector: ``families(value)`` of the last ``read()``, re-read in the background."""
 
     #: What the failure log line says was being read.
@@ -36,11 +37,13 @@ class RefreshedCollector(Generic[Value]):
         self._task: asyncio.Task | None = None
         self._scheduled = False
 
+    @abc.abstractmethod
     async def read(self) -> Value:
-        raise NotImplementedError
+        """The current value, read from the metadata plane."""
 
+    @abc.abstractmethod
     def families(self, value: Value) -> list:
-        raise NotImplementedError
+        """The metric families that show ``value``."""
 
     def describe(self):
         return self.families(self._empty)  # registering must not start a read

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import pytest
@@ -42,21 +43,30 @@ class Broker:
                                       stream_txns=self.stream_txns)
 
 
-@pytest.fixture
-async def broker():
+@contextlib.asynccontextmanager
+async def broker_parts(objects_url: str = "memory://"):
+    """A ``Broker`` over the embedded metadata engine and the object store at ``objects_url``."""
     engine = open_engine(None, shards=2)
     meta = engine.client(namespace="default")
-    objects = open_object_store("memory://")
+    objects = open_object_store(objects_url)
     storage = StreamStorage(meta, objects, node_id="n")
     registry = TopicRegistry(storage, meta, idle_seconds=60)
     stream_txns = StreamTransactions(meta)
     clock = Clock()
     participants = BrokerParticipants(registry, stream_txns, clock=clock)
     coordinator = TransactionCoordinator(meta, ProducerIds(meta), participants, clock=clock, stream_txns=stream_txns)
-    yield Broker(meta, storage, registry, stream_txns, participants, coordinator, clock)
-    await coordinator.close()
-    await stream_txns.close()
-    await registry.close()
-    await storage.close()
-    await meta.close()
-    await engine.close()
+    try:
+        yield Broker(meta, storage, registry, stream_txns, participants, coordinator, clock)
+    finally:
+        await coordinator.close()
+        await stream_txns.close()
+        await registry.close()
+        await storage.close()
+        await meta.close()
+        await engine.close()
+
+
+@pytest.fixture
+async def broker():
+    async with broker_parts() as parts:
+        yield parts

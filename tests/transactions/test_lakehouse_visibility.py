@@ -227,29 +227,10 @@ async def test_delivered_tables_get_committed_records_only(broker, tmp_path):
 @pytest.fixture
 async def file_broker(tmp_path):
     """The ``broker`` parts over an object store of files (table readers open the objects by URL)."""
-    from nereus.meta import open_engine
-    from nereus.objstore import open_object_store
-    from nereus.storage import StreamStorage
-    from nereus.topics import TopicRegistry
-    from nereus.transactions import BrokerParticipants, ProducerIds, StreamTransactions, TransactionCoordinator
-    from tests.transactions.conftest import Broker, Clock
+    from tests.transactions.conftest import broker_parts
 
-    engine = open_engine(None, shards=2)
-    meta = engine.client(namespace="default")
-    objects = open_object_store((tmp_path / "objects").as_uri())
-    storage = StreamStorage(meta, objects, node_id="n")
-    registry = TopicRegistry(storage, meta, idle_seconds=60)
-    stream_txns = StreamTransactions(meta)
-    clock = Clock()
-    participants = BrokerParticipants(registry, stream_txns, clock=clock)
-    coordinator = TransactionCoordinator(meta, ProducerIds(meta), participants, clock=clock, stream_txns=stream_txns)
-    yield Broker(meta, storage, registry, stream_txns, participants, coordinator, clock)
-    await coordinator.close()
-    await stream_txns.close()
-    await registry.close()
-    await storage.close()
-    await meta.close()
-    await engine.close()
+    async with broker_parts((tmp_path / "objects").as_uri()) as parts:
+        yield parts
 
 
 async def test_a_compacted_range_of_aborted_records_adds_no_row_to_the_sbt_table(file_broker, tmp_path):
