@@ -86,10 +86,11 @@ def produce_throughput(bootstrap: str, topic: str, partitions: int, n: int) -> f
     return n / elapsed
 
 
-def consume_throughput(bootstrap: str, topic: str, partitions: int, n: int) -> float:
+def consume_throughput(bootstrap: str, topic: str, partitions: int, n: int,
+                       isolation: str = "read_committed") -> float:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "fetch.max.bytes": 16 << 20,
-                         "max.partition.fetch.bytes": 4 << 20})
+                         "max.partition.fetch.bytes": 4 << 20, "isolation.level": isolation})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     count = 0
     start = time.perf_counter()

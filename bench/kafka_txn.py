@@ -24,10 +24,11 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from _procs import start_nereus  # bench/ is on sys.path
+from kafka_e2e import consume_throughput
 
 VALUE = b"x" * 1024
 
@@ -75,25 +76,6 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, per_txn: int | 
     return n / elapsed
 
 
-def consume(bootstrap: str, topic: str, partitions: int, n: int, isolation: str) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 16 << 20,
-                         "max.partition.fetch.bytes": 4 << 20, "isolation.level": isolation})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    count = 0
-    start = time.perf_counter()
-    deadline = start + 120
-    while count < n and time.perf_counter() < deadline:
-        for msg in consumer.consume(10_000, 0.5):
-            if not msg.error():
-                count += 1
-    elapsed = time.perf_counter() - start
-    consumer.close()
-    if count < n:
-        raise RuntimeError(f"consumed only {count} of {n}")
-    return n / elapsed
-
-
 def run(bootstrap: str, n: int, partitions: int, rounds: int) -> dict[str, float]:
     out: dict[str, float] = {}
 
@@ -111,7 +93,7 @@ def run(bootstrap: str, n: int, partitions: int, rounds: int) -> dict[str, float
             if per_txn == 1000:
                 committed_topic = topic
         for isolation in ("read_uncommitted", "read_committed"):
-            best(f"consume_{isolation}", consume(bootstrap, committed_topic, partitions, n, isolation))
+            best(f"consume_{isolation}", consume_throughput(bootstrap, committed_topic, partitions, n, isolation))
     result = {k: out[k] for k in ("produce_plain", "produce_txn100", "produce_txn1000")}
     result["ratio_txn100"] = out["produce_txn100"] / out["produce_plain"]
     result["ratio_txn1000"] = out["produce_txn1000"] / out["produce_plain"]
