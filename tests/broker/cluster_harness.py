@@ -110,6 +110,14 @@ class Cluster:
             if self.nodes[0].placement.preferred(name).name == want:
                 return name
 
+    def spread_topic(self, partitions: int, prefix: str = "t") -> str:
+        """A fresh partitioned topic name whose partitions the ring gives to more than one broker."""
+        placement = self.nodes[0].placement
+        while True:
+            name = f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:8]}"
+            if len({placement.preferred(f"{name}-partition-{i}").name for i in range(partitions)}) > 1:
+                return name
+
     @staticmethod
     def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05):
         return wait_until(predicate, timeout, interval)

@@ -156,7 +156,7 @@ def test_topic_calls_at_a_non_owner_are_redirected_to_the_owner(cluster, make_cl
 
 
 def test_partitioned_topic_calls_fan_out_to_each_partitions_owner(cluster, make_client):
-    topic = f"persistent://public/default/fan-{uuid.uuid4().hex[:8]}"
+    topic = cluster.spread_topic(6, "fan")
     base = f"{cluster.http(0)}/admin/v2/{rest(topic)}"
     assert requests.put(base + "/partitions", json=6, timeout=TIMEOUT).status_code == 204
     assert requests.put(base + "/subscription/s1", json="earliest", timeout=TIMEOUT).status_code == 204
@@ -274,7 +274,7 @@ def test_unload_at_a_non_owner_unloads_at_the_owner_and_clients_come_back(cluste
 
 def test_compaction_of_a_partitioned_topic_is_triggered_and_reported_over_every_partition(cluster, make_client,
                                                                                           pulsar):
-    topic = f"persistent://public/default/fanc-{uuid.uuid4().hex[:8]}"
+    topic = cluster.spread_topic(6, "fanc")
     base = f"{cluster.http(0)}/admin/v2/{rest(topic)}"
     assert requests.put(base + "/partitions", json=6, timeout=TIMEOUT).status_code == 204
     client = make_client(cluster.nodes[1].address.pulsar_url)
