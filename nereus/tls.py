@@ -8,6 +8,8 @@ against. With a trust file the server asks for a client certificate:
 one; otherwise a client may present none (a presented but untrusted one is still
 refused). ``tlsAllowInsecureConnection=true`` asks for no client certificate at all.
 The same files serve the Pulsar, Kafka (SSL), HTTPS and Oxia listeners.
+A verified client certificate's CN is the connection's role: Pulsar's TLS provider, and the
+principal of a Kafka SSL listener's client (without SASL), which its ACLs check.
 """
 
 from __future__ import annotations

@@ -79,3 +79,10 @@ def make_pki(directory: Path, name: str = "ca") -> Pki:
     other = _issue(directory, f"{name}-elsewhere", "broker.example.com", ca_cert, ca_key,
                    sans=[x509.DNSName("broker.example.com")], server=True)
     return Pki(directory / f"{name}.pem", *server, *client, *other)
+
+
+def issue_client(directory: Path, ca: Path, cn: str) -> tuple[Path, Path]:
+    """A client certificate (CN=``cn``) signed by the CA ``ca`` of ``make_pki``: its (certificate, key) files."""
+    ca_cert = x509.load_pem_x509_certificate(ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.with_suffix(".key").read_bytes(), password=None)
+    return _issue(directory, f"client-{cn}", cn, ca_cert, ca_key, server=False)

@@ -127,10 +127,11 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def principal(self) -> str | None:
-        """The authenticated role; on a listener without SASL the broker's ``anonymousUserRole`` (None: none
-        configured, Kafka's ``User:ANONYMOUS``)."""
+        """The authenticated role. On a listener without SASL: the CN of the client's verified certificate
+        (SSL, as Pulsar's TLS provider), else the broker's ``anonymousUserRole`` (None: none configured,
+        Kafka's ``User:ANONYMOUS``)."""
         if self.sasl is None:
-            return self.service.anonymous_role
+            return self.peer_cert_cn or self.service.anonymous_role
         return self.sasl.principal if self.sasl.authenticated else None
 
     def _raw_tokens(self) -> bool:
