@@ -6,6 +6,9 @@ import asyncio
 import struct
 
 from nereus.kafka.server.connection import KafkaConnection
+from nereus.kafka.server.quota_store import QuotaStore
+from nereus.kafka.server.quotas import ConnectionRates
+from nereus.meta import connect
 from nereus.net_limits import ConnectionLimits, PendingBudget
 from nereus.pulsar.server.connection import ServerConnection
 
@@ -49,6 +52,8 @@ class Service:
         self.keepalive = 3600
         self.sasl = None
         self.authenticator = None
+        self.quotas = QuotaStore(connect("embedded://"))  # Kafka's client quotas: none set
+        self.connection_rates = ConnectionRates(self.quotas)
 
 
 def _request(size: int) -> bytes:

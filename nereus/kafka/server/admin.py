@@ -1,4 +1,8 @@
-"""CreateTopics, DeleteTopics, CreatePartitions (topics are Pulsar partitioned topics)."""
+"""CreateTopics, DeleteTopics, CreatePartitions (topics are Pulsar partitioned topics).
+
+Each partition created or deleted counts against the client's ``controller_mutation_rate``
+quota (``quotas.py``).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,9 @@ from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api, config_defs, routing
 from .catalog import TopicError, valid_name
-from .cluster import NO_THROTTLE, ZERO_UUID
+from .cluster import ZERO_UUID
 from .configs import ConfigRequestError, validate_topic_configs
+from .quotas import MUTATION, throttle_time
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +26,43 @@ class _Refused(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+#: The first version of CreateTopics, DeleteTopics and CreatePartitions refusing a topic with
+#: THROTTLING_QUOTA_EXCEEDED (KIP-599); older versions are served and only throttled.
+_STRICT_SINCE = {19: 6, 20: 5, 37: 3}
+
+
+class _Mutations:
+    """The partitions a request creates or deletes, against the client's controller_mutation_rate."""
+
+    def __init__(self, conn, head) -> None:
+        self.conn, self.head = conn, head
+        self.strict = head.api_version >= _STRICT_SINCE[head.api_key]
+
+    def _owed(self) -> int:
+        return self.conn.service.throttles.owed(MUTATION, self.conn.principal, self.head.client_id)
+
+    def admit(self) -> None:
+        """Refuse the next topic when the client is already over its quota (strict versions only)."""
+        if self.strict and self._owed():
+            raise TopicError(ErrorCode.throttling_quota_exceeded, "The throttling quota has been exceeded.")
+
+    def record(self, partitions: int) -> None:
+        if partitions > 0:
+            self.conn.service.throttles.record(MUTATION, self.conn.principal, self.head.client_id, partitions)
+
+    def throttle_time(self):
+        """The response's throttle time (the connection is muted that long)."""
+        ms = self._owed()
+        if ms:
+            self.conn.mute(ms)
+        return throttle_time(ms)
+
+
+async def _mutations(conn, head) -> _Mutations:
+    await conn.service.quotas.current()
+    return _Mutations(conn, head)
 
 
 def _layout(service, topic) -> tuple[int, int | None]:
@@ -68,6 +110,7 @@ async def handle_create_topics(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     config_cls = nested(cls, "CreatableTopicConfigs") if head.api_version >= 5 else None
+    quota = await _mutations(conn, head)
     results = []
     for topic in req.topics:
         code, message, count, factor, configs = ErrorCode.none, None, -1, -1, ()
@@ -82,7 +125,9 @@ async def handle_create_topics(conn, head, req):
                 if await service.catalog.partition_count(topic.name) is not None:
                     raise TopicError(36, f"Topic '{topic.name}' already exists.")
             else:
+                quota.admit()
                 await service.catalog.create(topic.name, count, given, rf)
+                quota.record(count)
             factor = rf if rf is not None else len(routing.brokers(service))
             layers = await service.configs.broker_layers()
             configs = () if config_cls is None else tuple(make(config_cls, name=r.name, value=r.value, read_only=False, config_source=r.source,
@@ -93,30 +138,36 @@ async def handle_create_topics(conn, head, req):
         results.append(make(nested(cls, "CreatableTopicResult"), name=topic.name, topic_id=ZERO_UUID, error_code=code,
                             error_message=message, topic_config_error_code=0, num_partitions=count,
                             replication_factor=factor, configs=configs))
-    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+    return make(cls, throttle_time=quota.throttle_time(), topics=tuple(results))
 
 
 async def handle_delete_topics(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     names = [t.name for t in req.topics] if hasattr(req, "topics") else list(req.topic_names)
+    quota = await _mutations(conn, head)
     results = []
     for name in names:
         code, message = ErrorCode.none, None
         try:
             if not await acl_api.allowed(conn, TOPIC, name, DELETE):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+            partitions = await service.catalog.partition_count(name)
+            if partitions is not None:
+                quota.admit()
             await service.catalog.delete(name)
+            quota.record(partitions or 0)
         except TopicError as exc:
             code, message = ErrorCode(exc.code), str(exc)
         results.append(make(nested(cls, "DeletableTopicResult"), name=name, topic_id=ZERO_UUID, error_code=code,
                             error_message=message))
-    return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+    return make(cls, throttle_time=quota.throttle_time(), responses=tuple(results))
 
 
 async def handle_create_partitions(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
+    quota = await _mutations(conn, head)
     results = []
     for topic in req.topics:
         code, message = ErrorCode.none, None
@@ -126,12 +177,16 @@ async def handle_create_partitions(conn, head, req):
             if topic.assignments:
                 raise TopicError(39, "manual assignments are not supported")
             if not req.validate_only:
+                before = await service.catalog.partition_count(topic.name)
+                if before is not None and topic.count > before:
+                    quota.admit()
                 await service.catalog.add_partitions(topic.name, topic.count)
+                quota.record(topic.count - (before or topic.count))
         except TopicError as exc:
             code, message = ErrorCode(exc.code), str(exc)
         results.append(make(nested(cls, "CreatePartitionsTopicResult"), name=topic.name, error_code=code,
                             error_message=message))
-    return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+    return make(cls, throttle_time=quota.throttle_time(), results=tuple(results))
 
 
 __all__ = ["handle_create_partitions", "handle_create_topics", "handle_delete_topics"]

@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import logging
 import struct
+import time
 from collections import deque
 
 from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
@@ -23,6 +24,7 @@ from ..codec import MalformedRequest, decode_request, encode_response, peek_head
 from ..codec.protocol import API_VERSIONS
 from .handlers import HANDLERS, api_versions_response
 from .metrics import RequestTimer
+from .quotas import REQUEST, with_throttle
 from .sasl import SaslSession
 from .sasl_api import raw_token
 
@@ -64,6 +66,13 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = transport
         ip = peer_ip(transport)
         if not self.service.limits.admit(ip):
+            self.closed = True
+            transport.abort()
+            return
+        self.service.quotas.refresh_if_stale()
+        if not self.service.connection_rates.admit(ip):
+            log.info("kafka: closing a connection from %s: over its connection_creation_rate quota", ip)
+            self.service.limits.release(ip)
             self.closed = True
             transport.abort()
             return
@@ -209,6 +218,7 @@ class KafkaConnection(asyncio.Protocol):
             self.protocol_error(str(exc))
             return
         timer = RequestTimer(head.api_key)
+        started = time.perf_counter()
         try:
             result = HANDLERS[head.api_key](self, head, request)
             if inspect.isawaitable(result):
@@ -216,9 +226,12 @@ class KafkaConnection(asyncio.Protocol):
         except Exception:
             timer.failed()
             raise
+        throttle_ms = await self._request_quota(head, time.perf_counter() - started)
         if result is None:
             timer.done(None)
             return  # no response (Produce with acks=0)
+        if throttle_ms:
+            result = self._throttled(result, throttle_ms)
         if inspect.isawaitable(result):
             fut = asyncio.ensure_future(result)
             fut.add_done_callback(lambda f: self._finished(timer, f))
@@ -226,6 +239,26 @@ class KafkaConnection(asyncio.Protocol):
             return
         timer.done(result)
         self._queue_done((head, result))
+
+    async def _request_quota(self, head, seconds: float) -> int:
+        """Count a request's handling time against the client's request_percentage; the throttle
+        time in ms it causes, for which the connection is muted (0: within it, or none)."""
+        if head.api_key in _BEFORE_AUTHENTICATION:
+            return 0
+        await self.service.quotas.current()
+        ms = self.service.throttles.record(REQUEST, self.principal, head.client_id, seconds * 1000)
+        if ms:
+            self.mute(ms)
+        return ms
+
+    @staticmethod
+    def _throttled(result, ms: int):
+        if not inspect.isawaitable(result):
+            return with_throttle(result, ms)
+
+        async def later():
+            return with_throttle(await result, ms)
+        return later()
 
     async def _raw_token(self, token: bytes) -> None:
         """A v0 SaslHandshake's bare token: answered length-framed, after the responses before it."""

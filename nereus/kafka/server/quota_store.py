@@ -63,8 +63,7 @@ class QuotaStore:
         """The copy, read first if never read, refreshed in the background once stale."""
         if self._read_at is None:
             return await self.load()
-        if self._clock() - self._read_at > REFRESH_SECONDS and (self._reading is None or self._reading.done()):
-            self._reading = spawn(self.load(), "kafka client quotas refresh")
+        self.refresh_if_stale()
         return self.entries
 
     async def alter(self, entity: Entity, ops: list[tuple[str, float | None]]) -> None:
@@ -94,6 +93,20 @@ class QuotaStore:
             if value is not None:
                 return value
         return None
+
+    def ip_quota(self, ip: str) -> float | None:
+        """The ``connection_creation_rate`` of connections from ``ip`` (its own, else the default)."""
+        for entity in (((IP, ip),), ((IP, None),)):
+            value = self.entries.get(entity, {}).get("connection_creation_rate")
+            if value is not None:
+                return value
+        return None
+
+    def refresh_if_stale(self) -> None:
+        """Read the quotas again in the background when the copy is stale (or was never read)."""
+        if (self._read_at is None or self._clock() - self._read_at > REFRESH_SECONDS) \
+                and (self._reading is None or self._reading.done()):
+            self._reading = spawn(self.load(), "kafka client quotas refresh")
 
 
 __all__ = ["ANONYMOUS", "CLIENT_ID", "IP", "KEYS", "QuotaStore", "USER", "entity_key"]

@@ -1,16 +1,29 @@
 """Client quotas: DescribeClientQuotas (48), AlterClientQuotas (49), and their enforcement.
 
-``producer_byte_rate`` and ``consumer_byte_rate`` are enforced per (user, client id)
-with a token bucket each (``nereus.topics.throttle``): a Produce or Fetch that takes a
-client over its rate is answered with ``throttle_time_ms`` and its connection is
-muted that long (KIP-219), and a Fetch arriving while the client still owes bytes
-gets an empty response carrying the time left, as a Kafka broker answers.
-``request_percentage``, ``controller_mutation_rate`` and the ``ip`` entity's
-``connection_creation_rate`` are stored and described but not enforced.
+Every quota is a token bucket (``nereus.topics.throttle``) per (user, client id), or
+per IP address for connections, enforced as a Kafka broker does:
+
+- ``producer_byte_rate`` / ``consumer_byte_rate``: a Produce or Fetch that takes a
+  client over its rate is answered with ``throttle_time_ms`` and its connection is
+  muted that long (KIP-219); a Fetch arriving while the client still owes bytes gets
+  an empty response carrying the time left.
+- ``request_percentage`` (KIP-124): the share of one request-handling thread's time a
+  client's requests may take (100 = a whole thread); the time spent handling each
+  request (not a long poll's or a durable append's wait) is counted, and a client over
+  its share gets the throttle time on that response and is muted. ApiVersions and
+  the SASL requests are exempt.
+- ``controller_mutation_rate`` (KIP-599): partitions created (CreateTopics,
+  CreatePartitions) or deleted (DeleteTopics) a second. Once a client is over it, the
+  topics of its next request are refused with THROTTLING_QUOTA_EXCEEDED (from
+  CreateTopics v6, DeleteTopics v5, CreatePartitions v3; older versions are served)
+  and the response carries the throttle time.
+- ``connection_creation_rate`` (``ip`` entity, KIP-612): new connections a second
+  from one address; one over the rate is closed as it is accepted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 
@@ -25,6 +38,9 @@ from .cluster import NO_THROTTLE
 from .quota_store import IP, KEYS, Entity
 
 PRODUCE, FETCH = "producer_byte_rate", "consumer_byte_rate"
+REQUEST, MUTATION = "request_percentage", "controller_mutation_rate"
+#: Tokens a quota's unit is worth a second: request_percentage counts milliseconds of handling.
+_SCALE = {REQUEST: 10.0}
 EXACT, DEFAULT, ANY = 0, 1, 2  # DescribeClientQuotas match types
 _MAX_IDLE_BUCKETS = 1024
 
@@ -39,6 +55,8 @@ class Throttles:
 
     def _bucket(self, key: str, user: str | None, client_id: str | None) -> TokenBucket | None:
         rate = self.store.quota(key, user, client_id)
+        if rate is not None:
+            rate *= _SCALE.get(key, 1.0)
         ident = (key, user, client_id)
         if rate is None or rate <= 0:
             self._buckets.pop(ident, None)
@@ -69,6 +87,46 @@ class Throttles:
         """The throttle time in ms still owed, without counting anything."""
         bucket = self._bucket(key, user, client_id)
         return _ms(bucket.delay()) if bucket is not None else 0
+
+
+class ConnectionRates:
+    """The ``connection_creation_rate`` buckets of the client addresses that have one."""
+
+    def __init__(self, store, clock=time.monotonic) -> None:
+        self.store = store
+        self._clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def admit(self, ip: str) -> bool:
+        """Count a new connection from ``ip``; False when it is over the address' rate (close it)."""
+        rate = self.store.ip_quota(ip)
+        if rate is None or rate <= 0:
+            self._buckets.pop(ip, None)
+            return True
+        bucket = self._buckets.get(ip)
+        if bucket is None or bucket.rate != rate:
+            if len(self._buckets) >= _MAX_IDLE_BUCKETS:
+                self._forget_full()
+            bucket = self._buckets[ip] = TokenBucket(rate, clock=self._clock)
+        if bucket.delay() > 0:
+            return False
+        bucket.take(1)
+        return True
+
+    def _forget_full(self) -> None:
+        for ip, bucket in list(self._buckets.items()):
+            bucket.delay()  # refills
+            if bucket.tokens >= bucket.capacity:
+                del self._buckets[ip]
+
+
+def with_throttle(body, ms: int):
+    """``body`` answering ``ms`` of throttle time at least (unchanged when it has no throttle_time)."""
+    if not ms or body is None or not hasattr(body, "throttle_time"):
+        return body
+    if body.throttle_time is not None and body.throttle_time.total_seconds() * 1000 >= ms:
+        return body
+    return dataclasses.replace(body, throttle_time=throttle_time(ms))
 
 
 def _ms(seconds: float) -> int:
@@ -166,5 +224,5 @@ async def handle_describe_client_quotas(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
 
 
-__all__ = ["FETCH", "PRODUCE", "Throttles", "handle_alter_client_quotas", "handle_describe_client_quotas",
+__all__ = ["ConnectionRates", "FETCH", "MUTATION", "PRODUCE", "REQUEST", "Throttles", "with_throttle", "handle_alter_client_quotas", "handle_describe_client_quotas",
            "throttle_time"]

@@ -25,7 +25,7 @@ from .configs import TopicConfigs
 from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
 from .sasl import SaslSettings
 from .quota_store import QuotaStore
-from .quotas import Throttles
+from .quotas import ConnectionRates, Throttles
 from .sasl_store import ScramStore
 from .share_groups import ShareGroups
 from .store import Coordinator
@@ -68,6 +68,7 @@ class KafkaService:
         self.scram = ScramStore(meta)
         self.quotas = QuotaStore(meta)  # client quotas, enforced through self.throttles
         self.throttles = Throttles(self.quotas)
+        self.connection_rates = ConnectionRates(self.quotas)  # the ip entities' connection_creation_rate
         self.cluster_id = ""
         self.connections: set = set()
         self.catalog = Catalog(self)
