@@ -149,6 +149,9 @@ def _broker_options(command):
         click.option("--max-connections-per-ip", type=click.IntRange(0), default=0, show_default=True,
                      help="Open connections one client address may have per protocol, Pulsar and Kafka "
                           "(maxConnectionsPerIp; 0: unlimited); more are closed as they are accepted."),
+        click.option("--max-connection-creation-rate", type=click.FloatRange(0), default=0, show_default=True,
+                     help="New Kafka connections a second over all client addresses "
+                          "(max.connection.creation.rate; 0: unlimited); one over it waits to be served."),
         click.option("--frame-read-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
                      help="Seconds a Pulsar or Kafka frame may take to arrive whole once its first bytes came; "
                           "a slower connection is closed (slow-loris guard)."),
@@ -346,7 +349,8 @@ def _options_of(kwargs: dict):
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],
-        max_connections_per_ip=kwargs["max_connections_per_ip"], frame_read_timeout=kwargs["frame_read_timeout"],
+        max_connections_per_ip=kwargs["max_connections_per_ip"],
+        max_connection_creation_rate=kwargs["max_connection_creation_rate"], frame_read_timeout=kwargs["frame_read_timeout"],
         max_pending_bytes=kwargs["max_pending_bytes_per_connection"],
         max_pending_publish_requests=kwargs["max_pending_publish_requests_per_connection"],
         max_pending_bytes_per_broker=kwargs["max_pending_bytes_per_broker"],

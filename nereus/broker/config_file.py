@@ -214,6 +214,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("maxMessageSize", "max_message_size", _int, doc="Largest message (bytes) a producer may send."),
     Key("maxConnectionsPerIp", "max_connections_per_ip", _int,
         doc="Open connections per client address and protocol, admin HTTP and Oxia too (0: unlimited)."),
+    Key("max.connection.creation.rate", "max_connection_creation_rate", _float,
+        doc="Kafka's: new Kafka connections a second over all addresses (0: unlimited); more wait."),
     Key("frameReadTimeoutSeconds", "frame_read_timeout", _float,
         doc="Seconds a started frame or HTTP request header may take to arrive whole (slow-loris guard)."),
     Key("maxPendingBytesPerConnection", "max_pending_bytes_per_connection", _int,

@@ -72,6 +72,7 @@ class BrokerOptions:
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
     max_message_size: int | None = None  # bytes; None: each protocol's own default
     max_connections_per_ip: int = 0  # maxConnectionsPerIp, per protocol (0: unlimited)
+    max_connection_creation_rate: float = 0  # Kafka's max.connection.creation.rate, a second (0: unlimited)
     frame_read_timeout: float = DEFAULT_FRAME_READ_TIMEOUT  # seconds a started frame may take to arrive whole
     max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES  # per connection: its socket is not read beyond
     max_pending_publish_requests: int = DEFAULT_MAX_PENDING_PUBLISH_REQUESTS  # Pulsar SENDs per connection
@@ -268,6 +269,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
                          consumer_heartbeat_interval=options.consumer_heartbeat_interval,
                          consumer_session_timeout=options.consumer_session_timeout,
+                         max_connection_creation_rate=options.max_connection_creation_rate,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port or 0,
                         kafka.start(serve=False, plaintext=options.kafka_port is not None))

@@ -149,6 +149,7 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     if opts.max_message_size is not None:
         args += ["--max-message-size", str(opts.max_message_size)]
     args += ["--max-connections-per-ip", str(opts.max_connections_per_ip),
+             "--max-connection-creation-rate", str(opts.max_connection_creation_rate),
              "--frame-read-timeout", str(opts.frame_read_timeout),
              "--max-pending-bytes-per-connection", str(opts.max_pending_bytes),
              "--max-pending-publish-requests-per-connection", str(opts.max_pending_publish_requests),

@@ -4,6 +4,7 @@ request_percentage, controller_mutation_rate and the ip entity's connection_crea
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -141,3 +142,21 @@ def test_connection_creation_rate_closes_connections_over_it(broker, raw):
     finally:
         assert _alter(raw, {"ip": "127.0.0.1"}, {"connection_creation_rate": None}).error_code == 0
     assert producer.list_topics(timeout=20).topics is not None  # served once the quota is gone
+
+
+def test_broker_connection_creation_rate_delays_connections_over_it(tmp_path):
+    config = tmp_path / "standalone.conf"
+    config.write_text("max.connection.creation.rate=0.01\n")  # one new Kafka connection every 100 s
+    server = Standalone(tmp_path / "data", ["--compaction-interval", "0", "--config", str(config)])
+    server.start()  # its readiness probe was the connection the rate allowed
+    try:
+        late = RawKafka(server.bootstrap, timeout=2)
+        try:
+            with pytest.raises(TimeoutError):  # accepted, not closed, and not served yet
+                late.request(18, 0)
+        finally:
+            late.close()
+        with urllib.request.urlopen(f"{server.http}/admin/v2/clusters", timeout=10) as answer:  # HTTP is not limited
+            assert answer.status == 200
+    finally:
+        assert server.stop() == 0, server.log.read_text()[-3000:]

@@ -76,6 +76,9 @@ class KafkaConnection(asyncio.Protocol):
             self.closed = True
             transport.abort()
             return
+        waits = self.service.connection_rates.broker_delay()
+        if waits > 0:
+            self.mute(int(waits * 1000) + 1)
         self._admitted_ip = ip
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # above it: pause_writing
         peer = transport.get_extra_info("peername")

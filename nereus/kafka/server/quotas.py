@@ -18,7 +18,9 @@ per IP address for connections, enforced as a Kafka broker does:
   CreateTopics v6, DeleteTopics v5, CreatePartitions v3; older versions are served)
   and the response carries the throttle time.
 - ``connection_creation_rate`` (``ip`` entity, KIP-612): new connections a second
-  from one address; one over the rate is closed as it is accepted.
+  from one address; one over the rate is closed as it is accepted. The broker's
+  ``max.connection.creation.rate`` bounds new connections from all addresses: one
+  over it is accepted but not served until the rate allows it (Kafka's acceptor waits).
 """
 
 from __future__ import annotations
@@ -92,10 +94,21 @@ class Throttles:
 class ConnectionRates:
     """The ``connection_creation_rate`` buckets of the client addresses that have one."""
 
-    def __init__(self, store, clock=time.monotonic) -> None:
+    def __init__(self, store, clock=time.monotonic, *, broker_rate: float = 0) -> None:
         self.store = store
         self._clock = clock
         self._buckets: dict[str, TokenBucket] = {}
+        if broker_rate < 0:
+            raise ValueError("max.connection.creation.rate must be >= 0")
+        self._broker = TokenBucket(broker_rate, clock=clock) if broker_rate > 0 else None
+
+    def broker_delay(self) -> float:
+        """Count a new connection against the broker's rate; the seconds it waits before being served."""
+        if self._broker is None:
+            return 0.0
+        delay = self._broker.delay()
+        self._broker.take(1)
+        return delay
 
     def admit(self, ip: str) -> bool:
         """Count a new connection from ``ip``; False when it is over the address' rate (close it)."""

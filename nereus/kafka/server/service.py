@@ -46,7 +46,8 @@ class KafkaService:
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
                  max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None,
                  limits: ConnectionLimits | None = None, authorizer=None, anonymous_role: str | None = None,
-                 consumer_heartbeat_interval: float = 2.0, consumer_session_timeout: float = 45.0) -> None:
+                 consumer_heartbeat_interval: float = 2.0, consumer_session_timeout: float = 45.0,
+                 max_connection_creation_rate: float = 0) -> None:
         self.storage = storage
         self.authorizer = authorizer  # nereus.auth.authorization.Authorizer; None: authorization disabled
         self.anonymous_role = anonymous_role  # the principal of clients on listeners without SASL
@@ -68,7 +69,8 @@ class KafkaService:
         self.scram = ScramStore(meta)
         self.quotas = QuotaStore(meta)  # client quotas, enforced through self.throttles
         self.throttles = Throttles(self.quotas)
-        self.connection_rates = ConnectionRates(self.quotas)  # the ip entities' connection_creation_rate
+        # the ip entities' connection_creation_rate, and the broker's max.connection.creation.rate
+        self.connection_rates = ConnectionRates(self.quotas, broker_rate=max_connection_creation_rate)
         self.cluster_id = ""
         self.connections: set = set()
         self.catalog = Catalog(self)
