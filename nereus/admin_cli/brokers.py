@@ -7,7 +7,7 @@ import click
 from .args import _q
 from .session import group, json_option, pass_session
 
-brokers = group("brokers", "Brokers: list, healthcheck, configuration.")
+brokers = group("brokers", "Brokers: list, healthcheck, configuration.", aliases={"health": "healthcheck"})
 
 
 @brokers.command("list")

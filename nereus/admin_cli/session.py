@@ -33,8 +33,20 @@ def json_option(command):
                         help="Print the REST answer as JSON.")(command)
 
 
-def group(name: str, help_text: str) -> click.Group:
-    return click.Group(name, help=help_text)
+class AliasGroup(click.Group):
+    """A command group that also answers to short names (``brokers health``), kept out of its help."""
+
+    def __init__(self, *args, aliases: dict[str, str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = aliases or {}
+
+    def get_command(self, ctx: click.Context, cmd_name: str):
+        return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
+
+
+def group(name: str, help_text: str, aliases: dict[str, str] | None = None) -> click.Group:
+    """A command group; ``aliases`` maps other names to its commands' names."""
+    return AliasGroup(name, help=help_text, aliases=aliases)
 
 
 __all__ = ["Session", "group", "json_option", "pass_session"]

@@ -13,7 +13,7 @@ from .args import _q, topic_path
 from .session import group, json_option, pass_session
 
 subscriptions = group("subscriptions", "Subscriptions of a topic: list, create, reset-cursor, skip, clear-backlog, "
-                                       "delete.")
+                                       "delete.", aliases={"reset": "reset-cursor"})
 
 _sub = click.option("-s", "--subscription", required=True, help="Subscription name.")
 

@@ -9,7 +9,9 @@ from .args import _q, actions_list, namespace_path, topic_path
 from .session import group, json_option, pass_session
 from .subscriptions import TOPIC_COMMANDS
 
-topics = group("topics", "Topics: create, list, delete, stats, unload, retention, subscriptions, permissions.")
+topics = group("topics", "Topics: create, list, delete, stats, unload, retention, subscriptions, permissions.",
+               aliases={"create-partitioned": "create-partitioned-topic",
+                        "delete-partitioned": "delete-partitioned-topic"})
 
 _force = click.option("-f", "--force", is_flag=True, help="Even with connected clients (they are disconnected).")
 _partitions = click.option("-p", "--partitions", type=click.IntRange(1), required=True, help="Number of partitions.")

@@ -54,7 +54,7 @@ def test_subscriptions_change_the_backlog(admin: Admin, client, namespace):
     assert _backlog(admin, topic, "from-start") == 7
     admin.ok("subscriptions", "clear-backlog", topic, "-s", "from-start")
     assert _backlog(admin, topic, "from-start") == 0
-    admin.ok("subscriptions", "reset-cursor", topic, "-s", "from-start", "-t", "1h")
+    admin.ok("subscriptions", "reset", topic, "-s", "from-start", "-t", "1h")  # reset-cursor's short name
     assert _backlog(admin, topic, "from-start") == 10
     mid = f"{ids[6].ledger_id()}:{ids[6].entry_id()}"
     admin.ok("topics", "reset-cursor", topic, "-s", "from-start", "-m", mid)

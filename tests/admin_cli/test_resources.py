@@ -63,6 +63,9 @@ def test_topics(admin: Admin, namespace):
     stats = admin.json("topics", "partitioned-stats", parted, "--per-partition")
     assert stats["metadata"] == {"partitions": 3} and len(stats["partitions"]) == 3
     admin.ok("topics", "delete-partitioned-topic", parted)
+    admin.ok("topics", "create-partitioned", parted, "-p", "2")  # the short names
+    assert admin.json("topics", "get-partitioned-topic-metadata", parted)["partitions"] == 2
+    admin.ok("topics", "delete-partitioned", parted)
     admin.ok("topics", "delete", plain)
     assert admin.json("topics", "list", namespace) == []
     missing = admin.run("topics", "delete", plain)
@@ -90,6 +93,8 @@ def test_clusters_and_brokers(admin: Admin, standalone):
     assert admin.ok("brokers", "list", "standalone").split() == [f"127.0.0.1:{standalone.http_port}"]
     assert admin.ok("brokers", "list").split() == [f"127.0.0.1:{standalone.http_port}"]
     assert admin.ok("brokers", "healthcheck").strip() == "ok"
+    assert admin.ok("brokers", "health").strip() == "ok"  # the short name
+    assert "health " not in admin.ok("brokers", "--help")  # short names stay out of the help
     runtime = admin.json("brokers", "get-runtime-config")
     assert runtime["brokerServicePort"] == str(standalone.pulsar_port)
     assert json.loads(admin.ok("--json", "brokers", "list-dynamic-config")) == []
