@@ -201,6 +201,12 @@ def test_anonymous_role(tmp_path):
         _round_trip(node, None, "anon-ok")
         request = urllib.request.urlopen(f"{node.http}/admin/v2/tenants", timeout=10)
         assert "public" in json.loads(request.read())
+        # The runtime settings show the authentication keys one by one, an inline key redacted.
+        body = urllib.request.urlopen(f"{node.http}/admin/v2/brokers/configuration/runtime", timeout=10).read()
+        runtime = json.loads(body)
+        assert key.encode() not in body and runtime["tokenSecretKey"] == "******"
+        assert runtime["authenticationEnabled"] == "true" and runtime["anonymousUserRole"] == "guest"
+        assert runtime["authenticationProviders"] == "token"
     finally:
         node.stop()
 

@@ -54,5 +54,8 @@ def test_broker_configuration(standalone, admin):
     assert runtime["webServicePort"] == str(standalone.http_port)
     assert runtime["brokerServicePort"] == str(standalone.pulsar_port)
     assert runtime["clusterName"] == "standalone"
-    assert runtime["kafkaListeners"].endswith(f":{standalone.ports['kafka']}")
+    assert runtime["kafkaListeners"] == f"PLAINTEXT://127.0.0.1:{standalone.ports['kafka']}"
+    assert runtime["allowAutoTopicCreation"] == "true" and runtime["defaultNumPartitions"] == "1"
+    assert runtime["authenticationEnabled"] == "false" and runtime["tlsCertificateFilePath"] == ""
+    assert not any(value.startswith(("AuthSettings(", "TlsOptions(", "(")) for value in runtime.values())
     assert admin.ok("GET", "/brokers") == [f"127.0.0.1:{standalone.http_port}"]
