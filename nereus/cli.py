@@ -144,6 +144,12 @@ def _broker_options(command):
                           "(schemaCompatibilityStrategy)."),
         click.option("--deduplication/--no-deduplication", default=True, show_default=True,
                      help="Message deduplication of namespaces without a policy of their own."),
+        click.option("--default-retention-minutes", type=click.IntRange(-1), default=-1, show_default=True,
+                     help="Retention time of namespaces without a retention policy (defaultRetentionTimeInMinutes; "
+                          "-1: unlimited). Acknowledged messages older than this are deleted."),
+        click.option("--default-retention-mb", type=click.IntRange(-1), default=-1, show_default=True,
+                     help="Retention size of namespaces without a retention policy (defaultRetentionSizeInMB; "
+                          "-1: unlimited)."),
         click.option("--max-message-size", type=click.IntRange(1024, 1 << 30), default=None,
                      help="Largest message in bytes (default: 5 MB for Pulsar, 8 MB for a Kafka batch)."),
         click.option("--max-connections-per-ip", type=click.IntRange(0), default=0, show_default=True,
@@ -348,6 +354,8 @@ def _options_of(kwargs: dict):
         session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
+        default_retention_minutes=kwargs["default_retention_minutes"],
+        default_retention_mb=kwargs["default_retention_mb"],
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],
         max_connections_per_ip=kwargs["max_connections_per_ip"],
         max_connection_creation_rate=kwargs["max_connection_creation_rate"], frame_read_timeout=kwargs["frame_read_timeout"],

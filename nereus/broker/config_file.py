@@ -211,6 +211,10 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         doc="Schema compatibility of namespaces and topics without a policy (FULL, BACKWARD, ...)."),
     Key("brokerDeduplicationEnabled", "deduplication", _bool,
         doc="Deduplication of namespaces without a policy of their own."),
+    Key("defaultRetentionTimeInMinutes", "default_retention_minutes", _int,
+        doc="Retention time of namespaces without a retention policy (-1: unlimited)."),
+    Key("defaultRetentionSizeInMB", "default_retention_mb", _int,
+        doc="Retention size of namespaces without a retention policy (-1: unlimited)."),
     Key("maxMessageSize", "max_message_size", _int, doc="Largest message (bytes) a producer may send."),
     Key("maxConnectionsPerIp", "max_connections_per_ip", _int,
         doc="Open connections per client address and protocol, admin HTTP and Oxia too (0: unlimited)."),
@@ -283,13 +287,7 @@ _UNSUPPORTED_VALUES = {
 }
 
 # Pulsar keys Nereus reads but does not apply, and why (logged whatever their value).
-_NOT_APPLIED = {
-    # Pulsar's defaults (0 and 0) would let retention delete every acknowledged message, and a
-    # topic without subscriptions counts as acknowledged: data kept for the lakehouse would go.
-    "defaultRetentionTimeInMinutes": "Nereus keeps messages until a namespace retention policy says otherwise "
-                                     "(pulsar-admin namespaces set-retention)",
-    "defaultRetentionSizeInMB": "Nereus keeps messages until a namespace retention policy says otherwise "
-                                "(pulsar-admin namespaces set-retention)",
+_NOT_APPLIED: dict[str, str] = {
 }
 
 

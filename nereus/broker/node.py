@@ -70,6 +70,9 @@ class BrokerOptions:
     auto_topic_creation_type: str = "non-partitioned"  # what a Pulsar client's first use creates
     default_partitions: int = 1  # partitions of an auto-created partitioned topic (and of Kafka's)
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
+    # Retention of namespaces without a policy (defaultRetentionTimeInMinutes / SizeInMB; -1: keep all).
+    default_retention_minutes: int = -1
+    default_retention_mb: int = -1
     max_message_size: int | None = None  # bytes; None: each protocol's own default
     max_connections_per_ip: int = 0  # maxConnectionsPerIp, per protocol (0: unlimited)
     max_connection_creation_rate: float = 0  # Kafka's max.connection.creation.rate, a second (0: unlimited)

@@ -143,6 +143,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
             "--auto-topic-creation" if opts.auto_topic_creation else "--no-auto-topic-creation",
             "--auto-topic-creation-type", opts.auto_topic_creation_type,
             "--deduplication" if opts.deduplication else "--no-deduplication",
+            "--default-retention-minutes", str(opts.default_retention_minutes),
+            "--default-retention-mb", str(opts.default_retention_mb),
             "--log-dir", str(opts.log_dir or config.data_dir / "logs")]
     if opts.advertised_address:
         args += ["--advertised-address", opts.advertised_address]

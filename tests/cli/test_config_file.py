@@ -132,12 +132,10 @@ def test_the_shipped_example_parses_with_no_unknown_or_ignored_key_and_documents
     assert not missing, missing
 
 
-def test_default_retention_is_read_but_not_applied_and_says_why():
-    got = values("defaultRetentionTimeInMinutes=0\ndefaultRetentionSizeInMB=0\n")
-    assert got.values == {} and not got.unknown and not got.ignored
-    assert [note.split(" is not applied")[0] for note in got.notes] == [
-        "defaultRetentionTimeInMinutes=0", "defaultRetentionSizeInMB=0"]
-    assert "set-retention" in got.notes[0]
+def test_default_retention_of_namespaces_without_a_policy():
+    got = values("defaultRetentionTimeInMinutes=0\ndefaultRetentionSizeInMB=-1\n")
+    assert got.values == {"default_retention_minutes": 0, "default_retention_mb": -1}
+    assert not got.unknown and not got.ignored and not got.notes
 
 
 def test_turning_auto_creation_off_applies_without_a_note():

@@ -13,6 +13,7 @@ import pytest
 
 from .processes import Server, assert_one_line_failure
 from tests.ports import free_port
+from tests.standalone_process import Standalone
 
 
 def _write_config(path: Path, data_dir: Path, ports: dict) -> None:
@@ -116,3 +117,40 @@ def test_a_broker_reads_its_metadata_and_object_store_from_the_file(tmp_path: Pa
                       "kafkaListeners=PLAINTEXT://127.0.0.1:0\n")
     assert_one_line_failure(["broker", "--config", str(config)], "cannot use the metadata service",
                             "gave up after 1 s")
+
+
+def _rest(node: Standalone, method: str, path: str, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=15) as response:
+        text = response.read()
+    return json.loads(text) if text else None
+
+
+def test_default_retention_applies_to_namespaces_without_a_policy(tmp_path: Path):
+    config = tmp_path / "standalone.conf"
+    config.write_text("defaultRetentionTimeInMinutes=0\ndefaultRetentionSizeInMB=0\n")  # Pulsar's defaults
+    node = Standalone(tmp_path / "data", ["--compaction-interval", "0", "--config", str(config)])
+    node.start()
+    try:
+        _rest(node, "PUT", "/namespaces/public/kept")
+        _rest(node, "POST", "/namespaces/public/kept/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+        client = pulsar.Client(node.url)
+        try:
+            for topic in ("public/default/dropped", "public/kept/stays"):  # no subscriptions: all acknowledged
+                producer = client.create_producer(f"persistent://{topic}", batching_enabled=False)
+                for i in range(5):
+                    producer.send(b"m%d" % i)
+        finally:
+            client.close()
+        assert _rest(node, "GET", "/persistent/public/default/dropped/retention?applied=true") == {
+            "retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
+        for topic in ("public/default/dropped", "public/kept/stays"):
+            _rest(node, "POST", f"/persistent/{topic}/trim")
+        assert _rest(node, "GET", "/persistent/public/default/dropped/internalStats")["startOffset"] == 5
+        assert _rest(node, "GET", "/persistent/public/kept/stays/internalStats")["startOffset"] == 0
+        runtime = _rest(node, "GET", "/brokers/configuration/runtime")
+        assert runtime["defaultRetentionTimeInMinutes"] == "0" and runtime["defaultRetentionSizeInMB"] == "0"
+    finally:
+        assert node.stop() == 0

@@ -25,7 +25,8 @@ PULSAR_NAMES = {"bind": "bindAddress", "http_port": "webServicePort", "pulsar_po
                 "internal_listener": "internalListenerName", "auto_topic_creation": "allowAutoTopicCreation",
                 "auto_topic_creation_type": "allowAutoTopicCreationType", "default_partitions": "defaultNumPartitions",
                 "deduplication": "brokerDeduplicationEnabled", "pulsar_tls_port": "brokerServicePortTls",
-                "http_tls_port": "webServicePortTls"}
+                "http_tls_port": "webServicePortTls", "default_retention_minutes": "defaultRetentionTimeInMinutes",
+                "default_retention_mb": "defaultRetentionSizeInMB"}
 #: The fields of the nested settings (AuthSettings, TlsOptions) under Pulsar's names.
 AUTH_NAMES = {"enabled": "authenticationEnabled", "providers": "authenticationProviders",
               "token_secret_key": "tokenSecretKey", "token_public_key": "tokenPublicKey",

@@ -17,8 +17,11 @@ capped at the slowest durable cursor: ``enforce`` runs on a view of the storage
 whose ``trim`` stops at the first entry that cursor still needs. A topic without
 subscriptions counts as fully acknowledged, as in Pulsar.
 
-Runs every ``INTERVAL`` seconds over the namespaces with a policy, at once for a
-namespace or topic whose policy was just set, and on ``POST .../trim``.
+A namespace without a policy has the broker's (``defaultRetentionTimeInMinutes`` and
+``defaultRetentionSizeInMB``; unlike Pulsar's 0 and 0, unlimited unless set: the
+compacted data serves the lakehouse). Runs every ``INTERVAL`` seconds over the
+namespaces, at once for a namespace or topic whose policy was just set, and on
+``POST .../trim``.
 """
 
 from __future__ import annotations
@@ -43,9 +46,17 @@ INTERVAL = 60.0
 _MB = 1024 * 1024
 
 
-def policy_of(policies: dict) -> RetentionPolicy | None:
-    """The storage policy of Pulsar's ``RetentionPolicies`` (-1: unlimited); None: nothing to trim."""
-    value = policies.get("retention_policies")
+def broker_default(ctx: AdminContext) -> dict:
+    """The ``RetentionPolicies`` of namespaces without one: the broker's ``defaultRetention*`` settings."""
+    options = ctx.node.options if ctx.node is not None else None
+    return {"retentionTimeInMinutes": options.default_retention_minutes if options else -1,
+            "retentionSizeInMB": options.default_retention_mb if options else -1}
+
+
+def policy_of(policies: dict, default: dict | None = None) -> RetentionPolicy | None:
+    """The storage policy of Pulsar's ``RetentionPolicies`` (-1: unlimited), else of ``default``;
+    None: nothing to trim."""
+    value = policies.get("retention_policies") or default
     if not value:
         return None
     minutes, size_mb = value.get("retentionTimeInMinutes", 0), value.get("retentionSizeInMB", 0)
@@ -195,7 +206,7 @@ async def effective(ctx: AdminContext, name: TopicName) -> RetentionPolicy | Non
         kafka = kafka_policy(configs)
         if kafka is not None or kafka_compacted(configs):
             return kafka
-    return policy_of(await namespace_policies(ctx.meta, name.tenant, name.namespace) or {})
+    return policy_of(await namespace_policies(ctx.meta, name.tenant, name.namespace) or {}, broker_default(ctx))
 
 
 async def releases_below_view(ctx: AdminContext, name: TopicName) -> bool:
@@ -206,7 +217,7 @@ async def releases_below_view(ctx: AdminContext, name: TopicName) -> bool:
 
 async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only: TopicName | None = None) -> None:
     """Apply retention to the namespace's topics (``only``: to that topic or its partitions)."""
-    default = policy_of(await namespace_policies(ctx.meta, tenant, namespace) or {})
+    default = policy_of(await namespace_policies(ctx.meta, tenant, namespace) or {}, broker_default(ctx))
     own, compacted, compact_only = {}, set(), set()
     if _is_kafka_namespace(tenant, namespace):
         configs = await all_topic_configs(ctx.meta)

@@ -5,7 +5,7 @@ Stored as one JSON record per topic (``nereus.topics.policies.topic_policies_key
 shaped like Pulsar's ``TopicPolicies``. Set on a partitioned topic, a policy applies
 to each partition. A topic's retention overrides its namespace's in enforcement
 (``retention.py``). ``GET ...?applied=true`` answers the policy in force: the topic's,
-else the namespace's, else the broker default (keep nothing acknowledged: 0 and 0).
+else the namespace's, else the broker's ``defaultRetention*`` settings (-1 and -1 unless set).
 Metadata only, so any broker answers (see ``routing.ANYWHERE``).
 """
 
@@ -22,10 +22,6 @@ from ...topics.policies import topic_policies_key, topic_policies_prefix
 from . import retention
 from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, flag, namespace_policies,
                      no_content, require_namespace, stream_exists, topic_name)
-
-#: Pulsar's broker defaults (``defaultRetentionTimeInMinutes``, ``defaultRetentionSizeInMB``).
-BROKER_DEFAULT_RETENTION = {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
-
 
 async def require_policy_topic(ctx: AdminContext, request: web.Request):
     name = topic_name(request)
@@ -69,7 +65,7 @@ async def get_retention(request: web.Request) -> web.Response:
     if not flag(request, "applied"):
         return no_content()  # Pulsar answers an unset policy with an empty body
     policies = await namespace_policies(ctx.meta, name.tenant, name.namespace) or {}
-    return web.json_response(policies.get("retention_policies") or BROKER_DEFAULT_RETENTION)
+    return web.json_response(policies.get("retention_policies") or retention.broker_default(ctx))
 
 
 async def set_retention(request: web.Request) -> web.Response:
