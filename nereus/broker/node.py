@@ -27,6 +27,7 @@ from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES,
                           ConnectionLimits)
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
+from ..pulsar.server.policy_follower import follow_policies
 from ..transactions import BrokerParticipants, StreamTransactions, TransactionCoordinator
 from ..storage import GarbageCollector, StreamStorage
 from ..storage import metrics as storage_metrics
@@ -297,6 +298,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                             kafka_listeners=tuple((p, port) for p, port in kafka.listener_ports.items()
                                                   if p != "PLAINTEXT"))
     membership = Membership(meta, address)
+    follow_policies(pulsar, membership)  # policy changes made through other brokers
     placement = ClusterPlacement(meta, membership, rebalance_delay=options.rebalance_delay,
                                  dead_owner_wait=options.session_timeout + 2)
     placement.bind(registry)

@@ -34,6 +34,14 @@ class TokenBucket:
             self.tokens = min(self.capacity, self.tokens + (now - self._last) * self.rate)
         self._last = now
 
+    def set_rate(self, rate: float, period: float = 1.0) -> None:
+        """Fill at ``rate`` from now on (what was filled so far at the old one is kept)."""
+        if rate <= 0:
+            raise ValueError("the rate must be > 0")
+        self._refill()
+        self.rate, self.capacity = rate, rate * period
+        self.tokens = min(self.tokens, self.capacity)
+
     def take(self, amount: float) -> None:
         """Spend ``amount`` tokens, overdrawing the bucket if need be."""
         self._refill()
@@ -74,6 +82,35 @@ class RateLimit:
         return (by_count, "msg") if by_count >= by_size else (by_size, "byte")
 
 
+class RelativeRateLimit(RateLimit):
+    """A dispatch limit ``relativeToPublishRate`` (PIP-52): the configured rates plus the topic's
+    current publish rates, so consumers may always catch up by that much."""
+
+    __slots__ = ("_base", "_period", "_publish_rates")
+
+    def __init__(self, messages_per_second: float, bytes_per_second: float, *,
+                 publish_rates: Callable[[], tuple[float, float]], period: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(messages_per_second, bytes_per_second, period=period, clock=clock)
+        self._base = (messages_per_second, bytes_per_second)
+        self._period = period
+        self._publish_rates = publish_rates
+
+    def _follow(self) -> None:
+        published = self._publish_rates()
+        for bucket, base, rate_in in zip((self.messages, self.bytes), self._base, published):
+            if bucket is not None and bucket.rate != base + rate_in:
+                bucket.set_rate(base + rate_in, self._period)
+
+    def take(self, messages: int, size: int) -> None:
+        self._follow()
+        super().take(messages, size)
+
+    def delay(self) -> tuple[float, str | None]:
+        self._follow()
+        return super().delay()
+
+
 def publish_limit(policy: dict | None, clock: Callable[[], float] = time.monotonic) -> RateLimit | None:
     """The limit of Pulsar's ``PublishRate`` JSON (values <= 0: off); None when nothing is limited."""
     if not policy:
@@ -83,14 +120,22 @@ def publish_limit(policy: dict | None, clock: Callable[[], float] = time.monoton
     return limit if limit.enabled else None
 
 
-def dispatch_limit(policy: dict | None, clock: Callable[[], float] = time.monotonic) -> RateLimit | None:
-    """The limit of Pulsar's ``DispatchRate`` JSON (permits per ``ratePeriodInSecond``); None when off."""
+def dispatch_limit(policy: dict | None, clock: Callable[[], float] = time.monotonic, *,
+                   publish_rates: Callable[[], tuple[float, float]] | None = None) -> RateLimit | None:
+    """The limit of Pulsar's ``DispatchRate`` JSON (permits per ``ratePeriodInSecond``); None when off.
+
+    With ``relativeToPublishRate``, ``publish_rates()`` (the topic's messages and bytes a
+    second) is added to the configured rates as it changes.
+    """
     if not policy:
         return None
     period = max(1, int(policy.get("ratePeriodInSecond", 1) or 1))
-    limit = RateLimit(policy.get("dispatchThrottlingRateInMsg", -1) / period,
-                      policy.get("dispatchThrottlingRateInByte", -1) / period, period=period, clock=clock)
+    rates = (policy.get("dispatchThrottlingRateInMsg", -1) / period, policy.get("dispatchThrottlingRateInByte", -1) / period)
+    if policy.get("relativeToPublishRate") and publish_rates is not None:
+        limit = RelativeRateLimit(*rates, publish_rates=publish_rates, period=period, clock=clock)
+    else:
+        limit = RateLimit(*rates, period=period, clock=clock)
     return limit if limit.enabled else None
 
 
-__all__ = ["RateLimit", "TokenBucket", "dispatch_limit", "publish_limit"]
+__all__ = ["RateLimit", "RelativeRateLimit", "TokenBucket", "dispatch_limit", "publish_limit"]

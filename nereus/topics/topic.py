@@ -106,7 +106,7 @@ class Topic:
         if policies["publish"] != old["publish"]:
             self.publish_limit = publish_limit(policies["publish"])
         if policies["dispatch"] != old["dispatch"]:
-            self.dispatch_limit = dispatch_limit(policies["dispatch"])
+            self.dispatch_limit = dispatch_limit(policies["dispatch"], publish_rates=self.traffic.inbound.rates)
         if policies != old:
             log.info("%s: rate policies %s", self.name, {k: v for k, v in policies.items() if v})
 

@@ -79,3 +79,30 @@ def test_kafka_quota_precedence_and_throttle_times():
     clock.now += 0.5
     assert throttles.owed(PRODUCE, None, "app") == 0
     assert throttles.record("consumer_byte_rate", None, "app", 10**9) == 0  # no quota: never throttled
+
+
+def test_a_dispatch_rate_relative_to_the_publish_rate_follows_it():
+    from nereus.topics.rates import RateMeter
+
+    clock = Clock()
+    published = RateMeter(clock)
+    policy = {"dispatchThrottlingRateInMsg": 2, "dispatchThrottlingRateInByte": -1, "relativeToPublishRate": True,
+              "ratePeriodInSecond": 1}
+    limit = dispatch_limit(policy, clock, publish_rates=published.rates)
+    limit.take(2, 0)  # nothing published: the configured rate alone
+    assert limit.delay() == (0, None)
+    limit.take(2, 0)
+    assert limit.delay() == (pytest.approx(1.0), "msg")
+    clock.now += 1
+    published.record(98, 0)  # 98 messages in the meter's first second
+    limit.take(50, 0)  # 2 + 98 a second now: 50 more take half a second, not 25
+    assert limit.delay() == (pytest.approx(0.5), "msg")
+    assert limit.messages.rate == pytest.approx(100)
+    clock.now += 20  # publishing stopped: back to the configured rate, one period's burst
+    assert limit.delay() == (0, None) and limit.messages.rate == pytest.approx(2)
+    assert limit.messages.tokens == pytest.approx(2)
+    # Without the flag, the same numbers are an absolute rate.
+    absolute = dispatch_limit(dict(policy, relativeToPublishRate=False), clock, publish_rates=published.rates)
+    published.record(1000, 0)
+    absolute.take(50, 0)
+    assert absolute.delay() == (pytest.approx(24.0), "msg")

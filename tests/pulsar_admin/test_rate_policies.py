@@ -121,3 +121,27 @@ def test_admin_command_sets_gets_and_removes_rates(admin, standalone):
     cli("namespaces", "remove-publish-rate", ns)
     assert admin.get(f"/namespaces/{ns}/publishRate") == (204, None)
     assert admin.get(rest_path(topic) + "/dispatchRate") == (204, None)
+
+
+def test_a_dispatch_rate_relative_to_the_publish_rate_lets_consumers_keep_up(admin, client):
+    import time
+
+    ns = _ns(admin)
+    topic = f"persistent://{ns}/relative"
+    admin.ok("PUT", rest_path(topic))
+    # One message a second more than the topic's publish rate (PIP-52); alone, 60 messages would take a minute.
+    admin.ok("POST", rest_path(topic) + "/dispatchRate", dict(DISPATCH, dispatchThrottlingRateInMsg=1,
+                                                              relativeToPublishRate=True))
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(60):
+        producer.send(b"r%d" % i)
+    deadline, got = time.monotonic() + 30, []
+    while len(got) < 60 and time.monotonic() < deadline:
+        try:
+            got.append(consumer.receive(timeout_millis=1000).data())
+        except pulsar.Timeout:
+            pass
+    assert got == [b"r%d" % i for i in range(60)]
+    consumer.close()
+    producer.close()

@@ -292,7 +292,7 @@ class Dispatcher:
         core = self.topic.core
         policy = core.rate_policies["subscription"]
         if policy != self._sub_policy:
-            self._sub_policy, self._sub_limit = policy, dispatch_limit(policy)
+            self._sub_policy, self._sub_limit = policy, dispatch_limit(policy, publish_rates=core.traffic.inbound.rates)
         return core.dispatch_limit, self._sub_limit
 
     def _throttled(self) -> bool:
