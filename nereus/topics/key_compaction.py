@@ -174,10 +174,14 @@ _PLACEHOLDER = _U32.pack(2) + b"\x18\x00"
 def shrink_entries(items: list[tuple[bytes | memoryview, tuple[int, ...]]]) -> list[bytes | None]:
     """Pulsar batches with only the messages at ``keep`` (indexes in the batch) kept whole.
 
-    Each other message becomes an empty placeholder, so every kept message keeps its
-    batch index (its MessageId) and the entry its record count, while a compacted
-    reader no longer downloads what it skips (the dispatcher's ack set hides the
-    placeholders, as it hid the dropped messages). None: left as stored (a Kafka
+    Each other message before the last kept one becomes an empty placeholder, so every
+    kept message keeps its batch index (its MessageId) and the entry its record count,
+    while a compacted reader no longer downloads what it skips (the dispatcher's ack
+    set hides the placeholders, as it hid the dropped messages). The batch ends at its
+    last kept message (``num_messages_in_batch`` says so): a client acknowledges a
+    batch's entry once it acknowledged every message the batch holds, so a cumulative
+    ack of the last kept message clears the entry, and individual acks do when no
+    placeholder precedes a kept message. None: left as stored (a Kafka
     batch, which the fetch path rebuilds; unbatched, encrypted or marker entries).
     The batches are scanned side by side (``batch_scan``); kept messages are copied
     byte for byte.
@@ -213,8 +217,8 @@ def shrink_entries(items: list[tuple[bytes | memoryview, tuple[int, ...]]]) -> l
             parts.append(_PLACEHOLDER * (index - expected))
             parts.append(raw[found.message_start[first + index]:found.message_end[first + index]].tobytes())
             expected = index + 1
-        parts.append(_PLACEHOLDER * (count - expected))
         batch = b"".join(parts)
+        meta.num_messages_in_batch = expected
         meta.uncompressed_size = len(batch)
         stored = compress(meta.compression, batch) if meta.compression else batch
         out[i] = b"".join(encode_stored(header, b"".join(encode_entry(meta, stored))))
@@ -233,11 +237,14 @@ def _shrink_parsed(data: bytes | memoryview, keep: tuple[int, ...]) -> bytes | N
     wanted = set(keep)
     batch = BatchBuilder()
     for m in entry_messages(meta, payload):
+        if m.index > keep[-1]:
+            break
         if m.index in wanted:
             batch.add(m.payload, m.metadata)
         else:
             batch.add(b"", pb.SingleMessageMetadata())
     raw = batch.to_bytes()
+    meta.num_messages_in_batch = batch.num_messages
     meta.uncompressed_size = len(raw)
     stored = compress(meta.compression, raw) if meta.compression else raw
     return b"".join(encode_stored(header, b"".join(encode_entry(meta, stored))))

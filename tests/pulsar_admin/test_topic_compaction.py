@@ -152,6 +152,88 @@ def test_a_durable_read_compacted_subscription_acks_past_the_gaps(server, rest, 
         pclient.subscribe(topic, "shared", is_read_compacted=True, consumer_type=pulsar.ConsumerType.Shared)
 
 
+def produce_batches(pclient, topic: str, batches: list[list[tuple[str, bytes]]]) -> list:
+    """Each inner list as exactly one batch; returns the MessageIds in order."""
+    size = max(len(b) for b in batches)
+    producer = pclient.create_producer(topic, batching_enabled=True, batching_max_messages=size,
+                                       batching_max_publish_delay_ms=60_000)
+    ids: list = []
+    for batch in batches:
+        start = len(ids)
+        ids += [None] * len(batch)
+        for i, (key, value) in enumerate(batch):
+            def done(result, msg_id, at=start + i):
+                assert str(result).endswith("Ok"), result
+                ids[at] = msg_id
+            producer.send_async(value, done, partition_key=key)
+        producer.flush()
+    producer.close()
+    assert all(i is not None for i in ids)
+    assert len({(i.ledger_id(), i.entry_id()) for i in ids}) == len(batches)  # one entry per batch
+    return ids
+
+
+def wait_backlog_zero(rest: Admin, path: str, sub: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        stats = rest.ok("GET", path + "/stats")["subscriptions"][sub]
+        if stats["msgBacklog"] == 0:
+            return
+        assert time.monotonic() < deadline, (stats["msgBacklog"], stats)
+        time.sleep(0.1)
+
+
+def compacted_subscription(pclient, pulsar, rest, topic, path, batches, **kwargs):
+    updates = [u for batch in batches for u in batch]
+    ids = produce_batches(pclient, topic, batches)
+    assert rest.put(path + "/compaction")[0] == 204
+    wait_status(rest, path)
+    consumer = pclient.subscribe(topic, "compacted", is_read_compacted=True,
+                                 initial_position=pulsar.InitialPosition.Earliest, **kwargs)
+    want = expected_view(updates, ids)
+    got = [consumer.receive(timeout_millis=10000) for _ in want]
+    assert seen(got) == want  # the kept messages keep their MessageIds, batch indexes included
+    return consumer, got
+
+
+def test_batches_compacted_at_their_end_are_cleared_by_individual_acks(server, rest, pclient, pulsar):
+    # Each batch's last two keys are written again by the next batch: the batches keep a
+    # prefix, which the broker sends as a batch ending at its last kept message.
+    topic, path = new_topic()
+    batches = [[(f"k{2 * b + i}", b"v%d-%d" % (b, i)) for i in range(4)] for b in range(4)]
+    consumer, got = compacted_subscription(pclient, pulsar, rest, topic, path, batches)
+    for m in got:
+        consumer.acknowledge(m)
+    wait_backlog_zero(rest, path, "compacted")
+    consumer.close()
+
+
+def test_cumulative_acks_clear_partly_compacted_batches(server, rest, pclient, pulsar):
+    topic, path = new_topic()
+    # Gaps at the start, in the middle and at the end of batches; the last batch ends
+    # with a tombstone, so no later message's ack covers its entry.
+    keys = ["a", "b", "c", "d", "a", "e", "b", "f", "c", "g", "e", "h", "d", "f", "g"]
+    batches = [[(k, b"v%d" % (n + i)) for i, k in enumerate(keys[n:n + 5])] for n in range(0, len(keys), 5)]
+    batches[-1][-1] = ("g", b"")
+    consumer, got = compacted_subscription(pclient, pulsar, rest, topic, path, batches)
+    for m in got:
+        consumer.acknowledge_cumulative(m)
+    wait_backlog_zero(rest, path, "compacted")
+    consumer.close()
+
+
+def test_batch_index_acks_clear_batches_with_leading_gaps(server, rest, pclient, pulsar):
+    topic, path = new_topic()
+    batches = [[("a", b"1"), ("b", b"2"), ("c", b"3")], [("a", b"4"), ("d", b"5"), ("b", b"6")]]
+    consumer, got = compacted_subscription(pclient, pulsar, rest, topic, path, batches,
+                                           batch_index_ack_enabled=True)
+    assert [m.data() for m in got] == [b"3", b"4", b"5", b"6"]
+    for m in got:
+        consumer.acknowledge(m)
+    wait_backlog_zero(rest, path, "compacted")
+    consumer.close()
+
+
 def test_the_compaction_threshold_policy_starts_compaction(server, rest, pclient, pulsar):
     topic, path = new_topic()
     produce(pclient, topic, [("a", b"1")])
