@@ -176,3 +176,15 @@ def test_compact_delete_topics_delete_by_retention_in_the_view_too(server):
             got.append((msg.offset(), msg.key(), msg.value()))
     consumer.close()
     assert got == [(21, b"k9", b"fresh")]
+    # Pulsar's compacted readers see the same: the expired view records are gone for them too.
+    pulsar = pytest.importorskip("pulsar")
+    client = pulsar.Client(server.url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        reader = client.create_reader(f"persistent://public/default/{topic}-partition-0", pulsar.MessageId.earliest,
+                                      is_read_compacted=True)
+        seen = []
+        while reader.has_message_available():
+            seen.append(reader.read_next(timeout_millis=10000).data())
+    finally:
+        client.close()
+    assert seen == [b"fresh"]

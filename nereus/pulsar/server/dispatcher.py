@@ -20,6 +20,7 @@ from ...topics.rates import RateMeter
 from ...topics.throttle import dispatch_limit
 from . import entries, metrics, visibility
 from .pending_acks import PendingAcks, settled
+from .view_floor import view_floor
 from ...tasks import wait_for
 
 log = logging.getLogger(__name__)
@@ -263,12 +264,13 @@ class Dispatcher:
 
         Records the view dropped count as acknowledged (as Pulsar skips compacted-away
         messages), so the entries go out with an ack set of their surviving records and
-        the subscription's mark-delete moves past the gaps.
+        the subscription's mark-delete moves past the gaps; so are the view's records
+        that retention released (``view_floor``).
         """
         view = await self.topic.core.registry.key_views.get(self.topic.stream_id)
         if pos >= view.horizon:
             return None
-        items = view.read(pos, READ_BYTES)
+        items = view.read(max(pos, await view_floor(self.topic)), READ_BYTES)
         cursor = self.sub.cursor
         at = pos
         for item in items:
@@ -318,6 +320,8 @@ class Dispatcher:
         if self.read_compacted:
             view = await self.topic.core.registry.key_views.get(self.topic.stream_id)
             if base < view.horizon:
+                if base < await view_floor(self.topic):
+                    return None
                 item = view.entry_at(base)
                 return item.entry if item is not None else None
         try:

@@ -10,6 +10,7 @@ from ...ledger.entry import EntryFlags
 from ...storage import OffsetOutOfRange
 from ..codec import pb
 from . import entries, visibility
+from .view_floor import view_floor
 
 _INT64_MAX = (1 << 63) - 1
 _NO_ID = (1 << 64) - 1
@@ -97,8 +98,8 @@ async def last_message_id(topic, *, read_compacted: bool = False) -> pb.MessageI
     if read_compacted:
         view = await topic.core.registry.key_views.get(topic.stream_id)
         if end <= view.horizon:
-            if view.entries:
-                last = view.entries[-1]
+            last = view.entries[-1] if view.entries else None
+            if last is not None and last.entry.base_offset + last.keep[-1] >= await view_floor(topic):
                 header, _ = entries.split(last.entry.data)
                 mid.entryId = last.entry.base_offset
                 if header.flags & EntryFlags.BATCHED:
