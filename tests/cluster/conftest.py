@@ -27,6 +27,18 @@ def cluster_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from serve_for_session(tmp_path_factory.mktemp("cluster-moto") / "moto.log")
 
 
+def started_cluster(root, zones: list[str], **options) -> Iterator[Cluster]:
+    """A started cluster for a module-scoped fixture (``yield from``); its logs join a failure's report."""
+    cluster = Cluster(root, zones, **options)
+    _live.append(cluster)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        _live.remove(cluster)
+        cluster.close()
+
+
 @pytest.fixture
 def make_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """``make_cluster(zones, store="file"|"s3", **options)``: a started cluster, closed after the test."""

@@ -42,6 +42,7 @@ class Partition:
         self.closed = False
         self.loading: asyncio.Future | None = None
         self._restored_to = 0
+        self._restored_token: int | None = None  # the append session the producer state was restored under
         core.on_unload(self._unloaded)
 
     def _unloaded(self, _reason: str) -> None:
@@ -50,18 +51,28 @@ class Partition:
     async def load(self) -> None:
         tail = await self.service.storage.tail(self.handle.stream_id)
         self.leader_epoch = tail.token
+        token = self.handle.fencing_token
         await self._restore_producers()
         self._restored_to = self.handle.next_offset()
+        self._restored_token = token
 
     async def ensure_writer(self) -> None:
-        """Hold the append session before a produce; raises StreamFenced if the topic unloaded."""
-        if self.handle.writable:
+        """Hold the append session before a produce; raises StreamFenced if the topic unloaded.
+
+        The session may have been taken since the load by this call or by the broker
+        adopting the topic (a move back after another broker wrote): either way the
+        producer state is brought up to what the other writers committed meanwhile.
+        """
+        if not self.handle.writable:
+            await self.topic.ensure_writer()
+        token = self.handle.fencing_token
+        if token == self._restored_token:
             return
-        await self.topic.ensure_writer()
-        self.leader_epoch = self.handle.fencing_token or self.leader_epoch
+        self.leader_epoch = max(self.leader_epoch, token or 0)
         if self.handle.next_offset() != self._restored_to:  # another session wrote since the load
             await self._restore_producers()
             self._restored_to = self.handle.next_offset()
+        self._restored_token = token
 
     async def _restore_producers(self) -> None:
         handle = self.handle
