@@ -548,10 +548,16 @@ def broker(**kwargs) -> None:
               help="PEM private key of --tls-cert.")
 @click.option("--tls-trust", type=click.Path(exists=True, dir_okay=False), default=None,
               help="PEM CA certificates: clients must present a certificate one of them signed.")
+@click.option("--max-connections-per-ip", type=click.IntRange(0), default=0, show_default=True,
+              help="Open connections one client address may have (maxConnectionsPerIp; 0: unlimited); "
+                   "more are closed as they are accepted.")
+@click.option("--frame-read-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
+              help="Seconds an HTTP/2 frame (or TLS record) may take to arrive whole once its first bytes came; "
+                   "a slower connection is closed (slow-loris guard).")
 @_log_level_option
 def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: str | None,
          namespaces: tuple[str, ...], max_namespaces: int, tls_cert: str | None, tls_key: str | None,
-         tls_trust: str | None) -> None:
+         tls_trust: str | None, max_connections_per_ip: int, frame_read_timeout: float) -> None:
     """Serve the metadata engine over Oxia's client protocol (gRPC)."""
     import errno
 
@@ -559,14 +565,16 @@ def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: 
     from .meta.errors import InvalidRequest
     from .meta.oxia.server import serve
     from .meta.oxia.tls import OxiaTls
+    from .net_limits import ConnectionLimits
 
     if (tls_cert is None) != (tls_key is None) or (tls_trust and not tls_cert):
         raise click.UsageError("--tls-cert and --tls-key go together (and --tls-trust needs them)")
     tls = OxiaTls(tls_cert, tls_key, tls_trust) if tls_cert else None
     try:
         lock_data_dir(data_dir)
+        limits = ConnectionLimits(max_connections_per_ip, frame_read_timeout, protocol="oxia")
         _run(serve(str(data_dir), bind, port, shards, advertised_address, namespaces=namespaces,
-                   max_namespaces=max_namespaces, tls=tls))
+                   max_namespaces=max_namespaces, tls=tls, limits=limits))
     except KeyboardInterrupt:
         return
     except InvalidRequest as exc:

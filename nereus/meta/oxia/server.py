@@ -517,8 +517,9 @@ def _check_port_free(host: str, port: int) -> None:
 
 async def serve(data_dir: str, host: str, port: int, shards: int,
                 advertised_address: str | None = None, *, namespaces: Iterable[str] = (),
-                max_namespaces: int = DEFAULT_MAX_NAMESPACES, tls: OxiaTls | None = None) -> None:
-    """Run ``nereus oxia`` until SIGINT/SIGTERM."""
+                max_namespaces: int = DEFAULT_MAX_NAMESPACES, tls: OxiaTls | None = None,
+                limits: ConnectionLimits | None = None) -> None:
+    """Run ``nereus oxia`` until SIGINT/SIGTERM (``limits``: the port's connection limits, ``guard.py``)."""
     namespaces = list(namespaces)
     # Handlers first: a signal while the server starts must not interrupt gRPC half-way.
     stop = asyncio.Event()
@@ -528,7 +529,8 @@ async def serve(data_dir: str, host: str, port: int, shards: int,
     engine = Engine(data_dir, shards=shards, namespaces={name: shards for name in namespaces})
     try:
         srv = await start_oxia_server(engine, host, port, advertised_address=advertised_address,
-                                      namespaces=namespaces, max_namespaces=max_namespaces, tls=tls)
+                                      namespaces=namespaces, max_namespaces=max_namespaces, tls=tls,
+                                      limits=limits)
         await stop.wait()
         log.info("stopping the oxia server")
         await srv.stop()
