@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from .partitioned import MAX_PARTITIONS
 from .policies import policies_key
 
 NON_PARTITIONED = "non-partitioned"
@@ -56,6 +57,8 @@ def validate_override(value) -> dict:
     if partitions is not None:
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise InvalidAutoCreation("defaultNumPartitions must be a positive integer")
+        if partitions > MAX_PARTITIONS:
+            raise InvalidAutoCreation(f"defaultNumPartitions must be at most {MAX_PARTITIONS}")
         doc["defaultNumPartitions"] = partitions
     return doc
 

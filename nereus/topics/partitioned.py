@@ -14,6 +14,9 @@ from ..ledger.naming import TopicName
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 
 PARTITIONED_ROOT = "/nereus/pulsar/partitioned"
+#: Most partitions a topic may have: each is a stream created eagerly, so a count of
+#: billions from one request would tie the broker up creating them.
+MAX_PARTITIONS = 10_000
 
 
 def partitioned_key(topic: TopicName) -> str:
@@ -45,5 +48,5 @@ async def list_partitioned_topics(meta: MetadataStore) -> list[str]:
     return [unquote(k[len(prefix):]) async for k in meta.list(prefix, prefix + "\U0010ffff")]
 
 
-__all__ = ["PARTITIONED_ROOT", "create_partitioned_topic", "list_partitioned_topics", "partitioned_key",
+__all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "list_partitioned_topics", "partitioned_key",
            "partitions_of"]

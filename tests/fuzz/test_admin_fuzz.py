@@ -3,94 +3,74 @@
 from __future__ import annotations
 
 import json
-import re
-import urllib.error
-import urllib.request
 
 import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient as KafkaAdmin
+from confluent_kafka.admin import NewPartitions, NewTopic
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from nereus.broker.http import build_app
+from nereus.topics.partitioned import MAX_PARTITIONS
 from tests.standalone_process import Standalone
 
-
-def _routes() -> list[tuple[str, str]]:
-    out = set()
-    for route in build_app().router.routes():
-        info = route.resource.get_info() if route.resource is not None else {}
-        path = info.get("formatter") or info.get("path")
-        if path and path.startswith("/admin/") and route.method in ("PUT", "POST", "DELETE", "GET"):
-            out.add((route.method, path))
-    return sorted(out)
-
-
-ROUTES = _routes()
-# Field names of Pulsar's admin bodies, so random values reach the validation code.
-FIELDS = ["retentionTimeInMinutes", "retentionSizeInMB", "adminRoles", "allowedClusters", "deduplicationEnabled",
-          "allowAutoTopicCreation", "topicType", "defaultNumPartitions", "type", "schema", "properties",
-          "compactionThreshold", "ledgerId", "entryId", "partitionIndex", "isExcluded", "batchIndex", "replicated",
-          "messageId", "timestamp", "auth_policies", "replication_clusters", "bundles", "numBundles"]
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
-                     st.text(max_size=8))
-_json = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3),
-    st.dictionaries(st.one_of(st.sampled_from(FIELDS), st.text(max_size=6)), inner, max_size=4)), max_leaves=8)
-_path_values = {"tenant": "fz", "namespace": "ns", "topic": "t", "subscription": "s", "cluster": "standalone"}
-
-
-@st.composite
-def _requests(draw):
-    method, template = draw(st.sampled_from(ROUTES))
-
-    def value(match: re.Match) -> str:
-        name = match.group(1).split(":")[0]
-        known = _path_values.get(name)
-        if known is not None and draw(st.booleans()):
-            return known
-        return urllib.request.quote(draw(st.one_of(st.text(min_size=1, max_size=8), st.integers().map(str))),
-                                    safe="")
-
-    path = re.sub(r"\{([^}]+)\}", value, template)
-    body = draw(st.one_of(_json.map(lambda v: json.dumps(v).encode()), st.binary(max_size=32), st.just(b"")))
-    return method, path, body
+from .remote_targets import ADMIN_ROUTES, AdminClient, admin_requests, check_admin
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     node = Standalone(tmp_path_factory.mktemp("admin-fuzz") / "data")
     node.start()
-    seed = [("PUT", "/admin/v2/tenants/fz", {"allowedClusters": ["standalone"]}),
-            ("PUT", "/admin/v2/namespaces/fz/ns", None), ("PUT", "/admin/v2/persistent/fz/ns/t", None)]
-    for method, path, body in seed:
-        _call(node, method, path, json.dumps(body).encode() if body is not None else b"")
     yield node
+    assert node.alive()
     node.stop()
 
 
-def _call(node: Standalone, method: str, path: str, body: bytes) -> tuple[int, bytes]:
-    request = urllib.request.Request(node.http + path, data=body if method in ("PUT", "POST") else None,
-                                     method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+@pytest.fixture(scope="module")
+def client(node):
+    client = AdminClient("127.0.0.1", node.http_port)
+    client.setup()
+    yield client
+    client.close()
 
 
-def test_random_admin_requests_never_fail_with_500(node):
-    assert len(ROUTES) > 30
+def test_random_admin_requests_never_fail_with_500(client):
+    assert len(ADMIN_ROUTES) > 30
 
     @settings(max_examples=300, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(_requests())
+    @given(admin_requests())
     def run(request):
-        method, path, body = request
-        status, content = _call(node, method, path, body)
-        assert status < 500 or status == 503, f"{method} {path} {body!r} -> {status} {content[:300]!r}"
-        if status >= 400:
-            assert "reason" in json.loads(content), f"{method} {path} -> {status} without a JSON reason"
+        check_admin(client, request)
 
     run()
-    assert node.alive()
-    assert _call(node, "GET", "/admin/v2/tenants", b"")[0] == 200
+    assert client.call("GET", "/admin/v2/tenants", b"")[0] == 200
+
+
+@pytest.mark.parametrize("body", [b'{"allowedClusters": 5}', b'{"adminRoles": 1.5}', b'{"adminRoles": "ab"}'])
+def test_tenant_info_with_a_non_list_field_is_a_400(client, body):
+    # Found by bench/fuzz.py: a number where a list belongs escaped as TypeError (500).
+    status, content = client.call("PUT", "/admin/v2/tenants/fz-bad", body)
+    assert status == 400, content
+
+
+@pytest.mark.parametrize("count", [MAX_PARTITIONS + 1, 2**70])
+def test_a_partition_count_over_the_limit_is_refused_at_once(client, count):
+    # Found by bench/fuzz.py: 2**70 partitions had the broker create streams until the request timed out.
+    body = json.dumps(count).encode()
+    status, content = client.call("PUT", "/admin/v2/persistent/fz/ns/huge/partitions", body)
+    assert status == 406 and b"less than or equal to" in content, content
+    assert client.call("PUT", "/admin/v2/persistent/fz/ns/grown/partitions", b"2")[0] in (204, 409)  # 409: the 2nd case
+    assert client.call("POST", "/admin/v2/persistent/fz/ns/grown/partitions", body)[0] == 406
+    override = {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": count}
+    status, _ = client.call("POST", "/admin/v2/namespaces/fz/ns/autoTopicCreation", json.dumps(override).encode())
+    assert status == 400
+
+
+def test_kafka_partition_counts_over_the_limit_are_invalid_partitions(node):
+    admin = KafkaAdmin({"bootstrap.servers": node.bootstrap})
+    error = admin.create_topics([NewTopic("k-huge", MAX_PARTITIONS + 1)], operation_timeout=20)["k-huge"].exception(20)
+    assert error is not None and error.args[0].code() == KafkaError.INVALID_PARTITIONS
+    admin.create_topics([NewTopic("k-grown", 1)], operation_timeout=20)["k-grown"].result(20)
+    future = admin.create_partitions([NewPartitions("k-grown", MAX_PARTITIONS + 1)], operation_timeout=20)["k-grown"]
+    error = future.exception(20)
+    assert error is not None and error.args[0].code() == KafkaError.INVALID_PARTITIONS

@@ -18,7 +18,8 @@ def _tenant_info(value) -> dict:
         raise AdminError(400, "The tenant info must be a JSON object")
     roles = value.get("adminRoles") or []
     clusters = value.get("allowedClusters") or [DEFAULT_CLUSTER]
-    if not all(isinstance(x, str) for x in list(roles) + list(clusters)):
+    if not isinstance(roles, list) or not isinstance(clusters, list) or not all(
+            isinstance(x, str) for x in roles + clusters):
         raise AdminError(400, "adminRoles and allowedClusters must be lists of strings")
     return {"adminRoles": sorted(set(roles)), "allowedClusters": sorted(set(clusters))}
 

@@ -17,6 +17,7 @@ from ...meta import cas
 from ...pulsar.server import transactions
 from ...pulsar.server.existence import TopicMissing, partitions_for_client
 from ...storage import StreamExists, StreamNotFound
+from ...topics.partitioned import MAX_PARTITIONS
 from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
 from . import retention, topic_policies
 from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
@@ -97,6 +98,8 @@ def _partition_count(value) -> int:
         raise AdminError(400, "The body must be the number of partitions")
     if value <= 0:
         raise AdminError(406, "Number of partitions should be more than 0")
+    if value > MAX_PARTITIONS:
+        raise AdminError(406, f"Number of partitions should be less than or equal to {MAX_PARTITIONS}")
     return value
 
 

@@ -11,6 +11,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import ALTER, DELETE, TOPIC
+from ...topics.partitioned import MAX_PARTITIONS
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api, config_defs, routing
@@ -94,6 +95,8 @@ def _layout(service, topic) -> tuple[int, int | None]:
         return len(indexes), sizes.pop()
     if topic.num_partitions == 0 or topic.num_partitions < -1:
         raise _Refused(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.")
+    if topic.num_partitions > MAX_PARTITIONS:
+        raise _Refused(ErrorCode.invalid_partitions, f"Number of partitions must be at most {MAX_PARTITIONS}.")
     if topic.replication_factor == 0 or topic.replication_factor < -1:
         raise _Refused(ErrorCode.invalid_replication_factor,
                        "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -176,6 +179,8 @@ async def handle_create_partitions(conn, head, req):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if topic.assignments:
                 raise TopicError(39, "manual assignments are not supported")
+            if topic.count > MAX_PARTITIONS:
+                raise TopicError(ErrorCode.invalid_partitions, f"Number of partitions must be at most {MAX_PARTITIONS}.")
             if not req.validate_only:
                 before = await service.catalog.partition_count(topic.name)
                 if before is not None and topic.count > before:
