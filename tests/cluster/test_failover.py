@@ -5,9 +5,12 @@ from __future__ import annotations
 import threading
 import time
 import urllib.request
+import uuid
 
 import pulsar
 import pytest
+
+from tests.kafka.raw import RawKafka
 
 from .clients import PUBLIC, PulsarLoad, assert_exactly_once, pulsar_client, read_all
 
@@ -106,9 +109,13 @@ def test_kafka_owner_killed_under_idempotent_load(make_cluster, store):
     try:
         cluster.wait_for(lambda: acked_count() >= 300, 60, "300 records acknowledged")
 
-        # A group consumes and commits the first 60 records of each partition, then leaves.
-        group = {"bootstrap.servers": bootstrap, "group.id": "kill-group", "auto.offset.reset": "earliest",
-                 "enable.auto.commit": False}
+        owners = cluster.owners()
+        victim_name = owners[f"{PUBLIC}{topic}-partition-0"]
+        victim = cluster.broker(victim_name)
+        # A group coordinated by the victim consumes and commits the first 60 records of each partition, then
+        # leaves: after the kill its offsets are served by the next broker of the ring.
+        group = {"bootstrap.servers": bootstrap, "group.id": group_coordinated_by(cluster, victim),
+                 "auto.offset.reset": "earliest", "enable.auto.commit": False}
         consumer = Consumer(group)
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         seen = {p: 0 for p in range(partitions)}
@@ -121,9 +128,6 @@ def test_kafka_owner_killed_under_idempotent_load(make_cluster, store):
         consumer.commit(offsets=[TopicPartition(topic, p, 60) for p in range(partitions)], asynchronous=False)
         consumer.close()
 
-        owners = cluster.owners()
-        victim_name = owners[f"{PUBLIC}{topic}-partition-0"]
-        victim = cluster.broker(victim_name)
         before = acked_count()
         victim.kill()
         cluster.wait_for(lambda: cluster.owner(f"{PUBLIC}{topic}-partition-0") not in (None, victim_name), 60,
@@ -196,3 +200,20 @@ def test_partitioned_topic_survives_the_kill_of_a_partition_owner(make_cluster):
         assert_exactly_once(stored, load.acked, base)
     finally:
         client.close()
+
+
+def group_coordinated_by(cluster, broker) -> str:
+    """A fresh consumer group id whose coordinator (FindCoordinator, asked of another broker) is ``broker``."""
+    node = cluster.brokers()[broker.name]["node_id"]
+    other = next(b for b in cluster.running if b is not broker)
+    for _ in range(300):
+        group = f"kill-group-{uuid.uuid4().hex[:8]}"
+        raw = RawKafka(other.bootstrap)
+        try:
+            answer = raw.request(10, 3, key=group, key_type=0)  # FindCoordinator, key type GROUP
+        finally:
+            raw.close()
+        assert answer.error_code == 0, answer
+        if answer.node_id == node:
+            return group
+    raise AssertionError(f"no group id lands on {broker.name}")

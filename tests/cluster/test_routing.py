@@ -198,11 +198,23 @@ def test_a_topic_moved_away_and_back_serves_every_commit_and_a_zone_reader_follo
     assert got == list(enumerate(want)), (second, got)
 
 
-def test_a_broker_keeps_its_kafka_node_id_when_it_comes_back_after_kill_9(cluster):
+def _leases(broker) -> dict[str, str | None]:
+    """Cluster-wide worker -> the broker holding its lease, as ``broker`` sees it."""
+    return requests.get(f"{broker.http_url}/admin/v2/nereus/cluster", timeout=30).json()["leases"]
+
+
+def test_the_lease_holder_killed_hands_its_workers_on_and_keeps_its_kafka_node_id(cluster):
+    """kill -9 of the broker running GC and retention: another takes them; back, it has its node id."""
     before = _kafka_nodes(cluster, cluster.brokers_list[0])
     assert len({node for node, _rack in before.values()}) == 3, before
-    victim = cluster.brokers_list[1]
+    first = cluster.brokers_list[0]
+    leases = cluster.wait_for(lambda: (held := _leases(first)) and {"gc", "retention"} <= held.keys()
+                              and all(held.values()) and held, 30, "the gc and retention leases held")
+    victim = cluster.broker(leases["gc"])
+    survivor = next(b for b in cluster.brokers_list if b is not victim)
     victim.kill()
+    cluster.wait_for(lambda: all(holder not in (None, victim.name) for holder in _leases(survivor).values()), 60,
+                     f"every lease of {sorted(leases)} held by a live broker after {victim.name} was killed")
     started = time.monotonic()
     victim.launch()
     victim.wait_ready()
@@ -211,6 +223,8 @@ def test_a_broker_keeps_its_kafka_node_id_when_it_comes_back_after_kill_9(cluste
     for broker in cluster.brokers_list:
         assert cluster.wait_for(lambda: _kafka_nodes(cluster, broker) == before, 60,
                                 f"{broker.name} lists every broker with its old node id")
+    held = _leases(victim)
+    assert set(held) == set(leases) and victim.name not in held.values(), held  # no second holder came back
 
 
 def _poll_into(consumer, got: list) -> int:
