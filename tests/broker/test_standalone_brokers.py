@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 import pulsar
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.ports import port_run
 
@@ -43,7 +45,7 @@ def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Pa
     log = tmp_path / "standalone.log"
     args = ["--data-dir", str(tmp_path / "data"), "--brokers", "2", "--compaction-interval", "0",
             "--http-port", str(http), "--pulsar-port", str(pulsar_port), "--kafka-port", str(kafka),
-            "--oxia-port", str(oxia)]
+            "--oxia-port", str(oxia), "--session-timeout", "3"]
     proc = subprocess.Popen(NEREUS + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     children: list[psutil.Process] = []
     try:
@@ -74,6 +76,38 @@ def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Pa
                 reader.close()
         finally:
             client.close()
+
+        # Kafka through the first broker's port: both brokers are listed and lead partitions.
+        bootstrap = f"127.0.0.1:{kafka}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("spread", 8, 1)], operation_timeout=30)["spread"].result(timeout=60)
+        leaders = {p.leader for p in admin.list_topics("spread", timeout=30).topics["spread"].partitions.values()}
+        assert len(leaders) == 2, leaders
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        for i in range(80):
+            producer.produce("spread", b"%d" % i, partition=i % 8)
+        assert producer.flush(60) == 0
+
+        # A child broker killed (-9) is started again; every record reads back through its port.
+        [child] = children
+        child.kill()
+        child.wait(30)
+        _wait(lambda: [c.pid for c in psutil.Process(proc.pid).children(recursive=True)] not in ([], [child.pid]),
+              "the killed broker started again", proc, log)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{kafka + 1}", "group.id": "spread",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("spread", p, 0) for p in range(8)])
+        got: set[bytes] = set()
+
+        def read_all() -> bool:
+            got.update(m.value() for m in consumer.consume(100, timeout=0.5) if m.error() is None)
+            return len(got) == 80
+        try:
+            _wait(read_all, "80 records through the restarted broker", proc, log, timeout=90)
+        finally:
+            consumer.close()
+        assert "restarting it" in log.read_text()
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
