@@ -106,3 +106,19 @@ def test_a_dispatch_rate_relative_to_the_publish_rate_follows_it():
     published.record(1000, 0)
     absolute.take(50, 0)
     assert absolute.delay() == (pytest.approx(24.0), "msg")
+
+
+def test_the_request_quota_throttles_a_second_at_most_and_forgets_older_debt():
+    from nereus.kafka.server.quota_store import QuotaStore
+    from nereus.kafka.server.quotas import REQUEST, Throttles
+
+    clock = Clock()
+    store = QuotaStore(None, clock=clock)
+    store.entries = {(("client-id", "busy"),): {"request_percentage": 10.0}}  # 100 ms of handling a second
+    throttles = Throttles(store, clock=clock)
+    assert throttles.record(REQUEST, None, "busy", 100) == 0  # one second's share, in one request
+    assert throttles.record(REQUEST, None, "busy", 50) == 500
+    assert throttles.record(REQUEST, None, "busy", 5000) == 1000  # not 50 s: bounded as in Kafka
+    clock.now += 1
+    assert throttles.record(REQUEST, None, "busy", 0) == 0
+    assert throttles.record(REQUEST, None, "other", 5000) == 0  # no quota for this client

@@ -10,8 +10,8 @@ per IP address for connections, enforced as a Kafka broker does:
 - ``request_percentage`` (KIP-124): the share of one request-handling thread's time a
   client's requests may take (100 = a whole thread); the time spent handling each
   request (not a long poll's or a durable append's wait) is counted, and a client over
-  its share gets the throttle time on that response and is muted. ApiVersions and
-  the SASL requests are exempt.
+  its share gets the throttle time on that response and is muted (at most a second,
+  as Kafka bounds it to its quota window). ApiVersions and the SASL requests are exempt.
 - ``controller_mutation_rate`` (KIP-599): partitions created (CreateTopics,
   CreatePartitions) or deleted (DeleteTopics) a second. Once a client is over it, the
   topics of its next request are refused with THROTTLING_QUOTA_EXCEEDED (from
@@ -43,6 +43,9 @@ PRODUCE, FETCH = "producer_byte_rate", "consumer_byte_rate"
 REQUEST, MUTATION = "request_percentage", "controller_mutation_rate"
 #: Tokens a quota's unit is worth a second: request_percentage counts milliseconds of handling.
 _SCALE = {REQUEST: 10.0}
+#: The longest throttle time a quota gives (and the debt it keeps): Kafka bounds the request
+#: quota's to its one-second window, so a burst is not paid for long after.
+_MAX_THROTTLE_SECONDS = {REQUEST: 1.0}
 EXACT, DEFAULT, ANY = 0, 1, 2  # DescribeClientQuotas match types
 _MAX_IDLE_BUCKETS = 1024
 
@@ -83,6 +86,9 @@ class Throttles:
         if bucket is None:
             return 0
         bucket.take(size)
+        bound = _MAX_THROTTLE_SECONDS.get(key)
+        if bound is not None:
+            bucket.tokens = max(bucket.tokens, -bucket.rate * bound)
         return _ms(bucket.delay())
 
     def owed(self, key: str, user: str | None, client_id: str | None) -> int:
