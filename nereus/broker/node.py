@@ -21,6 +21,7 @@ from pathlib import Path
 from ..auth import Authenticator, AuthSettings
 from ..auth.authorization import Authorizer
 from ..kafka.server import KafkaService
+from ..kafka.server.share_groups import STREAMS_PREFIX
 from ..meta import MetadataStore
 from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_BYTES_PER_BROKER,
                           DEFAULT_MAX_PENDING_PUBLISH_REQUESTS, PendingBudget,
@@ -299,6 +300,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                                                   if p != "PLAINTEXT"))
     membership = Membership(meta, address)
     follow_policies(pulsar, membership)  # policy changes made through other brokers
+    # Share-group offsets altered or deleted through another broker (the group's coordinator).
+    membership.on_note(STREAMS_PREFIX, kafka.share_groups.note_cursor)
     placement = ClusterPlacement(meta, membership, rebalance_delay=options.rebalance_delay,
                                  dead_owner_wait=options.session_timeout + 2)
     placement.bind(registry)

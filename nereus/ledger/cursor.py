@@ -204,6 +204,31 @@ class Cursor:
             self._fence(str(exc))
         self._version_id = res.version.version_id
 
+    @property
+    def version_id(self) -> int | None:
+        """Version of the record as this copy last read or wrote it (None: absent)."""
+        return self._version_id
+
+    async def verify(self) -> bool:
+        """False, and this copy fenced for good, if someone else wrote or deleted the
+        durable record since this copy last read or wrote it.
+
+        Waits for this copy's own write in flight, whose new version is not someone else's.
+        """
+        if not self.durable or self.fenced:
+            return not self.fenced
+        async with self._lock:
+            rec = await self.meta.get(cursor_key(self.stream_id, self.name),
+                                      partition_key=stream_partition(self.stream_id))
+            found = rec.version.version_id if rec is not None else None
+            if found == self._version_id:
+                return True
+            try:
+                self._fence(f"version {found}, not {self._version_id}")
+            except CursorFenced:
+                pass
+            return False
+
     def _fence(self, why: str) -> None:
         self.fenced = True
         error = CursorFenced(f"cursor {self.name!r} of stream {self.stream_id} was written by another owner ({why})")

@@ -32,6 +32,7 @@ from urllib.parse import quote, unquote
 
 from ...ledger.cursor import Cursor
 from ...ledger.errors import CursorFenced
+from ...meta import Notification
 from . import config_defs as defs
 from .share_group import ShareGroupState
 from .share_partition import SharePartition
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 MAX_LOCKS = "group.share.partition.max.record.locks"
 MAX_SESSION_EPOCH = 0x7FFFFFFF
 SHARE_GROUPS_ROOT = "/nereus/kafka/share-groups/"
+STREAMS_PREFIX = "/nereus/s/"  # where cursor records live (``ledger.cursor.cursor_key``)
+CURSOR_INFIX = "/cursor/"
 _END = "\U0010ffff"
 
 
@@ -74,6 +77,10 @@ class ShareGroups:
         self._loading: dict[tuple[str, str, int], asyncio.Lock] = {}
         self._changed = asyncio.Event()
         self._recorded: set[str] = set()  # groups whose record this broker has seen or written
+        # (group, stream id) of loaded share-partitions whose cursor may have been written
+        # elsewhere (AlterShareGroupOffsets / DeleteShareGroupOffsets on the group's
+        # coordinator): checked against the metadata plane on next use.
+        self.suspects: set[tuple[str, int]] = set()
 
     # -- the stored list of share groups -------------------------------------------------------
     async def record(self, group_id: str) -> None:
@@ -130,13 +137,40 @@ class ShareGroups:
                 self.notify()
 
     # -- share-partitions ------------------------------------------------------------------------
+    def note_cursor(self, note: Notification) -> None:
+        """A metadata notification of a key under the streams' root: when it is the cursor
+        of a share-partition loaded here and not this broker's own last write of it, the
+        share-partition is checked before its next use (another broker altered or
+        deleted the group's offsets)."""
+        if not self.partitions or CURSOR_INFIX not in note.key:
+            return
+        head, _, quoted = note.key.rpartition(CURSOR_INFIX)
+        try:
+            stream_id = int(head.rsplit("/", 1)[1])
+        except ValueError:
+            return
+        group_id = unquote(quoted)
+        for (group, _, _), (sid, sp) in self.partitions.items():
+            if group == group_id and sid == stream_id and (note.version_id is None
+                                                           or note.version_id != sp.cursor.version_id):
+                self.suspects.add((group, sid))
+
+    def suspect_group(self, group_id: str) -> None:
+        """Check each loaded share-partition of ``group_id`` before its next use."""
+        self.suspects.update((g, sid) for (g, _, _), (sid, _) in self.partitions.items() if g == group_id)
+
     async def share_partition(self, group_id: str, topic: str, part, settings: ShareSettings) -> SharePartition:
-        """The share-partition of ``group_id`` on the loaded partition ``part``, its cursor opened."""
+        """The share-partition of ``group_id`` on the loaded partition ``part``, its cursor opened
+        (again, if its durable record changed elsewhere since it was loaded here)."""
         key = (group_id, topic, part.index)
         lock = self._loading.setdefault(key, asyncio.Lock())
         async with lock:
             held = self.partitions.get(key)
             stream_id = part.handle.stream_id
+            if held is not None and (group_id, held[0]) in self.suspects:
+                self.suspects.discard((group_id, held[0]))
+                if not await held[1].cursor.verify():
+                    log.info("kafka: share group %s: %s-%d changed elsewhere; reloaded", group_id, topic, part.index)
             if held is None or held[0] != stream_id or held[1].cursor.fenced:
                 await self.record(group_id)
                 cursor, created = await Cursor.open(
@@ -172,6 +206,9 @@ class ShareGroups:
 
     # -- share sessions ---------------------------------------------------------------------------
     def open_session(self, group_id: str, member_id: str) -> ShareSession:
+        # A member (re)joining: the group may have been empty, and its offsets altered
+        # through another broker, since this broker loaded its share-partitions.
+        self.suspect_group(group_id)
         if (group_id, member_id) in self.sessions:
             self.member_gone(group_id, member_id)
         session = self.sessions[(group_id, member_id)] = ShareSession()
@@ -188,9 +225,10 @@ class ShareGroups:
         """
         if any(g == group_id for g, _ in self.sessions):
             return
-        for key, (_, sp) in list(self.partitions.items()):
+        for key, (sid, sp) in list(self.partitions.items()):
             if key[0] == group_id and not sp.in_flight and not sp.cursor.dirty:
                 del self.partitions[key]
+                self.suspects.discard((group_id, sid))
                 lock = self._loading.get(key)
                 if lock is not None and not lock.locked():
                     del self._loading[key]
@@ -212,5 +250,5 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch >= MAX_SESSION_EPOCH else epoch + 1
 
 
-__all__ = ["MAX_LOCKS", "SHARE_GROUPS_ROOT", "ShareGroups", "ShareSession",
+__all__ = ["MAX_LOCKS", "SHARE_GROUPS_ROOT", "STREAMS_PREFIX", "ShareGroups", "ShareSession",
            "ShareSettings", "next_epoch"]

@@ -6,7 +6,10 @@ that partition's stream (``share_groups.py``): its start offset (SPSO) is what t
 cursor acknowledged below. Altering sets the cursor there (everything below counts as
 delivered, nothing above); deleting drops the cursor, so the next member starts
 afresh (``share.auto.offset.reset``). Both need the group empty, as Kafka's do, and
-drop this broker's loaded copy of the share-partition so it is read again.
+drop this broker's loaded copy of the share-partition so it is read again; the
+broker owning the partition, when another one, hears of the write through the
+metadata plane's notifications and checks its copy before using it again
+(``ShareGroups.note_cursor``), as it does whenever a member opens a share session.
 """
 
 from __future__ import annotations
