@@ -105,6 +105,36 @@ def test_pulsar_lookup_redirects_to_the_owner_and_a_non_owner_refuses_producers_
             assert (kind, body.partitions) == ("PARTITIONED_METADATA_RESPONSE", partitions), (broker.name, body)
 
 
+def test_broker_admin_lists_failure_domains_owned_namespaces_version_and_readiness(cluster):
+    owner, other = cluster.brokers_list[0], cluster.brokers_list[2]
+    ids = {b.name: f"127.0.0.1:{b.ports['http']}" for b in cluster.brokers_list}
+    domains = requests.get(f"{other.http_url}/admin/v2/clusters/standalone/failureDomains", timeout=30).json()
+    assert {zone: sorted(d["brokers"]) for zone, d in domains.items()} == \
+        {"a": sorted([ids["b1"], ids["b2"]]), "b": [ids["b3"]]}, domains
+    assert requests.get(f"{other.http_url}/admin/v2/clusters/standalone/failureDomains/b",
+                        timeout=30).json() == {"brokers": [ids["b3"]]}
+    assert requests.get(f"{other.http_url}/admin/v2/clusters/standalone/failureDomains/c",
+                        timeout=30).status_code == 404
+
+    prefix = f"public/default/{uuid.uuid4().hex[:8]}"
+    topic = next(t for t in (f"persistent://{prefix}-{i}" for i in range(1000))
+                 if _ring(cluster).owner(t) == owner.name)
+    namespace = prefix.rsplit("/", 1)[0]
+    _pulsar_call(owner.ports["pulsar"], pb.CommandProducer(topic=topic, producer_id=1, request_id=1))
+    path = f"/admin/v2/brokers/standalone/{ids[owner.name]}/ownedNamespaces"
+    redirected = requests.get(other.http_url + path, allow_redirects=False, timeout=30)
+    assert redirected.status_code == 307 and redirected.headers["Location"] == owner.http_url + path
+    owned = requests.get(other.http_url + path, timeout=30).json()
+    assert owned[f"{namespace}/0x00000000_0xffffffff"]["broker_assignment"] == "primary", owned
+    assert requests.get(f"{other.http_url}/admin/v2/brokers/standalone/127.0.0.1:1/ownedNamespaces",
+                        timeout=30).status_code == 404
+
+    for broker in cluster.brokers_list:
+        assert requests.get(f"{broker.http_url}/admin/v2/brokers/ready", timeout=30).text == "ok"
+        version = requests.get(f"{broker.http_url}/admin/v2/brokers/version", timeout=30)
+        assert version.status_code == 200 and version.text[:1].isdigit(), version.text
+
+
 def _kafka_nodes(cluster: Cluster, via) -> dict[str, tuple[int, str]]:
     """Broker name -> (Kafka node id, rack), as DescribeCluster on ``via`` lists them."""
     from confluent_kafka.admin import AdminClient

@@ -2,7 +2,13 @@
 
 - ``GET /admin/v2/clusters``: ``[cluster name]``; ``GET /admin/v2/clusters/{cluster}``: its ClusterData
   (this broker's service URLs).
+- ``GET /admin/v2/clusters/{cluster}/failureDomains[/{domain}]``: the zones as Pulsar's failure
+  domains, each with its live brokers (``{"a": {"brokers": [...]}}``); zones are set per broker
+  (``--zone``), so these are read-only.
 - ``GET /admin/v2/brokers/{cluster}``: the live brokers as Pulsar names them (``host:httpPort``).
+- ``GET /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces``: the namespaces (one bundle each)
+  of the topics that broker owns; asked of another broker, a 307 to that one.
+- ``GET /admin/v2/brokers/version`` | ``/ready``: the Nereus version | ``ok`` once serving.
 - ``GET /admin/v2/brokers/leaderBroker``: the holder of the ``gc`` lease. Nereus has no leader
   election: each cluster-wide worker has its own lease, and ``gc`` always runs.
 - ``POST /admin/v2/brokers/drain`` | ``/undrain``: this broker hands every topic over and takes no
@@ -15,6 +21,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from urllib.parse import urlsplit
 
@@ -83,6 +90,48 @@ async def list_brokers(request: web.Request) -> web.Response:
     return web.json_response(sorted(broker_id(r.address) for r in _records(ctx)))
 
 
+async def failure_domains(request: web.Request) -> web.Response:
+    ctx = context(request)
+    _require_cluster(ctx, request.match_info["cluster"])
+    domains: dict[str, dict[str, list[str]]] = {}
+    for record in _records(ctx):
+        domains.setdefault(record.address.zone, {"brokers": []})["brokers"].append(broker_id(record.address))
+    wanted = request.match_info.get("domain")
+    if wanted is None:
+        return web.json_response(domains)
+    if wanted not in domains:
+        raise AdminError(404, f"Domain {wanted} for cluster {ctx.cluster_name} does not exist")
+    return web.json_response(domains[wanted])
+
+
+async def owned_namespaces(request: web.Request) -> web.Response:
+    ctx = context(request)
+    _require_cluster(ctx, request.match_info["cluster"])
+    wanted = request.match_info["broker"]
+    target = next((r.address for r in _records(ctx) if wanted in (r.address.name, broker_id(r.address))), None)
+    if target is None:
+        raise AdminError(404, f"Broker {wanted} is not live in the cluster")
+    if target.name != ctx.placement.local.name:
+        raise web.HTTPTemporaryRedirect(target.http_url + request.path_qs)
+    namespaces = sorted({topic.split("://", 1)[-1].rsplit("/", 1)[0] for topic in getattr(ctx.placement, "owned", ())})
+    status = {"broker_assignment": "primary", "is_controlled": False, "is_active": True}
+    return web.json_response({f"{ns}/0x00000000_0xffffffff": status for ns in namespaces})
+
+
+async def version(request: web.Request) -> web.Response:
+    context(request)
+    try:
+        text = importlib.metadata.version("nereus")
+    except importlib.metadata.PackageNotFoundError:
+        text = "unknown"
+    return web.Response(text=text)
+
+
+async def ready(request: web.Request) -> web.Response:
+    context(request)  # answers once the admin API is attached, i.e. the listeners serve
+    return web.Response(text="ok")
+
+
 async def leader_broker(request: web.Request) -> web.Response:
     ctx = context(request)
     holder = (await _leases(ctx)).get("gc")
@@ -146,11 +195,16 @@ async def owned_topics(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/admin/v2/clusters", list_clusters)
     router.add_get("/admin/v2/clusters/{cluster}", get_cluster)
+    router.add_get("/admin/v2/clusters/{cluster}/failureDomains", failure_domains)
+    router.add_get("/admin/v2/clusters/{cluster}/failureDomains/{domain}", failure_domains)
     # Before ``/brokers/{cluster}``: routes match in the order they were added.
     router.add_get("/admin/v2/brokers/leaderBroker", leader_broker)
+    router.add_get("/admin/v2/brokers/version", version)
+    router.add_get("/admin/v2/brokers/ready", ready)
     router.add_post("/admin/v2/brokers/drain", drain)
     router.add_post("/admin/v2/brokers/undrain", undrain)
     router.add_get("/admin/v2/brokers/{cluster}", list_brokers)
+    router.add_get("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", owned_namespaces)
     router.add_post("/admin/v2/brokers/{cluster}/{broker}/{action:drain|undrain}", drain_broker)
     router.add_get("/admin/v2/nereus/cluster", cluster_view)
     router.add_get("/admin/v2/nereus/owned-topics", owned_topics)
