@@ -13,7 +13,9 @@ messages acknowledged over the wall time; p99: send-to-acknowledgement latency
 of each message), then one consumer reads them back (messages over the time to
 the last). Variants run interleaved, ``--rounds`` times each, and the median round
 is reported with its ratio to the plaintext variant of the same protocol (target
->= 0.8).
+>= 0.8). Each phase's CPU time (broker process plus this process, where the client
+runs) is reported too: on cores shared with other jobs the wall-time ratios
+scatter, the CPU a message costs much less so.
 
 Usage: .venv/bin/python bench/tls_overhead.py [--messages 50000] [--rounds 3]
 The last line is ``key=value`` pairs.
@@ -36,10 +38,21 @@ import jwt
 import pulsar
 from confluent_kafka import Consumer, Producer
 
-from _procs import free_port, start_nereus, wait_port  # bench/ is on sys.path
+from _procs import cpu_seconds, free_port, start_nereus, wait_port  # bench/ is on sys.path
 
 SIZE = 1024
 SECRET = os.urandom(32)
+BROKER_PID: list[int] = []  # the standalone's, once started
+
+
+def cpu_now() -> tuple[float, float]:
+    """(broker, client) CPU seconds so far."""
+    return cpu_seconds(BROKER_PID[0]), cpu_seconds()
+
+
+def cpu_since(start: tuple[float, float]) -> tuple[float, float]:
+    now = cpu_now()
+    return now[0] - start[0], now[1] - start[1]
 
 
 def make_cert(directory: Path) -> tuple[Path, Path]:
@@ -60,8 +73,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # -- pulsar -----------------------------------------------------------------------------------
-def pulsar_round(url: str, count: int, *, auth=None, ca: Path | None = None) -> tuple[float, float, float]:
-    """(produce msgs/s, produce p99 ms, consume msgs/s)."""
+def pulsar_round(url: str, count: int, *, auth=None, ca: Path | None = None) -> dict:
+    """produce msgs/s, produce p99 ms, consume msgs/s, and each phase's (broker, client) CPU seconds."""
     options = dict(io_threads=1, operation_timeout_seconds=30, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     if auth is not None:
         options["authentication"] = auth
@@ -88,27 +101,32 @@ def pulsar_round(url: str, count: int, *, auth=None, ca: Path | None = None) -> 
                     done.set()
         return callback
 
+    cpu = cpu_now()
     start = time.perf_counter()
     for _ in range(count):
         producer.send_async(payload, receipt(time.perf_counter()))
     producer.flush()
     done.wait(300)
     produce = count / (time.perf_counter() - start)
+    produce_cpu = cpu_since(cpu)
     # Subscribed only now: the consumer reads stored messages, not ones pushed while producing.
     consumer = client.subscribe(topic, "bench", receiver_queue_size=5000,
                                 initial_position=pulsar.InitialPosition.Earliest)
+    cpu = cpu_now()
     start = time.perf_counter()
     last = None
     for _ in range(count):
         last = consumer.receive(timeout_millis=60000)
     consume = count / (time.perf_counter() - start)
+    consume_cpu = cpu_since(cpu)
     consumer.acknowledge_cumulative(last)
     client.close()
-    return produce, _percentile(latencies, 0.99) * 1000, consume
+    return dict(produce=produce, p99=_percentile(latencies, 0.99) * 1000, consume=consume,
+                produce_cpu=produce_cpu, consume_cpu=consume_cpu)
 
 
 # -- kafka ------------------------------------------------------------------------------------
-def kafka_round(conf: dict, count: int) -> tuple[float, float, float]:
+def kafka_round(conf: dict, count: int) -> dict:
     topic = f"tls-{uuid.uuid4().hex[:8]}"
     producer = Producer({**conf, "linger.ms": 5, "batch.size": 131072, "queue.buffering.max.messages": 200000,
                          "acks": "all"})
@@ -121,6 +139,7 @@ def kafka_round(conf: dict, count: int) -> tuple[float, float, float]:
     producer.produce(topic, b"warm-up")  # creates the topic before the clock starts
     producer.flush(60)
     latencies.clear()
+    cpu = cpu_now()
     start = time.perf_counter()
     for _ in range(count):
         while True:
@@ -132,9 +151,11 @@ def kafka_round(conf: dict, count: int) -> tuple[float, float, float]:
         producer.poll(0)
     producer.flush(300)
     produce = count / (time.perf_counter() - start)
+    produce_cpu = cpu_since(cpu)
     consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "fetch.max.bytes": 8 << 20})
     consumer.subscribe([topic])
+    cpu = cpu_now()
     got = 0
     start = last = None
     deadline = time.monotonic() + 300
@@ -145,8 +166,10 @@ def kafka_round(conf: dict, count: int) -> tuple[float, float, float]:
                 start = start or last
                 got += 1
     consume = (got - 1) / (last - start) if start and last > start else 0.0
+    consume_cpu = cpu_since(cpu)  # from the subscription: the group join's CPU is small
     consumer.close()
-    return produce, _percentile(latencies, 0.99) * 1000, consume
+    return dict(produce=produce, p99=_percentile(latencies, 0.99) * 1000, consume=consume,
+                produce_cpu=produce_cpu, consume_cpu=consume_cpu)
 
 
 def main() -> None:
@@ -169,6 +192,7 @@ def main() -> None:
         f"SASL_PLAINTEXT://127.0.0.1:{ports['sasl']},SASL_SSL://127.0.0.1:{ports['sasl_ssl']}\n"
         "saslAllowedMechanisms=PLAIN\n")
     proc, base_ports = start_nereus(work, ["--compaction-interval", "0", "--config", str(config)])
+    BROKER_PID.append(proc.pid)
     try:
         for port in ports.values():
             wait_port(port, proc)
@@ -191,30 +215,55 @@ def main() -> None:
             "kafka_sasl_ssl": lambda: kafka_round({"bootstrap.servers": f"localhost:{ports['sasl_ssl']}",
                                                    "security.protocol": "SASL_SSL", **tls, **sasl}, args.messages),
         }
-        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
+        results: dict[str, list[dict]] = {name: [] for name in variants}
         for round_no in range(args.rounds):
             for name, run in variants.items():
-                results[name].append(run())
-                produce, p99, consume = results[name][-1]
-                print(f"round {round_no + 1} {name}: produce {produce:,.0f} msg/s p99 {p99:.1f} ms, "
-                      f"consume {consume:,.0f} msg/s", flush=True)
+                r = run()
+                results[name].append(r)
+                print(f"round {round_no + 1} {name}: produce {r['produce']:,.0f} msg/s p99 {r['p99']:.1f} ms "
+                      f"(cpu broker {r['produce_cpu'][0]:.2f} s, client {r['produce_cpu'][1]:.2f} s), "
+                      f"consume {r['consume']:,.0f} msg/s (cpu {r['consume_cpu'][0]:.2f} s, "
+                      f"{r['consume_cpu'][1]:.2f} s)", flush=True)
     finally:
         proc.terminate()
         proc.wait(60)
+    report(results)
+
+
+def report(results: dict[str, list[dict]]) -> None:
+    """The median round of each variant, with its ratios to the plaintext variant of its protocol.
+
+    ``ratio``: median over median; ``spread``: the lowest and highest of the per-round
+    ratios (each round's variant over the same round's plaintext). ``cpu ratio``: the
+    plaintext variant's CPU time (broker + client, medians) over this one's, the
+    throughput ratio a CPU-bound machine would show; ``broker ms``: broker CPU of the phase.
+    """
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[name])
+
+    def med_cpu(name: str, key: str, which: int | None = None) -> float:
+        return statistics.median(sum(r[key]) if which is None else r[key][which] for r in results[name])
+
     summary = {}
-    print(f"\n{'variant':18} {'produce msg/s':>14} {'ratio':>6} {'p99 ms':>8} {'consume msg/s':>14} {'ratio':>6}")
-    for name, rounds in results.items():
-        produce = statistics.median(r[0] for r in rounds)
-        p99 = statistics.median(r[1] for r in rounds)
-        consume = statistics.median(r[2] for r in rounds)
+    print(f"\n{'variant':16} {'produce/s':>9} {'ratio':>5} {'spread':>9} {'p99 ms':>7} {'broker ms':>9} {'cpu ratio':>9}"
+          f" {'consume/s':>9} {'ratio':>5} {'spread':>9} {'broker ms':>9} {'cpu ratio':>9}")
+    for name in results:
         base = name.split("_")[0] + "_plain"
-        base_produce = statistics.median(r[0] for r in results[base])
-        base_consume = statistics.median(r[2] for r in results[base])
-        print(f"{name:18} {produce:14,.0f} {produce / base_produce:6.2f} {p99:8.1f} {consume:14,.0f} "
-              f"{consume / base_consume:6.2f}")
-        summary.update({f"{name}_produce": round(produce), f"{name}_p99_ms": round(p99, 1),
-                        f"{name}_consume": round(consume), f"{name}_produce_ratio": round(produce / base_produce, 2),
-                        f"{name}_consume_ratio": round(consume / base_consume, 2)})
+        row = {"produce": med(name, "produce"), "p99_ms": med(name, "p99"), "consume": med(name, "consume")}
+        spread = {}
+        for phase in ("produce", "consume"):
+            row[f"{phase}_ratio"] = row[phase] / med(base, phase)
+            per_round = [r[phase] / b[phase] for r, b in zip(results[name], results[base]) if b[phase]]
+            spread[phase] = f"{min(per_round):.2f}-{max(per_round):.2f}"
+            row[f"{phase}_broker_cpu_ms"] = med_cpu(name, f"{phase}_cpu", 0) * 1000
+            cpu = med_cpu(name, f"{phase}_cpu")
+            row[f"{phase}_cpu_ratio"] = med_cpu(base, f"{phase}_cpu") / cpu if cpu else float("nan")
+        print(f"{name:16} {row['produce']:9,.0f} {row['produce_ratio']:5.2f} {spread['produce']:>9} "
+              f"{row['p99_ms']:7.1f} {row['produce_broker_cpu_ms']:9.0f} {row['produce_cpu_ratio']:9.2f} "
+              f"{row['consume']:9,.0f} {row['consume_ratio']:5.2f} {spread['consume']:>9} "
+              f"{row['consume_broker_cpu_ms']:9.0f} {row['consume_cpu_ratio']:9.2f}")
+        summary.update({f"{name}_{key}": round(value, 2 if "ratio" in key else 1 if "ms" in key else None)
+                        for key, value in row.items()})
     print(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
