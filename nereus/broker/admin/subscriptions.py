@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ...ledger.errors import CursorFenced
 from ...ledger.subscription import SubType
 from ...pulsar.server import positions
 from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
@@ -68,12 +69,23 @@ def _position(topic, mid) -> int:
     return min(max(position, topic.handle.start_offset()), topic.handle.next_offset())
 
 
+async def _persist(topic, sub: str, dispatcher) -> None:
+    """Write the moved cursor. A concurrent request that deleted or moved the subscription
+    meanwhile fenced this copy (which the topic then drops): 404 or 409, not a 500."""
+    try:
+        await dispatcher.sub.cursor.persist()
+    except CursorFenced:
+        if sub not in await _names(topic):
+            raise AdminError(404, "Subscription not found") from None
+        raise AdminError(409, "The subscription was changed by another request; try again") from None
+
+
 async def reset(topic, sub: str, position: int) -> None:
     """Move a subscription; its consumers are disconnected and come back at ``position``."""
     dispatcher = await _dispatcher(topic, sub)
     close_consumers(dispatcher)
     dispatcher.reset(position)
-    await dispatcher.sub.cursor.persist()
+    await _persist(topic, sub, dispatcher)
 
 
 # -- handlers -----------------------------------------------------------------------------
@@ -163,7 +175,7 @@ async def skip(request: web.Request) -> web.Response:
     dispatcher = await _dispatcher(topic, sub)
     await topic.handle.refresh()
     _skip(dispatcher, topic.handle.next_offset(), count)
-    await dispatcher.sub.cursor.persist()
+    await _persist(topic, sub, dispatcher)
     return no_content()
 
 
@@ -174,7 +186,7 @@ async def skip_all(request: web.Request) -> web.Response:
         dispatcher = await _dispatcher(topic, sub)
         await topic.handle.refresh()
         _skip(dispatcher, topic.handle.next_offset(), None)
-        await dispatcher.sub.cursor.persist()
+        await _persist(topic, sub, dispatcher)
     return no_content()
 
 
