@@ -7,6 +7,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -409,8 +410,9 @@ LISTENER_SETTINGS = {"http": "--http-port (webServicePort)", "pulsar": "--pulsar
                      "https": "--https-port (webServicePortTls)", "kafka-ssl": "--kafka-ssl-port (kafkaListeners)"}
 
 
-def _check_object_store(url: str) -> None:
-    """Refuse a malformed object-store URL, or a local directory this process cannot write, before start-up."""
+def _check_object_store(url: str, timeout: float) -> None:
+    """Refuse, before start-up, a malformed object-store URL, a local directory this process cannot
+    write, or an S3 bucket that does not take a conditional write within ``timeout`` seconds."""
     import re
     import tempfile
     from urllib.parse import unquote, urlsplit
@@ -420,9 +422,11 @@ def _check_object_store(url: str) -> None:
     if "://" not in url and re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
         raise click.ClickException(f"malformed object store URL {url!r} (expected scheme://...)")
     try:
-        open_object_store(url)  # parses only: no I/O until first use
+        store = open_object_store(url)  # parses only: no I/O until first use
     except UnsupportedStoreUrl as exc:
         raise click.ClickException(str(exc)) from None
+    if "://" in url and urlsplit(url).scheme.lower() == "s3":
+        _probe_s3(url, store, timeout)
     if "://" in url and urlsplit(url).scheme.lower() != "file":
         return
     directory = Path(unquote(urlsplit(url).path) if "://" in url else url).resolve()
@@ -432,6 +436,51 @@ def _check_object_store(url: str) -> None:
     except OSError as exc:
         raise click.ClickException(f"object store directory {directory} is not writable: "
                                    f"{exc.strerror or exc}") from None
+
+
+_object_store_timeout = click.option(
+    "--object-store-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
+    help="Seconds an s3:// object store may take to answer the start-up check (a probe object written and "
+         "deleted) before start-up gives up.")
+
+
+def _probe_s3(url: str, store, timeout: float) -> None:
+    """Write and delete a probe object, so a wrong bucket, endpoint or credentials stop start-up here
+    rather than failing the first produce (the probe also checks conditional puts, which storage needs)."""
+    from .objstore import ObjectStoreError, open_object_store
+    from .tasks import wait_for
+
+    async def probe() -> bool:
+        # The client itself gives up after ``timeout``: a request still running in obstore's
+        # threads when the process exits could abort it. The outer bound is a guard only.
+        probing = open_object_store(url, retry_timeout=timeout)
+        try:
+            return await wait_for(probing.verify_conditional_put(), timeout + 30)
+        finally:
+            await probing.close()
+            await store.close()
+
+    where = f"cannot use the object store {url.split('?', 1)[0]} (gave up after {timeout:g} s)"
+    try:
+        conditional = asyncio.run(probe())
+    except TimeoutError:
+        _exit_now(f"{where}: no answer")
+    except ObjectStoreError as exc:
+        _exit_now(f"{where}: {exc}")
+    if not conditional:
+        _exit_now(f"{where}: the endpoint ignores If-None-Match on PUT (conditional writes), which the storage "
+                  "needs")
+
+
+def _exit_now(message: str) -> None:
+    """Print a one-line error as click does and exit 1 without tearing the interpreter down: after a
+    failed request obstore's runtime threads may still be busy, and one touching the interpreter while it
+    is finalized aborts the process (SIGABRT) instead of exiting 1."""
+    click.echo(f"Error: {message}", err=True)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = None,
@@ -466,6 +515,7 @@ def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = N
 @click.option("--oxia-port", type=click.IntRange(0, 65535), default=6648, show_default=True)
 @click.option("--object-store", default=None, help="Object store URL (file://, s3://, memory://). "
               "Default: file://DATA_DIR/objects")
+@_object_store_timeout
 @click.option("--metadata-shards", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Shards of a new metadata namespace (one fsync stream each; 1 suits a single machine).")
 @click.option("--brokers", type=click.IntRange(1, 256), default=1, show_default=True,
@@ -485,7 +535,7 @@ def standalone(**kwargs) -> None:
         raise click.UsageError("--advertised-listeners names one broker's addresses: run the brokers of a cluster "
                                "with `nereus broker`, each with its own")
     if object_store:
-        _check_object_store(object_store)
+        _check_object_store(object_store, kwargs["object_store_timeout"])
     try:
         lock_data_dir(data_dir)  # before anything opens there; held until the process ends
     except DataDirLocked as exc:
@@ -504,6 +554,7 @@ def standalone(**kwargs) -> None:
                    "&cert=FILE&key=FILE] (required; or metadataStoreUrl).")
 @click.option("--object-store", default=None, help="The cluster's object store: s3://bucket/prefix?... or a "
               "file:// directory every broker shares (required; or objectStoreUrl).")
+@_object_store_timeout
 @click.option("--metadata-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
               help="Seconds to keep retrying an unreachable metadata service before giving up.")
 @_broker_options
@@ -524,7 +575,7 @@ def broker(**kwargs) -> None:
     metadata = _metadata_trust(metadata, kwargs["tls_trust_certs_file"])
     if object_store.startswith("memory:"):
         raise click.ClickException("a memory:// object store cannot be shared by brokers; use file:// or s3://")
-    _check_object_store(object_store)
+    _check_object_store(object_store, kwargs["object_store_timeout"])
     _serve(run_broker(metadata, object_store, _options_of(kwargs), session_timeout=kwargs["session_timeout"],
                       metadata_timeout=metadata_timeout), metadata, metadata_timeout)
 

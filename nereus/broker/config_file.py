@@ -237,6 +237,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("dataDir", "data_dir", _text, frozenset({STANDALONE}), doc="Metadata and local object store files."),
     Key("oxiaPort", "oxia_port", _int, frozenset({STANDALONE}), doc="Oxia protocol (metadata) port."),
     Key("objectStoreUrl", "object_store", _text, doc="file://, s3:// or memory:// object store."),
+    Key("objectStoreTimeoutSeconds", "object_store_timeout", _float,
+        doc="Seconds an s3:// object store may take to answer the start-up check."),
     Key("metadataShards", "metadata_shards", _int, frozenset({STANDALONE}), doc="Shards of a new namespace."),
     Key("numBrokers", "brokers", _int, frozenset({STANDALONE}), doc="Broker processes to run."),
     Key("availabilityZone", "zone", _text, doc="Availability zone (Kafka rack) of the broker."),

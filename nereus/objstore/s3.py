@@ -12,8 +12,10 @@ holds this very data. Callers that must tell the two apart compare contents.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -23,6 +25,7 @@ from obstore.store import S3Store
 from nereus.objstore._common import Payload, as_chunks, check_range, validate_key
 from nereus.objstore.api import ObjectInfo, ObjectStore
 from nereus.objstore.errors import ObjectExists, ObjectNotFound, ObjectStoreError, UnsupportedStoreUrl
+from nereus.tasks import wait_for
 
 #: option -> environment variables consulted when the option is not given.
 ENV_FALLBACKS: dict[str, tuple[str, ...]] = {
@@ -33,13 +36,16 @@ ENV_FALLBACKS: dict[str, tuple[str, ...]] = {
     "session_token": ("AWS_SESSION_TOKEN",),
     "allow_http": ("AWS_ALLOW_HTTP",),
 }
-OPTIONS = frozenset(ENV_FALLBACKS) | {"verify_conditional_put"}
+#: ``retry_timeout``: seconds after which a failing request is not retried again (and each
+#: request's own time limit); obstore's default is 3 minutes of retries.
+OPTIONS = frozenset(ENV_FALLBACKS) | {"verify_conditional_put", "retry_timeout"}
 _BOOL_OPTIONS = ("allow_http", "verify_conditional_put")
 
 # AWS answers 409 ConditionalRequestConflict when conditional writes to one key race;
 # the documented remedy is to retry (the retry then wins or gets 412).
 _CONFLICT_RETRIES = 5
 _CONFLICT_BACKOFF = 0.05  # seconds, doubled per retry
+_PROBE_CLEANUP_SECONDS = 2.0
 
 
 def _parse_bool(name: str, value: object) -> bool:
@@ -76,6 +82,7 @@ class S3ObjectStore(ObjectStore):
         session_token: str | None = None,
         allow_http: bool | None = None,
         verify_conditional_put: bool = True,
+        retry_timeout: float | None = None,
         client: Any = None,
     ) -> None:
         self.bucket = bucket
@@ -95,11 +102,18 @@ class S3ObjectStore(ObjectStore):
             }
             if allow_http is None:  # an http:// endpoint is an explicit request for plain HTTP
                 allow_http = bool(endpoint and endpoint.startswith("http://"))
+            client_options: dict[str, Any] = {"allow_http": allow_http}
+            retry_config = None
+            if retry_timeout is not None:
+                limit = timedelta(seconds=float(retry_timeout))
+                client_options.update(timeout=limit, connect_timeout=limit)
+                retry_config = {"retry_timeout": limit}
             client = S3Store(
                 bucket,
                 prefix=self.prefix or None,
                 config=config,
-                client_options={"allow_http": allow_http},
+                client_options=client_options,
+                retry_config=retry_config,
             )
         self._client: Any = client
         # None: not probed yet; True: conditional put works; False: endpoint ignores it.
@@ -155,13 +169,15 @@ class S3ObjectStore(ObjectStore):
             except (AlreadyExistsError, NotSupportedError) as exc:
                 return isinstance(exc, AlreadyExistsError)
             return False
+        except FileNotFoundError:  # a PUT answered 404: no such bucket
+            raise ObjectStoreError(f"bucket {self.bucket!r} not found at {self.endpoint or 'AWS'}") from None
         except BaseError as exc:
             raise self._failure("conditional-put probe", probe, exc) from exc
         finally:
-            try:
-                await client.delete_async(probe)
-            except BaseError:
-                pass  # a leftover probe object is harmless
+            # Bounded: after a timeout cancelled the puts, an unreachable endpoint must not hold the
+            # caller here for the client's whole retry schedule. A leftover probe object is harmless.
+            with contextlib.suppress(Exception):  # obstore raises FileNotFoundError and its own errors
+                await wait_for(client.delete_async(probe), _PROBE_CLEANUP_SECONDS)
 
     async def _require_conditional_put(self) -> None:
         if self._conditional_put_ok is None:

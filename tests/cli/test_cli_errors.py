@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.moto_server import BUCKET, CREDENTIALS, serve_for_session
 from tests.ports import free_port, port_run
 
 from .processes import Server, assert_one_line_failure, fail, hold_port
@@ -125,6 +126,38 @@ def test_a_bad_object_store_url_is_one_line(tmp_path: Path, metadata: str):
                                  "--pulsar-port", "0", "--kafka-port", "0"], expected)
     assert_one_line_failure(["broker", "--metadata", metadata, "--object-store", "memory://", "--http-port", "0",
                              "--pulsar-port", "0", "--kafka-port", "0"], "memory://")
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint(tmp_path_factory):
+    yield from serve_for_session(tmp_path_factory.mktemp("moto") / "moto.log")
+
+
+def _s3(bucket: str, endpoint: str) -> str:
+    return f"s3://{bucket}/nereus?" + "&".join(f"{k}={v}" for k, v in {"endpoint": endpoint, **CREDENTIALS}.items())
+
+
+def test_an_s3_store_without_the_bucket_or_an_answer_is_one_line_stating_the_time_waited(tmp_path: Path,
+                                                                                          metadata: str,
+                                                                                          moto_endpoint: str):
+    silent = _s3(BUCKET, f"http://127.0.0.1:{free_port()}")  # nothing listens: the client retries until the bound
+    missing = _s3("no-such-bucket", moto_endpoint)
+    for url, bound, expected in ((silent, "1", "(gave up after 1 s)"), (missing, "60", "bucket 'no-such-bucket' not found")):
+        for command in (["standalone", "--data-dir", str(tmp_path / "data"), "--oxia-port", "0"],
+                        ["broker", "--metadata", metadata]):
+            last = assert_one_line_failure([*command, "--object-store", url, "--object-store-timeout", bound,
+                                            "--http-port", "0", "--pulsar-port", "0", "--kafka-port", "0"],
+                                           "cannot use the object store s3://", expected)
+            assert "secret_access_key" not in last  # the URL's query (credentials) stays out of the message
+    # The bucket moto has passes the check: the broker starts.
+    ports = {name: free_port() for name in ("http", "pulsar", "kafka")}
+    server = Server(["broker", "--metadata", metadata, "--object-store", _s3(BUCKET, moto_endpoint),
+                     *(arg for name, port in ports.items() for arg in (f"--{name}-port", str(port)))],
+                    tmp_path / "broker.log")
+    try:
+        server.wait_port(ports["pulsar"])
+    finally:
+        assert server.stop() == 0, server.text()[-3000:]
 
 
 def test_a_gc_pending_timeout_shorter_than_a_writer_reservation_is_refused(tmp_path: Path):
