@@ -1,4 +1,4 @@
-"""KIP-392: a Kafka consumer with ``client.rack`` fetches from a broker of its own zone."""
+"""KIP-392: a Kafka consumer with ``client.rack`` fetches from a broker of its own zone, or any when it has none."""
 
 from __future__ import annotations
 
@@ -47,10 +47,20 @@ def test_consumer_with_client_rack_fetches_from_its_zone(make_cluster):
     deadline = time.monotonic() + 90
     while got < 50 * len(in_a) and time.monotonic() < deadline:
         got += sum(1 for m in consumer.consume(500, timeout=0.5) if m.error() is None)
-    consumer.close()
     assert got == 50 * len(in_a)
 
     delta = {b.name: _fetched_bytes(b) - before[b.name] for b in cluster.brokers_list}
     served_b = sum(delta[b.name] for b in zone_b)
     assert served_b >= got * len(value), f"zone b served {served_b} bytes of {got * len(value)}: {delta}"
     assert all(delta[b.name] < len(value) for b in zone_a), f"zone a brokers served records: {delta}"
+
+    # Zone b loses its only broker: the consumer falls back to the leaders in zone a and keeps reading.
+    zone_b[0].kill()
+    for i in range(20 * len(in_a)):
+        producer.produce(topic, value, partition=in_a[i % len(in_a)])
+    assert producer.flush(90) == 0
+    deadline = time.monotonic() + 90
+    while got < 70 * len(in_a) and time.monotonic() < deadline:
+        got += sum(1 for m in consumer.consume(500, timeout=0.5) if m.error() is None)
+    consumer.close()
+    assert got == 70 * len(in_a), f"{got - 50 * len(in_a)} of {20 * len(in_a)} records after zone b went away"
