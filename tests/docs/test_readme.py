@@ -2,8 +2,9 @@
 
 Blocks marked ``<!-- readme-test: lakehouse -->`` run in order from a directory laid
 out like a clone after ``make run`` (``.venv`` is this interpreter's environment,
-``data`` the standalone's data directory): shell blocks through bash with the
-environment's ``bin`` first on PATH, Python blocks through its interpreter. A block
+``data`` the standalone's data directory): shell blocks through bash, Python blocks
+through the environment's interpreter, as a user who has not activated the
+environment and has no Java (no ``JAVA_HOME``, no ``java`` on PATH) runs them. A block
 marked ``... output`` lists lines the block before it must print, in order (``...``
 matches anything). The only change to a block: the default ports become the test
 standalone's free ports.
@@ -25,6 +26,7 @@ pytest.importorskip("pyiceberg")
 
 from nereus.lakehouse import sbt  # noqa: E402
 from nereus.meta import connect  # noqa: E402
+from tests.lakehouse.test_java_runtime import path_without_java  # noqa: E402
 from tests.standalone_process import Standalone, admin  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,9 @@ def with_ports(code: str, node: Standalone) -> str:
 
 def run_block(root: Path, language: str, code: str) -> str:
     venv_bin = Path(sys.prefix) / "bin"
-    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {key: value for key, value in os.environ.items() if key not in ("JAVA_HOME", "VIRTUAL_ENV")}
+    env["PATH"] = str(root / "bin")  # the PATH's commands but java (see the clone fixture)
+    env["XDG_CACHE_HOME"] = str(root / "cache")  # where the bundled runtime's java wrapper goes
     # As `make install` leaves it (an editable install in compat mode): the checkout on
     # sys.path, where Spark's data source lookup finds pyspark_nereus.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p)
@@ -87,6 +91,7 @@ def assert_prints(output: str, expected: list[str], code: str) -> None:
 def clone(tmp_path_factory):
     root = tmp_path_factory.mktemp("clone")
     (root / ".venv").symlink_to(Path(sys.prefix))
+    path_without_java(root)
     node = Standalone(root / "data")
     node.start()
     yield root, node
