@@ -1,4 +1,4 @@
-"""``nereus admin namespaces``: list, create, delete, policies, topics, retention, deduplication."""
+"""``nereus admin namespaces``: list, create, delete, policies, topics, unload, retention, deduplication."""
 
 from __future__ import annotations
 
@@ -53,6 +53,15 @@ def policies(s, namespace):
 def topics(s, namespace):
     """List NAMESPACE's topics."""
     s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/topics"))
+
+
+@namespaces.command("unload")
+@click.argument("namespace")
+@click.option("-b", "--bundle", default=None, help="A bundle of NAMESPACE (Nereus has one: the whole namespace).")
+@pass_session
+def unload(s, namespace, bundle):
+    """Unload every topic of NAMESPACE: clients reconnect (in a cluster, a topic may move)."""
+    s.client.put(f"/namespaces/{namespace_path(namespace)}" + (f"/{_q(bundle)}/unload" if bundle else "/unload"))
 
 
 @namespaces.command("get-retention")

@@ -113,5 +113,13 @@ def test_unload_and_the_producer_keeps_sending(admin: Admin, client, namespace, 
     producer.send(b"before")
     admin.ok("topics", "unload", topic)
     producer.send(b"after")
-    assert [consumer.receive(timeout_millis=15000).data() for _ in range(2)] == [b"before", b"after"]
+    got = [consumer.receive(timeout_millis=15000) for _ in range(2)]
+    assert [m.data() for m in got] == [b"before", b"after"]
+    consumer.acknowledge_cumulative(got[-1])
+    wait_until(lambda: admin.json("topics", "stats", topic)["subscriptions"]["s"]["msgBacklog"] == 0, timeout=15)
+    admin.ok("namespaces", "unload", namespace)  # every topic of the namespace
+    producer.send(b"again")
+    assert consumer.receive(timeout_millis=15000).data() == b"again"
+    missing = admin.run("namespaces", "unload", "public/nope")
+    assert missing.exit_code == 1 and missing.stderr.startswith("not found: ")
     wait_until(lambda: admin.json("topics", "stats", topic)["publishers"], timeout=15)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.pulsar_broker.rawclient import RawClient
 
-from .conftest import rest_path
+from .conftest import rest_path, wait_until
 
 
 def test_unload_closes_producers_and_the_official_client_keeps_sending(standalone, admin, client, topic, pulsar):
@@ -59,3 +59,27 @@ def test_broker_configuration(standalone, admin):
     assert runtime["authenticationEnabled"] == "false" and runtime["tlsCertificateFilePath"] == ""
     assert not any(value.startswith(("AuthSettings(", "TlsOptions(", "(")) for value in runtime.values())
     assert admin.ok("GET", "/brokers") == [f"127.0.0.1:{standalone.http_port}"]
+
+
+def test_unload_of_a_namespace_and_of_its_bundle(standalone, admin, client, pulsar):
+    ns = "public/unload-ns"
+    admin.ok("PUT", f"/namespaces/{ns}")
+    raw = RawClient(standalone.pulsar_port)
+    raw.connect()
+    raw.producer(f"persistent://{ns}/a", name="raw")
+    producer = client.create_producer(f"persistent://{ns}/b", batching_enabled=False)
+    consumer = client.subscribe(f"persistent://{ns}/b", "sub", initial_position=pulsar.InitialPosition.Earliest)
+    producer.send(b"before")
+    assert admin.put(f"/namespaces/{ns}/unload")[0] == 204
+    assert raw.expect("CLOSE_PRODUCER").producer_id == 1  # each topic of the namespace was unloaded
+    raw.close()
+    producer.send(b"after")  # the official client reconnects by itself
+    got = [consumer.receive(timeout_millis=15000) for _ in range(2)]
+    assert sorted(m.data() for m in got) == [b"after", b"before"]
+    for message in got:
+        consumer.acknowledge(message)
+    wait_until(lambda: admin.ok("GET", f"/persistent/{ns}/b/stats")["subscriptions"]["sub"]["msgBacklog"] == 0)
+    assert admin.put(f"/namespaces/{ns}/0x00000000_0xffffffff/unload")[0] == 204  # pulsar-admin's bundle form
+    producer.send(b"again")
+    assert consumer.receive(timeout_millis=15000).data() == b"again"
+    assert admin.put("/namespaces/public/no-such-ns/unload")[0] == 404

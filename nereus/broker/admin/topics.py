@@ -227,19 +227,24 @@ async def unload(request: web.Request) -> web.Response:
     """
     ctx = context(request)
     name = topic_name(request)
-    release = getattr(ctx.placement, "release", None)
     for part in await partitions(ctx, name):
-        loaded = ctx.pulsar.registry.loaded(part)
         # Checked before releasing: the redirect that brought the call here may have made
         # this broker the owner of a topic that does not exist.
-        if loaded is None and not await stream_exists(ctx.storage, part):
+        if ctx.pulsar.registry.loaded(part) is None and not await stream_exists(ctx.storage, part):
             raise AdminError(404, "Topic not found")
-        if release is not None and ctx.placement.owns(str(part)):
-            await release(str(part), "unloaded through the admin API")
-        elif loaded is not None:
-            await ctx.pulsar.registry.unload(loaded, "unloaded through the admin API")
+        await unload_here(ctx, part)
     log.info("topic %s unloaded through the admin API", name)
     return no_content()
+
+
+async def unload_here(ctx, part) -> None:
+    """Unload one (partition) topic this broker owns or has loaded; release its ownership too."""
+    release = getattr(ctx.placement, "release", None)
+    loaded = ctx.pulsar.registry.loaded(part)
+    if release is not None and ctx.placement.owns(str(part)):
+        await release(str(part), "unloaded through the admin API")
+    elif loaded is not None:
+        await ctx.pulsar.registry.unload(loaded, "unloaded through the admin API")
 
 
 async def trim(request: web.Request) -> web.Response:
