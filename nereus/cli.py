@@ -55,12 +55,24 @@ class _Commands(click.Group):
 
     def get_command(self, ctx: click.Context, name: str):
         if name not in self.lazy:
-            return super().get_command(ctx, name)
+            return _with_log_level(super().get_command(ctx, name))
         module, attribute, needs = self.lazy[name]
         try:
-            return getattr(importlib.import_module(module), attribute)
+            return _with_log_level(getattr(importlib.import_module(module), attribute))
         except ImportError as exc:
             raise click.ClickException(f"{needs} is not installed ({exc})") from None
+
+
+def _with_log_level(command):
+    """``command`` (each command of a group) taking ``--log-level`` after its name too."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_log_level(sub)
+    elif command is not None and not any(p.name == "sub_log_level" for p in command.params):
+        command.params.append(click.Option(
+            ["--log-level", "sub_log_level"], default=None, type=LOG_LEVELS, expose_value=False,
+            callback=_set_log_level, help="Overrides the log level given before the command."))
+    return command
 
 
 @click.group(cls=_Commands)
