@@ -61,7 +61,8 @@ class AdminClient:
         self.timeout = timeout
         self._opener = urllib.request.build_opener(_NoRedirect)
 
-    def call(self, method: str, path: str, body=None, *, query: dict | None = None):
+    def call(self, method: str, path: str, body=None, *, query: dict | None = None, raw: bool = False):
+        """The decoded answer; ``raw``: (response headers, body bytes) instead."""
         url = f"{self.url}/admin/v2{path}"
         if query:
             url += "?" + urlencode(query)
@@ -74,6 +75,8 @@ class AdminClient:
             try:
                 with self._opener.open(request, timeout=self.timeout) as response:
                     content = response.read()
+                    if raw:
+                        return dict(response.headers.items()), content
             except urllib.error.HTTPError as exc:
                 location = exc.headers.get("Location")
                 if exc.code in (307, 308) and location:

@@ -46,6 +46,15 @@ def policies(s, namespace):
     s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}"))
 
 
+@namespaces.command("bundles")
+@click.argument("namespace")
+@json_option
+@pass_session
+def bundles(s, namespace):
+    """Show NAMESPACE's bundles (one, covering the whole hash range)."""
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/bundles"))
+
+
 @namespaces.command("topics")
 @click.argument("namespace")
 @json_option

@@ -110,6 +110,45 @@ def internal_stats(s, topic):
     s.emit(s.client.get(f"{topic_path(topic)}/internalStats"), view=output.internal_stats_view)
 
 
+@topics.command("last-message-id")
+@click.argument("topic")
+@json_option
+@pass_session
+def last_message_id(s, topic):
+    """Show the id of TOPIC's last message (entryId -1: none)."""
+    s.emit(s.client.get(f"{topic_path(topic)}/lastMessageId"))
+
+
+def _show_message(headers: dict, content: bytes) -> None:
+    for name, value in headers.items():
+        if name.lower().startswith("x-pulsar-"):
+            click.echo(f"{name[len('X-Pulsar-'):]}: {value}")
+    click.echo(content.decode("utf-8", errors="replace"))
+
+
+@topics.command("examine-message")
+@click.argument("topic")
+@click.option("-i", "--initialPosition", "initial", type=click.Choice(["latest", "earliest"]), default="latest",
+              show_default=True, help="Count from the newest or the oldest message.")
+@click.option("-m", "--messagePosition", "position", type=click.IntRange(1), default=1, show_default=True,
+              help="Which message from there (1: the first).")
+@pass_session
+def examine_message(s, topic, initial, position):
+    """Show one message of TOPIC: its metadata and payload."""
+    _show_message(*s.client.get(f"{topic_path(topic)}/examinemessage", raw=True,
+                                query={"initialPosition": initial, "messagePosition": position}))
+
+
+@topics.command("get-message-by-id")
+@click.argument("topic")
+@click.option("-l", "--ledgerId", "ledger", type=int, required=True, help="The message id's ledger id.")
+@click.option("-e", "--entryId", "entry", type=int, required=True, help="The message id's entry id.")
+@pass_session
+def get_message_by_id(s, topic, ledger, entry):
+    """Show the message of TOPIC with id LEDGER:ENTRY."""
+    _show_message(*s.client.get(f"{topic_path(topic)}/ledger/{ledger}/entry/{entry}", raw=True))
+
+
 @topics.command("partitioned-stats")
 @click.argument("topic")
 @click.option("--per-partition", is_flag=True, help="Show each partition too.")

@@ -21,7 +21,8 @@ from aiohttp import web
 from ...ledger.naming import TopicName
 from ...tasks import spawn
 from ..cluster.lease import run_under_lease
-from . import (brokers, cluster, compaction, lookup, namespace_unload, namespaces, non_persistent, permissions, rate_policies,
+from . import (brokers, cluster, compaction, lookup, messages, namespace_unload, namespaces, non_persistent,
+               permissions, rate_policies,
                retention, routing, schemas, stats, subscriptions, tenants, topic_policies, topics)
 from .common import CONTEXT, AdminContext, errors
 
@@ -34,8 +35,8 @@ def register(app: web.Application) -> None:
     app.middlewares.append(errors)  # outermost: also formats the routing middleware's errors
     app.middlewares.append(routing.to_owner)
     # brokers before cluster: ``/brokers/configuration`` before ``/brokers/{cluster}``.
-    for module in (tenants, namespaces, namespace_unload, topics, topic_policies, subscriptions, stats, schemas, brokers, cluster,
-                   lookup, non_persistent, compaction, permissions, rate_policies):
+    for module in (tenants, namespaces, namespace_unload, topics, topic_policies, subscriptions, stats, schemas,
+                   brokers, cluster, lookup, non_persistent, compaction, permissions, rate_policies, messages):
         module.add_routes(app.router)
     app.on_cleanup.append(_stop)
 

@@ -27,6 +27,8 @@ from . import retention, topic_policies, topics
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
 
+#: Pulsar's BundlesData: topics are not grouped in bundles here, so one bundle covers the whole hash range.
+BUNDLES = {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1}
 RATE_FIELDS = ("publishMaxMessageRate", "topicDispatchRate", "subscriptionDispatchRate")  # rate_policies.py
 _PUBLIC_FIELDS = ("retention_policies", "deduplicationEnabled", "schema_compatibility_strategy", OVERRIDE_FIELD)
 
@@ -35,7 +37,7 @@ def _policies(stored: dict) -> dict:
     """Pulsar's Policies JSON (the subset this broker keeps) from the stored record."""
     return {
         "replication_clusters": [DEFAULT_CLUSTER],
-        "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
+        "bundles": BUNDLES,
         "retention_policies": stored.get("retention_policies"),
         "deduplicationEnabled": stored.get("deduplicationEnabled"),
         "schema_compatibility_strategy": stored.get("schema_compatibility_strategy") or "UNDEFINED",
@@ -87,6 +89,12 @@ async def ensure_namespace(meta, tenant: str, namespace: str) -> None:
         await meta.put(policies_key(tenant, namespace), b"{}", expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
         pass
+
+
+async def get_bundles(request: web.Request) -> web.Response:
+    ctx = context(request)
+    await require_namespace(ctx.meta, *_names(request))
+    return web.json_response(BUNDLES)
 
 
 async def get_namespace(request: web.Request) -> web.Response:
@@ -244,6 +252,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(ns, get_namespace)
     router.add_delete(ns, delete_namespace)
     router.add_get(ns + "/topics", list_topics)
+    router.add_get(ns + "/bundles", get_bundles)
     router.add_get(ns + "/retention", _field_getter("retention_policies"))
     router.add_post(ns + "/retention", set_retention)
     router.add_delete(ns + "/retention", _field_remover("retention_policies"))
