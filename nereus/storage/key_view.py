@@ -38,13 +38,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..objstore import ObjectStore
-from . import gc, metrics, records
+from . import columns, gc, metrics, records
 from .api import FetchedEntry
 from .compaction import CompactionConflict, check_lease
 from .errors import CorruptObject, StorageError
@@ -169,7 +170,7 @@ def decode_view(stream_id: int, horizon: int, key: str | None, data: bytes | mem
     if key is None or data is None:
         return KeyView(stream_id, horizon, key)
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = read_parquet(data)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise CorruptObject(f"unreadable key view {key}: {exc}") from None
     if table.schema.names != SCHEMA.names:
@@ -247,11 +248,12 @@ class _Input:
 
     def table(self) -> pa.Table:
         """All the records added, as one table of ``KEY_SCHEMA``."""
-        fresh = pa.table({
-            "offset": pa.array(self.offset, pa.int64()), "key": pa.array(self.key, pa.binary()),
-            "tombstone": pa.array(self.tombstone, pa.bool_()), "timestamp": pa.array(self.timestamp, pa.int64()),
-            "entry_base": pa.array(self.entry_base, pa.int64()),
-            "entry_records": pa.array(self.entry_records, pa.int32())}, schema=KEY_SCHEMA)
+        fresh = pa.table([
+            columns.array(np.array(self.offset, np.int64), pa.int64()), columns.binary(self.key),
+            columns.array(np.array(self.tombstone, np.bool_), pa.bool_()),
+            columns.array(np.array(self.timestamp, np.int64), pa.int64()),
+            columns.array(np.array(self.entry_base, np.int64), pa.int64()),
+            columns.array(np.array(self.entry_records, np.int32), pa.int32())], schema=KEY_SCHEMA)
         return pa.concat_tables([fresh, *self.tables]) if self.tables else fresh
 
     def add(self, entry: FetchedEntry, extract: KeyExtractor) -> None:
@@ -285,15 +287,13 @@ def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retenti
         rows = pa.concat_tables([previous.drop_columns(["entry"]), fresh])
     else:
         rows = fresh
-    keyed = rows.filter(pc.is_valid(rows.column("key")))
-    latest = keyed.group_by("key", use_threads=False).aggregate([("offset", "max")]).column("offset_max")
-    keep = pc.or_(pc.is_null(rows.column("key")), pc.is_in(rows.column("offset"), value_set=latest))
-    expired = rows.column("tombstone")
+    rows = rows.combine_chunks()
+    keep = _latest_per_key(rows.column("key"), columns.numpy(rows.column("offset")))
+    expired = columns.numpy(rows.column("tombstone"))
     if delete_retention_ms > 0:  # 0: tombstones go at once, with their keys (Pulsar's compactor)
-        expired = pc.and_(expired, pc.less(rows.column("timestamp"),
-                                           pa.scalar(now_ms - delete_retention_ms, pa.int64())))
-    rows = rows.filter(pc.and_(keep, pc.invert(expired)))
-    rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
+        expired &= columns.numpy(rows.column("timestamp")) < now_ms - delete_retention_ms
+    rows = rows.filter(columns.array(keep & ~expired, pa.bool_()))
+    rows = rows.take(columns.array(np.argsort(columns.numpy(rows.column("offset")), kind="stable"), pa.int64()))
     kept_before: dict[int, int] = {}
     if shrink is not None and previous is not None and previous.num_rows:
         counted = pc.value_counts(previous.column("entry_base")).flatten()
@@ -317,8 +317,22 @@ def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retenti
         for (at, _, _), smaller in zip(to_shrink, shrink([(blob, keep) for _, blob, keep in to_shrink])):
             if smaller is not None:
                 column[at] = smaller
-    blobs = pa.array([None if b is None else bytes(b) for b in column], pa.binary())
-    return rows.append_column("entry", blobs)
+    return rows.append_column("entry", columns.binary(column))
+
+
+def _latest_per_key(keys: pa.ChunkedArray, offsets: np.ndarray) -> np.ndarray:
+    """Which rows are the latest (highest offset) of their key, or have no key."""
+    encoded = pc.dictionary_encode(keys).combine_chunks()
+    has_key = columns.valid(keys)
+    index = np.where(has_key, columns.numpy(encoded.indices), 0)
+    latest = np.full(max(len(encoded.dictionary), 1), -1, np.int64)
+    np.maximum.at(latest, index[has_key], offsets[has_key])
+    return ~has_key | (offsets == latest[index])
+
+
+def read_parquet(data: bytes | memoryview) -> pa.Table:
+    """A Parquet object as a table (``pq.read_table`` would import pandas, see ``columns``)."""
+    return pq.ParquetFile(pa.BufferReader(data)).read()
 
 
 def encode(table: pa.Table) -> bytes:
@@ -348,7 +362,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     previous = None
     if before.object:
         data = await objects.get(before.object)
-        previous = pq.read_table(pa.BufferReader(data))
+        previous = read_parquet(data)
     start_rec = await meta.get(records.start_key(stream_id), partition_key=partition)
     start = records.decode(start_rec.value).get("start", 0) if start_rec is not None else 0
     new = _Input()

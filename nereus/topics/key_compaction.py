@@ -38,7 +38,7 @@ from ..ledger.entry import EntryFlags, EntryFormat, decode_entry, encode_entry a
 from ..pulsar.codec.batch_scan import scan
 from ..pulsar.codec import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
                             split_entry)
-from ..storage import key_view, records
+from ..storage import columns, key_view, records
 from ..storage.compaction import CompactionConflict, lease
 from ..storage.api import FetchedEntry
 from ..storage.key_view import KEY_SCHEMA, EntryKeys, KeyView
@@ -98,10 +98,19 @@ def entries_keys(entries: list[FetchedEntry]) -> pa.Table:
         for column, values in zip(cols, (offsets, keys, tombstones, stamps, [entry.base_offset] * len(offsets),
                                          [entry.record_count] * len(offsets))):
             column += values
-    tables = [pa.table(dict(zip(KEY_SCHEMA.names, cols)), schema=KEY_SCHEMA)]
+    tables = [_keys_table(*cols)] if cols[0] or not batches else []
     if batches:
         tables.append(_scanned_keys(batches, lanes))
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _keys_table(offsets, keys, tombstones, stamps, entry_base, entry_records) -> pa.Table:
+    """A table of ``KEY_SCHEMA`` (through ``storage.columns``: no pandas import)."""
+    return pa.table([columns.array(np.asarray(offsets, np.int64), pa.int64()), columns.binary(keys),
+                     columns.array(np.asarray(tombstones, np.bool_), pa.bool_()),
+                     columns.array(np.asarray(stamps, np.int64), pa.int64()),
+                     columns.array(np.asarray(entry_base, np.int64), pa.int64()),
+                     columns.array(np.asarray(entry_records, np.int32), pa.int32())], schema=KEY_SCHEMA)
 
 
 def _scanned_keys(batches: list[bytes | memoryview], lanes: list[tuple[int, int, int, int]]) -> pa.Table:
@@ -115,8 +124,7 @@ def _scanned_keys(batches: list[bytes | memoryview], lanes: list[tuple[int, int,
             for column, values in zip(cols, _batch_keys(b, meta, memoryview(data), decompressed=True)):
                 column += values
         entry_base = np.repeat(base, count)
-        return pa.table(dict(zip(KEY_SCHEMA.names, (*cols, entry_base, np.repeat(records_, count)))),
-                        schema=KEY_SCHEMA)
+        return _keys_table(*cols, entry_base, np.repeat(records_, count))
     rows = int(count.sum())
     entry_base = np.repeat(base, count)
     first_row = np.repeat(np.cumsum(count) - count, count)
@@ -128,11 +136,12 @@ def _scanned_keys(batches: list[bytes | memoryview], lanes: list[tuple[int, int,
         decoded = keys.to_pylist()
         for i in np.flatnonzero(found.key_b64 & found.has_key):
             decoded[i] = base64.b64decode(decoded[i])
-        keys = pa.array(decoded, pa.binary())
+        keys = columns.binary(decoded)
     tombstones = (found.payload_size == 0) | found.null_value
     stamps = np.where(found.event_time != 0, found.event_time, np.repeat(publish, count))
-    return pa.table([offsets, keys, tombstones, stamps, entry_base, np.repeat(records_, count).astype(np.int32)],
-                    schema=KEY_SCHEMA)
+    return pa.table([columns.array(offsets, pa.int64()), keys, columns.array(tombstones, pa.bool_()),
+                     columns.array(stamps, pa.int64()), columns.array(entry_base, pa.int64()),
+                     columns.array(np.repeat(records_, count), pa.int32())], schema=KEY_SCHEMA)
 
 
 def _batch_keys(base: int, meta, payload: memoryview, *, decompressed: bool = False) -> EntryKeys:
