@@ -126,22 +126,21 @@ def _scanned_keys(batches: list[bytes | memoryview], lanes: list[tuple[int, int,
         entry_base = np.repeat(base, count)
         return _keys_table(*cols, entry_base, np.repeat(records_, count))
     rows = int(count.sum())
-    entry_base = np.repeat(base, count)
-    first_row = np.repeat(np.cumsum(count) - count, count)
-    offsets = entry_base + (np.arange(rows, dtype=np.int64) - first_row)
-    key_offsets, key_data = found.key_bytes()
+    entry_base = base[found.batch]
+    offsets = entry_base + found.index
     valid = pa.py_buffer(np.packbits(found.has_key, bitorder="little"))
-    keys = pa.Array.from_buffers(pa.binary(), rows, [valid, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
+    views = pa.py_buffer(found.key_views())
+    keys = pa.Array.from_buffers(pa.binary_view(), rows, [valid, views, pa.py_buffer(found.buffer)]).cast(pa.binary())
     if found.key_b64.any():
         decoded = keys.to_pylist()
         for i in np.flatnonzero(found.key_b64 & found.has_key):
             decoded[i] = base64.b64decode(decoded[i])
         keys = columns.binary(decoded)
     tombstones = (found.payload_size == 0) | found.null_value
-    stamps = np.where(found.event_time != 0, found.event_time, np.repeat(publish, count))
+    stamps = np.where(found.event_time != 0, found.event_time, publish[found.batch])
     return pa.table([columns.array(offsets, pa.int64()), keys, columns.array(tombstones, pa.bool_()),
                      columns.array(stamps, pa.int64()), columns.array(entry_base, pa.int64()),
-                     columns.array(np.repeat(records_, count), pa.int32())], schema=KEY_SCHEMA)
+                     columns.array(records_[found.batch], pa.int32())], schema=KEY_SCHEMA)
 
 
 def _batch_keys(base: int, meta, payload: memoryview, *, decompressed: bool = False) -> EntryKeys:
@@ -216,7 +215,7 @@ def shrink_entries(items: list[tuple[bytes | memoryview, tuple[int, ...]]]) -> l
         for (i, _, _, keep) in todo:
             out[i] = _shrink_parsed(items[i][0], keep)
         return out
-    raw = found.buffer
+    raw, by_batch = found.buffer, found.rows_by_batch(counts)
     first = 0
     for (i, header, meta, keep), count in zip(todo, counts):
         parts, expected = [], 0
@@ -224,7 +223,8 @@ def shrink_entries(items: list[tuple[bytes | memoryview, tuple[int, ...]]]) -> l
             if not 0 <= index < count:
                 raise MalformedBatch(f"message {index} of a batch of {count}")
             parts.append(_PLACEHOLDER * (index - expected))
-            parts.append(raw[found.message_start[first + index]:found.message_end[first + index]].tobytes())
+            row = by_batch[first + index]
+            parts.append(raw[found.message_start[row]:found.message_end[row]].tobytes())
             expected = index + 1
         batch = b"".join(parts)
         meta.num_messages_in_batch = expected

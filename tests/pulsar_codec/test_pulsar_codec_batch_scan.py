@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,7 +48,7 @@ def scanned(data: list[bytes], counts: list[int]) -> list[tuple]:
     raw = keys.tobytes()
     return [(raw[offsets[i]:offsets[i + 1]] if found.has_key[i] else None,
              bool(found.key_b64[i]) if found.has_key[i] else False, int(found.payload_size[i]),
-             int(found.event_time[i]), bool(found.null_value[i])) for i in range(len(found.has_key))]
+             int(found.event_time[i]), bool(found.null_value[i])) for i in found.rows_by_batch(counts)]
 
 
 @settings(max_examples=150, deadline=None)
@@ -87,3 +89,19 @@ def test_malformed_batches_raise(batch, count):
         scan([batch], [count])
     with pytest.raises(MalformedBatch):
         list(iter_batch(batch, count))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches)
+def test_key_views_are_the_keys(groups):
+    data = [build(g) for g in groups]
+    counts = [len(g) for g in groups]
+    found = scan(data, counts)
+    offsets, keys = found.key_bytes()
+    views = pa.Array.from_buffers(pa.binary_view(), len(found.has_key),
+                                  [pa.py_buffer(np.packbits(found.has_key, bitorder="little")),
+                                   pa.py_buffer(found.key_views()), pa.py_buffer(found.buffer)])
+    views.validate(full=True)
+    raw = keys.tobytes()
+    assert views.to_pylist() == [raw[offsets[i]:offsets[i + 1]] if found.has_key[i] else None
+                                 for i in range(len(found.has_key))]
