@@ -82,9 +82,15 @@ def decode_entry(data: bytes | memoryview) -> tuple[EntryHeader, memoryview]:
      last_seq) = _HEADER.unpack_from(view, 0)
     if magic != MAGIC or version != VERSION:
         raise EntryFormatError("not a stored entry (bad magic or version)")
-    try:
-        entry_format = EntryFormat(fmt)
-    except ValueError:
-        raise EntryFormatError(f"unknown entry format {fmt}") from None
-    header = EntryHeader(entry_format, count, first_ts, max_ts, pid, epoch, base_seq, last_seq, EntryFlags(flags))
+    entry_format = _FORMATS.get(fmt)
+    if entry_format is None:
+        raise EntryFormatError(f"unknown entry format {fmt}")
+    entry_flags = _FLAGS.get(flags)
+    if entry_flags is None:  # a Flag enum call costs microseconds: entries are decoded by the million
+        entry_flags = _FLAGS.setdefault(flags, EntryFlags(flags))
+    header = EntryHeader(entry_format, count, first_ts, max_ts, pid, epoch, base_seq, last_seq, entry_flags)
     return header, view[HEADER_SIZE:]
+
+
+_FORMATS = {f.value: f for f in EntryFormat}
+_FLAGS: dict[int, EntryFlags] = {}

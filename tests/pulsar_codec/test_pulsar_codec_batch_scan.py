@@ -76,12 +76,32 @@ def test_unknown_fields_the_scan_does_not_read_say_so():
             scan([batch], [1])
 
 
+def raw_batch(metas: list[bytes]) -> bytes:
+    return b"".join(struct.pack(">I", len(m)) + m + b"v" for m in metas)
+
+
+def test_fields_in_any_order_or_repeated_read_as_protobuf_reads_them():
+    metas = [b"\x18\x01\x12\x01a\x40\x05",  # payload_size before the key
+             b"\x12\x01a\x18\x01\x12\x02bc",  # the key twice: the last one counts
+             b"\x12\x01a\x18\x01\x40\x85\x01\x48\x01",  # a sequence_id, then null_value
+             b"\x12\x01a\x18\x01\x50\x01",  # null_partition_key after the usual head
+             b"\x18\x01"]  # no key at all
+    data = [raw_batch(metas), raw_batch(metas[::-1])]
+    assert scanned(data, [5, 5]) == reference(data[0], 5) + reference(data[1], 5)
+
+
+def test_payload_size_given_twice_is_left_to_protobuf():
+    with pytest.raises(UnsupportedLayout):
+        scan([raw_batch([b"\x12\x01a\x18\x01\x18\x00"])], [1])
+
+
 @pytest.mark.parametrize("batch,count", [
     (b"\x00\x00", 1),  # no room for a size
     (struct.pack(">I", 50) + b"\x10\x01", 1),  # metadata overruns
     (struct.pack(">I", 2) + b"\x12\x01", 1),  # partition_key overruns its metadata
     (struct.pack(">I", 2) + b"\x28\x01", 1),  # no payload_size
     (struct.pack(">I", 2) + b"\x18\x09" + b"abc", 1),  # payload overruns
+    (struct.pack(">I", 3) + b"\x12\x7f\x18", 1),  # a key running past the end of the buffer
     (build([(b"v", None)]), 2),  # fewer messages than counted
 ])
 def test_malformed_batches_raise(batch, count):

@@ -43,6 +43,7 @@ class ScannedBatches:
     message_start: np.ndarray  # int64: where each message (its u32 size) starts in ``buffer``
     message_end: np.ndarray  # int64: just past its payload
     batch_start: np.ndarray  # int64: where each batch starts in ``buffer``
+    key_head: np.ndarray  # uint64: the 8 bytes where a key starts when the metadata starts with it
 
     def rows_by_batch(self, counts: list[int] | np.ndarray) -> np.ndarray:
         """The rows in batch order: element ``first + i`` is the row of message ``i`` of a
@@ -63,16 +64,19 @@ class ScannedBatches:
         start = np.where(self.has_key, self.key_start, 0)
         words = _words(self.buffer)
         shift = np.minimum(length, 8) * _EIGHT
-        low = words[start] & np.where(shift == 64, np.uint64(2**64 - 1), (_ONE << (shift & np.uint64(63))) - _ONE)
+        head = self.key_head.copy()
+        elsewhere = np.flatnonzero(self.has_key & (start != self.message_start + 6))
+        head[elsewhere] = words[start[elsewhere]]
+        low = head & np.where(shift == 64, np.uint64(2**64 - 1), (_ONE << (shift & np.uint64(63))) - _ONE)
         views = np.empty((len(length), 2), np.uint64)
         views[:, 0] = length | ((low & np.uint64(0xFFFFFFFF)) << np.uint64(32))
         views[:, 1] = low >> np.uint64(32)
-        over8 = np.flatnonzero(length > 8)
+        over8 = np.flatnonzero((length > 8) & (length <= 12))
         if over8.size:
-            high = words[start[over8] + 8] & ((_ONE << (np.minimum(length[over8] - 8, 4) * _EIGHT)) - _ONE)
+            high = words[start[over8] + 8] & ((_ONE << ((length[over8] - 8) * _EIGHT)) - _ONE)
             views[over8, 1] |= high << np.uint64(32)
-            long = over8[length[over8] > 12]
-            views[long, 1] = start[long].astype(np.uint64) << np.uint64(32)
+        long = np.flatnonzero(length > 12)
+        views[long, 1] = start[long].astype(np.uint64) << np.uint64(32)
         return views
 
     def key_bytes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -226,6 +230,7 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
     message_end = np.empty(rows, np.int64)
     rest = np.empty(rows, np.int64)  # where each metadata's fields not read in its step start
     meta_ends = np.empty(rows, np.int64)
+    key_head = np.empty(rows, np.uint64)
     pos = starts.copy()
     lanes = np.flatnonzero(count > 0)
     min_count = count[lanes].min() if lanes.size else 0
@@ -233,19 +238,23 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
     while lanes.size:
         b = a + lanes.size
         p, end = pos[lanes], ends[lanes]
+        if (end - p < 4).any():
+            raise MalformedBatch(f"a batch ends before its message {step}")
         meta_end = p + 4 + be32[p].astype(np.int64)
+        if (meta_end > end).any():
+            raise MalformedBatch(f"message {step}: metadata size overruns the batch")
         word = words[p + 4]
+        key_head[a:b] = words[p + 6]
         tag, length = word & _BYTE, ((word >> _EIGHT) & _BYTE).view(np.int64)
         keyed = tag == 0x12
-        at = p + np.where(keyed, length + 6, 4)
+        at = np.minimum(p + np.where(keyed, length + 6, 4), meta_end)  # past the batch: not the usual layout
         second = words[at]
         payload = ((second >> _EIGHT) & _BYTE).view(np.int64)
         after = at + 2
         # the usual layout: [partition_key of < 128 bytes] then payload_size < 128 (one byte)
         fast = ((keyed & (length < 0x80)) | (tag == 0x18)) & ((second & _BYTE) == 0x18) & (payload < 0x80)
-        if (end - p < 4).any() or (meta_end > end).any():
-            raise MalformedBatch(f"message {step}: a batch ends before it, or its metadata overruns the batch")
         fast &= after <= meta_end
+        after = np.minimum(after, meta_end)
         keyed &= fast
         after = np.where(_only_sequence(words, after, meta_end), meta_end, after)
         key_length[a:b] = np.where(keyed, length, 0)
@@ -282,7 +291,7 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
     values = fields.values
     has_key = key_start != 0
     return ScannedBatches(buf, batch, index, has_key & (values[5] == 0), key_start, key_length, values[3] != 0,
-                          payload_size, values[2], values[4] != 0, message_start, message_end, starts)
+                          payload_size, values[2], values[4] != 0, message_start, message_end, starts, key_head)
 
 
 __all__ = ["ScannedBatches", "UnsupportedLayout", "scan"]
