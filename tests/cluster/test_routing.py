@@ -92,6 +92,14 @@ def test_pulsar_lookup_redirects_to_the_owner_and_a_non_owner_refuses_producers_
         assert response.status_code == 307, (other.name, response.status_code, response.text)
         assert response.headers["Location"].startswith(target.http_url + path), response.headers["Location"]
     assert requests.get(others[0].http_url + path, timeout=30).json()["msgInCounter"] == 0
+    # ... as do the message reads (lastMessageId, examinemessage: the topic is still empty there).
+    base = path.removesuffix("/stats")
+    for suffix, status in (("/lastMessageId", 200), ("/examinemessage", 412)):
+        for other in others:
+            response = requests.get(other.http_url + base + suffix, allow_redirects=False, timeout=30)
+            assert response.status_code == 307, (suffix, other.name, response.status_code, response.text)
+        followed = requests.get(others[0].http_url + base + suffix, timeout=30)
+        assert followed.status_code == status, (suffix, followed.text)
 
     # PARTITIONED_METADATA on any broker.
     parted = f"wire-parted-{uuid.uuid4().hex[:8]}"
