@@ -146,9 +146,14 @@ class Subscription:
         return max(self.consumers.values(),
                    key=lambda s: xxhash.xxh64_intdigest(f"{key}/{s.name}/{s.token}".encode()))
 
-    def dispatched(self, slot: ConsumerSlot, base: int, count: int, key: int | None = None) -> int:
-        """Record an entry sent to ``slot``; returns its redelivery count."""
-        slot.permits -= count
+    def dispatched(self, slot: ConsumerSlot, base: int, count: int, key: int | None = None,
+                   permits: int | None = None) -> int:
+        """Record an entry sent to ``slot``; returns its redelivery count.
+
+        ``permits``: the messages the client counts in what was sent, when that is not
+        the entry's record count (a batch compaction shortened).
+        """
+        slot.permits -= count if permits is None else permits
         self.pending[base] = Pending(slot.token, count, key)
         self.remember_size(base, count)
         self.replay.discard(base)

@@ -265,3 +265,23 @@ def test_partitioned_topics_compact_each_partition(server, rest, pclient, pulsar
             assert m.partition_key() not in reader_values
             reader_values[m.partition_key()] = m.data()
     assert reader_values == {f"k{k}": b"v%d" % (36 + k) for k in range(4)}
+
+
+def test_a_reader_with_a_small_queue_reads_a_view_of_many_shortened_batches(server, rest, pclient, pulsar):
+    # 40 batches of 10: each starts with a key of its own, then 9 keys that the next
+    # batch writes again, so the view sends each batch cut after its first message; the
+    # reader's few permits must come back in full for it to reach the end.
+    topic, path = new_topic()
+    batches = [[(f"own{n}", b"o%d" % n)] + [(f"shared{i}", b"s%d-%d" % (n, i)) for i in range(9)]
+               for n in range(40)]
+    updates = [u for batch in batches for u in batch]
+    ids = produce_batches(pclient, topic, batches)
+    assert rest.put(path + "/compaction")[0] == 204
+    wait_status(rest, path)
+    reader = pclient.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True,
+                                   receiver_queue_size=3)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(timeout_millis=10000))
+    reader.close()
+    assert seen(got) == expected_view(updates, ids)

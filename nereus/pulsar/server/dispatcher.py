@@ -347,8 +347,8 @@ class Dispatcher:
         if count > 1 and (sub.cursor.acks.acked_count_between(base, base + count)
                           or self.txn_acks.holder(base, base + count) is not None):
             ack_set = _unacked_bits(sub, base, count, self.txn_acks)
-        redelivery = sub.dispatched(slot, base, count, key)
         body = entries.body_of(entry.data)
+        redelivery = sub.dispatched(slot, base, count, key, permits=self._messages_sent(body, count))
         for limit in self._limits():
             if limit is not None:
                 limit.take(count, len(body))
@@ -358,6 +358,19 @@ class Dispatcher:
         if redelivery:
             metrics.REDELIVERED.labels(str(self.topic.name), sub.name).inc()
             self.redelivered.record(count, len(body))
+
+    def _messages_sent(self, body: memoryview, count: int) -> int:
+        """The messages a client counts in ``body``: the permits its delivery uses.
+
+        A view entry's batch may end before the stored entry's last record (compaction
+        cut it after its last kept message); the client returns one permit per message
+        the batch holds, so charging the stored count would leak permits until the
+        consumer stalls.
+        """
+        if not self.read_compacted or count < 2:
+            return count
+        meta = entries.metadata_of(body)
+        return meta.num_messages_in_batch if meta.HasField("num_messages_in_batch") else count
 
     def _delay(self, at: int, base: int, count: int) -> None:
         heapq.heappush(self._delayed, (at, base, count))
