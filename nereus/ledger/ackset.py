@@ -84,6 +84,21 @@ class AckSet:
                 count += hi - lo
         return count
 
+    def acked_ranges_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The acknowledged parts of ``[start, end)``, as sorted half-open ranges."""
+        out = []
+        if start < min(end, self.acked_below):
+            out.append((start, min(end, self.acked_below)))
+        ranges = self.ranges
+        for i in range(max(0, bisect.bisect_right(ranges, (start, float("inf"))) - 1), len(ranges)):
+            rs, re_ = ranges[i]
+            if rs >= end:
+                break
+            lo, hi = max(rs, start, self.acked_below), min(re_, end)
+            if lo < hi:
+                out.append((lo, hi))
+        return out
+
     def _fold(self) -> None:
         if self.ranges and self.ranges[0][0] <= self.acked_below:
             self.acked_below = max(self.acked_below, self.ranges[0][1])

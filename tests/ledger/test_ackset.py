@@ -34,3 +34,5 @@ def test_ackset_agrees_with_a_plain_set(operations):
         assert acks.next_unacked(start) == expect_next
         for lo, hi in ((5, 50), (0, 3), (12, 13), (20, 41), (33, 90), (60, 61)):
             assert acks.acked_count_between(lo, hi) == len([o for o in model if lo <= o < hi])
+            listed = [o for s, e in acks.acked_ranges_between(lo, hi) for o in range(s, e)]
+            assert listed == sorted(o for o in model if lo <= o < hi)
