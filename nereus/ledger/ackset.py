@@ -30,6 +30,11 @@ class AckSet:
         start = max(start, self.acked_below)
         if start >= end:
             return
+        if start > self.acked_below and (not self.ranges or start > self.ranges[-1][1]):
+            # Past everything acked so far (a reader skipping a compacted view's gaps in
+            # order): nothing to merge or fold.
+            self.ranges.append((start, end))
+            return
         # Merge with every range that overlaps or touches [start, end).
         lo = bisect.bisect_left(self.ranges, (start, start))
         if lo > 0 and self.ranges[lo - 1][1] >= start:
