@@ -23,6 +23,7 @@ from playwright.sync_api import expect, sync_playwright
 from .conftest import compact_now
 
 TIMEOUT_MS = 60_000  # a deadline, not a pause: every wait below returns as soon as its condition holds
+expect.set_options(timeout=TIMEOUT_MS)  # expect() has its own 5 s default, short on a loaded machine
 
 
 @pytest.fixture(scope="module")
