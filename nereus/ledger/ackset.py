@@ -74,26 +74,15 @@ class AckSet:
 
     def acked_count_between(self, start: int, end: int) -> int:
         """How many offsets in ``[start, end)`` are acknowledged."""
-        if start >= end:
-            return 0
-        count = max(0, min(end, self.acked_below) - start)
-        # From the last range starting at or before ``start`` to the first starting at ``end``:
-        # a cursor with many individual acks must not cost a full scan per call.
-        ranges = self.ranges
-        for i in range(max(0, bisect.bisect_right(ranges, (start, float("inf"))) - 1), len(ranges)):
-            rs, re_ = ranges[i]
-            if rs >= end:
-                break
-            lo, hi = max(rs, start, self.acked_below), min(re_, end)
-            if lo < hi:
-                count += hi - lo
-        return count
+        return sum(hi - lo for lo, hi in self.acked_ranges_between(start, end))
 
     def acked_ranges_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """The acknowledged parts of ``[start, end)``, as sorted half-open ranges."""
         out = []
         if start < min(end, self.acked_below):
             out.append((start, min(end, self.acked_below)))
+        # From the last range starting at or before ``start`` to the first starting at ``end``:
+        # a cursor with many individual acks must not cost a full scan per call.
         ranges = self.ranges
         for i in range(max(0, bisect.bisect_right(ranges, (start, float("inf"))) - 1), len(ranges)):
             rs, re_ = ranges[i]
