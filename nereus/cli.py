@@ -17,6 +17,9 @@ import click
 # brokers); gRPC's fork handlers would just print a line at each start.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+#: nereus.topics.partitioned.MAX_PARTITIONS, not imported here: that loads the whole broker.
+PARTITION_CEILING = 10_000
+
 
 def _interrupt(_signum, _frame) -> None:
     raise KeyboardInterrupt
@@ -146,9 +149,14 @@ def _broker_options(command):
         click.option("--auto-topic-creation-type", type=click.Choice(["non-partitioned", "partitioned"]),
                      default="non-partitioned", show_default=True,
                      help="What a Pulsar client's first use of a missing topic creates."),
-        click.option("--default-partitions", type=click.IntRange(1, 10000), default=1, show_default=True,
+        click.option("--default-partitions", type=click.IntRange(1, PARTITION_CEILING), default=1, show_default=True,
                      help="Partitions of an auto-created partitioned topic (and of a Kafka topic created "
                           "without a count)."),
+        click.option("--max-num-partitions-per-partitioned-topic", type=click.IntRange(0, PARTITION_CEILING),
+                     default=0, show_default=True,
+                     help="Most partitions a topic may be created with or grown to, by the admin REST API, a "
+                          f"Kafka client or auto-creation (maxNumPartitionsPerPartitionedTopic; 0: {PARTITION_CEILING},"
+                          " the most Nereus creates for one topic)."),
         click.option("--schema-compatibility-strategy", default="FULL", show_default=True,
                      type=click.Choice(["ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
                                         "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"],
@@ -346,6 +354,11 @@ def _options_of(kwargs: dict):
             "kafka_ssl_port", "kafka_sasl_port", "kafka_sasl_ssl_port")):
         raise click.UsageError("--no-kafka-plaintext (kafkaListeners without PLAINTEXT://) needs another Kafka "
                                "listener: --kafka-ssl-port, --kafka-sasl-port or --kafka-sasl-ssl-port")
+    limit = kwargs["max_num_partitions_per_partitioned_topic"]
+    if limit and kwargs["default_partitions"] > limit:
+        raise click.UsageError(f"--default-partitions (defaultNumPartitions) {kwargs['default_partitions']} is above "
+                               f"--max-num-partitions-per-partitioned-topic (maxNumPartitionsPerPartitionedTopic) "
+                               f"{limit}: auto-created topics could not be created")
     if kwargs["consumer_group_heartbeat_interval"] >= kwargs["consumer_group_session_timeout"]:
         raise click.UsageError("--consumer-group-heartbeat-interval (group.consumer.heartbeat.interval.ms) must be "
                                "below --consumer-group-session-timeout (group.consumer.session.timeout.ms)")
@@ -367,6 +380,7 @@ def _options_of(kwargs: dict):
         session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
+        max_partitions_per_topic=kwargs["max_num_partitions_per_partitioned_topic"],
         default_retention_minutes=kwargs["default_retention_minutes"],
         default_retention_mb=kwargs["default_retention_mb"],
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],

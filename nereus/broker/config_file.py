@@ -207,6 +207,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         doc="non-partitioned or partitioned: what a Pulsar client's first use creates."),
     Key("defaultNumPartitions", "default_partitions", _int, doc="Partitions of an auto-created topic."),
     Key("num.partitions", "default_partitions", _int, doc="Kafka's name for defaultNumPartitions."),
+    Key("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic", _int,
+        doc="Most partitions a topic may be created or grown to (0: Nereus' ceiling, 10000)."),
     Key("schemaCompatibilityStrategy", "schema_compatibility_strategy", _text,
         doc="Schema compatibility of namespaces and topics without a policy (FULL, BACKWARD, ...)."),
     Key("brokerDeduplicationEnabled", "deduplication", _bool,

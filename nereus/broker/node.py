@@ -34,6 +34,7 @@ from ..storage import GarbageCollector, StreamStorage
 from ..storage import metrics as storage_metrics
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
 from ..topics.autocreate import AutoCreation
+from ..topics.partitioned import partition_limit
 from ..tls import TlsOptions
 from ..topics.dedup import BROKER_DEDUPLICATION_ENABLED
 from .cluster import ClusterPlacement, Membership, node_id_for
@@ -71,6 +72,7 @@ class BrokerOptions:
     auto_topic_creation: bool = True  # missing topics are created on first use (Pulsar and Kafka clients)
     auto_topic_creation_type: str = "non-partitioned"  # what a Pulsar client's first use creates
     default_partitions: int = 1  # partitions of an auto-created partitioned topic (and of Kafka's)
+    max_partitions_per_topic: int = 0  # maxNumPartitionsPerPartitionedTopic (0: MAX_PARTITIONS, ours)
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
     # Retention of namespaces without a policy (defaultRetentionTimeInMinutes / SizeInMB; -1: keep all).
     default_retention_minutes: int = -1
@@ -100,6 +102,11 @@ class BrokerOptions:
     kafka_sasl_ssl_port: int | None = None  # kafkaListeners' SASL_SSL://
     sasl: object = None  # SaslSettings of the SASL listeners (nereus.kafka.server.sasl)
     tls: TlsOptions = TlsOptions()  # certificate, key and trust of every TLS listener
+
+    @property
+    def partition_limit(self) -> int:
+        """Most partitions a topic may be created or grown to (admin REST, Kafka, auto-creation)."""
+        return partition_limit(self.max_partitions_per_topic)
 
     @property
     def tls_enabled(self) -> bool:
@@ -272,6 +279,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                          sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka", budget),
                          anonymous_role=authenticator.anonymous_role if authenticator is not None else None,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
+                         max_partitions=options.partition_limit,
                          consumer_heartbeat_interval=options.consumer_heartbeat_interval,
                          consumer_session_timeout=options.consumer_session_timeout,
                          max_connection_creation_rate=options.max_connection_creation_rate,

@@ -23,6 +23,10 @@ class InvalidAutoCreation(ValueError):
     """An ``autoTopicCreationOverride`` document that Pulsar would refuse."""
 
 
+class PartitionsOverLimit(InvalidAutoCreation):
+    """A ``defaultNumPartitions`` above ``maxNumPartitionsPerPartitionedTopic`` (Pulsar answers 406)."""
+
+
 @dataclass(frozen=True)
 class AutoCreation:
     """Whether a missing topic is created on first use, and how."""
@@ -42,7 +46,7 @@ class AutoCreation:
         return doc
 
 
-def validate_override(value) -> dict:
+def validate_override(value, max_partitions: int = MAX_PARTITIONS) -> dict:
     """The stored form of a namespace's ``autoTopicCreationOverride`` (Pulsar's JSON shape)."""
     if not isinstance(value, dict) or not isinstance(value.get("allowAutoTopicCreation"), bool):
         raise InvalidAutoCreation("allowAutoTopicCreation (true or false) is required")
@@ -57,8 +61,8 @@ def validate_override(value) -> dict:
     if partitions is not None:
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise InvalidAutoCreation("defaultNumPartitions must be a positive integer")
-        if partitions > MAX_PARTITIONS:
-            raise InvalidAutoCreation(f"defaultNumPartitions must be at most {MAX_PARTITIONS}")
+        if partitions > max_partitions:
+            raise PartitionsOverLimit(f"Number of partitions should be less than or equal to {max_partitions}")
         doc["defaultNumPartitions"] = partitions
     return doc
 
@@ -83,4 +87,4 @@ async def namespace_policies(meta, tenant: str, namespace: str) -> dict | None:
 
 
 __all__ = ["NON_PARTITIONED", "OVERRIDE_FIELD", "PARTITIONED", "AutoCreation", "InvalidAutoCreation",
-           "in_force", "namespace_policies", "validate_override"]
+           "PartitionsOverLimit", "in_force", "namespace_policies", "validate_override"]

@@ -14,9 +14,16 @@ from ..ledger.naming import TopicName
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 
 PARTITIONED_ROOT = "/nereus/pulsar/partitioned"
-#: Most partitions a topic may have: each is a stream created eagerly, so a count of
-#: billions from one request would tie the broker up creating them.
+#: Most partitions a topic may have whatever ``maxNumPartitionsPerPartitionedTopic`` says (Pulsar's
+#: 0, "no limit", means this): each partition is a stream created eagerly by the request that
+#: asks for it, so a count of millions would tie the broker up creating streams until the
+#: request timed out, and every listing and stats call walks all of them.
 MAX_PARTITIONS = 10_000
+
+
+def partition_limit(setting: int) -> int:
+    """The partition cap in force for ``maxNumPartitionsPerPartitionedTopic`` = ``setting`` (0: ours)."""
+    return setting if 0 < setting < MAX_PARTITIONS else MAX_PARTITIONS
 
 
 def partitioned_key(topic: TopicName) -> str:
@@ -48,5 +55,5 @@ async def list_partitioned_topics(meta: MetadataStore) -> list[str]:
     return [unquote(k[len(prefix):]) async for k in meta.list(prefix, prefix + "\U0010ffff")]
 
 
-__all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "list_partitioned_topics", "partitioned_key",
-           "partitions_of"]
+__all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "list_partitioned_topics", "partition_limit",
+           "partitioned_key", "partitions_of"]

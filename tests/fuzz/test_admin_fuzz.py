@@ -50,8 +50,8 @@ def test_a_partition_count_over_the_limit_is_refused_at_once(client, count):
     assert client.call("PUT", "/admin/v2/persistent/fz/ns/grown/partitions", b"2")[0] in (204, 409)  # 409: the 2nd case
     assert client.call("POST", "/admin/v2/persistent/fz/ns/grown/partitions", body)[0] == 406
     override = {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": count}
-    status, _ = client.call("POST", "/admin/v2/namespaces/fz/ns/autoTopicCreation", json.dumps(override).encode())
-    assert status == 400
+    status, content = client.call("POST", "/admin/v2/namespaces/fz/ns/autoTopicCreation", json.dumps(override).encode())
+    assert status == 406 and b"less than or equal to" in content, content  # Pulsar's answer over the limit
 
 
 def test_kafka_partition_counts_over_the_limit_are_invalid_partitions(node):

@@ -24,6 +24,7 @@ PULSAR_NAMES = {"bind": "bindAddress", "http_port": "webServicePort", "pulsar_po
                 "advertised_address": "advertisedAddress", "cluster_name": "clusterName",
                 "internal_listener": "internalListenerName", "auto_topic_creation": "allowAutoTopicCreation",
                 "auto_topic_creation_type": "allowAutoTopicCreationType", "default_partitions": "defaultNumPartitions",
+                "max_partitions_per_topic": "maxNumPartitionsPerPartitionedTopic",
                 "deduplication": "brokerDeduplicationEnabled", "pulsar_tls_port": "brokerServicePortTls",
                 "http_tls_port": "webServicePortTls", "default_retention_minutes": "defaultRetentionTimeInMinutes",
                 "default_retention_mb": "defaultRetentionSizeInMB"}

@@ -15,6 +15,7 @@ from ...topics.policies import POLICIES_ROOT, TENANTS_ROOT, policies_key, tenant
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
 from ...topics import NotOwner
+from ...topics.partitioned import MAX_PARTITIONS
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,11 @@ class AdminContext:
     @property
     def cluster_name(self) -> str:
         return self.node.options.cluster_name if self.node is not None else DEFAULT_CLUSTER
+
+    @property
+    def max_partitions(self) -> int:
+        """Most partitions a partitioned topic may have here (maxNumPartitionsPerPartitionedTopic)."""
+        return self.node.options.partition_limit if self.node is not None else MAX_PARTITIONS
 
 
 CONTEXT = web.AppKey("nereus_admin", AdminContext)

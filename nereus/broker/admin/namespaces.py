@@ -20,7 +20,7 @@ from ...auth.authorization import AUTH_FIELD, auth_policies
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
-from ...topics.autocreate import OVERRIDE_FIELD, InvalidAutoCreation, validate_override
+from ...topics.autocreate import OVERRIDE_FIELD, InvalidAutoCreation, PartitionsOverLimit, validate_override
 from ...topics.policies import policies_key
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
@@ -173,9 +173,11 @@ async def set_deduplication(request: web.Request) -> web.Response:
     return no_content()
 
 
-def _auto_creation(value) -> dict:
+def _auto_creation(value, max_partitions: int) -> dict:
     try:
-        return validate_override(value)
+        return validate_override(value, max_partitions)
+    except PartitionsOverLimit as exc:
+        raise AdminError(406, str(exc)) from None
     except InvalidAutoCreation as exc:
         raise AdminError(400, f"Invalid autoTopicCreation policy: {exc}") from None
 
@@ -183,7 +185,7 @@ def _auto_creation(value) -> dict:
 async def set_auto_creation(request: web.Request) -> web.Response:
     """Pulsar's ``autoTopicCreationOverride``: whether and how a missing topic is created on first use."""
     ctx = context(request)
-    value = _auto_creation(await body(request))
+    value = _auto_creation(await body(request), ctx.max_partitions)
     await _update(ctx, *_names(request), OVERRIDE_FIELD, value)
     return no_content()
 

@@ -17,7 +17,6 @@ from ...meta import cas
 from ...pulsar.server import transactions
 from ...pulsar.server.existence import TopicMissing, partitions_for_client
 from ...storage import StreamExists, StreamNotFound
-from ...topics.partitioned import MAX_PARTITIONS
 from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
 from . import retention, topic_policies
 from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
@@ -93,13 +92,13 @@ async def _create_streams(ctx: AdminContext, names: list[TopicName]) -> None:
             pass
 
 
-def _partition_count(value) -> int:
+def _partition_count(value, limit: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise AdminError(400, "The body must be the number of partitions")
     if value <= 0:
         raise AdminError(406, "Number of partitions should be more than 0")
-    if value > MAX_PARTITIONS:
-        raise AdminError(406, f"Number of partitions should be less than or equal to {MAX_PARTITIONS}")
+    if value > limit:  # maxNumPartitionsPerPartitionedTopic, refused as Pulsar refuses it
+        raise AdminError(406, f"Number of partitions should be less than or equal to {limit}")
     return value
 
 
@@ -146,7 +145,7 @@ async def delete(request: web.Request) -> web.Response:
 async def create_partitioned(request: web.Request) -> web.Response:
     ctx = context(request)
     name = topic_name(request)
-    count = _partition_count(await body(request))
+    count = _partition_count(await body(request), ctx.max_partitions)
     if name.partition_index >= 0:
         raise AdminError(412, "A partition cannot itself be partitioned")
     await require_namespace(ctx.meta, name.tenant, name.namespace)
@@ -161,7 +160,7 @@ async def create_partitioned(request: web.Request) -> web.Response:
 async def update_partitioned(request: web.Request) -> web.Response:
     ctx = context(request)
     name = topic_name(request)
-    count = _partition_count(await body(request))
+    count = _partition_count(await body(request), ctx.max_partitions)
     current = await partitions_of(ctx.meta, name)
     if not current:
         raise AdminError(404, "Partitioned topic does not exist")

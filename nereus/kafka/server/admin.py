@@ -11,7 +11,6 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import ALTER, DELETE, TOPIC
-from ...topics.partitioned import MAX_PARTITIONS
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api, config_defs, routing
@@ -66,6 +65,11 @@ async def _mutations(conn, head) -> _Mutations:
     return _Mutations(conn, head)
 
 
+def _over_limit(service) -> str:
+    return (f"Number of partitions must be at most {service.max_partitions} "
+            "(the broker's maxNumPartitionsPerPartitionedTopic).")
+
+
 def _layout(service, topic) -> tuple[int, int | None]:
     """(partitions, replication factor or None for "every live broker") of a CreateTopics entry.
 
@@ -95,8 +99,8 @@ def _layout(service, topic) -> tuple[int, int | None]:
         return len(indexes), sizes.pop()
     if topic.num_partitions == 0 or topic.num_partitions < -1:
         raise _Refused(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.")
-    if topic.num_partitions > MAX_PARTITIONS:
-        raise _Refused(ErrorCode.invalid_partitions, f"Number of partitions must be at most {MAX_PARTITIONS}.")
+    if topic.num_partitions > service.max_partitions:
+        raise _Refused(ErrorCode.invalid_partitions, _over_limit(service))
     if topic.replication_factor == 0 or topic.replication_factor < -1:
         raise _Refused(ErrorCode.invalid_replication_factor,
                        "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -179,8 +183,8 @@ async def handle_create_partitions(conn, head, req):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if topic.assignments:
                 raise TopicError(39, "manual assignments are not supported")
-            if topic.count > MAX_PARTITIONS:
-                raise TopicError(ErrorCode.invalid_partitions, f"Number of partitions must be at most {MAX_PARTITIONS}.")
+            if topic.count > service.max_partitions:
+                raise TopicError(ErrorCode.invalid_partitions, _over_limit(service))
             if not req.validate_only:
                 before = await service.catalog.partition_count(topic.name)
                 if before is not None and topic.count > before:

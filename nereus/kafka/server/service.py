@@ -18,6 +18,7 @@ import uuid
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
+from ...topics.partitioned import MAX_PARTITIONS
 from . import metrics, routing, txn_markers, txn_offsets
 from .catalog import Catalog
 from .cluster import ProducerIds
@@ -42,7 +43,7 @@ class KafkaService:
     def __init__(self, storage: StreamStorage, meta: MetadataStore, registry, *, host: str = "127.0.0.1",
                  port: int = 9092, advertised_host: str | None = None, node_id: int = 0,
                  max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
-                 auto_create: bool = True, default_partitions: int = 1,
+                 auto_create: bool = True, default_partitions: int = 1, max_partitions: int = MAX_PARTITIONS,
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
                  max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None,
                  limits: ConnectionLimits | None = None, authorizer=None, anonymous_role: str | None = None,
@@ -62,6 +63,7 @@ class KafkaService:
         self.max_message_bytes = max_message_bytes
         self.auto_create = auto_create
         self.default_partitions = default_partitions
+        self.max_partitions = max_partitions  # maxNumPartitionsPerPartitionedTopic in force
         # Idempotent producer state per partition: forgotten after this long idle, and capped in count.
         self.producer_state_options = {"expiration_seconds": producer_expiration_seconds,
                                        "max_producers": max_producers_per_partition}
