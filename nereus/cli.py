@@ -128,6 +128,9 @@ def _broker_options(command):
         click.option("--tls-require-client-cert/--no-tls-require-client-cert", default=False, show_default=True,
                      help="Refuse TLS clients without a certificate signed by --tls-trust-certs-file "
                           "(tlsRequireTrustedClientCertOnConnect)."),
+        click.option("--tls-offload-processes", type=click.IntRange(0, 64), default=0, show_default=True,
+                     help="Worker processes that end TLS of the Pulsar and Kafka TLS listeners and relay "
+                          "plaintext to the broker, on other cores (tlsOffloadProcesses; 0: TLS in the broker)."),
         click.option("--advertised-address", default=None,
                      help="Host name clients are told to use (default: the bind address)."),
         click.option("--advertised-listeners", default=None,
@@ -366,6 +369,7 @@ def _options_of(kwargs: dict):
         authentication=_auth_settings(kwargs),
         pulsar_tls_port=kwargs["pulsar_tls_port"], http_tls_port=kwargs["https_port"],
         kafka_ssl_port=kwargs["kafka_ssl_port"], tls=_tls_of(kwargs),
+        tls_offload_processes=kwargs["tls_offload_processes"],
         kafka_sasl_port=kwargs["kafka_sasl_port"], kafka_sasl_ssl_port=kwargs["kafka_sasl_ssl_port"],
         sasl=_sasl_settings(kwargs),
         advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds,

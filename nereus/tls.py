@@ -61,9 +61,28 @@ def _reason(exc: Exception) -> str:
     return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
 
 
+#: The ``get_extra_info`` key of a connection whose TLS an offload worker terminated
+#: (nereus.tls_offload): its PROXY header, with the client's address and certificate CN.
+OFFLOADED = "tls_offload_header"
+
+
 def peer_cert_cn(transport) -> str | None:
-    """The common name of the verified client certificate of a TLS ``transport`` (None: none, or no TLS)."""
-    cert = transport.get_extra_info("peercert") if transport is not None else None
+    """The common name of the verified client certificate of a TLS ``transport`` (None: none, or no TLS).
+
+    Knows both kinds of TLS connection: TLS ended in this process (the certificate of
+    the transport's SSL object), and TLS ended by an offload worker (the CN its PROXY
+    header passed on).
+    """
+    if transport is None:
+        return None
+    offloaded = transport.get_extra_info(OFFLOADED)
+    if offloaded is not None:
+        return offloaded.ssl_cn
+    return certificate_cn(transport.get_extra_info("peercert"))
+
+
+def certificate_cn(cert: dict | None) -> str | None:
+    """The CN of the subject of a verified certificate, as ``SSLObject.getpeercert()`` gives it."""
     for rdn in (cert or {}).get("subject", ()):
         for name, value in rdn:
             if name == "commonName":
@@ -71,4 +90,4 @@ def peer_cert_cn(transport) -> str | None:
     return None
 
 
-__all__ = ["TlsConfigError", "TlsOptions", "peer_cert_cn"]
+__all__ = ["OFFLOADED", "TlsConfigError", "TlsOptions", "certificate_cn", "peer_cert_cn"]

@@ -94,16 +94,6 @@ class Identity:
     expires_at: float | None = None
 
 
-def certificate_cn(ssl_object) -> str | None:
-    """The CN of a TLS connection's verified client certificate (None: no TLS, or no verified certificate)."""
-    cert = ssl_object.getpeercert() if ssl_object is not None else None
-    for rdn in (cert or {}).get("subject", ()):
-        for name, value in rdn:
-            if name == "commonName":
-                return value
-    return None
-
-
 class Authenticator:
     """The enabled providers, loaded from ``AuthSettings`` (keys and htpasswd read once, at start-up)."""
 
@@ -172,5 +162,5 @@ class Authenticator:
         return self.authenticate(None, None)
 
 
-__all__ = ["AuthSettings", "Authenticator", "Identity", "PROVIDER_CLASSES", "certificate_cn", "provider_methods",
+__all__ = ["AuthSettings", "Authenticator", "Identity", "PROVIDER_CLASSES", "provider_methods",
            "split_list"]

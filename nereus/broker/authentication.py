@@ -13,7 +13,7 @@ import logging
 from aiohttp import web
 
 from ..auth import AuthenticationFailed
-from ..auth.providers import certificate_cn
+from ..tls import peer_cert_cn
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ async def authenticate(request: web.Request, handler):
     authenticator = request.app[AUTHENTICATOR]
     if not _needs_credentials(request, authenticator):
         return await handler(request)
-    peer_cn = certificate_cn(request.transport.get_extra_info("ssl_object") if request.transport else None)
+    peer_cn = peer_cert_cn(request.transport)
     try:
         identity = authenticator.authenticate_http(request.headers.get("Authorization"), peer_cn=peer_cn)
     except AuthenticationFailed as exc:

@@ -195,6 +195,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("tlsAllowInsecureConnection", "tls_allow_insecure", _bool, doc="Ask no client certificate."),
     Key("tlsRequireTrustedClientCertOnConnect", "tls_require_client_cert", _bool,
         doc="Refuse TLS clients without a trusted certificate."),
+    Key("tlsOffloadProcesses", "tls_offload_processes", _int,
+        doc="Worker processes ending TLS of the Pulsar and Kafka TLS listeners (0: in the broker)."),
     Key("clusterName", "cluster_name", _text, doc="Name of the cluster."),
     Key("metadataStoreUrl", "metadata", _text, frozenset({BROKER}), doc="oxia://host:port[/namespace]."),
     Key("metadataStoreSessionTimeoutMillis", "session_timeout", _millis,

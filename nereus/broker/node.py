@@ -102,6 +102,8 @@ class BrokerOptions:
     kafka_sasl_ssl_port: int | None = None  # kafkaListeners' SASL_SSL://
     sasl: object = None  # SaslSettings of the SASL listeners (nereus.kafka.server.sasl)
     tls: TlsOptions = TlsOptions()  # certificate, key and trust of every TLS listener
+    # tlsOffloadProcesses: worker processes that end TLS of the Pulsar and Kafka TLS listeners (0: this process)
+    tls_offload_processes: int = 0
 
     @property
     def partition_limit(self) -> int:
@@ -270,9 +272,17 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(pulsar.stop)
     for listener, bind_host, port in options.bind_addresses:
         await bind_listener("bind-address", bind_host, port, pulsar.add_listener(listener, bind_host, port))
+    offload = None
+    if options.tls_offload_processes and any(port is not None for port in (
+            options.pulsar_tls_port, options.kafka_ssl_port, options.kafka_sasl_ssl_port)):
+        from ..tls_offload.pool import TlsOffload
+
+        offload = TlsOffload(options.tls, options.tls_offload_processes)
+        stack.push_async_callback(offload.close)  # after the listeners stop (the stack unwinds in reverse)
     if options.pulsar_tls_port is not None:
         await bind_listener("pulsar-tls", options.bind, options.pulsar_tls_port,
-                            pulsar.add_tls_listener(options.bind, options.pulsar_tls_port, tls_context))
+                            pulsar.add_tls_listener(options.bind, options.pulsar_tls_port, tls_context,
+                                                    offload=offload))
     if internal is not None:
         pulsar.advertised_url = internal.pulsar_url
     kafka = KafkaService(storage, meta, registry, host=options.bind, port=options.kafka_port or 0, advertised_host=host,
@@ -290,12 +300,16 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     transactions = _build_transactions(stack, meta, registry, kafka, pulsar, options.transactional_id_expiration)
     if options.kafka_ssl_port is not None:
         await bind_listener("kafka-ssl", options.bind, options.kafka_ssl_port,
-                            kafka.add_listener("SSL", options.bind, options.kafka_ssl_port, ssl=tls_context))
+                            kafka.add_listener("SSL", options.bind, options.kafka_ssl_port, ssl=tls_context,
+                                               offload=offload))
     for protocol, port, ssl in (("SASL_PLAINTEXT", options.kafka_sasl_port, None),
                                 ("SASL_SSL", options.kafka_sasl_ssl_port, tls_context)):
         if port is not None:
             await bind_listener(f"kafka-{protocol.lower().replace('_', '-')}", options.bind, port,
-                                kafka.add_listener(protocol, options.bind, port, ssl=ssl))
+                                kafka.add_listener(protocol, options.bind, port, ssl=ssl,
+                                                   offload=offload if ssl is not None else None))
+    if offload is not None:
+        await offload.start()  # the workers accept from here on; the broker serves them from serve()
 
     name = options.broker_name or f"{host}:{pulsar.port}:{kafka.port}:{http_port}"
     node_id = await node_id_for(meta, name)

@@ -117,20 +117,27 @@ class KafkaService:
         self.listener_ports["PLAINTEXT"] = self.port
         log.info("kafka listener on %s:%d (cluster %s)", self.host, self.port, self.cluster_id)
 
-    async def add_listener(self, protocol: str, host: str, port: int, *, ssl=None) -> int:
-        """Bind a listener of security ``protocol`` (``SSL``: ``ssl`` is the server's SSLContext); its port.
+    async def add_listener(self, protocol: str, host: str, port: int, *, ssl=None, offload=None) -> int:
+        """Bind a listener of security ``protocol`` (``SSL``: ``ssl`` is the server's SSLContext; with
+        ``offload``, a ``TlsOffload``, its worker processes end TLS); its port.
 
         Accepts connections from ``serve()`` on.
         """
+        from ...tls_offload.pool import tls_server
         from .connection import KafkaConnection
 
         if protocol.startswith("SASL_") and self.sasl is None:
             raise ValueError(f"a {protocol} listener needs SASL settings")
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: KafkaConnection(self, protocol=protocol), host, port, ssl=ssl,
-                                          start_serving=False)
+        def factory():
+            return KafkaConnection(self, protocol=protocol)
+
+        if ssl is None:
+            server = await asyncio.get_running_loop().create_server(factory, host, port, start_serving=False)
+            bound = server.sockets[0].getsockname()[1] if port == 0 else port
+        else:
+            server, bound = await tls_server(f"kafka {protocol}", factory, host, port, ssl, offload)
         self._listener_servers.append(server)
-        self.listener_ports[protocol] = bound = server.sockets[0].getsockname()[1] if port == 0 else port
+        self.listener_ports[protocol] = bound
         log.info("kafka %s listener on %s:%d", protocol, host, bound)
         return bound
 

@@ -17,7 +17,7 @@ import logging
 import time
 
 from ...auth import AuthenticationFailed
-from ...auth.providers import certificate_cn
+from ...tls import peer_cert_cn
 from ..codec import pb, wrap
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ NO_REQUEST = (1 << 64) - 1
 
 
 def _peer_cn(conn) -> str | None:
-    return certificate_cn(conn.transport.get_extra_info("ssl_object") if conn.transport is not None else None)
+    return peer_cert_cn(conn.transport)
 
 
 def refuse(conn, reason: str) -> None:

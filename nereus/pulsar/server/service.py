@@ -124,18 +124,18 @@ class PulsarService:
         self._listener_servers.append(server)
         log.info("pulsar listener %r on %s:%d", name, host, port)
 
-    async def add_tls_listener(self, host: str, port: int, context) -> None:
-        """Bind ``host:port`` for ``pulsar+ssl://`` clients (``context``: the server's SSLContext).
+    async def add_tls_listener(self, host: str, port: int, context, *, offload=None) -> None:
+        """Bind ``host:port`` for ``pulsar+ssl://`` clients (``context``: the server's SSLContext; with
+        ``offload``, a ``TlsOffload``, its worker processes end TLS).
 
         Accepts connections from ``serve()`` on.
         """
+        from ...tls_offload.pool import tls_server
         from .connection import ServerConnection
 
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ServerConnection(self), host, port, ssl=context,
-                                          start_serving=False)
+        server, self.tls_port = await tls_server("pulsar-tls", lambda: ServerConnection(self), host, port, context,
+                                                 offload)
         self._listener_servers.append(server)
-        self.tls_port = server.sockets[0].getsockname()[1] if port == 0 else port
         log.info("pulsar TLS listener on %s:%d (service url %s)", host, self.tls_port, self.service_url_tls)
 
     async def serve(self) -> None:

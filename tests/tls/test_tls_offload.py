@@ -1,0 +1,218 @@
+"""TLS offload (``tlsOffloadProcesses``): worker processes end TLS, the broker serves the plaintext.
+
+Official clients against a real standalone: Kafka SSL with the certificate CN as the
+ACL principal, SASL_SSL login, Pulsar ``pulsar+ssl://`` with the TLS provider's role
+from the CN; killed workers are replaced, and a broker killed with SIGKILL takes its
+workers with it, so a restart binds the same port.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import uuid
+from pathlib import Path
+
+import confluent_kafka
+import jwt
+import pulsar
+import pytest
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, \
+    ResourceType
+
+from tests.standalone_process import free_port
+
+from .certs import issue_client
+from .conftest import _start
+
+SECRET = os.urandom(32)
+PROVIDERS = ("org.apache.pulsar.broker.authentication.AuthenticationProviderTls,"
+             "org.apache.pulsar.broker.authentication.AuthenticationProviderToken")
+FAST = {"operation_timeout_seconds": 5, "connection_timeout_ms": 3000}
+
+
+@pytest.fixture(scope="module")
+def offloaded(tmp_path_factory, pki):
+    directory = tmp_path_factory.mktemp("offload")
+    ports = {"pulsar_tls": free_port(), "kafka_ssl": free_port(), "kafka_sasl_ssl": free_port()}
+    server = _start(directory, f"""
+brokerServicePortTls={ports['pulsar_tls']}
+tlsCertificateFilePath={pki.server_cert}
+tlsKeyFilePath={pki.server_key}
+tlsTrustCertsFilePath={pki.ca}
+kafkaListeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:{ports['kafka_ssl']},SASL_SSL://127.0.0.1:{ports['kafka_sasl_ssl']}
+saslAllowedMechanisms=PLAIN
+tokenSecretKey=data:;base64,{base64.b64encode(SECRET).decode()}
+authenticationEnabled=true
+authenticationProviders={PROVIDERS}
+authorizationEnabled=true
+superUserRoles=admin
+tlsOffloadProcesses=2
+""")
+    server.tls_ports = ports
+    server.certs = {cn: issue_client(directory, pki.ca, cn) for cn in ("admin", "writer", "stranger")}
+    yield server
+    assert server.stop() == 0, server.log.read_text()[-3000:]
+
+
+def _ssl(server, pki, cn: str | None) -> dict:
+    config = {"bootstrap.servers": f"localhost:{server.tls_ports['kafka_ssl']}", "security.protocol": "SSL",
+              "ssl.ca.location": str(pki.ca), "socket.timeout.ms": 5000, "message.timeout.ms": 8000,
+              "log_level": 0}
+    if cn is not None:
+        cert, key = server.certs[cn]
+        config.update({"ssl.certificate.location": str(cert), "ssl.key.location": str(key)})
+    return config
+
+
+def _produce(config: dict, topic: str, values: list[bytes]) -> list:
+    """The delivery errors (None: delivered) of producing ``values``."""
+    outcome = []
+    producer = confluent_kafka.Producer(config)
+    for value in values:
+        producer.produce(topic, value, on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(20)
+    assert len(outcome) == len(values), "delivery reports missing"
+    return outcome
+
+
+def _consume(config: dict, topic: str, count: int, seconds: float = 20) -> list[bytes]:
+    consumer = confluent_kafka.Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                                         "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + seconds
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                got.append(message.value())
+        return got
+    finally:
+        consumer.close()
+
+
+def test_kafka_ssl_through_offload_with_the_certificate_cn_as_principal(offloaded, pki):
+    topic = f"offload-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(_ssl(offloaded, pki, "admin"))  # a superuser by its certificate's CN
+    for future in admin.create_acls([AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                                                "User:writer", "*", AclOperation.WRITE,
+                                                AclPermissionType.ALLOW)]).values():
+        future.result(timeout=20)
+    values = [f"m{i}".encode() * 100 for i in range(200)]
+    assert _produce(_ssl(offloaded, pki, "writer"), topic, values) == [None] * len(values)
+    refused = _produce(_ssl(offloaded, pki, "stranger"), topic, [b"x"])[0]
+    assert refused is not None and refused.code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert _produce(_ssl(offloaded, pki, None), topic, [b"x"])[0].code() \
+        == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED  # no certificate: no principal
+    assert _consume(_ssl(offloaded, pki, "admin"), topic, len(values)) == values
+
+
+def _sasl_ssl(server, pki, password: str) -> dict:
+    return {"bootstrap.servers": f"127.0.0.1:{server.tls_ports['kafka_sasl_ssl']}", "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "PLAIN", "sasl.username": "admin", "sasl.password": password,
+            "ssl.ca.location": str(pki.ca), "ssl.endpoint.identification.algorithm": "none",
+            "socket.timeout.ms": 5000, "message.timeout.ms": 8000, "log_level": 0}
+
+
+def test_kafka_sasl_ssl_login_through_offload(offloaded, pki):
+    topic = f"offload-sasl-{uuid.uuid4().hex[:8]}"
+    token = jwt.encode({"sub": "admin"}, SECRET, algorithm="HS256")
+    config = _sasl_ssl(offloaded, pki, f"token:{token}")
+    assert _produce(config, topic, [b"a", b"b"]) == [None, None]
+    assert _consume(config, topic, 2) == [b"a", b"b"]
+    wrong = jwt.encode({"sub": "admin"}, os.urandom(32), algorithm="HS256")
+    assert _produce(_sasl_ssl(offloaded, pki, f"token:{wrong}"), topic, [b"c"])[0] is not None
+
+
+def _pulsar(server, pki, cn: str):
+    cert, key = server.certs[cn]
+    return pulsar.Client(f"pulsar+ssl://localhost:{server.tls_ports['pulsar_tls']}",
+                         tls_trust_certs_file_path=str(pki.ca), tls_validate_hostname=True,
+                         authentication=pulsar.AuthenticationTLS(str(cert), str(key)), **FAST)
+
+
+def test_pulsar_tls_through_offload_with_the_role_of_the_certificate_cn(offloaded, pki):
+    topic = f"persistent://public/default/offload-{uuid.uuid4().hex[:8]}"
+    client = _pulsar(offloaded, pki, "admin")
+    try:
+        consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic)
+        for i in range(50):
+            producer.send(f"p{i}".encode() * 300)
+        assert [consumer.receive(10_000).data() for _ in range(50)] == [f"p{i}".encode() * 300 for i in range(50)]
+    finally:
+        client.close()
+    stranger = _pulsar(offloaded, pki, "stranger")  # authenticated by its CN, but granted nothing
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            stranger.create_producer(topic)
+    finally:
+        stranger.close()
+
+
+# -- lifecycle --------------------------------------------------------------------------------------
+
+def _workers(pid: int) -> set[int]:
+    """The TLS offload workers among ``pid``'s children (live ones)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[1]) == pid and b"nereus.tls_offload.worker" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _wait(condition, what: str, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_workers_are_replaced_and_leave_with_a_killed_broker(tmp_path, pki):
+    port = free_port()
+    server = _start(tmp_path, f"""
+tlsCertificateFilePath={pki.server_cert}
+tlsKeyFilePath={pki.server_key}
+kafkaListeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:{port}
+tlsOffloadProcesses=2
+""")
+    config = {"bootstrap.servers": f"localhost:{port}", "security.protocol": "SSL", "ssl.ca.location": str(pki.ca),
+              "socket.timeout.ms": 5000, "message.timeout.ms": 8000, "log_level": 0}
+    try:
+        workers = _wait(lambda: len(_workers(server.proc.pid)) == 2 and _workers(server.proc.pid), "two workers")
+        victim = min(workers)
+        os.kill(victim, 9)
+        _wait(lambda: victim not in _workers(server.proc.pid) and len(_workers(server.proc.pid)) == 2,
+              "a replacement worker")
+        for _ in range(3):  # new connections, whichever worker accepts them
+            assert _produce(config, "after-worker-kill", [b"v"]) == [None]
+        workers = _workers(server.proc.pid)
+        server.kill()
+        _wait(lambda: not any(_alive(pid) for pid in workers), "the workers to exit after the broker's SIGKILL")
+        server.start()  # the same ports
+        assert _produce(config, "after-broker-kill", [b"w"]) == [None]
+        assert _consume(config, "after-broker-kill", 1) == [b"w"]
+        assert "exited with code" in server.log.read_text()  # the replaced worker was logged
+    finally:
+        server.kill()
