@@ -3,6 +3,8 @@ request_percentage, controller_mutation_rate and the ip entity's connection_crea
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 import urllib.request
 import uuid
@@ -123,10 +125,84 @@ def test_older_versions_are_throttled_not_refused(broker, raw):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": client,  # CreateTopics v4
                          "throttle_cb": lambda event: throttles.append(event.throttle_time)})
     first, second = (f"o{i}-{uuid.uuid4().hex[:6]}" for i in range(2))
-    assert _error(admin.create_topics([NewTopic(first, 3)])) == {first: None}
+    # 13 partitions: two past the burst of 11 (Kafka's 11 one-second windows at one a second).
+    assert _error(admin.create_topics([NewTopic(first, 13)])) == {first: None}
     assert _error(admin.create_topics([NewTopic(second, 1)])) == {second: None}
     admin.poll(0)
     assert any(t > 0 for t in throttles)
+    assert _alter(raw, {"client-id": client}, {"controller_mutation_rate": None}).error_code == 0
+
+
+def _throttles(caplog, response: str) -> list[int]:
+    """The throttle times (ms) kafka-python was told in ``response`` responses (it logs each)."""
+    return [int(m.group(1)) for r in caplog.records
+            if (m := re.search(rf"{response}\w* throttled by broker \((\d+) ms\)", r.getMessage()))]
+
+
+def test_a_strict_request_is_throttled_only_when_a_topic_is_refused(broker, raw, caplog):
+    caplog.set_level(logging.WARNING, logger="kafka")
+    client = f"burst-{uuid.uuid4().hex[:6]}"
+    # Half a partition a second: a burst of 5.5 (11 seconds' worth, as Kafka's bucket holds).
+    assert _alter(raw, {"client-id": client}, {"controller_mutation_rate": 0.5}).error_code == 0
+    a, b, c, d = (f"b{i}-{uuid.uuid4().hex[:6]}" for i in range(4))
+    admin = _kafka_python_admin(broker, client)
+    try:
+        created = admin.create_topics({name: {"num_partitions": n, "replication_factor": 1}
+                                       for name, n in ((a, 5), (b, 5), (c, 1))}, raise_errors=False)
+        # a leaves 0.5 in the bucket, so b is admitted and overdraws it; c is refused.
+        assert {t["name"]: t["error_code"] for t in created["topics"]} == {a: 0, b: 0, c: 89}
+    finally:
+        admin.close()
+    told = _throttles(caplog, "CreateTopicsResponse")
+    assert len(told) == 1 and 0 < told[0] <= 9000, told  # 4.5 partitions owed at 0.5 a second
+    caplog.clear()
+    again = _kafka_python_admin(broker, client)
+    try:
+        created = again.create_topics({d: {"num_partitions": 1, "replication_factor": 1}}, raise_errors=False)
+        assert [(t["name"], t["error_code"]) for t in created["topics"]] == [(d, 89)]
+    finally:
+        again.close()
+    assert _alter(raw, {"client-id": client}, {"controller_mutation_rate": None}).error_code == 0
+
+
+def test_a_strict_request_admitted_whole_is_not_throttled_and_the_next_pays(broker, raw, caplog):
+    caplog.set_level(logging.WARNING, logger="kafka")
+    client = f"big-{uuid.uuid4().hex[:6]}"
+    assert _alter(raw, {"client-id": client}, {"controller_mutation_rate": 0.5}).error_code == 0
+    big, small = (f"g{i}-{uuid.uuid4().hex[:6]}" for i in range(2))
+    admin = _kafka_python_admin(broker, client)
+    try:
+        created = admin.create_topics({big: {"num_partitions": 20, "replication_factor": 1}}, raise_errors=False)
+        assert [(t["name"], t["error_code"]) for t in created["topics"]] == [(big, 0)]
+    finally:
+        admin.close()
+    assert _throttles(caplog, "CreateTopicsResponse") == []  # Kafka throttles no request it served whole
+    again = _kafka_python_admin(broker, client)
+    try:
+        created = again.create_topics({small: {"num_partitions": 1, "replication_factor": 1}}, raise_errors=False)
+        assert [(t["name"], t["error_code"]) for t in created["topics"]] == [(small, 89)]
+    finally:
+        again.close()
+    told = _throttles(caplog, "CreateTopicsResponse")
+    # The whole debt, not a window's worth: 14.5 partitions at 0.5 a second.
+    assert len(told) == 1 and 1000 < told[0] <= 29000, told
+    assert _alter(raw, {"client-id": client}, {"controller_mutation_rate": None}).error_code == 0
+
+
+def test_a_debt_longer_than_an_int32_of_milliseconds_is_told_as_the_largest(broker, raw, caplog):
+    caplog.set_level(logging.WARNING, logger="kafka")
+    client = f"tiny-{uuid.uuid4().hex[:6]}"
+    # One partition a 10**7 seconds: creating one owes about 10**10 ms, past throttle_time_ms' int32.
+    assert _alter(raw, {"client-id": client}, {"controller_mutation_rate": 1e-7}).error_code == 0
+    first, second = (f"t{i}-{uuid.uuid4().hex[:6]}" for i in range(2))
+    for name, code in ((first, 0), (second, 89)):
+        admin = _kafka_python_admin(broker, client)
+        try:
+            created = admin.create_topics({name: {"num_partitions": 1, "replication_factor": 1}}, raise_errors=False)
+            assert [(t["name"], t["error_code"]) for t in created["topics"]] == [(name, code)]
+        finally:
+            admin.close()
+    assert _throttles(caplog, "CreateTopicsResponse") == [2**31 - 1]
     assert _alter(raw, {"client-id": client}, {"controller_mutation_rate": None}).error_code == 0
 
 

@@ -34,11 +34,15 @@ _STRICT_SINCE = {19: 6, 20: 5, 37: 3}
 
 
 class _Mutations:
-    """The partitions a request creates or deletes, against the client's controller_mutation_rate."""
+    """The partitions a request creates or deletes, against the client's controller_mutation_rate.
+
+    As Kafka's controller mutation quota: a strict request (new versions) is throttled only when
+    one of its topics was refused; an older one whenever its mutations leave the client over."""
 
     def __init__(self, conn, head) -> None:
         self.conn, self.head = conn, head
         self.strict = head.api_version >= _STRICT_SINCE[head.api_key]
+        self.violated = False
 
     def _owed(self) -> int:
         return self.conn.service.throttles.owed(MUTATION, self.conn.principal, self.head.client_id)
@@ -46,15 +50,17 @@ class _Mutations:
     def admit(self) -> None:
         """Refuse the next topic when the client is already over its quota (strict versions only)."""
         if self.strict and self._owed():
+            self.violated = True
             raise TopicError(ErrorCode.throttling_quota_exceeded, "The throttling quota has been exceeded.")
 
     def record(self, partitions: int) -> None:
         if partitions > 0:
-            self.conn.service.throttles.record(MUTATION, self.conn.principal, self.head.client_id, partitions)
+            owed = self.conn.service.throttles.record(MUTATION, self.conn.principal, self.head.client_id, partitions)
+            self.violated |= not self.strict and owed > 0
 
     def throttle_time(self):
         """The response's throttle time (the connection is muted that long)."""
-        ms = self._owed()
+        ms = self._owed() if self.violated else 0
         if ms:
             self.conn.mute(ms)
         return throttle_time(ms)

@@ -13,10 +13,16 @@ per IP address for connections, enforced as a Kafka broker does:
   its share gets the throttle time on that response and is muted (at most a second,
   as Kafka bounds it to its quota window). ApiVersions and the SASL requests are exempt.
 - ``controller_mutation_rate`` (KIP-599): partitions created (CreateTopics,
-  CreatePartitions) or deleted (DeleteTopics) a second. Once a client is over it, the
-  topics of its next request are refused with THROTTLING_QUOTA_EXCEEDED (from
-  CreateTopics v6, DeleteTopics v5, CreatePartitions v3; older versions are served)
-  and the response carries the throttle time.
+  CreatePartitions) or deleted (DeleteTopics) a second, with a burst of 11 seconds'
+  worth (Kafka's controller.quota.window.num x controller.quota.window.size.seconds).
+  A topic is admitted while the client's bucket is not overdrawn, whatever its size
+  (the bucket may go as far below zero as it takes); once overdrawn, the topics of
+  the client's requests are refused with THROTTLING_QUOTA_EXCEEDED from CreateTopics
+  v6, DeleteTopics v5 and CreatePartitions v3, and such a response carries the
+  throttle time (the time the bucket takes back to zero) and mutes the connection
+  that long. Older versions are served, and a response that leaves the bucket
+  overdrawn carries the throttle time and mutes. As in Kafka, that throttle time is
+  not bounded by a window: it is what pays the mutations back.
 - ``connection_creation_rate`` (``ip`` entity, KIP-612): new connections a second
   from one address; one over the rate is closed as it is accepted. The broker's
   ``max.connection.creation.rate`` bounds new connections from all addresses: one
@@ -44,8 +50,15 @@ REQUEST, MUTATION = "request_percentage", "controller_mutation_rate"
 #: Tokens a quota's unit is worth a second: request_percentage counts milliseconds of handling.
 _SCALE = {REQUEST: 10.0}
 #: The longest throttle time a quota gives (and the debt it keeps): Kafka bounds the request
-#: quota's to its one-second window, so a burst is not paid for long after.
+#: quota's to its one-second window, so a burst is not paid for long after. It bounds no
+#: other: a controller mutation's debt is paid back whole (KIP-599).
 _MAX_THROTTLE_SECONDS = {REQUEST: 1.0}
+#: Seconds of its rate a quota's bucket holds: the burst a client may spend at once. Kafka's
+#: controller mutation bucket holds controller.quota.window.num (11) windows of
+#: controller.quota.window.size.seconds (1).
+_BURST_SECONDS = {MUTATION: 11.0}
+#: throttle_time_ms is an int32 on the wire; a tiny mutation rate's debt may be longer.
+_MAX_THROTTLE_MS = 2**31 - 1
 EXACT, DEFAULT, ANY = 0, 1, 2  # DescribeClientQuotas match types
 _MAX_IDLE_BUCKETS = 1024
 
@@ -70,7 +83,7 @@ class Throttles:
         if bucket is None or bucket.rate != rate:
             if len(self._buckets) >= _MAX_IDLE_BUCKETS:
                 self._forget_full()
-            bucket = self._buckets[ident] = TokenBucket(rate, clock=self._clock)
+            bucket = self._buckets[ident] = TokenBucket(rate, _BURST_SECONDS.get(key, 1.0), clock=self._clock)
         return bucket
 
     def _forget_full(self) -> None:
@@ -149,7 +162,7 @@ def with_throttle(body, ms: int):
 
 
 def _ms(seconds: float) -> int:
-    return int(seconds * 1000 + 0.999) if seconds > 0 else 0
+    return min(_MAX_THROTTLE_MS, int(seconds * 1000 + 0.999)) if seconds > 0 else 0
 
 
 def throttle_time(ms: int) -> datetime.timedelta:
