@@ -125,6 +125,11 @@ class Cursor:
         self.acks.ack(start, end)
         self._changes += 1
 
+    def ack_ranges(self, ranges: list[tuple[int, int]]) -> None:
+        """Acknowledge each of ``ranges`` (sorted, disjoint half-open ranges)."""
+        self.acks.ack_ranges(ranges)
+        self._changes += 1
+
     def ack_cumulative(self, upto_inclusive: int) -> None:
         """Acknowledge every offset up to ``upto_inclusive``."""
         self.acks.ack_cumulative(upto_inclusive)

@@ -108,6 +108,7 @@ class KeyView:
     object: str | None
     entries: list[ViewEntry] = field(default_factory=list)
     _bases: list[int] = field(default_factory=list)
+    _gaps: tuple[list[int], list[int]] | None = None  # starts and ends of the dropped runs, on first use
 
     def __post_init__(self) -> None:
         self._bases = [e.entry.base_offset for e in self.entries]
@@ -129,6 +130,29 @@ class KeyView:
                 break
             out.append(item)
             total += len(item.entry.data)
+        return out
+
+    def dropped_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The offsets of ``[start, end)`` the view does not keep, as sorted, disjoint,
+        non-adjacent half-open ranges (everything below the horizon that is not a survivor)."""
+        from bisect import bisect_left, bisect_right
+
+        if self._gaps is None:
+            kept = [e.entry.base_offset + k for e in self.entries for k in e.keep]
+            starts, ends = [], []
+            for lo, hi in zip([0, *(k + 1 for k in kept)], [*kept, self.horizon]):
+                if lo < hi:
+                    starts.append(lo)
+                    ends.append(hi)
+            self._gaps = starts, ends
+        starts, ends = self._gaps
+        if start >= end:
+            return []
+        i, j = bisect_right(ends, start), bisect_left(starts, end)
+        out = list(zip(starts[i:j], ends[i:j]))
+        if out:
+            out[0] = (max(out[0][0], start), out[0][1])
+            out[-1] = (out[-1][0], min(out[-1][1], end))
         return out
 
     def entry_at(self, base: int) -> ViewEntry | None:

@@ -36,3 +36,29 @@ def test_ackset_agrees_with_a_plain_set(operations):
             assert acks.acked_count_between(lo, hi) == len([o for o in model if lo <= o < hi])
             listed = [o for s, e in acks.acked_ranges_between(lo, hi) for o in range(s, e)]
             assert listed == sorted(o for o in model if lo <= o < hi)
+
+
+def _canonical(acks: AckSet) -> None:
+    prev_end = acks.acked_below
+    for s, e in acks.ranges:
+        assert prev_end < s < e
+        prev_end = e
+
+
+@given(ops, st.lists(st.tuples(st.integers(0, 4), st.integers(0, 5)), max_size=12))
+def test_ack_ranges_equals_acking_each_range(operations, steps):
+    """Bulk acks (gaps and lengths, touching runs allowed) leave the same set as one ack per range."""
+    one_by_one, bulk = AckSet(), AckSet()
+    for kind, a, n in operations:
+        for acks in (one_by_one, bulk):
+            acks.ack(a, a + n) if kind == "ack" else acks.ack_cumulative(a)
+    ranges, at = [], 40
+    for gap, length in steps:
+        at += gap
+        ranges.append((at, at + length))
+        at += length
+    for start, end in ranges:
+        one_by_one.ack(start, end)
+    bulk.ack_ranges(ranges)
+    assert bulk == one_by_one
+    _canonical(bulk)

@@ -140,3 +140,26 @@ async def test_deleting_the_stream_releases_its_view(storage, meta, objects):
     await collector.collect()
     await collector.collect()
     assert not [k for k in objects.inner._bucket.objects if k.startswith("keyview/")]
+
+
+def test_dropped_between_is_the_complement_of_the_survivors_below_the_horizon():
+    from nereus.storage.api import FetchedEntry
+
+    rng = random.Random(7)
+    for _ in range(200):
+        items, base = [], rng.randrange(0, 5)
+        for _ in range(rng.randrange(0, 6)):
+            count = rng.randrange(1, 6)
+            keep = tuple(sorted(rng.sample(range(count), rng.randrange(1, count + 1))))
+            items.append(key_view.ViewEntry(FetchedEntry(base, count, b""), keep))
+            base += count + rng.randrange(0, 3)
+        horizon = base + rng.randrange(0, 3)
+        view = key_view.KeyView(1, horizon, None, items)
+        kept = {e.entry.base_offset + k for e in items for k in e.keep}
+        for start in range(0, horizon + 1):
+            for end in range(start, horizon + 1):
+                ranges = view.dropped_between(start, end)
+                assert [o for s, e in ranges for o in range(s, e)] == [
+                    o for o in range(start, end) if o not in kept]
+                assert all(s < e for s, e in ranges)
+                assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))

@@ -194,9 +194,9 @@ class Dispatcher:
         start = pos
         compacted = await self._compacted(pos) if self.read_compacted else None
         if compacted is not None:
-            fetched, view_end = compacted
+            fetched, view_end, view = compacted
         else:
-            view_end = None
+            view_end = view = None
             try:
                 fetched = (await handle.fetch(pos, limit, max_bytes=READ_BYTES)).entries
             except OffsetOutOfRange:
@@ -215,6 +215,11 @@ class Dispatcher:
                 continue
             if self._throttled():
                 break
+            if view is not None:
+                # What compaction dropped before and within this entry counts as acknowledged
+                # (only as far as the dispatch gets: a read ending early for lack of
+                # permits must not make the next one go over the same gaps again).
+                sub.cursor.ack_ranges(view.dropped_between(pos, entry.end_offset))
             base, count = entry.base_offset, entry.record_count
             if base >= limit and compacted is None:
                 break
@@ -251,8 +256,9 @@ class Dispatcher:
             self._send(slot, entry, key)
             pos = entry.end_offset
         else:
-            if view_end is not None:
-                pos = max(pos, view_end)  # the rest of the view was compacted away
+            if view_end is not None:  # the rest of the view was compacted away
+                sub.cursor.ack_ranges(view.dropped_between(pos, view_end))
+                pos = max(pos, view_end)
         sub.cursor.read_position = pos
         if skipped:
             self.schedule_persist()
@@ -260,34 +266,22 @@ class Dispatcher:
 
     async def _compacted(self, pos: int):
         """Below the key view's horizon: (the view's entries from ``pos``, the horizon if they
-        end the view, else None); None at or above it.
+        end the view, else None, the view); None at or above it.
 
-        Records the view dropped count as acknowledged (as Pulsar skips compacted-away
-        messages), so the entries go out with an ack set of their surviving records and
-        the subscription's mark-delete moves past the gaps; so are the view's records
-        that retention released (``view_floor``).
+        The records compacted away count as acknowledged (as Pulsar skips them), so the
+        entries go out with an ack set of their surviving records and the subscription's
+        mark-delete moves past the gaps: the dispatch loop records them entry by entry;
+        the view's records that retention released (``view_floor``) are recorded here.
         """
         view = await self.topic.core.registry.key_views.get(self.topic.stream_id)
         if pos >= view.horizon:
             return None
-        items = view.read(max(pos, await view_floor(self.topic)), READ_BYTES)
-        cursor = self.sub.cursor
-        at = pos
-        for item in items:
-            base, count = item.entry.base_offset, item.entry.record_count
-            if base > at:
-                cursor.ack(at, base)
-            if not item.whole:  # each run of dropped records between survivors: one range
-                prev = 0
-                for i in (*item.keep, count):
-                    if i > prev and base + i > pos:
-                        cursor.ack(max(base + prev, pos), base + i)
-                    prev = i + 1
-            at = max(at, base + count)
+        start = max(pos, await view_floor(self.topic))
+        if pos < start:
+            self.sub.cursor.ack(pos, start)
+        items = view.read(start, READ_BYTES)
         done = not items or items[-1] is view.entries[-1]
-        if done and at < view.horizon:
-            cursor.ack(at, view.horizon)
-        return [item.entry for item in items], (view.horizon if done else None)
+        return [item.entry for item in items], (view.horizon if done else None), view
 
     # -- dispatch rates ------------------------------------------------------------------
     def _limits(self):
@@ -344,9 +338,10 @@ class Dispatcher:
         sub = self.sub
         base, count = entry.base_offset, entry.record_count
         ack_set = None
-        if count > 1 and (sub.cursor.acks.acked_count_between(base, base + count)
-                          or self.txn_acks.holder(base, base + count) is not None):
-            ack_set = _unacked_bits(sub, base, count, self.txn_acks)
+        if count > 1:
+            acked = sub.cursor.acks.acked_ranges_between(base, base + count)
+            if acked or self.txn_acks.holder(base, base + count) is not None:
+                ack_set = _unacked_bits(base, count, acked, self.txn_acks)
         body = entries.body_of(entry.data)
         redelivery = sub.dispatched(slot, base, count, key, permits=self._messages_sent(body, count))
         for limit in self._limits():
@@ -394,14 +389,14 @@ class Dispatcher:
         self._arm_timer()
 
 
-def _unacked_bits(sub: Subscription, base: int, count: int, held: PendingAcks) -> list[int]:
+def _unacked_bits(base: int, count: int, acked: list[tuple[int, int]], held: PendingAcks) -> list[int]:
     """Pulsar's ack_set of a partly acked batch: bit i set = record i still to deliver.
 
-    Built from the cursor's acked ranges, not record by record: a compacted view's
-    batches come with most of their records acknowledged.
+    Built from the cursor's ``acked`` ranges within the batch, not record by record: a
+    compacted view's batches come with most of their records acknowledged.
     """
     bits = (1 << count) - 1
-    for start, end in sub.cursor.acks.acked_ranges_between(base, base + count):
+    for start, end in acked:
         bits &= ~(((1 << (end - start)) - 1) << (start - base))
     if held.by_pid:
         for i in range(count):
