@@ -23,6 +23,7 @@ from obstore.exceptions import AlreadyExistsError, BaseError, NotSupportedError
 from obstore.store import S3Store
 
 from nereus.objstore._common import Payload, as_chunks, check_range, validate_key
+from nereus.objstore._exit_guard import call as obstore_call
 from nereus.objstore.api import ObjectInfo, ObjectStore
 from nereus.objstore.errors import ObjectExists, ObjectNotFound, ObjectStoreError, UnsupportedStoreUrl
 from nereus.tasks import wait_for
@@ -163,9 +164,9 @@ class S3ObjectStore(ObjectStore):
         client = self._live()
         probe = f".nereus-probe/conditional-put-{uuid.uuid4().hex}"
         try:
-            await client.put_async(probe, b"1", mode="create", use_multipart=False)
+            await obstore_call(client.put_async, probe, b"1", mode="create", use_multipart=False)
             try:
-                await client.put_async(probe, b"2", mode="create", use_multipart=False)
+                await obstore_call(client.put_async, probe, b"2", mode="create", use_multipart=False)
             except (AlreadyExistsError, NotSupportedError) as exc:
                 return isinstance(exc, AlreadyExistsError)
             return False
@@ -177,7 +178,7 @@ class S3ObjectStore(ObjectStore):
             # Bounded: after a timeout cancelled the puts, an unreachable endpoint must not hold the
             # caller here for the client's whole retry schedule. A leftover probe object is harmless.
             with contextlib.suppress(Exception):  # obstore raises FileNotFoundError and its own errors
-                await wait_for(client.delete_async(probe), _PROBE_CLEANUP_SECONDS)
+                await wait_for(obstore_call(client.delete_async, probe), _PROBE_CLEANUP_SECONDS)
 
     async def _require_conditional_put(self) -> None:
         if self._conditional_put_ok is None:
@@ -201,7 +202,7 @@ class S3ObjectStore(ObjectStore):
             try:
                 # Single PUT: obstore only honours mode="create" outside multipart uploads,
                 # so several chunks are joined into one body inside obstore.
-                await client.put_async(key, body, mode="create", use_multipart=False)
+                await obstore_call(client.put_async, key, body, mode="create", use_multipart=False)
                 return
             except AlreadyExistsError:
                 raise ObjectExists(key) from None
@@ -221,10 +222,10 @@ class S3ObjectStore(ObjectStore):
             return b""
         try:
             if end is not None:
-                data = await client.get_range_async(key, start=start, end=end)
+                data = await obstore_call(client.get_range_async, key, start=start, end=end)
             else:
                 options = {"range": {"offset": start}} if start else None
-                data = await (await client.get_async(key, options=options)).bytes_async()
+                data = await obstore_call((await obstore_call(client.get_async, key, options=options)).bytes_async)
         except FileNotFoundError:
             raise ObjectNotFound(key) from None
         except BaseError as exc:
@@ -238,7 +239,7 @@ class S3ObjectStore(ObjectStore):
     async def head(self, key: str) -> ObjectInfo:
         validate_key(key)
         try:
-            meta = await self._live().head_async(key)
+            meta = await obstore_call(self._live().head_async, key)
         except FileNotFoundError:
             raise ObjectNotFound(key) from None
         except BaseError as exc:
@@ -255,7 +256,7 @@ class S3ObjectStore(ObjectStore):
         except ObjectNotFound:
             return False
         try:
-            await self._live().delete_async(key)
+            await obstore_call(self._live().delete_async, key)
         except BaseError as exc:
             raise self._failure("delete", key, exc) from exc
         return True
