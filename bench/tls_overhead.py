@@ -15,9 +15,11 @@ the last). Variants run interleaved, ``--rounds`` times each, and the median rou
 is reported with its ratio to the plaintext variant of the same protocol (target
 >= 0.8). Each phase's CPU time (broker process plus this process, where the client
 runs) is reported too: on cores shared with other jobs the wall-time ratios
-scatter, the CPU a message costs much less so.
+scatter, the CPU a message costs much less so. ``--tls-offload-processes N`` gives
+the standalone ``tlsOffloadProcesses=N`` (TLS ended in N worker processes); the
+broker's CPU then includes its workers'.
 
-Usage: .venv/bin/python bench/tls_overhead.py [--messages 50000] [--rounds 3]
+Usage: .venv/bin/python bench/tls_overhead.py [--messages 50000] [--rounds 3] [--tls-offload-processes N]
 The last line is ``key=value`` pairs.
 """
 
@@ -42,17 +44,30 @@ from _procs import cpu_seconds, free_port, start_nereus, wait_port  # bench/ is 
 
 SIZE = 1024
 SECRET = os.urandom(32)
-BROKER_PID: list[int] = []  # the standalone's, once started
+BROKER_PID: list[int] = []  # the standalone's, once started, then its TLS offload workers'
 
 
-def cpu_now() -> tuple[float, float]:
-    """(broker, client) CPU seconds so far."""
-    return cpu_seconds(BROKER_PID[0]), cpu_seconds()
+def offload_workers(pid: int) -> list[int]:
+    """The TLS offload worker processes of the standalone ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"nereus.tls_offload.worker" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
-def cpu_since(start: tuple[float, float]) -> tuple[float, float]:
-    now = cpu_now()
-    return now[0] - start[0], now[1] - start[1]
+def cpu_now() -> tuple[float, float, float]:
+    """(broker and its TLS workers, client, the TLS workers alone) CPU seconds so far."""
+    workers = sum(cpu_seconds(pid) for pid in BROKER_PID[1:])
+    return cpu_seconds(BROKER_PID[0]) + workers, cpu_seconds(), workers
+
+
+def cpu_since(start: tuple[float, float, float]) -> tuple[float, float, float]:
+    return tuple(now - then for now, then in zip(cpu_now(), start))
 
 
 def make_cert(directory: Path) -> tuple[Path, Path]:
@@ -176,6 +191,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tls-offload-processes", type=int, default=0,
+                        help="tlsOffloadProcesses of the standalone (0: TLS in the broker process)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nereus-tls-"))
     cert, key = make_cert(work)
@@ -190,12 +207,16 @@ def main() -> None:
         "anonymousUserRole=anonymous\nsuperUserRoles=anonymous,bench\n"
         f"kafkaListeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:{ports['ssl']},"
         f"SASL_PLAINTEXT://127.0.0.1:{ports['sasl']},SASL_SSL://127.0.0.1:{ports['sasl_ssl']}\n"
-        "saslAllowedMechanisms=PLAIN\n")
+        "saslAllowedMechanisms=PLAIN\n"
+        f"tlsOffloadProcesses={args.tls_offload_processes}\n")
     proc, base_ports = start_nereus(work, ["--compaction-interval", "0", "--config", str(config)])
     BROKER_PID.append(proc.pid)
     try:
         for port in ports.values():
             wait_port(port, proc)
+        BROKER_PID.extend(offload_workers(proc.pid))
+        if len(BROKER_PID) != 1 + args.tls_offload_processes:
+            raise RuntimeError(f"expected {args.tls_offload_processes} TLS offload workers, found {BROKER_PID[1:]}")
         kafka_plain = base_ports["kafka"]  # --kafka-port stands for the PLAINTEXT listener
         pulsar_plain = f"pulsar://127.0.0.1:{base_ports['pulsar']}"
         pulsar_tls = f"pulsar+ssl://localhost:{ports['pulsar_tls']}"
@@ -221,7 +242,8 @@ def main() -> None:
                 r = run()
                 results[name].append(r)
                 print(f"round {round_no + 1} {name}: produce {r['produce']:,.0f} msg/s p99 {r['p99']:.1f} ms "
-                      f"(cpu broker {r['produce_cpu'][0]:.2f} s, client {r['produce_cpu'][1]:.2f} s), "
+                      f"(cpu broker {r['produce_cpu'][0]:.2f} s of which TLS workers {r['produce_cpu'][2]:.2f} s, "
+                      f"client {r['produce_cpu'][1]:.2f} s), "
                       f"consume {r['consume']:,.0f} msg/s (cpu {r['consume_cpu'][0]:.2f} s, "
                       f"{r['consume_cpu'][1]:.2f} s)", flush=True)
     finally:
@@ -236,16 +258,18 @@ def report(results: dict[str, list[dict]]) -> None:
     ``ratio``: median over median; ``spread``: the lowest and highest of the per-round
     ratios (each round's variant over the same round's plaintext). ``cpu ratio``: the
     plaintext variant's CPU time (broker + client, medians) over this one's, the
-    throughput ratio a CPU-bound machine would show; ``broker ms``: broker CPU of the phase.
+    throughput ratio a CPU-bound machine would show; ``broker ms``: broker CPU of the phase (with its TLS
+    offload workers'; ``workers ms``: theirs alone).
     """
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
 
     def med_cpu(name: str, key: str, which: int | None = None) -> float:
-        return statistics.median(sum(r[key]) if which is None else r[key][which] for r in results[name])
+        return statistics.median(r[key][0] + r[key][1] if which is None else r[key][which] for r in results[name])
 
     summary = {}
-    print(f"\n{'variant':16} {'produce/s':>9} {'ratio':>5} {'spread':>9} {'p99 ms':>7} {'broker ms':>9} {'cpu ratio':>9}"
+    print(f"\n{'variant':16} {'produce/s':>9} {'ratio':>5} {'spread':>9} {'p99 ms':>7} {'broker ms':>9} "
+          f"{'workers ms':>10} {'cpu ratio':>9}"
           f" {'consume/s':>9} {'ratio':>5} {'spread':>9} {'broker ms':>9} {'cpu ratio':>9}")
     for name in results:
         base = name.split("_")[0] + "_plain"
@@ -256,10 +280,12 @@ def report(results: dict[str, list[dict]]) -> None:
             per_round = [r[phase] / b[phase] for r, b in zip(results[name], results[base]) if b[phase]]
             spread[phase] = f"{min(per_round):.2f}-{max(per_round):.2f}"
             row[f"{phase}_broker_cpu_ms"] = med_cpu(name, f"{phase}_cpu", 0) * 1000
+            row[f"{phase}_workers_cpu_ms"] = med_cpu(name, f"{phase}_cpu", 2) * 1000
             cpu = med_cpu(name, f"{phase}_cpu")
             row[f"{phase}_cpu_ratio"] = med_cpu(base, f"{phase}_cpu") / cpu if cpu else float("nan")
         print(f"{name:16} {row['produce']:9,.0f} {row['produce_ratio']:5.2f} {spread['produce']:>9} "
-              f"{row['p99_ms']:7.1f} {row['produce_broker_cpu_ms']:9.0f} {row['produce_cpu_ratio']:9.2f} "
+              f"{row['p99_ms']:7.1f} {row['produce_broker_cpu_ms']:9.0f} {row['produce_workers_cpu_ms']:10.0f} "
+              f"{row['produce_cpu_ratio']:9.2f} "
               f"{row['consume']:9,.0f} {row['consume_ratio']:5.2f} {spread['consume']:>9} "
               f"{row['consume_broker_cpu_ms']:9.0f} {row['consume_cpu_ratio']:9.2f}")
         summary.update({f"{name}_{key}": round(value, 2 if "ratio" in key else 1 if "ms" in key else None)

@@ -180,6 +180,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
         args.append("--tls-allow-insecure")
     if tls.require_client_cert:
         args.append("--tls-require-client-cert")
+    if opts.tls_offload_processes:
+        args += ["--tls-offload-processes", str(opts.tls_offload_processes)]
     return args
 
 

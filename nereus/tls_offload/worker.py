@@ -37,6 +37,7 @@ class ClientSide(asyncio.Protocol):
         self._connecting = connecting
         self.transport: asyncio.Transport | None = None
         self.backend: asyncio.Transport | None = None
+        self.early: list[bytes] = []  # bytes delivered before the broker connection was there
         self.closed = False
 
     def connection_made(self, transport) -> None:  # after the handshake
@@ -64,12 +65,16 @@ class ClientSide(asyncio.Protocol):
             backend.abort()
             return
         backend.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
-        backend.write(header)
+        backend.writelines([header, *self.early])
+        self.early = []
         self.backend = backend
         self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        self.backend.write(data)
+        if self.backend is None:
+            self.early.append(data)  # reading is paused until then; a transport may still hand over what it had
+        else:
+            self.backend.write(data)
 
     def eof_received(self) -> bool:
         if self.backend is not None and self.backend.can_write_eof():

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
+import ssl
+import struct
 import time
 import uuid
 from pathlib import Path
@@ -216,3 +219,42 @@ tlsOffloadProcesses=2
         assert "exited with code" in server.log.read_text()  # the replaced worker was logged
     finally:
         server.kill()
+
+
+def _api_versions(port: int, ca: Path, source: str) -> bytes:
+    """What the broker answers a Kafka ApiVersions request on a TLS connection from ``source`` (b"": closed)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    sock = context.wrap_socket(raw, server_hostname="localhost")
+    request = struct.pack(">hhih", 18, 0, 7, 4) + b"test"
+    try:
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        return sock.recv(4096)
+    except (ConnectionError, ssl.SSLError):
+        return b""
+    finally:
+        OPEN.append(sock)  # held open: it counts against its address until the test ends
+
+
+OPEN: list = []
+
+
+def test_connection_limits_count_the_client_address_not_the_worker(tmp_path, pki):
+    port = free_port()
+    server = _start(tmp_path, f"""
+tlsCertificateFilePath={pki.server_cert}
+tlsKeyFilePath={pki.server_key}
+kafkaListeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:{port}
+maxConnectionsPerIp=1
+tlsOffloadProcesses=1
+""")
+    try:
+        first = _api_versions(port, pki.ca, "127.0.0.1")
+        assert first[4:8] == struct.pack(">i", 7)  # answered: its correlation id
+        assert _api_versions(port, pki.ca, "127.0.0.1") == b""  # a second one from 127.0.0.1: refused
+        assert _api_versions(port, pki.ca, "127.0.0.2")[4:8] == struct.pack(">i", 7)  # another address: served
+    finally:
+        for sock in OPEN:
+            sock.close()
+        OPEN.clear()
+        assert server.stop() == 0, server.log.read_text()[-3000:]
