@@ -253,6 +253,26 @@ tlsOffloadProcesses=1
         assert first[4:8] == struct.pack(">i", 7)  # answered: its correlation id
         assert _api_versions(port, pki.ca, "127.0.0.1") == b""  # a second one from 127.0.0.1: refused
         assert _api_versions(port, pki.ca, "127.0.0.2")[4:8] == struct.pack(">i", 7)  # another address: served
+        for sock in OPEN:  # the clients close: the broker hears of it and releases their addresses
+            sock.close()
+        OPEN.clear()
+
+        def served_again() -> bool:
+            if _api_versions(port, pki.ca, "127.0.0.1")[4:8] == struct.pack(">i", 7):
+                return True
+            OPEN.pop().close()  # refused: the old connection still counts
+            return False
+
+        _wait(served_again, "the closed connection to be released")
+        # The broker closes a connection (a frame of -1 bytes): the client sees the end of it.
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(
+                "127.0.0.3", 0)), server_hostname="localhost") as sock:
+            sock.sendall(struct.pack(">i", -1))
+            try:
+                assert sock.recv(100) == b""
+            except ConnectionResetError:
+                pass
     finally:
         for sock in OPEN:
             sock.close()
