@@ -17,9 +17,12 @@ is reported with its ratio to the plaintext variant of the same protocol (target
 runs) is reported too: on cores shared with other jobs the wall-time ratios
 scatter, the CPU a message costs much less so. ``--tls-offload-processes N`` gives
 the standalone ``tlsOffloadProcesses=N`` (TLS ended in N worker processes); the
-broker's CPU then includes its workers'.
+broker's CPU then includes its workers'. ``--pin 0:1`` runs the broker's threads on
+CPU 0 and this process (the clients) and the TLS workers on CPU 1, so the broker has a
+core of its own.
 
 Usage: .venv/bin/python bench/tls_overhead.py [--messages 50000] [--rounds 3] [--tls-offload-processes N]
+[--pin BROKER_CPUS:OTHER_CPUS]
 The last line is ``key=value`` pairs.
 """
 
@@ -58,6 +61,22 @@ def offload_workers(pid: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     return found
+
+
+def _cpus(text: str) -> set[int]:
+    return {int(cpu) for cpu in text.split(",")}
+
+
+def pin(broker_pid: int, spec: str) -> None:
+    """``BROKER_CPUS:OTHER_CPUS`` (comma-separated CPU numbers): the broker's threads on the first, this
+    process and the broker's TLS workers on the others."""
+    broker, other = (_cpus(part) for part in spec.split(":"))
+    os.sched_setaffinity(0, other)
+    for tid in os.listdir(f"/proc/{broker_pid}/task"):
+        os.sched_setaffinity(int(tid), broker)
+    for worker in BROKER_PID[1:]:
+        for tid in os.listdir(f"/proc/{worker}/task"):
+            os.sched_setaffinity(int(tid), other)
 
 
 def cpu_now() -> tuple[float, float, float]:
@@ -193,6 +212,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tls-offload-processes", type=int, default=0,
                         help="tlsOffloadProcesses of the standalone (0: TLS in the broker process)")
+    parser.add_argument("--pin", default=None, metavar="BROKER_CPUS:OTHER_CPUS",
+                        help="e.g. 0:1: the broker on CPU 0, the clients and TLS workers on CPU 1")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nereus-tls-"))
     cert, key = make_cert(work)
@@ -217,6 +238,8 @@ def main() -> None:
         BROKER_PID.extend(offload_workers(proc.pid))
         if len(BROKER_PID) != 1 + args.tls_offload_processes:
             raise RuntimeError(f"expected {args.tls_offload_processes} TLS offload workers, found {BROKER_PID[1:]}")
+        if args.pin:
+            pin(proc.pid, args.pin)
         kafka_plain = base_ports["kafka"]  # --kafka-port stands for the PLAINTEXT listener
         pulsar_plain = f"pulsar://127.0.0.1:{base_ports['pulsar']}"
         pulsar_tls = f"pulsar+ssl://localhost:{ports['pulsar_tls']}"
