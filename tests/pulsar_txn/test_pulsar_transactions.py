@@ -7,7 +7,6 @@ has none); what consumers see is checked with the official ``pulsar-client``.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -17,6 +16,7 @@ import pytest
 from nereus.pulsar.codec import pb
 from tests.pulsar_txn.txn_client import ServerError, TxnClient
 from tests.standalone_process import Standalone, admin
+from tests.waiting import wait_until
 
 pulsar = pytest.importorskip("pulsar")
 
@@ -67,16 +67,6 @@ def nothing_more(consumer, timeout_ms: int = 700) -> None:
     with pytest.raises(pulsar.Timeout):
         msg = consumer.receive(timeout_millis=timeout_ms)
         raise AssertionError(f"unexpected message {msg.data()!r}")
-
-
-def wait_until(condition, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_coordinator_lookup_and_unknown_coordinator(standalone, txn):

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, A
     ResourceType
 
 from tests.standalone_process import free_port
+from tests.waiting import wait_until
 
 from .certs import issue_client
 from .conftest import _start
@@ -182,16 +183,6 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def _wait(condition, what: str, seconds: float = 30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_workers_are_replaced_and_leave_with_a_killed_broker(tmp_path, pki):
     port = free_port()
     server = _start(tmp_path, f"""
@@ -203,16 +194,16 @@ tlsOffloadProcesses=2
     config = {"bootstrap.servers": f"localhost:{port}", "security.protocol": "SSL", "ssl.ca.location": str(pki.ca),
               "socket.timeout.ms": 5000, "message.timeout.ms": 8000, "log_level": 0}
     try:
-        workers = _wait(lambda: len(_workers(server.proc.pid)) == 2 and _workers(server.proc.pid), "two workers")
+        workers = wait_until(lambda: len(_workers(server.proc.pid)) == 2 and _workers(server.proc.pid), "two workers")
         victim = min(workers)
         os.kill(victim, 9)
-        _wait(lambda: victim not in _workers(server.proc.pid) and len(_workers(server.proc.pid)) == 2,
+        wait_until(lambda: victim not in _workers(server.proc.pid) and len(_workers(server.proc.pid)) == 2,
               "a replacement worker")
         for _ in range(3):  # new connections, whichever worker accepts them
             assert _produce(config, "after-worker-kill", [b"v"]) == [None]
         workers = _workers(server.proc.pid)
         server.kill()
-        _wait(lambda: not any(_alive(pid) for pid in workers), "the workers to exit after the broker's SIGKILL")
+        wait_until(lambda: not any(_alive(pid) for pid in workers), "the workers to exit after the broker's SIGKILL")
         server.start()  # the same ports
         assert _produce(config, "after-broker-kill", [b"w"]) == [None]
         assert _consume(config, "after-broker-kill", 1) == [b"w"]
@@ -263,7 +254,7 @@ tlsOffloadProcesses=1
             OPEN.pop().close()  # refused: the old connection still counts
             return False
 
-        _wait(served_again, "the closed connection to be released")
+        wait_until(served_again, "the closed connection to be released")
         # The broker closes a connection (a frame of -1 bytes): the client sees the end of it.
         context = ssl.create_default_context(cafile=str(pki.ca))
         with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(
