@@ -16,10 +16,13 @@ Against a ``nereus standalone`` started here (its own data dir, free ports):
    polling the admin status), a ``read_compacted`` reader's time to its first message
    and to the end of the view; and, in the same run, plain pyarrow keeping the latest
    record per key of the same records (offset, key, value) read from a Parquet file in
-   memory and written back as one (the same input bytes over its time).
+   memory and written back as one (the same input bytes over its time), timed right after
+   each build. ``--rounds`` rounds on fresh topics: the medians are reported, and each
+   round's ratio (a build takes under a second, so one round is at the mercy of the
+   machine's other work).
 
 Usage: .venv/bin/python bench/topic_compaction.py [--updates 100000] [--keys 1000]
-       [--startup-updates 1000000] [--startup-keys 10000] [--only model,startup]
+       [--startup-updates 1000000] [--startup-keys 10000] [--rounds 3] [--only model,startup]
 The last line is ``key=value`` pairs.
 """
 
@@ -29,6 +32,7 @@ import argparse
 import asyncio
 import io
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -177,49 +181,65 @@ def pyarrow_latest_per_key(parquet: bytes) -> tuple[bytes, int]:
     return out.getvalue(), kept.num_rows
 
 
-def startup(server: Standalone, count: int, keys: int, value_bytes: int) -> dict:
-    topic = f"persistent://public/default/startup-{count}"
-    data = startup_updates(count, keys, value_bytes)
-    client = pulsar.Client(server.url, operation_timeout_seconds=120)
-    try:
-        t0 = time.monotonic()
-        ids = cm.produce_pulsar(client, topic, data)
-        log(f"startup: {count} updates produced in {time.monotonic() - t0:.1f} s")
-        full_first, full_end, full_n = timed_read(client, topic, compacted=False)
-        assert full_n == count, (full_n, count)
-        log(f"startup: full read {full_n} in {full_end:.2f} s")
+def startup_round(server: Standalone, client, topic: str, data) -> dict:
+    """One round on a fresh topic: produce, full read, compaction (timed), the pyarrow
+    baseline right after it, then the ``read_compacted`` reader."""
+    count = len(data)
+    t0 = time.monotonic()
+    ids = cm.produce_pulsar(client, topic, data)
+    log(f"startup: {count} updates produced in {time.monotonic() - t0:.1f} s")
+    full_first, full_end, full_n = timed_read(client, topic, compacted=False)
+    assert full_n == count, (full_n, count)
+    log(f"startup: full read {full_n} in {full_end:.2f} s")
 
-        t0 = time.monotonic()
-        cm.trigger(server.http, topic)
-        cm.wait_until(lambda: cm.compaction_status(server.http, topic) == "SUCCESS", "the compaction", 1800, 0.02)
-        build_s = time.monotonic() - t0
-        state = asyncio.run(_view_state(f"oxia://127.0.0.1:{server.ports['oxia']}", topic))
-        input_mb = state.stream_size / 1e6
-        log(f"startup: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} records kept)")
+    t0 = time.monotonic()
+    cm.trigger(server.http, topic)
+    cm.wait_until(lambda: cm.compaction_status(server.http, topic) == "SUCCESS", "the compaction", 1800, 0.02)
+    build_s = time.monotonic() - t0
+    state = asyncio.run(_view_state(f"oxia://127.0.0.1:{server.ports['oxia']}", topic))
+    input_mb = state.stream_size / 1e6
+    log(f"startup: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} records kept)")
 
-        view_first, view_end, view_n = timed_read(client, topic, compacted=True)
-        assert view_n == len(cm.model(data, ids)), (view_n, len(cm.model(data, ids)))
-        log(f"startup: read_compacted first message {view_first:.3f} s, end {view_end:.3f} s ({view_n})")
-    finally:
-        client.close()
+    arrow_s, kept = pyarrow_baseline(data)
+    log(f"startup: plain pyarrow {arrow_s:.2f} s")
 
-    table = pa.table({"offset": pa.array(range(count), pa.int64()),
+    view_first, view_end, view_n = timed_read(client, topic, compacted=True)
+    assert view_n == len(cm.model(data, ids)) == kept, (view_n, len(cm.model(data, ids)), kept)
+    log(f"startup: read_compacted first message {view_first:.3f} s, end {view_end:.3f} s ({view_n})")
+    return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s,
+            "ratio": (input_mb / build_s) / (input_mb / arrow_s), "full_first": full_first, "full_end": full_end,
+            "view_first": view_first, "view_end": view_end, "speedup": full_end / view_end}
+
+
+def pyarrow_baseline(data) -> tuple[float, int]:
+    """(seconds, rows kept) of plain pyarrow keeping the latest record per key of ``data``."""
+    table = pa.table({"offset": pa.array(range(len(data)), pa.int64()),
                       "key": pa.array([k for k, _ in data], pa.binary()),
                       "value": pa.array([v for _, v in data], pa.binary())})
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     t0 = time.monotonic()
     _, kept = pyarrow_latest_per_key(sink.getvalue())
-    arrow_s = time.monotonic() - t0
-    assert kept == view_n, (kept, view_n)
-    compact_mbs, arrow_mbs = input_mb / build_s, input_mb / arrow_s
-    result = {"startup_updates": count, "startup_keys": keys, "input_mb": round(input_mb, 1),
-              "compaction_s": round(build_s, 2), "compaction_mb_s": round(compact_mbs, 1),
-              "pyarrow_s": round(arrow_s, 2), "pyarrow_mb_s": round(arrow_mbs, 1),
-              "throughput_ratio": round(compact_mbs / arrow_mbs, 3),
-              "full_read_first_s": round(full_first, 3), "full_read_end_s": round(full_end, 2),
-              "compacted_first_s": round(view_first, 3), "compacted_end_s": round(view_end, 3),
-              "startup_speedup": round(full_end / view_end, 1)}
+    return time.monotonic() - t0, kept
+
+
+def startup(server: Standalone, count: int, keys: int, value_bytes: int, rounds: int) -> dict:
+    """``rounds`` rounds on fresh topics of the same updates; medians, and each round's ratios."""
+    data = startup_updates(count, keys, value_bytes)
+    client = pulsar.Client(server.url, operation_timeout_seconds=120)
+    try:
+        done = [startup_round(server, client, f"persistent://public/default/startup-{count}-{i}", data)
+                for i in range(rounds)]
+    finally:
+        client.close()
+    med = {k: statistics.median(r[k] for r in done) for k in done[0]}
+    result = {"startup_updates": count, "startup_keys": keys, "rounds": rounds, "input_mb": round(med["input_mb"], 1),
+              "compaction_s": round(med["compaction_s"], 2), "pyarrow_s": round(med["pyarrow_s"], 2),
+              "throughput_ratio": round(med["ratio"], 3),
+              "throughput_ratios": "/".join(f"{r['ratio']:.3f}" for r in done),
+              "full_read_end_s": round(med["full_end"], 2), "compacted_first_s": round(med["view_first"], 3),
+              "compacted_end_s": round(med["view_end"], 3), "startup_speedup": round(med["speedup"], 1),
+              "startup_speedups": "/".join(f"{r['speedup']:.1f}" for r in done)}
     log(f"startup: {result}")
     return result
 
@@ -232,6 +252,7 @@ def main() -> None:
     parser.add_argument("--startup-keys", type=int, default=10_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--only", default="model,startup")
+    parser.add_argument("--rounds", type=int, default=3, help="startup rounds, each on a fresh topic (medians)")
     args = parser.parse_args()
     parts = set(args.only.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="nereus-bench-compaction-"))
@@ -242,7 +263,7 @@ def main() -> None:
         if "model" in parts:
             result.update(model_check(server, args.updates, args.keys))
         if "startup" in parts:
-            result.update(startup(server, args.startup_updates, args.startup_keys, args.value_bytes))
+            result.update(startup(server, args.startup_updates, args.startup_keys, args.value_bytes, args.rounds))
     finally:
         code = server.stop()
         if code != 0:
