@@ -21,6 +21,13 @@ class RawKafka:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.corr = 0
 
+    @classmethod
+    def over(cls, sock: socket.socket) -> "RawKafka":
+        """A client on an already connected socket (a TLS one, for instance)."""
+        client = cls.__new__(cls)
+        client.sock, client.corr = sock, 0
+        return client
+
     def close(self) -> None:
         self.sock.close()
 

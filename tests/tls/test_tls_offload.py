@@ -9,6 +9,7 @@ workers with it, so a restart binds the same port.
 from __future__ import annotations
 
 import base64
+import datetime
 import os
 import socket
 import ssl
@@ -23,7 +24,10 @@ import pulsar
 import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, \
     ResourceType
+from kio.index import load_request_schema
 
+from nereus.kafka.codec import make, nested
+from tests.kafka.raw import RawKafka
 from tests.standalone_process import free_port
 from tests.waiting import wait_until
 
@@ -269,3 +273,73 @@ tlsOffloadProcesses=1
             sock.close()
         OPEN.clear()
         assert server.stop() == 0, server.log.read_text()[-3000:]
+
+
+# -- flow control -------------------------------------------------------------------------------------
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _read_frame(sock) -> int:
+    """Read one size-prefixed Kafka response whole; its size."""
+    head = bytearray()
+    while len(head) < 4:
+        head += sock.recv(4 - len(head))
+    size = struct.unpack(">i", head)[0]
+    body, got = bytearray(size), 0
+    view = memoryview(body)
+    while got < size:
+        n = sock.recv_into(view[got:], size - got)
+        assert n, "closed by the broker"
+        got += n
+    return size
+
+
+def test_a_client_that_reads_nothing_is_not_buffered_by_the_worker(tmp_path, pki):
+    """The relay reads from the broker only while the client takes what it is sent: 20 responses
+    of 10 MB for a client that reads nothing stay with the broker (its connection stops reading
+    requests), not in the worker's memory; read later, all of them arrive whole."""
+    port = free_port()
+    server = _start(tmp_path, f"""
+tlsCertificateFilePath={pki.server_cert}
+tlsKeyFilePath={pki.server_key}
+kafkaListeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:{port}
+tlsOffloadProcesses=1
+""")
+    topic = f"flow-{uuid.uuid4().hex[:8]}"
+    sock = None
+    try:
+        assert _produce({"bootstrap.servers": server.bootstrap, "log_level": 0}, topic,
+                        [os.urandom(100_000) for _ in range(100)]) == [None] * 100
+        (worker,) = wait_until(lambda: _workers(server.proc.pid), "the worker")
+        before = _rss_mib(worker)
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.connect(("127.0.0.1", port))
+        sock = ssl.create_default_context(cafile=str(pki.ca)).wrap_socket(raw, server_hostname="localhost")
+        kafka = RawKafka.over(sock)
+        cls = load_request_schema(1, 12)
+        part = make(nested(cls, "FetchPartition"), partition=0, current_leader_epoch=-1, fetch_offset=0,
+                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=64 << 20)
+        frames = [kafka.frame(1, 12, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1,
+                              max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                              topics=(make(nested(cls, "FetchTopic"), topic=topic, partitions=(part,)),),
+                              forgotten_topics_data=(), rack_id="") for _ in range(20)]
+        sock.sendall(b"".join(frames))
+        # Unbounded relaying would take the 200 MB of responses into the worker within this
+        # window; bounded, it holds about its write limit. (The window only looks for growth:
+        # a slow machine cannot make it fail wrongly.)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert _rss_mib(worker) - before < 50, "the worker buffers what its client does not read"
+            time.sleep(0.1)
+        sizes = [_read_frame(sock) for _ in frames]
+        assert all(size > 10_000_000 for size in sizes), sizes
+    finally:
+        if sock is not None:
+            sock.close()
+        server.kill()
