@@ -117,8 +117,12 @@ class TransactionCoordinator:
                 try:
                     await self._put(TxnRecord(key, pid, 0, S.EMPTY, timeout_ms, update_ms=now), EXPECT_ABSENT)
                 except UnexpectedVersion:
+                    await self._forget_pid(pid)  # another broker's init won: this pid was never given out
                     continue
                 return pid, 0
+            if producer_id >= 0 and producer_id == rec.previous_producer_id and rec.producer_epoch == 0 \
+                    and producer_epoch == MAX_EPOCH - 1 and rec.state == S.EMPTY:
+                return rec.producer_id, rec.producer_epoch  # a retry of the request that exhausted the epoch
             if producer_id >= 0:
                 if producer_id != rec.producer_id or producer_epoch not in (rec.producer_epoch,
                                                                             rec.last_producer_epoch):
@@ -133,17 +137,24 @@ class TransactionCoordinator:
             if rec.state in (S.ONGOING, S.PREPARE_EPOCH_FENCE):
                 await self._abort(rec, version, bump=True)
                 continue
-            pid, epoch = rec.producer_id, rec.producer_epoch + 1
+            pid, epoch, previous = rec.producer_id, rec.producer_epoch + 1, rec.previous_producer_id
             if epoch >= MAX_EPOCH:
-                pid, epoch = await self.producer_ids.allocate(), 0
+                pid, epoch, previous = await self.producer_ids.allocate(), 0, rec.producer_id
                 await self.meta.put(pid_key(pid), key.encode())
             new = rec.with_(producer_id=pid, producer_epoch=epoch, state=S.EMPTY, timeout_ms=timeout_ms,
                             start_ms=-1, update_ms=now, partitions=[], groups=[], subscriptions=[],
-                            last_producer_epoch=rec.producer_epoch if pid == rec.producer_id else -1)
+                            last_producer_epoch=rec.producer_epoch if pid == rec.producer_id else -1,
+                            previous_producer_id=previous)
             try:
                 await self._put(new, version)
             except UnexpectedVersion:
+                if pid != rec.producer_id:
+                    await self._forget_pid(pid)
                 continue
+            if previous != rec.previous_producer_id:
+                # The id given up one exhaustion earlier (2 * 32767 epochs ago) is now garbage; the one
+                # just given up keeps its entry, so its zombie still reads as fenced, not unknown.
+                await self._forget_pid(rec.previous_producer_id)
             return pid, epoch
         raise ConcurrentTransactions(f"{key}: too many concurrent changes")
 
@@ -158,6 +169,12 @@ class TransactionCoordinator:
         await self._put(TxnRecord(key, pid, 0, S.ONGOING, timeout_ms, start_ms=now, update_ms=now, owner=owner),
                         EXPECT_ABSENT)
         return pid
+
+    async def _forget_pid(self, *pids: int) -> None:
+        """Delete the pid index entries of ``pids`` (negative ones: none)."""
+        for pid in pids:
+            if pid >= 0:
+                await self.meta.delete(pid_key(pid))
 
     # -- membership --------------------------------------------------------------------------
     async def add_partitions(self, key: str, pid: int, epoch: int, partitions: Iterable[str]) -> None:
@@ -376,7 +393,7 @@ class TransactionCoordinator:
                 await self.meta.delete(record_key(rec.key), expected_version_id=version)
             except UnexpectedVersion:
                 continue
-            await self.meta.delete(pid_key(rec.producer_id))
+            await self._forget_pid(rec.producer_id)
             forgotten += 1
         return forgotten
 
@@ -397,7 +414,7 @@ class TransactionCoordinator:
                 await self.meta.delete(record_key(rec.key), expected_version_id=stored.version.version_id)
             except UnexpectedVersion:
                 continue  # used meanwhile
-            await self.meta.delete(pid_key(rec.producer_id))
+            await self._forget_pid(rec.producer_id, rec.previous_producer_id)
             log.info("%s: transactional id idle for more than %d ms: its producer %d is forgotten", rec.key,
                      self.transactional_id_expiration_ms, rec.producer_id)
             expired += 1

@@ -11,7 +11,9 @@ Rules of the state machine (``TRANSITIONS`` below is the whole table):
 * any -> DEAD: the record is being forgotten.
 
 Keys: ``/nereus/txn/coord/{quoted key}`` holds a record; ``/nereus/txn/pid/{pid:020d}``
-names the key of the record that gave out that producer id. Records in ONGOING or
+names the key of the record that gave out that producer id. A Kafka record keeps at most
+two such entries (its producer id and the one before its last epoch exhaustion); they go
+with the record. Records in ONGOING or
 PREPARE_* carry the secondary index ``ACTIVE_INDEX`` (ONGOING by deadline, PREPARE_* by
 update time, finished Pulsar ones by update time), so the background loop scans only
 the records it has work for.
@@ -82,6 +84,9 @@ class TxnRecord:
     subscriptions: list[tuple[str, str]] = field(default_factory=list)  # Pulsar (topic, subscription)
     last_producer_epoch: int = -1  # the epoch before a bump (a retried InitProducerId/EndTxn of it is known)
     owner: str | None = None  # the role that opened a Pulsar transaction (only it and superusers may use it)
+    # The producer id given up at the last epoch exhaustion (Kafka's previousProducerId): its pid index
+    # entry is kept so that its zombie is still answered as fenced; older ones are deleted.
+    previous_producer_id: int = -1
 
     @property
     def deadline_ms(self) -> int:
