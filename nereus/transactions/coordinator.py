@@ -23,8 +23,8 @@ from .errors import (ConcurrentTransactions, InvalidProducerIdMapping, InvalidTr
                      ProducerFenced, TransactionNotFound)
 from .participants import Participants
 from .producer_ids import ProducerIds
-from .records import (ACTIVE_INDEX, MAX_EPOCH, TxnRecord, TxnState, kafka_key, pid_key, pulsar_key, record_key,
-                      records_range)
+from .records import (ACTIVE_INDEX, MAX_EPOCH, PID_ROOT, TxnRecord, TxnState, kafka_key, pid_key, pulsar_key,
+                      record_key, records_range)
 from .stream_index import StreamTransactions
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,9 @@ PULSAR_RETENTION_MS = 60 * 60 * 1000  # a finished Pulsar transaction is remembe
 STALE_OPEN_GRACE_MS = 30_000
 TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
 EXPIRATION_CHECK_MS = 60_000  # how often the loop looks for idle transactional ids (a scan of every record)
+# A pid index entry is written just before the record naming it: one younger than this is never taken for
+# an orphan (far above that gap, even on a stalled metadata plane).
+ORPHAN_PID_GRACE_MS = 10 * 60 * 1000
 MAX_ATTEMPTS = 100
 
 
@@ -60,6 +63,7 @@ class TransactionCoordinator:
         self.stale_open_grace_ms = stale_open_grace_ms
         self.transactional_id_expiration_ms = transactional_id_expiration_ms
         self._last_expiration_check_ms = -EXPIRATION_CHECK_MS
+        self.orphan_pid_grace_ms = ORPHAN_PID_GRACE_MS
         self._task: asyncio.Task | None = None
 
     # -- records ---------------------------------------------------------------------------
@@ -404,21 +408,42 @@ class TransactionCoordinator:
         cutoff = self.now_ms() - self.transactional_id_expiration_ms
         self._last_expiration_check_ms = self.now_ms()
         expired = 0
+        referenced: set[int] = set()
         lo, hi = records_range()
         async for stored in self.meta.range_scan(lo, hi):
             rec = TxnRecord.from_json(stored.value)
             if rec.is_pulsar or rec.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT) \
                     or rec.update_ms > cutoff:
+                referenced.update((rec.producer_id, rec.previous_producer_id))
                 continue
             try:
                 await self.meta.delete(record_key(rec.key), expected_version_id=stored.version.version_id)
             except UnexpectedVersion:
-                continue  # used meanwhile
+                referenced.update((rec.producer_id, rec.previous_producer_id))  # used meanwhile: still live
+                continue
             await self._forget_pid(rec.producer_id, rec.previous_producer_id)
             log.info("%s: transactional id idle for more than %d ms: its producer %d is forgotten", rec.key,
                      self.transactional_id_expiration_ms, rec.producer_id)
             expired += 1
+        await self._forget_orphan_pids(referenced)
         return expired
+
+    async def _forget_orphan_pids(self, referenced: set[int]) -> int:
+        """Delete pid index entries no record names (left by a broker that died between its two
+        writes); their count."""
+        cutoff = int(time.time() * 1000) - self.orphan_pid_grace_ms  # the metadata plane's clock
+        forgotten = 0
+        async for stored in self.meta.range_scan(f"{PID_ROOT}/", f"{PID_ROOT}/~"):
+            pid = int(stored.key.rsplit("/", 1)[1])
+            if pid in referenced or stored.version.modified_timestamp > cutoff:
+                continue
+            try:
+                await self.meta.delete(stored.key, expected_version_id=stored.version.version_id)
+            except UnexpectedVersion:
+                continue
+            log.info("producer id %d: no transaction record names it any more: its index entry is deleted", pid)
+            forgotten += 1
+        return forgotten
 
     async def abort_stale_open(self) -> int:
         """Abort open records of the stream index that no live transaction accounts for; their count.
@@ -492,5 +517,5 @@ def _merge(old: Iterable, new: Iterable) -> builtins.list:
     return out
 
 
-__all__ = ["DEFAULT_MAX_TIMEOUT_MS", "EXPIRATION_CHECK_MS", "PULSAR_RETENTION_MS", "STALE_OPEN_GRACE_MS",
-           "TRANSACTIONAL_ID_EXPIRATION_MS", "TransactionCoordinator"]
+__all__ = ["DEFAULT_MAX_TIMEOUT_MS", "EXPIRATION_CHECK_MS", "ORPHAN_PID_GRACE_MS", "PULSAR_RETENTION_MS",
+           "STALE_OPEN_GRACE_MS", "TRANSACTIONAL_ID_EXPIRATION_MS", "TransactionCoordinator"]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from nereus.transactions import InvalidProducerIdMapping, ProducerFenced, TxnState, kafka_key
-from nereus.transactions.records import MAX_EPOCH, PID_ROOT, record_key
+from nereus.transactions.records import MAX_EPOCH, PID_ROOT, pid_key, record_key
 
 P0 = "persistent://public/default/orders-partition-0"
 TIMEOUT = 60_000
@@ -77,3 +78,29 @@ async def test_racing_first_inits_leave_one_pid_entry(broker):
         assert len({pid for pid, _ in results}) == 1
     entries = await pid_entries(broker)
     assert sorted(entries.values()) == sorted(kafka_key(f"tx-race-{i}") for i in range(5))
+
+
+async def test_the_expiration_pass_deletes_pid_entries_no_record_names(broker):
+    coord = broker.coordinator
+    live, _ = await coord.init_producer("tx-live", TIMEOUT)
+    previous = live
+    live, _ = await exhaust(broker, "tx-live")
+    txn = await coord.new_txn(TIMEOUT)  # a Pulsar transaction's entry
+    # What a broker that died between writing a pid entry and its record leaves behind:
+    orphan = await coord.producer_ids.allocate()
+    await broker.meta.put(pid_key(orphan), kafka_key("tx-never-written").encode())
+    assert await coord.expire_transactional_ids() == 0
+    assert orphan in await pid_entries(broker)  # too young: its record may be on its way
+    coord.orphan_pid_grace_ms = 0
+    await wait_until_older(broker, pid_key(orphan))
+    assert await coord.expire_transactional_ids() == 0
+    assert set(await pid_entries(broker)) == {previous, live, txn}
+
+
+async def wait_until_older(broker, key: str) -> None:
+    """Until the metadata plane's clock has moved past ``key``'s write (the grace compares with it)."""
+    written = (await broker.meta.get(key)).version.modified_timestamp
+    deadline = asyncio.get_running_loop().time() + 10
+    while int(time.time() * 1000) <= written:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.005)
