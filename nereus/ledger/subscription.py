@@ -246,6 +246,14 @@ class Subscription:
             if count_redelivery:
                 self.redeliveries[base] = self.redeliveries.get(base, 0) + 1
 
+    def rewind(self) -> None:
+        """Read again from the first unacknowledged record: every unacked entry goes out
+        again, in order (Pulsar's cursor rewind, for Exclusive/Failover)."""
+        for base, pending in list(self.pending.items()):
+            self._forget(base, pending)
+        self.replay.clear()
+        self.cursor.read_position = self.cursor.acks.acked_below
+
     def reset(self, position: int) -> None:
         """Seek: forget every unacked entry and restart reading at ``position``."""
         for base, pending in list(self.pending.items()):

@@ -185,10 +185,13 @@ class TxnConsumer:
             return None
         return frame.body.message_id, bytes(frame.payload)
 
-    def ack(self, message_id: pb.MessageIdData, txn: tuple[int, int] | None = None) -> None:
-        """Acknowledge one message; in ``txn``, adding the subscription first and waiting for ACK_RESPONSE."""
+    def ack(self, message_id: pb.MessageIdData, txn: tuple[int, int] | None = None, *,
+            cumulative: bool = False) -> None:
+        """Acknowledge one message (or all through it); in ``txn``, adding the subscription first
+        and waiting for ACK_RESPONSE."""
         client = self.client
-        cmd = pb.CommandAck(consumer_id=self.consumer_id, ack_type=pb.CommandAck.Individual,
+        ack_type = pb.CommandAck.Cumulative if cumulative else pb.CommandAck.Individual
+        cmd = pb.CommandAck(consumer_id=self.consumer_id, ack_type=ack_type,
                             message_id=[pb.MessageIdData(ledgerId=message_id.ledgerId, entryId=message_id.entryId)])
         if txn is None:
             client.request(cmd, "ACK_RESPONSE")

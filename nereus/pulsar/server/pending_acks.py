@@ -10,8 +10,9 @@ and in memory (``PendingAcks``, one per subscription), which the dispatcher cons
 held records are neither redelivered nor dispatched again. When the coordinator ends
 the transaction it calls ``complete`` (registered as the participants' subscription
 completer): COMMIT acknowledges the records on the cursor, ABORT drops them and the
-entries go back for redelivery. Both delete the record last, so a repeated call after
-a crash does the same again (idempotent).
+entries go back for redelivery (on Exclusive/Failover with every other unacknowledged
+entry: the subscription rewinds, as Pulsar's does). Both delete the record last, so a
+repeated call after a crash does the same again (idempotent).
 """
 
 from __future__ import annotations
@@ -133,9 +134,17 @@ class SubscriptionCompleter:
                     sub.cursor.ack(start, end)
                 sub.settle_bases(list(sub.pending))
                 await sub.cursor.persist()
+            elif sub.type in (SubType.EXCLUSIVE, SubType.FAILOVER):
+                # As in Pulsar: the subscription hands the abort its single-active
+                # dispatcher's active consumer, and redelivery there rewinds the cursor to
+                # the mark-delete position rather than replaying single positions (the order
+                # must hold). So every unacknowledged message goes out again, including
+                # those still in flight that the aborted transaction never acknowledged.
+                dispatcher.generation += 1  # a read in progress must not set the position past it
+                sub.rewind()
             else:
                 for base, count, start, _ in items:
-                    if base < 0:  # a cumulative ack's run: read it again (Exclusive/Failover only)
+                    if base < 0:  # a cumulative ack's run (Pulsar allows none on Shared)
                         sub.cursor.read_position = min(sub.cursor.read_position, start)
                     elif not sub.fully_acked(base, count) and base not in sub.pending:
                         sub.remember_size(base, count)
