@@ -493,7 +493,9 @@ class TransactionCoordinator:
                 await self.recover()
                 await self.forget_finished()
                 await self.abort_stale_open()
-                if self.now_ms() - self._last_expiration_check_ms >= EXPIRATION_CHECK_MS:
+                # At least twice per expiration period, so a short one (in tests) is honoured promptly.
+                check_ms = min(EXPIRATION_CHECK_MS, self.transactional_id_expiration_ms // 2)
+                if self.now_ms() - self._last_expiration_check_ms >= check_ms:
                     await self.expire_transactional_ids()
             except asyncio.CancelledError:
                 raise
