@@ -8,18 +8,9 @@ import uuid
 import pytest
 
 from tests.pulsar_txn.txn_client import TxnClient
-from tests.standalone_process import Standalone
 
 pulsar = pytest.importorskip("pulsar")
 confluent_kafka = pytest.importorskip("confluent_kafka")
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    server = Standalone(tmp_path_factory.mktemp("txnx") / "data")
-    server.start()
-    yield server
-    assert server.stop() == 0, server.log.read_text()[-3000:]
 
 
 def test_pulsar_consumer_never_sees_an_aborted_kafka_transaction(standalone):

@@ -21,15 +21,6 @@ from tests.waiting import wait_until
 pulsar = pytest.importorskip("pulsar")
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    server = Standalone(tmp_path_factory.mktemp("txn") / "data")
-    server.start()
-    yield server
-    code = server.stop()
-    assert code == 0, server.log.read_text()[-3000:]
-
-
 @pytest.fixture
 def clients():
     made = []
@@ -43,14 +34,6 @@ def clients():
     yield make
     for client in made:
         client.close()
-
-
-@pytest.fixture
-def txn(standalone):
-    client = TxnClient(standalone.pulsar_port)
-    assert client.connect_coordinator() == 1
-    yield client
-    client.close()
 
 
 def new_topic() -> str:

@@ -28,28 +28,9 @@ import uuid
 import pytest
 
 from nereus.pulsar.codec import pb
-from tests.pulsar_txn.txn_client import TxnClient
-from tests.standalone_process import Standalone
 from tests.waiting import wait_until
 
 SINGLE_ACTIVE = [pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover]
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    server = Standalone(tmp_path_factory.mktemp("txnack") / "data")
-    server.start()
-    yield server
-    code = server.stop()
-    assert code == 0, server.log.read_text()[-3000:]
-
-
-@pytest.fixture
-def txn(standalone):
-    client = TxnClient(standalone.pulsar_port)
-    assert client.connect_coordinator() == 1
-    yield client
-    client.close()
 
 
 def _consumer_with_in_flight(txn, sub_type: int, count: int):
