@@ -201,13 +201,14 @@ def test_second_producer_fences_the_first(broker):
 def test_transaction_timeout_aborts_and_lso_advances(broker):
     topic = _name("txt")
     _create(broker, topic, partitions=1)
-    abandoned = _producer(broker, _name("tid"), **{"transaction.timeout.ms": 2000})
+    # long enough that the first LSO check below comes before the timeout even on a loaded machine
+    abandoned = _producer(broker, _name("tid"), **{"transaction.timeout.ms": 8000})
     abandoned.begin_transaction()
     abandoned.produce(topic, b"abandoned", partition=0)
     abandoned.flush(10)
     assert _latest(broker, topic, 0, IsolationLevel.READ_COMMITTED) == 0
     # the coordinator aborts it after its timeout: the abort marker is written and the LSO moves past it
-    wait_until(lambda: _latest(broker, topic, 0, IsolationLevel.READ_COMMITTED) == 2, timeout=30)
+    wait_until(lambda: _latest(broker, topic, 0, IsolationLevel.READ_COMMITTED) == 2, timeout=40)
     plain = Producer({"bootstrap.servers": broker.bootstrap})
     plain.produce(topic, b"later", partition=0)
     plain.flush(10)
