@@ -140,7 +140,7 @@ def test_transaction_timeout_aborts(standalone, txn, clients):
     topic = new_topic()
     consumer = clients(standalone.url).subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
     producer = txn.create_producer(topic)
-    t = txn.new_txn(timeout_ms=1000)
+    t = txn.new_txn(timeout_ms=3000)  # the send below must come first even on a loaded machine
     producer.send(b"abandoned", t)
     producer.send(b"after")
     assert received(consumer, 30_000) == b"after"  # once the timeout aborted it, the LSO moved
