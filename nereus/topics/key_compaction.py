@@ -33,6 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..kafka.codec.batch import HEADER_SIZE as KAFKA_HEADER_SIZE, NO_COMPRESSION, InvalidBatch, parse_header
+from ..kafka.codec.batch_scan import scan as kafka_scan
+from ..kafka.codec.inflate import decompress as kafka_decompress
 from ..kafka.codec.records import decode_records
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry, encode_entry as encode_stored
 from ..pulsar.codec.batch_scan import scan
@@ -79,15 +82,25 @@ def entry_keys(base: int, data: memoryview) -> EntryKeys:
 
 def entries_keys(entries: list[FetchedEntry]) -> pa.Table:
     """``entry_keys`` of many entries as one table (``key_view.KEY_SCHEMA``): the Pulsar
-    batches among them are scanned side by side (``batch_scan``), not parsed one message
-    at a time."""
+    batches and the Kafka record batches among them are scanned side by side
+    (``batch_scan`` of each codec), not parsed one message at a time."""
     cols: tuple[list, list, list, list, list, list] = ([], [], [], [], [], [])
     batches: list[bytes | memoryview] = []
     lanes: list[tuple[int, int, int, int]] = []  # (base, messages, publish time, record count)
+    sections: list[bytes | memoryview] = []
+    kafka_lanes: list[tuple[int, int, int, int]] = []  # (base, records, base timestamp, record count)
     for entry in entries:
         header, body = decode_entry(entry.data)
+        if header.flags & EntryFlags.CONTROL:
+            continue  # markers carry no keys
         meta = None
-        if header.format == EntryFormat.PULSAR and not header.flags & EntryFlags.CONTROL:
+        if header.format == EntryFormat.KAFKA:
+            kafka = _kafka_section(body)
+            if kafka is not None:
+                sections.append(kafka[0])
+                kafka_lanes.append((entry.base_offset, kafka[1], kafka[2], entry.record_count))
+                continue
+        elif header.format == EntryFormat.PULSAR:
             meta, payload = split_entry(body)
         if (meta is not None and meta.HasField("num_messages_in_batch") and not meta.encryption_keys
                 and not meta.HasField("marker_type")):
@@ -98,10 +111,54 @@ def entries_keys(entries: list[FetchedEntry]) -> pa.Table:
         for column, values in zip(cols, (offsets, keys, tombstones, stamps, [entry.base_offset] * len(offsets),
                                          [entry.record_count] * len(offsets))):
             column += values
-    tables = [_keys_table(*cols)] if cols[0] or not batches else []
+    tables = [_keys_table(*cols)] if cols[0] or not (batches or sections) else []
     if batches:
         tables.append(_scanned_keys(batches, lanes))
+    if sections:
+        tables.append(_scanned_kafka_keys(sections, kafka_lanes, entries))
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _kafka_section(body: memoryview) -> tuple[bytes | memoryview, int, int] | None:
+    """(uncompressed records, record count, base timestamp) of a stored Kafka batch, or
+    None for a batch the per-entry path reads (a control batch, a broken one)."""
+    try:
+        header = parse_header(body)
+        if header.control or header.length > len(body):
+            return None
+        records_ = body[KAFKA_HEADER_SIZE:header.length]
+        if header.compression != NO_COMPRESSION:
+            records_ = kafka_decompress(header.compression, records_)
+    except InvalidBatch:
+        return None
+    return records_, header.record_count, header.base_timestamp
+
+
+def _scanned_kafka_keys(sections: list[bytes | memoryview], lanes: list[tuple[int, int, int, int]],
+                        entries: list[FetchedEntry]) -> pa.Table:
+    base, count, base_ts, records_ = (np.array(c, np.int64) for c in zip(*lanes))
+    try:
+        found = kafka_scan(sections, count.tolist())
+    except InvalidBatch:  # a record the scan refuses: the per-entry path reads it, or says what is wrong
+        wanted = set(base.tolist())
+        cols: tuple[list, ...] = ([], [], [], [], [], [])
+        for entry in entries:
+            if entry.base_offset in wanted:
+                offsets, keys, tombstones, stamps = entry_keys(entry.base_offset, memoryview(entry.data))
+                for column, values in zip(cols, (offsets, keys, tombstones, stamps,
+                                                 [entry.base_offset] * len(offsets),
+                                                 [entry.record_count] * len(offsets))):
+                    column += values
+        return _keys_table(*cols)
+    offsets_, data, has_key = found.key_array()
+    keys = pa.Array.from_buffers(pa.binary(), len(has_key), [pa.py_buffer(np.packbits(has_key, bitorder="little")),
+                                                             pa.py_buffer(offsets_), pa.py_buffer(data)])
+    entry_base = base[found.batch]
+    return pa.table([columns.array(entry_base + found.offset_delta, pa.int64()), keys,
+                     columns.array(found.value_null, pa.bool_()),
+                     columns.array(base_ts[found.batch] + found.timestamp_delta, pa.int64()),
+                     columns.array(entry_base, pa.int64()), columns.array(records_[found.batch], pa.int32())],
+                    schema=KEY_SCHEMA)
 
 
 def _keys_table(offsets, keys, tombstones, stamps, entry_base, entry_records) -> pa.Table:

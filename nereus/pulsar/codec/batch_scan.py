@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import lanes
 from .errors import MalformedBatch
 
-_PAD = 16  # zero bytes after the buffer: a varint read never gathers past its end
-_MAX_VARINT = 10
+_PAD = lanes.PAD  # zero bytes after the buffer: a varint read never gathers past its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,41 +96,12 @@ class UnsupportedLayout(MalformedBatch):
     field); the caller parses these batches with protobuf instead."""
 
 
-_HIGH = np.uint64(0x8080808080808080)
-_ONE, _EIGHT, _BYTE = np.uint64(1), np.uint64(8), np.uint64(0xFF)
-
-
-def _words(buf: np.ndarray) -> np.ndarray:
-    """The little-endian uint64 starting at each byte of ``buf`` (unaligned views)."""
-    return np.ndarray((len(buf) - 7,), "<u8", buf, 0, (1,))
-
-
-def _varint_words(word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(values, index of the last byte; 8: not ended) of the varints starting each ``word``."""
-    stops = ~word & _HIGH
-    low = stops & -stops  # the high bit of the varint's last byte (0: none)
-    last = np.bitwise_count(low - _ONE) >> 3
-    x = word & ((low << _ONE) - _ONE) & np.uint64(0x7F7F7F7F7F7F7F7F)
-    x = ((x & np.uint64(0x7F007F007F007F00)) >> _ONE) | (x & np.uint64(0x007F007F007F007F))
-    x = ((x & np.uint64(0x3FFF00003FFF0000)) >> np.uint64(2)) | (x & np.uint64(0x00003FFF00003FFF))
-    x = ((x & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4)) | (x & np.uint64(0x000000000FFFFFFF))
-    return x, last
+_ONE, _EIGHT, _BYTE = lanes.ONE, lanes.EIGHT, lanes.BYTE
+_words, _varint_words = lanes.words, lanes.varint_words
 
 
 def _varint(buf: np.ndarray, words: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(values as uint64, positions after them) of the varints at ``pos``."""
-    value, last = _varint_words(words[pos])
-    length = last.astype(np.int64) + 1
-    long = np.flatnonzero(last == 8)
-    if long.size:  # 9 or 10 bytes (values from 2**56)
-        ninth, tenth = buf[pos[long] + 8], buf[pos[long] + 9]
-        ten = (ninth & 0x80) != 0
-        if (ten & ((tenth & 0xFE) != 0)).any():
-            raise MalformedBatch("varint longer than 10 bytes in SingleMessageMetadata")
-        value[long] |= ((ninth & 0x7F).astype(np.uint64) << np.uint64(56)
-                        | (ten * (tenth & 1)).astype(np.uint64) << np.uint64(63))
-        length[long] = 9 + ten
-    return value, pos + length
+    return lanes.varints(buf, words, pos, MalformedBatch)
 
 
 # Per tag byte (field number << 3 | wire type): unreadable here, length-delimited, the key,

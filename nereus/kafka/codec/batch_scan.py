@@ -1,0 +1,115 @@
+"""The keys of many record batches at once, without decoding record by record.
+
+A batch's records are ``[length][attributes][timestampDelta][offsetDelta][key]
+[value][headers]`` back to back, every number a zigzag varint and ``length`` the
+size of the rest of the record; where a record starts depends on the one before.
+Many batches are walked side by side: step ``i`` reads record ``i`` of every batch
+(one "lane" per batch) with numpy operations over all lanes (``nereus.lanes``).
+
+Only what a key-compacted view needs is read: the offset and timestamp deltas, the
+key and whether the value is null. Headers are skipped by the record length.
+Malformed records raise InvalidBatch, as ``records.decode_records`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import lanes
+from .batch import InvalidBatch
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedRecords:
+    """One row per record, step after step (record 0 of every batch, then record 1 of
+    every batch that has one, ...); keys as (start, length) in ``buffer``."""
+
+    buffer: np.ndarray  # uint8: the record sections back to back (padded)
+    batch: np.ndarray  # int64: which batch each row is a record of
+    offset_delta: np.ndarray  # int64
+    timestamp_delta: np.ndarray  # int64
+    key_start: np.ndarray  # int64
+    key_length: np.ndarray  # int64 (-1: a null key)
+    value_null: np.ndarray  # bool
+
+    def key_array(self):
+        """The keys as (int32 offsets of rows + 1, key bytes, validity): Arrow binary buffers."""
+        has_key = self.key_length >= 0
+        lengths = np.where(has_key, self.key_length, 0)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        if total >= 2**31:
+            raise ValueError("the scanned keys exceed a 32-bit binary array")
+        shift = np.repeat(self.key_start - offsets[:-1], lengths)
+        data = self.buffer[shift + np.arange(total, dtype=np.int64)]
+        return offsets.astype(np.int32), data, has_key
+
+
+def _signed(buf: np.ndarray, buf_words: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, positions after them) of the zigzag varints at ``pos``: one word read
+    for all lanes, a second pass only for varints longer than 7 bytes."""
+    value, last = lanes.varint_words(buf_words[pos])
+    after = pos + 1 + last.astype(np.int64)
+    long = np.flatnonzero(last >= 7)
+    if long.size:
+        value[long], after[long] = lanes.varints(buf, buf_words, pos[long], InvalidBatch)
+    return lanes.zigzag(value), after
+
+
+def scan(sections: list[bytes | memoryview], counts: list[int]) -> ScannedRecords:
+    """Walk the uncompressed record sections (a batch without its 61-byte header;
+    ``counts[i]`` records each) side by side."""
+    sizes = np.fromiter((memoryview(b).nbytes for b in sections), np.int64, len(sections))
+    starts = np.zeros(len(sections), np.int64)
+    if len(sections) > 1:
+        np.cumsum(sizes[:-1], out=starts[1:])
+    ends = starts + sizes
+    buf = np.frombuffer(b"".join([*sections, bytes(lanes.PAD)]), np.uint8)
+    words = lanes.words(buf)
+    count = np.asarray(counts, np.int64)
+    if (count < 0).any():
+        raise InvalidBatch("negative record count")
+    rows = int(count.sum())
+    batch = np.empty(rows, np.int64)
+    offset_delta = np.empty(rows, np.int64)
+    timestamp_delta = np.empty(rows, np.int64)
+    key_start = np.empty(rows, np.int64)
+    key_length = np.empty(rows, np.int64)
+    value_null = np.empty(rows, np.bool_)
+    pos = starts.copy()
+    active = np.flatnonzero(count > 0)
+    min_count = count[active].min() if active.size else 0
+    step, a = 0, 0
+    while active.size:
+        b = a + active.size
+        p, end = pos[active], ends[active]
+        if (p >= end).any():
+            raise InvalidBatch(f"a batch ends before its record {step}")
+        length, at = _signed(buf, words, p)
+        record_end = at + length
+        if ((length < 0) | (record_end > end)).any():
+            raise InvalidBatch("record length overruns the batch")
+        # Every read starts at most at the record's end (inside the buffer): a field that
+        # overran it leaves the last position past the end, which the check below refuses.
+        timestamp_delta[a:b], at = _signed(buf, words, np.minimum(at + 1, record_end))  # past the attributes
+        offset_delta[a:b], at = _signed(buf, words, np.minimum(at, record_end))
+        klen, at = _signed(buf, words, np.minimum(at, record_end))
+        key_start[a:b], key_length[a:b] = at, klen
+        at = at + np.maximum(klen, 0)
+        vlen, at = _signed(buf, words, np.minimum(at, record_end))
+        value_null[a:b] = vlen < 0
+        if ((at + np.maximum(vlen, 0) > record_end) | (klen < -1) | (vlen < -1)).any():
+            raise InvalidBatch("record field overruns the record")
+        batch[a:b] = active
+        pos[active] = record_end
+        step, a = step + 1, b
+        if step >= min_count:
+            active = active[count[active] > step]
+            min_count = count[active].min() if active.size else 0
+    return ScannedRecords(buf, batch, offset_delta, timestamp_delta, key_start, key_length, value_null)
+
+
+__all__ = ["ScannedRecords", "scan"]
