@@ -20,9 +20,12 @@ Against a ``nereus standalone`` started here (its own data dir, free ports):
    each build. ``--rounds`` rounds on fresh topics: the medians are reported, and each
    round's ratio (a build takes under a second, so one round is at the mercy of the
    machine's other work).
+3. **kafka**: the same updates produced with confluent-kafka to a ``cleanup.policy=compact``
+   topic (``delete.retention.ms=0``, so tombstones go as in the baseline), its build timed
+   and compared with the same pyarrow baseline; ``--rounds`` rounds, medians.
 
 Usage: .venv/bin/python bench/topic_compaction.py [--updates 100000] [--keys 1000]
-       [--startup-updates 1000000] [--startup-keys 10000] [--rounds 3] [--only model,startup]
+       [--startup-updates 1000000] [--startup-keys 10000] [--rounds 3] [--only model,startup,kafka]
 The last line is ``key=value`` pairs.
 """
 
@@ -230,6 +233,27 @@ def pyarrow_baseline(data) -> tuple[float, int]:
     return statistics.median(times), kept
 
 
+def kafka_round(server: Standalone, topic: str, data) -> dict:
+    """One Kafka round on a fresh ``cleanup.policy=compact`` topic (tombstones dropped at
+    once, as the baseline drops them): produce, compaction (timed), the pyarrow baseline."""
+    cm.create_compacted_topic(server.bootstrap, topic, **{"delete.retention.ms": "0"})
+    t0 = time.monotonic()
+    offsets = cm.produce_kafka(server.bootstrap, topic, data)
+    log(f"kafka: {len(data)} updates produced in {time.monotonic() - t0:.1f} s")
+    t0 = time.monotonic()
+    cm.trigger(server.http, topic)
+    cm.wait_until(lambda: cm.compaction_status(server.http, topic) == "SUCCESS", "the compaction", 1800, 0.02)
+    build_s = time.monotonic() - t0
+    # a Kafka topic created with 1 partition is a partitioned topic of one partition
+    state = asyncio.run(_view_state(f"oxia://127.0.0.1:{server.ports['oxia']}",
+                                    f"persistent://public/default/{topic}-partition-0"))
+    input_mb = state.stream_size / 1e6
+    arrow_s, kept = pyarrow_baseline(data)
+    assert state.records == len(cm.model(data, offsets)) == kept, (state.records, kept)
+    log(f"kafka: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} kept), plain pyarrow {arrow_s:.2f} s")
+    return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s, "ratio": arrow_s / build_s}
+
+
 def startup(server: Standalone, count: int, keys: int, value_bytes: int, rounds: int) -> dict:
     """``rounds`` rounds on fresh topics of the same updates; medians, and each round's ratios."""
     data = startup_updates(count, keys, value_bytes)
@@ -251,6 +275,18 @@ def startup(server: Standalone, count: int, keys: int, value_bytes: int, rounds:
     return result
 
 
+def kafka_build(server: Standalone, count: int, keys: int, value_bytes: int, rounds: int) -> dict:
+    """The build throughput of ``rounds`` Kafka rounds on fresh topics of the same updates (medians)."""
+    data = startup_updates(count, keys, value_bytes)
+    kafka = [kafka_round(server, f"kstartup-{count}-{i}", data) for i in range(rounds)]
+    med = {k: statistics.median(r[k] for r in kafka) for k in kafka[0]}
+    result = {"kafka_input_mb": round(med["input_mb"], 1), "kafka_compaction_s": round(med["compaction_s"], 2),
+              "kafka_pyarrow_s": round(med["pyarrow_s"], 2), "kafka_throughput_ratio": round(med["ratio"], 3),
+              "kafka_throughput_ratios": "/".join(f"{r['ratio']:.3f}" for r in kafka)}
+    log(f"kafka: {result}")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--updates", type=int, default=100_000)
@@ -258,7 +294,7 @@ def main() -> None:
     parser.add_argument("--startup-updates", type=int, default=1_000_000)
     parser.add_argument("--startup-keys", type=int, default=10_000)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--only", default="model,startup")
+    parser.add_argument("--only", default="model,startup,kafka")
     parser.add_argument("--rounds", type=int, default=3, help="startup rounds, each on a fresh topic (medians)")
     args = parser.parse_args()
     parts = set(args.only.split(","))
@@ -271,6 +307,8 @@ def main() -> None:
             result.update(model_check(server, args.updates, args.keys))
         if "startup" in parts:
             result.update(startup(server, args.startup_updates, args.startup_keys, args.value_bytes, args.rounds))
+        if "kafka" in parts:
+            result.update(kafka_build(server, args.startup_updates, args.startup_keys, args.value_bytes, args.rounds))
     finally:
         code = server.stop()
         if code != 0:
