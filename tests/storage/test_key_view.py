@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
 import pytest
 
 from nereus.storage import gc, key_view, records
@@ -21,6 +22,17 @@ def extract(base: int, data: memoryview):
         tombstones.append(not value)
         stamps.append(int(key[1:]) if key.startswith(b"t") else 0)
     return offsets, keys, tombstones, stamps
+
+
+def extract_many(entries):
+    """``extract`` of many entries as one table (what the topic layer's batch scans give)."""
+    cols: tuple[list, ...] = ([], [], [], [], [], [])
+    for entry in entries:
+        found = extract(entry.base_offset, memoryview(entry.data))
+        for column, values in zip(cols, (*found, [entry.base_offset] * len(found[0]),
+                                         [entry.record_count] * len(found[0]))):
+            column += values
+    return pa.table(list(cols), schema=key_view.KEY_SCHEMA)
 
 
 async def write(stream, recs: list[tuple[bytes, bytes]]) -> int:
@@ -47,10 +59,14 @@ def seen(view) -> dict[int, tuple[bytes | None, bytes]]:
     return out
 
 
-async def test_incremental_views_match_the_model(storage, meta, objects):
+@pytest.mark.parametrize("many", [False, True], ids=["per-entry", "ranges-reduced-apart"])
+async def test_incremental_views_match_the_model(storage, meta, objects, monkeypatch, many):
+    if many:  # ranges of a few entries, each reduced to its latest per key before the merge
+        monkeypatch.setattr(key_view, "_EXTRACT_BYTES", 64)
     stream = await storage.open_stream("kv", create=True)
     rng = random.Random(7)
     log: list[tuple[int, bytes, bytes]] = []
+    horizon_before = 0
     for round_ in range(3):
         for _ in range(60):
             recs = []
@@ -63,8 +79,11 @@ async def test_incremental_views_match_the_model(storage, meta, objects):
         horizon = stream.next_offset()
         async with lease(meta, stream.stream_id, "test"):
             result = await key_view.build(meta, objects, storage.reader, stream.stream_id, extract,
-                                          horizon=horizon, delete_retention_ms=0, lease_owner="test")
+                                          horizon=horizon, delete_retention_ms=0, lease_owner="test",
+                                          extract_many=extract_many if many else None)
         assert result.horizon == horizon
+        assert result.input_records == sum(1 for o, _, _ in log if o >= horizon_before)
+        horizon_before = horizon
         _, view = await key_view.load(meta, objects, stream.stream_id)
         assert view.horizon == horizon
         assert seen(view) == model(log, horizon), f"round {round_}"
