@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+import random
 import time
 from typing import Callable, Iterable
 
-from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..meta import EXPECT_ABSENT, MetadataStore, NotificationType, UnexpectedVersion
 from ..storage import records as stream_records
+from ..tasks import spawn
 from .errors import (ConcurrentTransactions, InvalidProducerIdMapping, InvalidTransactionTimeout, InvalidTxnState,
                      ProducerFenced, TransactionNotFound)
 from .participants import Participants
@@ -65,6 +67,9 @@ class TransactionCoordinator:
         self._last_expiration_check_ms = -EXPIRATION_CHECK_MS
         self.orphan_pid_grace_ms = ORPHAN_PID_GRACE_MS
         self._task: asyncio.Task | None = None
+        self._follows = False
+        self._follow_task: asyncio.Task | None = None
+        self._following: set[asyncio.Task] = set()
 
     # -- records ---------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -261,7 +266,7 @@ class TransactionCoordinator:
     def _complete_later(self, rec: TxnRecord) -> TxnRecord:
         task = self._completing.get(rec.key)
         if task is None or task.done():
-            task = self._completing[rec.key] = asyncio.ensure_future(self._complete(rec))
+            task = self._completing[rec.key] = asyncio.ensure_future(self._complete_soon(rec))
 
             def done(t: asyncio.Task, key: str = rec.key) -> None:
                 if self._completing.get(key) is t:
@@ -277,6 +282,56 @@ class TransactionCoordinator:
         task = self._completing.get(key)
         if task is not None:
             await asyncio.wait([task], timeout=timeout)
+
+    async def _complete_soon(self, rec: TxnRecord) -> TxnRecord:
+        """``_complete``, tried again a few times within about ``interval`` while participants
+        are missing: the markers of another broker's partitions may be written by that broker
+        (``follow_decisions``) a moment later, and then the record can be closed at once."""
+        delay = 0.02
+        while True:
+            done = await self._complete(rec)
+            if not done.state.prepared or delay > self.interval:
+                return done
+            await asyncio.sleep(delay)
+            delay *= 2
+            cur, _ = await self._get(rec.key)
+            if cur is None or cur.state != rec.state or cur.producer_id != rec.producer_id \
+                    or cur.producer_epoch != rec.producer_epoch:
+                return cur or rec  # completed (or moved on) meanwhile
+            rec = cur
+
+    def follow_decisions(self) -> None:
+        """Complete the transactions other brokers' coordinators decide as soon as their
+        decision is recorded (change notifications), not at this broker's next recovery: for
+        brokers whose partitions cannot be sent markers by another broker (no remote marker
+        writer). Runs from ``start`` to ``close``."""
+        self._follows = True
+
+    async def _follow(self) -> None:
+        lo, hi = records_range()
+        delay = 0.05
+        while True:
+            try:
+                async with self.meta.notifications() as stream:
+                    delay = 0.05
+                    async for note in stream:
+                        if lo <= note.key < hi and note.type in (NotificationType.KEY_CREATED,
+                                                                  NotificationType.KEY_MODIFIED):
+                            spawn(self._follow_record(note.key), "following a transaction decision", self._following)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("transaction decisions: notifications broke (%s: %s); subscribing again",
+                            type(exc).__name__, exc)
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, self.interval)
+
+    async def _follow_record(self, stored_key: str) -> None:
+        stored = await self.meta.get(stored_key)
+        if stored is not None:
+            rec = TxnRecord.from_json(stored.value)
+            if rec.state.prepared:
+                self._complete_later(rec)
 
     async def _abort(self, rec: TxnRecord, version: int, *, bump: bool) -> TxnRecord | None:
         """ONGOING -> PREPARE_ABORT (with an epoch bump that fences the producer) -> COMPLETE_ABORT."""
@@ -484,6 +539,8 @@ class TransactionCoordinator:
         """Run ``abort_expired``, ``recover`` and the clean-ups every ``interval`` seconds until ``close``."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="nereus-txn-coordinator")
+        if self._follows and self._follow_task is None:
+            self._follow_task = asyncio.get_running_loop().create_task(self._follow(), name="nereus-txn-follow")
 
     async def _loop(self) -> None:
         while True:
@@ -504,7 +561,8 @@ class TransactionCoordinator:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        tasks = [t for t in [task, *self._completing.values()] if t is not None]
+        follow, self._follow_task = self._follow_task, None
+        tasks = [t for t in [task, follow, *self._following, *self._completing.values()] if t is not None]
         self._completing.clear()
         for t in tasks:  # an unfinished completion is finished by recovery (its decision is durable)
             t.cancel()

@@ -70,3 +70,37 @@ def test_a_commit_over_two_owners_completes_at_once_without_stealing_an_append_s
     assert topic.handle.writable  # b1 kept its append session
     view = cluster.run(b1.kafka.stream_txns.view(stream, topic.handle.next_offset()))
     assert view.lso == topic.handle.next_offset() and view.open == {}
+
+
+async def _pause_recovery(coordinator) -> None:
+    """Restart ``coordinator``'s loop with a long interval: its recovery does not run in the test."""
+    coordinator._task.cancel()
+    coordinator._task = None
+    coordinator.interval = 600.0
+    coordinator.start()
+
+
+def test_without_forwarding_the_owner_writes_its_marker_when_it_sees_the_decision():
+    cluster = Cluster(2).start()
+    try:
+        b0, b1 = cluster.nodes
+        b0.kafka.txn_participants.register_remote_marker_writer(None)  # as when authorization is on
+        for node in cluster.nodes:
+            node.transactions.follow_decisions()
+            cluster.run(_pause_recovery(node.transactions))
+        mine, theirs = cluster.topic_for(0, "nofwd"), cluster.topic_for(1, "nofwd")
+        key = kafka_key("nofwd-tx")
+        pid, epoch = cluster.run(b0.transactions.init_producer("nofwd-tx", 60_000))
+        cluster.run(b0.transactions.add_partitions(key, pid, epoch, [mine, theirs]))
+        cluster.run(_produce(b0, mine, pid, epoch))
+        cluster.run(_produce(b1, theirs, pid, epoch))
+        # b0 decides (answering EndTxn at once, as Kafka's coordinator) and writes its own marker; b1
+        # writes the marker of its partition when the decision's notification reaches it
+        cluster.run(b0.transactions.end(key, pid, epoch, commit=True, wait=False))
+        cluster.wait_until(lambda: cluster.run(b0.transactions.describe(key)).state == TxnState.COMPLETE_COMMIT)
+        for topic_name in (mine, theirs):
+            markers = cluster.run(_control_entries(b1, topic_name))
+            assert [(m.producer_id, m.producer_epoch) for m in markers] == [(pid, epoch)]
+        assert b0.kafka.txn_participants.markers_forwarded == 0
+    finally:
+        cluster.stop()

@@ -155,7 +155,8 @@ class KafkaService:
             participants.register_remote_marker_writer(txn_markers.send_marker)
         else:
             log.info("kafka: brokers have no credentials for each other's listeners: markers of partitions "
-                     "another broker owns are written when that broker's transaction coordinator runs")
+                     "another broker owns are written by that broker when it sees the decision")
+            coordinator.follow_decisions()
 
     async def _cluster_id(self) -> str:
         rec = await self.meta.get(CLUSTER_ID_KEY)

@@ -5,7 +5,9 @@ that broker: the coordinator sends it WriteTxnMarkers (API 27) on its PLAINTEXT 
 listener, as a Kafka coordinator sends markers to partition leaders. Brokers have no
 credentials of their own for each other's SASL/TLS listeners, so a broker with
 authorization enabled (or an owner without a PLAINTEXT listener) does not forward:
-the coordinator's background loop completes the marker when the owner serves it.
+the owner's coordinator writes the marker when the decision's change notification reaches
+it (``TransactionCoordinator.follow_decisions``), and the deciding coordinator closes the
+record a moment later.
 """
 
 from __future__ import annotations
