@@ -266,11 +266,18 @@ class _Input:
             self.bytes += len(entry.data)
             self.entries[entry.base_offset] = entry.data
 
-    def add_keys(self, table: pa.Table, records_in: int | None = None) -> None:
+    def add_keys(self, table: pa.Table, records_in: int | None = None, bases: list[int] | None = None) -> None:
         """Keys of entries added (``records_in``: how many records they came from, when
-        ``table`` holds only the latest of each key, see ``latest_of``)."""
+        ``table`` holds only the latest of each key, see ``latest_of``). ``bases``: the
+        entries the table covers; those left without a row are let go (a build holds the
+        entries that may survive, not the whole range it reads)."""
         self.tables.append(table.select(KEY_SCHEMA.names).cast(KEY_SCHEMA))
         self.records += table.num_rows if records_in is None else records_in
+        if bases is not None:
+            kept = set(pc.unique(table.column("entry_base")).to_pylist())
+            for base in bases:
+                if base not in kept:
+                    self.entries.pop(base, None)
 
     def table(self) -> pa.Table:
         """All the records added, as one table of ``KEY_SCHEMA``."""
@@ -411,7 +418,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
 
     pending: list[FetchedEntry] = []
     pending_bytes = 0
-    extracting: list[asyncio.Future] = []
+    extracting: list[tuple[asyncio.Future, list[int]]] = []  # (reduced keys of a range, its entries)
 
     def wanted(got: list[FetchedEntry], offset: int) -> list[FetchedEntry]:
         out = []
@@ -430,9 +437,11 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     async def extract_pending() -> None:
         nonlocal pending, pending_bytes
         while len(extracting) >= _EXTRACT_PARALLEL:
-            new.add_keys(*await extracting.pop(0))
+            future, bases = extracting.pop(0)
+            new.add_keys(*await future, bases)
         new.add_entries(pending)
-        extracting.append(loop.run_in_executor(None, latest_of, extract_many, pending))
+        extracting.append((loop.run_in_executor(None, latest_of, extract_many, pending),
+                           [e.base_offset for e in pending]))
         pending, pending_bytes = [], 0
 
     while offset < horizon:
@@ -451,8 +460,8 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
             await extract_pending()
     if pending:
         await extract_pending()
-    for future in extracting:
-        new.add_keys(*await future)
+    for future, bases in extracting:
+        new.add_keys(*await future, bases)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     table = await loop.run_in_executor(
         None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms, shrink=shrink))
