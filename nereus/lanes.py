@@ -8,11 +8,46 @@ never gathers past it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 PAD = 16
 _HIGH = np.uint64(0x8080808080808080)
 ONE, EIGHT, BYTE = np.uint64(1), np.uint64(8), np.uint64(0xFF)
+
+
+def concatenate(sections: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the sections back to back as one uint8 buffer, padded; where each starts; where each ends)."""
+    sizes = np.fromiter((memoryview(b).nbytes for b in sections), np.int64, len(sections))
+    starts = np.zeros(len(sections), np.int64)
+    if len(sections) > 1:
+        np.cumsum(sizes[:-1], out=starts[1:])
+    return np.frombuffer(b"".join([*sections, bytes(PAD)]), np.uint8), starts, starts + sizes
+
+
+def steps(count: np.ndarray) -> Iterator[tuple[int, int, int, np.ndarray]]:
+    """The steps of a walk over sections of ``count[i]`` items each: ``(step, first row,
+    end row, lanes)``, step ``i`` reading item ``i`` of each section in ``lanes`` (those
+    that have one) into rows ``[first, end)``; the rows of all steps number ``count.sum()``."""
+    lanes = np.flatnonzero(count > 0)
+    min_count = count[lanes].min() if lanes.size else 0
+    step, first = 0, 0
+    while lanes.size:
+        yield step, first, first + lanes.size, lanes
+        step, first = step + 1, first + lanes.size
+        if step >= min_count:
+            lanes = lanes[count[lanes] > step]
+            min_count = count[lanes].min() if lanes.size else 0
+
+
+def batch_order(count: np.ndarray, section: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The permutation that puts rows of ``steps`` (item ``index`` of section ``section``)
+    in section order: element ``first + i`` is the row of item ``i`` of a section whose
+    items start at ``first`` (the running sum of ``count``)."""
+    out = np.empty(len(section), np.int64)
+    out[(np.cumsum(count) - count)[section] + index] = np.arange(len(section), dtype=np.int64)
+    return out
 
 
 def words(buf: np.ndarray) -> np.ndarray:
@@ -55,4 +90,5 @@ def zigzag(value: np.ndarray) -> np.ndarray:
     return (value >> ONE).view(np.int64) ^ -(value & ONE).view(np.int64)
 
 
-__all__ = ["BYTE", "EIGHT", "ONE", "PAD", "varint_words", "varints", "words", "zigzag"]
+__all__ = ["BYTE", "EIGHT", "ONE", "PAD", "batch_order", "concatenate", "steps", "varint_words", "varints", "words",
+           "zigzag"]

@@ -107,16 +107,21 @@ def entries_keys(entries: list[FetchedEntry]) -> pa.Table:
             batches.append(decompress(meta.compression, payload, meta.uncompressed_size))
             lanes.append((entry.base_offset, meta.num_messages_in_batch, meta.publish_time, entry.record_count))
             continue
-        offsets, keys, tombstones, stamps = entry_keys(entry.base_offset, memoryview(entry.data))
-        for column, values in zip(cols, (offsets, keys, tombstones, stamps, [entry.base_offset] * len(offsets),
-                                         [entry.record_count] * len(offsets))):
-            column += values
+        _add_entry_keys(cols, entry)
     tables = [_keys_table(*cols)] if cols[0] or not (batches or sections) else []
     if batches:
         tables.append(_scanned_keys(batches, lanes))
     if sections:
         tables.append(_scanned_kafka_keys(sections, kafka_lanes, entries))
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _add_entry_keys(cols: tuple[list, ...], entry: FetchedEntry) -> None:
+    """``entry_keys`` of one entry appended to the columns of ``_keys_table``."""
+    offsets, keys, tombstones, stamps = entry_keys(entry.base_offset, memoryview(entry.data))
+    for column, values in zip(cols, (offsets, keys, tombstones, stamps, [entry.base_offset] * len(offsets),
+                                     [entry.record_count] * len(offsets))):
+        column += values
 
 
 def _kafka_section(body: memoryview) -> tuple[bytes | memoryview, int, int] | None:
@@ -144,11 +149,7 @@ def _scanned_kafka_keys(sections: list[bytes | memoryview], lanes: list[tuple[in
         cols: tuple[list, ...] = ([], [], [], [], [], [])
         for entry in entries:
             if entry.base_offset in wanted:
-                offsets, keys, tombstones, stamps = entry_keys(entry.base_offset, memoryview(entry.data))
-                for column, values in zip(cols, (offsets, keys, tombstones, stamps,
-                                                 [entry.base_offset] * len(offsets),
-                                                 [entry.record_count] * len(offsets))):
-                    column += values
+                _add_entry_keys(cols, entry)
         return _keys_table(*cols)
     offsets_, data, has_key = found.key_array()
     keys = pa.Array.from_buffers(pa.binary(), len(has_key), [pa.py_buffer(np.packbits(has_key, bitorder="little")),

@@ -72,12 +72,7 @@ def _length(buf: np.ndarray, buf_words: np.ndarray, pos: np.ndarray) -> tuple[np
 def scan(sections: list[bytes | memoryview], counts: list[int]) -> ScannedRecords:
     """Walk the uncompressed record sections (a batch without its 61-byte header;
     ``counts[i]`` records each) side by side."""
-    sizes = np.fromiter((memoryview(b).nbytes for b in sections), np.int64, len(sections))
-    starts = np.zeros(len(sections), np.int64)
-    if len(sections) > 1:
-        np.cumsum(sizes[:-1], out=starts[1:])
-    ends = starts + sizes
-    buf = np.frombuffer(b"".join([*sections, bytes(lanes.PAD)]), np.uint8)
+    buf, starts, ends = lanes.concatenate(sections)
     words = lanes.words(buf)
     count = np.asarray(counts, np.int64)
     if (count < 0).any():
@@ -88,13 +83,9 @@ def scan(sections: list[bytes | memoryview], counts: list[int]) -> ScannedRecord
     body_start = np.empty(rows, np.int64)  # just past each record's length
     record_end = np.empty(rows, np.int64)
     pos = starts.copy()
-    active = np.flatnonzero(count > 0)
-    min_count = count[active].min() if active.size else 0
-    step, a = 0, 0
     # Only the lengths chain one record to the next: the steps read them alone, and the
     # fields of every record are read after, in one pass over all the rows.
-    while active.size:
-        b = a + active.size
+    for step, a, b, active in lanes.steps(count):
         p, end = pos[active], ends[active]
         if (p >= end).any():
             raise InvalidBatch(f"a batch ends before its record {step}")
@@ -104,14 +95,9 @@ def scan(sections: list[bytes | memoryview], counts: list[int]) -> ScannedRecord
             raise InvalidBatch("record length overruns the batch")
         batch[a:b], index[a:b], body_start[a:b], record_end[a:b] = active, step, at, after
         pos[active] = after
-        step, a = step + 1, b
-        if step >= min_count:
-            active = active[count[active] > step]
-            min_count = count[active].min() if active.size else 0
     # The rows in batch order from here: the reads below then go through the buffer in
     # order instead of jumping from batch to batch (a cache miss each).
-    order = np.empty(rows, np.int64)
-    order[(np.cumsum(count) - count)[batch] + index] = np.arange(rows, dtype=np.int64)
+    order = lanes.batch_order(count, batch, index)
     batch, body_start, record_end = batch[order], body_start[order], record_end[order]
     # Every read starts at most at the record's end (inside the buffer): a field that
     # overran it leaves the last position past the end, which the check below refuses.

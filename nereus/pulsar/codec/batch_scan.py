@@ -22,7 +22,6 @@ import numpy as np
 from ... import lanes
 from .errors import MalformedBatch
 
-_PAD = lanes.PAD  # zero bytes after the buffer: a varint read never gathers past its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +47,7 @@ class ScannedBatches:
     def rows_by_batch(self, counts: list[int] | np.ndarray) -> np.ndarray:
         """The rows in batch order: element ``first + i`` is the row of message ``i`` of a
         batch whose messages start at ``first`` (the running sum of ``counts``)."""
-        counts = np.asarray(counts, np.int64)
-        first = np.cumsum(counts) - counts
-        out = np.empty(len(self.batch), np.int64)
-        out[first[self.batch] + self.index] = np.arange(len(self.batch), dtype=np.int64)
-        return out
+        return lanes.batch_order(np.asarray(counts, np.int64), self.batch, self.index)
 
     def key_views(self) -> np.ndarray:
         """The keys as Arrow binary views into ``buffer`` (rows x 2 uint64: length and the
@@ -182,12 +177,7 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
     message when its metadata starts as protobuf writes it, ``partition_key`` (short)
     then ``payload_size``; the rest of every metadata is read in one pass at the end
     (a metadata laid out otherwise is read whole in its step)."""
-    sizes = np.fromiter((memoryview(b).nbytes for b in batches), np.int64, len(batches))
-    starts = np.zeros(len(batches), np.int64)
-    if len(batches) > 1:
-        np.cumsum(sizes[:-1], out=starts[1:])
-    ends = starts + sizes
-    buf = np.frombuffer(b"".join([*batches, bytes(_PAD)]), np.uint8)
+    buf, starts, ends = lanes.concatenate(batches)
     count = np.asarray(counts, np.int64)
     if (count < 0).any():
         raise MalformedBatch("negative message count")
@@ -203,12 +193,8 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
     meta_ends = np.empty(rows, np.int64)
     key_head = np.empty(rows, np.uint64)
     pos = starts.copy()
-    lanes = np.flatnonzero(count > 0)
-    min_count = count[lanes].min() if lanes.size else 0
-    step, a = 0, 0
-    while lanes.size:
-        b = a + lanes.size
-        p, end = pos[lanes], ends[lanes]
+    for step, a, b, active in lanes.steps(count):
+        p, end = pos[active], ends[active]
         if (end - p < 4).any():
             raise MalformedBatch(f"a batch ends before its message {step}")
         meta_end = p + 4 + be32[p].astype(np.int64)
@@ -243,17 +229,13 @@ def scan(batches: list[bytes | memoryview], counts: list[int]) -> ScannedBatches
         nxt = meta_end + payload
         if (nxt > end).any():
             raise MalformedBatch(f"message {step}: payload size overruns the batch")
-        batch[a:b] = lanes
+        batch[a:b] = active
         index[a:b] = step
         message_start[a:b] = p
         meta_ends[a:b] = meta_end
         rest[a:b] = after
         message_end[a:b] = nxt
-        pos[lanes] = nxt
-        step, a = step + 1, b
-        if step >= min_count:
-            lanes = lanes[count[lanes] > step]
-            min_count = count[lanes].min() if lanes.size else 0
+        pos[active] = nxt
     chained = payload_size.copy()
     other = np.flatnonzero(rest < meta_ends)
     fields.walk(rest[other], meta_ends[other], other)
