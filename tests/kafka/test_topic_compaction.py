@@ -188,3 +188,54 @@ def test_compact_delete_topics_delete_by_retention_in_the_view_too(server):
     finally:
         client.close()
     assert seen == [b"fresh"]
+
+def test_kafka_python_and_aiokafka_read_the_view_then_the_stream_above_it(server):
+    """The other Python clients parse the view's batches themselves: offset gaps inside a
+    batch (compressed ones too) and the step from the view to the raw records above it."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as ATP
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KTP
+
+    topic = f"kcc-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"cleanup.policy": "compact"})])[topic].result(15)
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, acks="all", compression_type="gzip", linger_ms=20)
+    updates = [(b"k%d" % (i * 7 % 11), b"v%d" % i if i % 13 else None) for i in range(300)]
+    for key, value in updates:
+        producer.send(topic, key=key, value=value)
+    producer.flush(20)
+    compact(Admin(server.http), topic)
+    later = [(b"k1", b"after-1"), (b"k2", b"after-2")]
+    for key, value in later:
+        producer.send(topic, key=key, value=value)
+    producer.flush(20)
+    producer.close()
+    latest = {key: i for i, (key, _v) in enumerate(updates)}
+    expected = [(i, key, value) for i, (key, value) in enumerate(updates) if latest[key] == i]
+    expected += [(len(updates) + i, key, value) for i, (key, value) in enumerate(later)]
+
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000)
+    tp = KTP(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    got = [(m.offset, m.key, m.value) for _, m in zip(range(len(expected)), consumer)]
+    consumer.close()
+    assert got == expected
+
+    async def read_with_aiokafka() -> list[tuple]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=server.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([ATP(topic, 0)])
+            await consumer.seek_to_beginning(ATP(topic, 0))
+            out = []
+            while len(out) < len(expected):
+                m = await asyncio.wait_for(consumer.getone(), 10)
+                out.append((m.offset, m.key, m.value))
+            return out
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(read_with_aiokafka()) == expected
