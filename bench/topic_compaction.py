@@ -13,8 +13,9 @@ Against a ``nereus standalone`` started here (its own data dir, free ports):
 2. **throughput and startup** (``--startup-updates`` over ``--startup-keys``, produced
    with batching to a Pulsar topic): a full read of the topic (reader from the
    earliest id to the end), the key compaction (MB/s of the stream's bytes, timed by
-   polling the admin status), a ``read_compacted`` reader's time to its first message
-   and to the end of the view; and, in the same run, plain pyarrow keeping the latest
+   polling the admin status; and how far the broker's resident memory peaked above its
+   size before), a ``read_compacted`` reader's time to its first message and to the end
+   of the view; and, in the same run, plain pyarrow keeping the latest
    record per key of the same records (offset, key, value) read from a Parquet file in
    memory and written back as one (the same input bytes over its time), timed right after
    each build. ``--rounds`` rounds on fresh topics: the medians are reported, and each
@@ -141,6 +142,41 @@ def model_check(server: Standalone, count: int, keys: int) -> dict:
     return result
 
 
+def reset_peak_rss(pid: int) -> bool:
+    """Restart the kernel's count of the process's peak resident memory (False: not possible here)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def timed_build(server: Standalone, topic: str) -> tuple[float, float]:
+    """(seconds, MB the broker's resident memory grew to above its size before) of one compaction."""
+    pid = server.proc.pid
+    before = rss_mb(pid)
+    measured = reset_peak_rss(pid)
+    t0 = time.monotonic()
+    cm.trigger(server.http, topic)
+    cm.wait_until(lambda: cm.compaction_status(server.http, topic) == "SUCCESS", "the compaction", 1800, 0.02)
+    build_s = time.monotonic() - t0
+    return build_s, (peak_rss_mb(pid) - before) if measured else float("nan")
+
+
 def startup_updates(count: int, keys: int, value_bytes: int) -> list[tuple[bytes, bytes | None]]:
     filler = b"x" * value_bytes
     return [(key, (b"%d-" % i + filler) if value is not None else None)
@@ -195,13 +231,11 @@ def startup_round(server: Standalone, client, topic: str, data) -> dict:
     assert full_n == count, (full_n, count)
     log(f"startup: full read {full_n} in {full_end:.2f} s")
 
-    t0 = time.monotonic()
-    cm.trigger(server.http, topic)
-    cm.wait_until(lambda: cm.compaction_status(server.http, topic) == "SUCCESS", "the compaction", 1800, 0.02)
-    build_s = time.monotonic() - t0
+    build_s, grew_mb = timed_build(server, topic)
     state = asyncio.run(_view_state(f"oxia://127.0.0.1:{server.ports['oxia']}", topic))
     input_mb = state.stream_size / 1e6
-    log(f"startup: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} records kept)")
+    log(f"startup: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} records kept), "
+        f"broker memory +{grew_mb:.0f} MB at its peak")
 
     arrow_s, kept = pyarrow_baseline(data)
     log(f"startup: plain pyarrow {arrow_s:.2f} s")
@@ -209,7 +243,7 @@ def startup_round(server: Standalone, client, topic: str, data) -> dict:
     view_first, view_end, view_n = timed_read(client, topic, compacted=True)
     assert view_n == len(cm.model(data, ids)) == kept, (view_n, len(cm.model(data, ids)), kept)
     log(f"startup: read_compacted first message {view_first:.3f} s, end {view_end:.3f} s ({view_n})")
-    return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s,
+    return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s, "peak_growth_mb": grew_mb,
             "ratio": (input_mb / build_s) / (input_mb / arrow_s), "full_first": full_first, "full_end": full_end,
             "view_first": view_first, "view_end": view_end, "speedup": full_end / view_end}
 
@@ -240,18 +274,17 @@ def kafka_round(server: Standalone, topic: str, data) -> dict:
     t0 = time.monotonic()
     offsets = cm.produce_kafka(server.bootstrap, topic, data)
     log(f"kafka: {len(data)} updates produced in {time.monotonic() - t0:.1f} s")
-    t0 = time.monotonic()
-    cm.trigger(server.http, topic)
-    cm.wait_until(lambda: cm.compaction_status(server.http, topic) == "SUCCESS", "the compaction", 1800, 0.02)
-    build_s = time.monotonic() - t0
+    build_s, grew_mb = timed_build(server, topic)
     # a Kafka topic created with 1 partition is a partitioned topic of one partition
     state = asyncio.run(_view_state(f"oxia://127.0.0.1:{server.ports['oxia']}",
                                     f"persistent://public/default/{topic}-partition-0"))
     input_mb = state.stream_size / 1e6
     arrow_s, kept = pyarrow_baseline(data)
     assert state.records == len(cm.model(data, offsets)) == kept, (state.records, kept)
-    log(f"kafka: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} kept), plain pyarrow {arrow_s:.2f} s")
-    return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s, "ratio": arrow_s / build_s}
+    log(f"kafka: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} kept), plain pyarrow {arrow_s:.2f} s, "
+        f"broker memory +{grew_mb:.0f} MB at its peak")
+    return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s, "ratio": arrow_s / build_s,
+            "peak_growth_mb": grew_mb}
 
 
 def startup(server: Standalone, count: int, keys: int, value_bytes: int, rounds: int) -> dict:
@@ -266,6 +299,7 @@ def startup(server: Standalone, count: int, keys: int, value_bytes: int, rounds:
     med = {k: statistics.median(r[k] for r in done) for k in done[0]}
     result = {"startup_updates": count, "startup_keys": keys, "rounds": rounds, "input_mb": round(med["input_mb"], 1),
               "compaction_s": round(med["compaction_s"], 2), "pyarrow_s": round(med["pyarrow_s"], 2),
+              "build_peak_growth_mb": round(med["peak_growth_mb"]),
               "throughput_ratio": round(med["ratio"], 3),
               "throughput_ratios": "/".join(f"{r['ratio']:.3f}" for r in done),
               "full_read_end_s": round(med["full_end"], 2), "compacted_first_s": round(med["view_first"], 3),
@@ -282,6 +316,7 @@ def kafka_build(server: Standalone, count: int, keys: int, value_bytes: int, rou
     med = {k: statistics.median(r[k] for r in kafka) for k in kafka[0]}
     result = {"kafka_input_mb": round(med["input_mb"], 1), "kafka_compaction_s": round(med["compaction_s"], 2),
               "kafka_pyarrow_s": round(med["pyarrow_s"], 2), "kafka_throughput_ratio": round(med["ratio"], 3),
+              "kafka_build_peak_growth_mb": round(med["peak_growth_mb"]),
               "kafka_throughput_ratios": "/".join(f"{r['ratio']:.3f}" for r in kafka)}
     log(f"kafka: {result}")
     return result
