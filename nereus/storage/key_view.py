@@ -445,7 +445,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         pending, pending_bytes = [], 0
 
     while offset < horizon:
-        got = await reader.read(stream_id, offset, horizon, _READ_BYTES)
+        got = await reader.read(stream_id, offset, horizon, _READ_BYTES, fill_cache=False)
         if not got:
             break
         got, offset = wanted(got, offset), got[-1].end_offset

@@ -36,8 +36,13 @@ class StreamReader:
         self.tail_cache = tail_cache
         self.block_cache = block_cache
 
-    async def read(self, stream_id: int, start: int, end: int, max_bytes: int) -> list[FetchedEntry]:
-        """Committed entries from the one containing ``start`` (the caller checked bounds)."""
+    async def read(self, stream_id: int, start: int, end: int, max_bytes: int, *,
+                   fill_cache: bool = True) -> list[FetchedEntry]:
+        """Committed entries from the one containing ``start`` (the caller checked bounds).
+
+        ``fill_cache=False``: slices loaded from objects are not kept in the block cache (a
+        one-off scan of a whole stream, such as a compaction build, would evict what
+        readers use)."""
         out: list[FetchedEntry] = []
         total = 0
         offset = start
@@ -45,7 +50,7 @@ class StreamReader:
             got = self.tail_cache.read(stream_id, offset, end, max_bytes - total)
             source = "cache"
             if not got:
-                got = await self._read_objects(stream_id, offset, end, max(1, max_bytes - total))
+                got = await self._read_objects(stream_id, offset, end, max(1, max_bytes - total), fill_cache)
                 source = "object"
             if not got:
                 break
@@ -56,15 +61,16 @@ class StreamReader:
             offset = got[-1].end_offset
         return out
 
-    async def _read_objects(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[FetchedEntry]:
+    async def _read_objects(self, stream_id: int, offset: int, end: int, max_bytes: int,
+                            fill_cache: bool = True) -> list[FetchedEntry]:
         try:
             index = await self.resolve(stream_id, offset, end, max_bytes)
-            blocks = await asyncio.gather(*(self._load(stream_id, e) for e in index))
+            blocks = await asyncio.gather(*(self._load(stream_id, e, fill_cache) for e in index))
         except ObjectMissing:
             # The index moved under us (compaction replaced what we resolved, and the
             # replaced object is gone): resolve once more against the current index.
             index = await self.resolve(stream_id, offset, end, max_bytes)
-            blocks = await asyncio.gather(*(self._load(stream_id, e) for e in index))
+            blocks = await asyncio.gather(*(self._load(stream_id, e, fill_cache) for e in index))
         out: list[FetchedEntry] = []
         for entry, block in zip(index, blocks):
             base = entry.base
@@ -115,7 +121,7 @@ class StreamReader:
         """The entries of each given slice (checked), e.g. for compaction."""
         return list(await asyncio.gather(*(self._load(stream_id, e) for e in entries)))
 
-    async def _load(self, stream_id: int, entry: IndexEntry) -> list[tuple[int, memoryview]]:
+    async def _load(self, stream_id: int, entry: IndexEntry, fill_cache: bool = True) -> list[tuple[int, memoryview]]:
         key = (entry.object, entry.position)
         block = self.block_cache.get(key)
         if block is not None:
@@ -138,5 +144,6 @@ class StreamReader:
             block = wal_format.decode_slice(data, stream_id)
         if sum(count for count, _ in block) != entry.records:
             raise ObjectMissing(f"object {entry.object}: slice record count differs from the index")
-        self.block_cache.put(key, entry.length, block)
+        if fill_cache:
+            self.block_cache.put(key, entry.length, block)
         return block

@@ -198,3 +198,23 @@ def test_a_build_lets_go_of_the_entries_whose_records_were_all_replaced_in_their
     new.add_entries(second)
     new.add_keys(*key_view.latest_of(extract_many, second), [5])
     assert sorted(new.entries) == [2, 4, 5]  # 2 keeps b: the merge decides across ranges
+
+
+async def test_a_build_leaves_the_block_cache_to_readers(storage, meta, objects):
+    from nereus.storage import StreamStorage
+
+    from .conftest import FAST
+
+    stream = await storage.open_stream("cold", create=True)
+    for i in range(20):
+        await write(stream, [(b"k%d" % (i % 3), b"v%d" % i)])
+    horizon = stream.next_offset()
+    cold = StreamStorage(meta, objects, node_id="node-b", options=FAST)  # nothing of the stream cached
+    try:
+        result = await key_view.build(meta, objects, cold.reader, stream.stream_id, extract, horizon=horizon,
+                                      delete_retention_ms=0)
+        assert result.records == 3 and cold.reader.block_cache.bytes == 0  # the whole-stream scan kept nothing
+        await cold.reader.read(stream.stream_id, 0, horizon, 1 << 20)
+        assert cold.reader.block_cache.bytes > 0  # as a reader's reads do
+    finally:
+        await cold.close()
