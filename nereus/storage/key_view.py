@@ -30,6 +30,7 @@ object put lets the collector finish or undo the change of a builder that died.
 from __future__ import annotations
 
 import asyncio
+import collections
 import io
 import logging
 import os
@@ -253,6 +254,9 @@ class _Input:
         self.entry_records: list[int] = []
         self.entries: dict[int, bytes | memoryview] = {}
         self.tables: list[pa.Table] = []
+        self.latest: pa.Table | None = None  # the running latest-per-key of reduced ranges
+        self._ranges: collections.deque[list[int]] = collections.deque()  # entries added, keys not yet
+        self._keyed: set[int] = set()  # entries whose keys are in ``latest``
         self.bytes = 0
         self.records = 0
 
@@ -261,23 +265,34 @@ class _Input:
         self.add_keys(extract(got))
 
     def add_entries(self, got: list[FetchedEntry]) -> None:
-        """Entries whose keys come apart (``add_keys``)."""
+        """Entries whose keys come apart (``add_keys``, in the same order)."""
         for entry in got:
             self.bytes += len(entry.data)
             self.entries[entry.base_offset] = entry.data
+        self._ranges.append([entry.base_offset for entry in got])
 
-    def add_keys(self, table: pa.Table, records_in: int | None = None, bases: list[int] | None = None) -> None:
+    def add_keys(self, table: pa.Table, records_in: int | None = None, reduced: bool = False) -> None:
         """Keys of entries added (``records_in``: how many records they came from, when
-        ``table`` holds only the latest of each key, see ``latest_of``). ``bases``: the
-        entries the table covers; those left without a row are let go (a build holds the
-        entries that may survive, not the whole range it reads)."""
-        self.tables.append(table.select(KEY_SCHEMA.names).cast(KEY_SCHEMA))
+        ``table`` holds only the latest of each key, see ``latest_of``). ``reduced``: the
+        table joins the running latest-per-key of the ranges added so far, and the entries
+        left without a row there are let go, so a build holds about an entry per key, not
+        the whole stream it reads (a pyarrow group-by off the event loop's hands: call
+        this in an executor)."""
+        table = table.select(KEY_SCHEMA.names).cast(KEY_SCHEMA)
         self.records += table.num_rows if records_in is None else records_in
-        if bases is not None:
-            kept = set(pc.unique(table.column("entry_base")).to_pylist())
-            for base in bases:
-                if base not in kept:
-                    self.entries.pop(base, None)
+        if not reduced:
+            self.tables.append(table)
+            if self._ranges:
+                self._ranges.popleft()  # kept whole: never let go
+            return
+        running = table if self.latest is None else pa.concat_tables([self.latest, table]).combine_chunks()
+        keep = _latest_per_key(running.column("key"), columns.numpy(running.column("offset")))
+        self.latest = running if keep.all() else running.filter(columns.array(keep, pa.bool_()))
+        self._keyed.update(self._ranges.popleft())  # ranges come back in the order they were added
+        kept = set(pc.unique(self.latest.column("entry_base")).to_pylist())
+        for base in [b for b in self._keyed if b not in kept]:
+            del self.entries[base]
+            self._keyed.discard(base)
 
     def table(self) -> pa.Table:
         """All the records added, as one table of ``KEY_SCHEMA``."""
@@ -287,7 +302,8 @@ class _Input:
             columns.array(np.array(self.timestamp, np.int64), pa.int64()),
             columns.array(np.array(self.entry_base, np.int64), pa.int64()),
             columns.array(np.array(self.entry_records, np.int32), pa.int32())], schema=KEY_SCHEMA)
-        return pa.concat_tables([fresh, *self.tables]) if self.tables else fresh
+        tables = [*self.tables, *([self.latest] if self.latest is not None else [])]
+        return pa.concat_tables([fresh, *tables]) if tables else fresh
 
     def add(self, entry: FetchedEntry, extract: KeyExtractor) -> None:
         offsets, keys, tombstones, stamps = extract(entry.base_offset, memoryview(entry.data))
@@ -418,7 +434,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
 
     pending: list[FetchedEntry] = []
     pending_bytes = 0
-    extracting: list[tuple[asyncio.Future, list[int]]] = []  # (reduced keys of a range, its entries)
+    extracting: list[asyncio.Future] = []  # the reduced keys of ranges being read
 
     def wanted(got: list[FetchedEntry], offset: int) -> list[FetchedEntry]:
         out = []
@@ -437,11 +453,9 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     async def extract_pending() -> None:
         nonlocal pending, pending_bytes
         while len(extracting) >= _EXTRACT_PARALLEL:
-            future, bases = extracting.pop(0)
-            new.add_keys(*await future, bases)
+            await loop.run_in_executor(None, new.add_keys, *await extracting.pop(0), True)
         new.add_entries(pending)
-        extracting.append((loop.run_in_executor(None, latest_of, extract_many, pending),
-                           [e.base_offset for e in pending]))
+        extracting.append(loop.run_in_executor(None, latest_of, extract_many, pending))
         pending, pending_bytes = [], 0
 
     while offset < horizon:
@@ -460,8 +474,8 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
             await extract_pending()
     if pending:
         await extract_pending()
-    for future, bases in extracting:
-        new.add_keys(*await future, bases)
+    for future in extracting:
+        await loop.run_in_executor(None, new.add_keys, *await future, True)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     table = await loop.run_in_executor(
         None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms, shrink=shrink))

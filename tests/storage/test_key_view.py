@@ -184,7 +184,7 @@ def test_dropped_between_is_the_complement_of_the_survivors_below_the_horizon():
                 assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
 
 
-def test_a_build_lets_go_of_the_entries_whose_records_were_all_replaced_in_their_range():
+def test_a_build_lets_go_of_the_entries_whose_records_were_all_replaced():
     from nereus.storage.api import FetchedEntry
 
     first = [FetchedEntry(0, 2, b"a=1;b=1"), FetchedEntry(2, 2, b"a=2;b=2"), FetchedEntry(4, 1, b"=x")]
@@ -192,12 +192,13 @@ def test_a_build_lets_go_of_the_entries_whose_records_were_all_replaced_in_their
     assert count == 5 and sorted(reduced.column("offset").to_pylist()) == [2, 3, 4]  # keyless rows stay
     new = key_view._Input()
     new.add_entries(first)
-    new.add_keys(reduced, count, [e.base_offset for e in first])
-    assert sorted(new.entries) == [2, 4] and new.records == 5  # the entry at 0 has no survivor
-    second = [FetchedEntry(5, 1, b"a=3")]
-    new.add_entries(second)
-    new.add_keys(*key_view.latest_of(extract_many, second), [5])
-    assert sorted(new.entries) == [2, 4, 5]  # 2 keeps b: the merge decides across ranges
+    second = [FetchedEntry(5, 1, b"a=3"), FetchedEntry(6, 1, b"b=3")]
+    new.add_entries(second)  # read before the first range's keys are back: kept meanwhile
+    new.add_keys(reduced, count, True)
+    assert sorted(new.entries) == [2, 4, 5, 6] and new.records == 5  # the entry at 0 has no survivor
+    new.add_keys(*key_view.latest_of(extract_many, second), True)
+    assert sorted(new.entries) == [4, 5, 6] and new.records == 7  # later ranges replace earlier rows too
+    assert sorted(new.table().column("offset").to_pylist()) == [4, 5, 6]
 
 
 async def test_a_build_leaves_the_block_cache_to_readers(storage, meta, objects):
