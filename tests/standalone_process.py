@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -117,3 +118,15 @@ def admin(node: Standalone, method: str, path: str, body=None) -> None:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=15):
         pass
+
+
+@contextlib.contextmanager
+def running(data_dir: Path, extra_args: list[str] | None = None):
+    """A started standalone; on exit it must still be alive and stop cleanly (its log tail says why not)."""
+    server = Standalone(data_dir, extra_args)
+    server.start()
+    yield server
+    alive = server.alive()
+    code = server.stop()
+    assert alive, server.log.read_text()[-3000:]
+    assert code == 0, server.log.read_text()[-3000:]

@@ -7,19 +7,14 @@ import uuid
 
 import pytest
 
-from tests.standalone_process import Standalone
+from tests.standalone_process import Standalone, running
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """One standalone shared by a test module (tests use distinct topics and groups)."""
-    server = Standalone(tmp_path_factory.mktemp("kbroker") / "data")
-    server.start()
-    yield server
-    alive = server.alive()
-    code = server.stop()
-    assert alive, server.log.read_text()[-3000:]
-    assert code == 0, server.log.read_text()[-3000:]
+    with running(tmp_path_factory.mktemp("kbroker") / "data") as server:
+        yield server
 
 
 @pytest.fixture

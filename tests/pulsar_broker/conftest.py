@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.standalone_process import Standalone
+from tests.standalone_process import Standalone, running
 
 
 @pytest.fixture(scope="session")
@@ -21,11 +21,8 @@ def pulsar():
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
     """One standalone shared by a test module (tests use distinct topics)."""
-    server = Standalone(tmp_path_factory.mktemp("broker") / "data")
-    server.start()
-    yield server
-    code = server.stop()
-    assert code == 0, server.log.read_text()[-3000:]
+    with running(tmp_path_factory.mktemp("broker") / "data") as server:
+        yield server
 
 
 @pytest.fixture

@@ -5,16 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tests.pulsar_txn.txn_client import TxnClient
-from tests.standalone_process import Standalone
+from tests.standalone_process import running
 
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
-    server = Standalone(tmp_path_factory.mktemp("txn") / "data")
-    server.start()
-    yield server
-    code = server.stop()
-    assert code == 0, server.log.read_text()[-3000:]
+    with running(tmp_path_factory.mktemp("txn") / "data") as server:
+        yield server
 
 
 @pytest.fixture
