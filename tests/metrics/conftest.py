@@ -10,7 +10,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.standalone_process import Standalone
+from tests.standalone_process import Standalone, running
 
 # The collector runs often and frees at once, so a deleted topic's objects go within a test.
 GC_FLAGS = ["--gc-interval", "0.5", "--gc-grace", "0"]
@@ -19,14 +19,8 @@ GC_FLAGS = ["--gc-interval", "0.5", "--gc-grace", "0"]
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
     """One standalone shared by a test module (tests use distinct topics and groups)."""
-    server = Standalone(tmp_path_factory.mktemp("metrics") / "data",
-                        extra_args=["--compaction-interval", "0", *GC_FLAGS])
-    server.start()
-    yield server
-    alive = server.alive()
-    code = server.stop()
-    assert alive, server.log.read_text()[-3000:]
-    assert code == 0, server.log.read_text()[-3000:]
+    with running(tmp_path_factory.mktemp("metrics") / "data", ["--compaction-interval", "0", *GC_FLAGS]) as server:
+        yield server
 
 
 @pytest.fixture
