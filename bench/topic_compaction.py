@@ -58,6 +58,7 @@ from tests.standalone_process import Standalone  # noqa: E402
 
 SERVER_ARGS = ["--compaction-interval", "0", "--compaction-monitor-interval", "0", "--gc-interval", "0.5",
                "--gc-grace", "1", "--gc-pending-timeout", "20", "--session-timeout", "3"]
+KEY_LOG = True  # the Pulsar topics get a compaction policy before they are written (--no-key-log: not)
 cm.DEADLINE = 600.0  # at this scale a read or a build takes longer than in the tests
 
 
@@ -192,6 +193,29 @@ async def _view_state(metadata: str, topic: str) -> key_view.ViewState:
         await meta.close()
 
 
+def metric(server: Standalone, name: str) -> float:
+    """The value of an unlabelled series of the broker's /metrics (0 when absent)."""
+    for line in server.metrics().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def recording_cost(server: Standalone) -> tuple[float, float]:
+    """(CPU seconds, MB of entries) the broker has spent recording keys so far."""
+    return (metric(server, "nereus_key_log_cpu_seconds_total"),
+            metric(server, "nereus_key_log_recorded_bytes_total") / 1e6)
+
+
+def mark_compacted(server: Standalone, topic: str) -> None:
+    """Create ``topic`` with a compactionThreshold policy (too high to start a build by itself),
+    as a Pulsar topic meant to be compacted has: it then records its keys as they are written."""
+    status, body = cm.admin(server.http, "PUT", cm.topic_path(topic))
+    assert status == 204, (status, body)
+    status, body = cm.admin(server.http, "POST", cm.topic_path(topic) + "/compactionThreshold", 1 << 50)
+    assert status == 204, (status, body)
+
+
 def timed_read(client, topic: str, *, compacted: bool) -> tuple[float, float, int]:
     """(seconds to the first message, seconds to the end, messages) of a reader from the earliest id."""
     started = time.monotonic()
@@ -224,6 +248,9 @@ def startup_round(server: Standalone, client, topic: str, data) -> dict:
     """One round on a fresh topic: produce, full read, compaction (timed), the pyarrow
     baseline right after it, then the ``read_compacted`` reader."""
     count = len(data)
+    if KEY_LOG:
+        mark_compacted(server, topic)
+    recorded_before = recording_cost(server)
     t0 = time.monotonic()
     ids = cm.produce_pulsar(client, topic, data)
     log(f"startup: {count} updates produced in {time.monotonic() - t0:.1f} s")
@@ -232,6 +259,7 @@ def startup_round(server: Standalone, client, topic: str, data) -> dict:
     log(f"startup: full read {full_n} in {full_end:.2f} s")
 
     build_s, grew_mb = timed_build(server, topic)
+    recorded_cpu = recording_cost(server)[0] - recorded_before[0]
     state = asyncio.run(_view_state(f"oxia://127.0.0.1:{server.ports['oxia']}", topic))
     input_mb = state.stream_size / 1e6
     log(f"startup: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} records kept), "
@@ -244,7 +272,8 @@ def startup_round(server: Standalone, client, topic: str, data) -> dict:
     assert view_n == len(cm.model(data, ids)) == kept, (view_n, len(cm.model(data, ids)), kept)
     log(f"startup: read_compacted first message {view_first:.3f} s, end {view_end:.3f} s ({view_n})")
     return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s, "peak_growth_mb": grew_mb,
-            "ratio": (input_mb / build_s) / (input_mb / arrow_s), "full_first": full_first, "full_end": full_end,
+            "ratio": (input_mb / build_s) / (input_mb / arrow_s), "recording_cpu_s": recorded_cpu,
+            "ratio_with_recording": arrow_s / (build_s + recorded_cpu), "full_first": full_first, "full_end": full_end,
             "view_first": view_first, "view_end": view_end, "speedup": full_end / view_end}
 
 
@@ -271,10 +300,12 @@ def kafka_round(server: Standalone, topic: str, data) -> dict:
     """One Kafka round on a fresh ``cleanup.policy=compact`` topic (tombstones dropped at
     once, as the baseline drops them): produce, compaction (timed), the pyarrow baseline."""
     cm.create_compacted_topic(server.bootstrap, topic, **{"delete.retention.ms": "0"})
+    recorded_before = recording_cost(server)
     t0 = time.monotonic()
     offsets = cm.produce_kafka(server.bootstrap, topic, data)
     log(f"kafka: {len(data)} updates produced in {time.monotonic() - t0:.1f} s")
     build_s, grew_mb = timed_build(server, topic)
+    recorded_cpu = recording_cost(server)[0] - recorded_before[0]
     # a Kafka topic created with 1 partition is a partitioned topic of one partition
     state = asyncio.run(_view_state(f"oxia://127.0.0.1:{server.ports['oxia']}",
                                     f"persistent://public/default/{topic}-partition-0"))
@@ -284,7 +315,8 @@ def kafka_round(server: Standalone, topic: str, data) -> dict:
     log(f"kafka: compacted {input_mb:.1f} MB in {build_s:.2f} s ({state.records} kept), plain pyarrow {arrow_s:.2f} s, "
         f"broker memory +{grew_mb:.0f} MB at its peak")
     return {"input_mb": input_mb, "compaction_s": build_s, "pyarrow_s": arrow_s, "ratio": arrow_s / build_s,
-            "peak_growth_mb": grew_mb}
+            "peak_growth_mb": grew_mb, "recording_cpu_s": recorded_cpu,
+            "ratio_with_recording": arrow_s / (build_s + recorded_cpu)}
 
 
 def startup(server: Standalone, count: int, keys: int, value_bytes: int, rounds: int) -> dict:
@@ -302,6 +334,8 @@ def startup(server: Standalone, count: int, keys: int, value_bytes: int, rounds:
               "build_peak_growth_mb": round(med["peak_growth_mb"]),
               "throughput_ratio": round(med["ratio"], 3),
               "throughput_ratios": "/".join(f"{r['ratio']:.3f}" for r in done),
+              "key_log_cpu_s": round(med["recording_cpu_s"], 2),
+              "ratio_with_recording": round(med["ratio_with_recording"], 3),
               "full_read_end_s": round(med["full_end"], 2), "compacted_first_s": round(med["view_first"], 3),
               "compacted_end_s": round(med["view_end"], 3), "startup_speedup": round(med["speedup"], 1),
               "startup_speedups": "/".join(f"{r['speedup']:.1f}" for r in done)}
@@ -317,7 +351,9 @@ def kafka_build(server: Standalone, count: int, keys: int, value_bytes: int, rou
     result = {"kafka_input_mb": round(med["input_mb"], 1), "kafka_compaction_s": round(med["compaction_s"], 2),
               "kafka_pyarrow_s": round(med["pyarrow_s"], 2), "kafka_throughput_ratio": round(med["ratio"], 3),
               "kafka_build_peak_growth_mb": round(med["peak_growth_mb"]),
-              "kafka_throughput_ratios": "/".join(f"{r['ratio']:.3f}" for r in kafka)}
+              "kafka_throughput_ratios": "/".join(f"{r['ratio']:.3f}" for r in kafka),
+              "kafka_key_log_cpu_s": round(med["recording_cpu_s"], 2),
+              "kafka_ratio_with_recording": round(med["ratio_with_recording"], 3)}
     log(f"kafka: {result}")
     return result
 
@@ -331,7 +367,12 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--only", default="model,startup,kafka")
     parser.add_argument("--rounds", type=int, default=3, help="startup rounds, each on a fresh topic (medians)")
+    parser.add_argument("--no-key-log", action="store_true",
+                        help="the Pulsar topics get no compaction policy, so they record no keys (Kafka compact "
+                             "topics always do)")
     args = parser.parse_args()
+    global KEY_LOG
+    KEY_LOG = not args.no_key_log
     parts = set(args.only.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="nereus-bench-compaction-"))
     server = Standalone(workdir / "data", SERVER_ARGS)

@@ -67,6 +67,9 @@ KeyExtractor = Callable[[int, memoryview], EntryKeys]
 #: The keys of many stored entries at once, as a table of ``KEY_SCHEMA`` (any row order):
 #: for extractors that are much cheaper per record when given many entries.
 EntriesKeyExtractor = Callable[[list[FetchedEntry]], pa.Table]
+#: Keys known without reading the entries: ``(lo, hi, rows)``, the ``KEY_SCHEMA`` rows of
+#: every record of the whole entries in ``[lo, hi)`` (the topic layer records them at append).
+KnownKeys = tuple[int, int, pa.Table]
 #: Stored entries reduced to their records at the given indexes (same record counts and
 #: offsets; what the others become is the protocol's business), each None: keep it whole.
 EntryShrinker = Callable[[list[tuple[bytes | memoryview, tuple[int, ...]]]], list[bytes | None]]
@@ -81,6 +84,8 @@ KEY_SCHEMA = pa.schema([f for f in SCHEMA if f.name != "entry"])
 #: once (numpy releases the GIL: the key scans of two chunks use two cores).
 _EXTRACT_BYTES = 32 << 20
 _EXTRACT_PARALLEL = max(1, min(2, os.cpu_count() or 1))
+#: Surviving entries this close (in offsets) are read in one pass, with what lies between.
+_SURVIVOR_GAP = 4096
 
 
 def view_key(stream_id: int) -> str:
@@ -374,7 +379,11 @@ def latest_of(extract: EntriesKeyExtractor, entries: list[FetchedEntry]) -> tupl
     the number of records they came from). A row a later row of its key replaces in the
     same range never reaches the view, so each range of a build is reduced on its own,
     beside the reads, and the final merge sees a few rows per key instead of all."""
-    table = extract(entries)
+    return latest_rows(extract(entries))
+
+
+def latest_rows(table: pa.Table) -> tuple[pa.Table, int]:
+    """``latest_of`` of rows already extracted."""
     count = table.num_rows
     if count:
         keep = _latest_per_key(table.column("key"), columns.numpy(table.column("offset")))
@@ -408,12 +417,15 @@ def encode(table: pa.Table) -> bytes:
 async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, stream_id: int,
                 extract: KeyExtractor, *, horizon: int, delete_retention_ms: int = DELETE_RETENTION_MS,
                 lease_owner: str | None = None, now_ms: int | None = None, stream_size: int = 0,
-                shrink: EntryShrinker | None = None, extract_many: EntriesKeyExtractor | None = None) -> BuildResult:
+                shrink: EntryShrinker | None = None, extract_many: EntriesKeyExtractor | None = None,
+                known: list[KnownKeys] | None = None) -> BuildResult:
     """Build the view up to ``horizon`` (an entry boundary, at most the committed end) and switch to it.
 
     ``stream_size``: the stream's cumulative size at ``horizon`` (recorded for backlog checks).
     ``shrink``: reduces an entry that lost records to its survivors (see ``merge``).
     ``extract_many``: used instead of ``extract`` when given (many entries per call).
+    ``known``: keys of ranges the build takes as they are instead of reading the entries
+    (with ``extract_many`` only); it then reads only the entries whose records survive.
 
     Raises CompactionConflict if the view changed meanwhile or the lease was lost.
     The caller holds the stream's compaction lease (``compaction.lease``).
@@ -458,8 +470,26 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         extracting.append(loop.run_in_executor(None, latest_of, extract_many, pending))
         pending, pending_bytes = [], 0
 
+    async def add_known(lo: int, hi: int, rows: pa.Table) -> None:
+        bases = columns.numpy(rows.column("entry_base"))
+        rows = rows.filter(columns.array((bases >= lo) & (bases < hi), pa.bool_()))
+        while len(extracting) >= _EXTRACT_PARALLEL:
+            await loop.run_in_executor(None, new.add_keys, *await extracting.pop(0), True)
+        new.add_entries([])
+        extracting.append(loop.run_in_executor(None, latest_rows, rows))
+
+    chunks = sorted(k for k in known or () if extract_many is not None and k[1] > offset and k[0] < horizon)
     while offset < horizon:
-        got = await reader.read(stream_id, offset, horizon, _READ_BYTES, fill_cache=False)
+        while chunks and chunks[0][1] <= offset:
+            chunks.pop(0)
+        if chunks and chunks[0][0] <= offset:  # rows of the entries that begin in [offset, hi)
+            lo, hi, rows = chunks.pop(0)
+            stop = min(hi, horizon)
+            await add_known(offset, stop, rows)
+            offset = stop
+            continue
+        got = await reader.read(stream_id, offset, chunks[0][0] if chunks else horizon, _READ_BYTES,
+                                fill_cache=False)
         if not got:
             break
         got, offset = wanted(got, offset), got[-1].end_offset
@@ -476,6 +506,8 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         await extract_pending()
     for future in extracting:
         await loop.run_in_executor(None, new.add_keys, *await future, True)
+    if known:
+        await _read_survivors(reader, stream_id, horizon, new)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     table = await loop.run_in_executor(
         None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms, shrink=shrink))
@@ -516,6 +548,35 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     return BuildResult(stream_id, horizon, key, new.bytes, new.records, table.num_rows, after.size)
 
 
+async def _read_survivors(reader: StreamReader, stream_id: int, horizon: int, new: _Input) -> None:
+    """Read the entries of ``new``'s surviving rows that came from known keys (near ones
+    together: survivors cluster at the end of what a build covers)."""
+    wanted: set[int] = set()
+    for table in (*new.tables, *([new.latest] if new.latest is not None else [])):
+        wanted.update(pc.unique(table.column("entry_base")).to_pylist())
+    missing = sorted(wanted - new.entries.keys())
+    spans: list[list[int]] = []
+    for base in missing:
+        if spans and base - spans[-1][1] <= _SURVIVOR_GAP:
+            spans[-1][1] = base
+        else:
+            spans.append([base, base])
+    for lo, last in spans:
+        offset = lo
+        while offset <= last:
+            got = await reader.read(stream_id, offset, min(horizon, last + 1), _READ_BYTES, fill_cache=False)
+            if not got:
+                raise StorageError(f"stream {stream_id}: the entry at {offset} is no longer readable")
+            for entry in got:
+                if entry.base_offset in wanted and entry.base_offset not in new.entries:
+                    new.entries[entry.base_offset] = entry.data
+                    new.bytes += len(entry.data)
+            offset = got[-1].end_offset
+    absent = [b for b in missing if b not in new.entries]
+    if absent:
+        raise StorageError(f"stream {stream_id}: no entry begins at {absent[0]} (recorded keys disagree)")
+
+
 async def resolve_marker(meta: MetadataStore, marker_key: str, value: dict) -> None:
     """Finish or undo the view change of a builder that died (called by the collector)."""
     name, stream_id = value["object"], value["stream"]
@@ -541,5 +602,5 @@ async def drop(meta: MetadataStore, stream_id: int) -> None:
         await gc.release(meta, st.object, [(stream_id, VIEW_REF)])
 
 
-__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "KEY_SCHEMA", "EntryShrinker", "KeyExtractor", "KeyView", "ViewEntry", "ViewState",
+__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "KEY_SCHEMA", "EntryShrinker", "KeyExtractor", "KeyView", "KnownKeys", "ViewEntry", "ViewState",
            "build", "decode_view", "drop", "load", "merge", "resolve_marker", "state", "view_key"]

@@ -27,7 +27,7 @@ import base64
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +44,9 @@ from ..pulsar.codec import (BatchBuilder, MalformedBatch, compress, decompress, 
 from ..storage import columns, key_view, records
 from ..storage.compaction import CompactionConflict, lease
 from ..storage.api import FetchedEntry
+from ..storage.errors import StorageError
 from ..storage.key_view import KEY_SCHEMA, EntryKeys, KeyView
+from . import key_log
 from .convert import key_from_pulsar
 
 log = logging.getLogger(__name__)
@@ -334,10 +336,13 @@ class CompactionStatus:
 class KeyCompactor:
     """Builds key-compacted views of topics, in the background, one build per topic at a time."""
 
-    def __init__(self, storage, *, owner: str, on_built: Callable[[int], None] | None = None) -> None:
-        """``on_built(stream_id)`` after each view switched in (drops this broker's cached copy)."""
+    def __init__(self, storage, *, owner: str, on_built: Callable[[int], None] | None = None,
+                 before_build: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """``on_built(stream_id)`` after each view switched in (drops this broker's cached copy);
+        ``before_build(topic)`` before a build reads the topic's key log (writes what is pending)."""
         self.storage = storage
         self.on_built = on_built
+        self.before_build = before_build
         self.meta = storage.meta
         self.owner = owner
         self.statuses: dict[str, CompactionStatus] = {}
@@ -399,14 +404,30 @@ class KeyCompactor:
 
             def extract_many(entries: list[FetchedEntry]) -> pa.Table:
                 return entries_keys([e for e in entries if not aborted(e.base_offset, memoryview(e.data))])
+        if self.before_build is not None:
+            await self.before_build(topic)
+        recorded = await self._recorded(sid, horizon)
+        known = [(r.lo, r.hi, r.keys) for r in recorded if not txns.aborted(r.lo, r.hi)]
         async with lease(self.meta, sid, self.owner):
             result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, extract,
                                           horizon=horizon, delete_retention_ms=delete_retention_ms,
                                           lease_owner=self.owner, stream_size=size, shrink=shrink_entries,
-                                          extract_many=extract_many)
+                                          extract_many=extract_many, known=known)
+        try:
+            await key_log.trim_below(self.storage, sid, result.horizon, recorded)
+        except Exception as exc:  # the next build trims it
+            log.warning("%s: key log not trimmed below %d: %s", topic, result.horizon, exc)
         if self.on_built is not None:
             self.on_built(sid)
         return result
+
+    async def _recorded(self, stream_id: int, horizon: int) -> list[key_log.Recorded]:
+        """The key log below ``horizon`` (none if it cannot be read: the build reads the entries)."""
+        try:
+            return await key_log.read(self.storage, stream_id, 0, horizon)
+        except StorageError as exc:
+            log.warning("stream %d: key log unreadable, reading the entries instead: %s", stream_id, exc)
+            return []
 
     async def _lagged_horizon(self, stream_id: int, tail, cutoff_ms: int | None,
                               stable: int) -> tuple[int, int]:

@@ -58,7 +58,13 @@ class TopicRegistry:
         self._sweeper: asyncio.Task | None = None
         # Key-compacted views: built by this broker for its topics, cached for readers.
         self.key_views = KeyViews(storage)
-        self.key_compactor = KeyCompactor(storage, owner=storage.node_id, on_built=self.key_views.drop)
+        self.key_compactor = KeyCompactor(storage, owner=storage.node_id, on_built=self.key_views.drop,
+                                          before_build=self._drain_key_log)
+
+    async def _drain_key_log(self, name: str) -> None:
+        topic = self.topics.get(name)
+        if topic is not None:
+            await topic.key_log.drain()
 
     def start(self) -> None:
         if self._sweeper is None and self.idle_seconds > 0:

@@ -25,8 +25,10 @@ import time
 from typing import Awaitable, Callable
 
 from ..ledger.naming import TopicName
-from ..storage import StreamFenced, StreamHandle
+from ..storage import StreamFenced, StreamHandle, key_view
 from .dedup import Dedup
+from .key_compaction import entries_keys
+from .key_log import KeyRecorder
 from .policies import policies_key, topic_policies_key
 from .throttle import dispatch_limit, publish_limit
 from .time_marks import TimeMarks
@@ -63,6 +65,7 @@ class Topic:
         self.stream_id = handle.stream_id
         self.dedup = Dedup(registry.meta, handle.stream_id)
         self.time_marks = TimeMarks(registry.meta, handle)
+        self.key_log = KeyRecorder(handle.storage, handle.stream_id, entries_keys)
         self.attachments: dict[str, object] = {}
         self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols
         self.closed = False
@@ -83,6 +86,8 @@ class Topic:
     async def load(self) -> None:
         await self.dedup.restore(self.handle)
         await self.read_policies()
+        if (await key_view.state(self.meta, self.stream_id)).horizon > 0:
+            self.key_log.enable()  # compacted before: it will be again
 
     async def read_policies(self) -> None:
         """Apply the namespace's deduplication policy (the broker default when unset) and the
@@ -99,6 +104,9 @@ class Topic:
         own = json.loads(rec.value) if rec is not None else {}
         self._apply_rates({kind: own.get(topic_field) or _local(namespace.get(namespace_field))
                            for kind, topic_field, namespace_field in _RATE_FIELDS})
+        threshold = own.get("compactionThreshold")
+        if (threshold if threshold is not None else namespace.get("compaction_threshold") or 0) > 0:
+            self.key_log.enable()
 
     def _apply_rates(self, policies: dict[str, dict | None]) -> None:
         """Rebuild only the limits whose policy changed: a refresh must not refill a bucket."""
@@ -144,6 +152,7 @@ class Topic:
             await self.dedup.snapshot()
         except Exception:
             log.exception("%s: dedup snapshot at close failed", self.name)
+        await self.key_log.close()
         await self.handle.close()
 
     # -- writes ---------------------------------------------------------------------------
@@ -171,22 +180,25 @@ class Topic:
             log.info("%s: append session %s taken at offset %d", self.name, self.handle.fencing_token,
                      self.handle.next_offset())
 
-    def append(self, data: bytes, count: int) -> asyncio.Task:
+    def append(self, data: bytes, count: int, keys=None) -> asyncio.Task:
         """Start an append now (call order = offset order); the task yields the AppendResult.
 
+        ``keys``: the entry's keys when the caller decoded them anyway (``KeyRecorder.committed``).
         A failure that ends the session unloads the topic (see the module docstring).
         """
         self.touch()
         task = self._loop.create_task(self.handle.append(data, count))
-        task.add_done_callback(lambda t: self._append_done(t, data, count))
+        task.add_done_callback(lambda t: self._append_done(t, data, count, keys))
         return task
 
-    def _append_done(self, task: asyncio.Task, data: bytes, count: int) -> None:
+    def _append_done(self, task: asyncio.Task, data: bytes, count: int, keys=None) -> None:
         if task.cancelled():
             return
         exc = task.exception()
         if exc is None:
-            self.time_marks.committed(task.result().base_offset, count, data)
+            base = task.result().base_offset
+            self.time_marks.committed(base, count, data)
+            self.key_log.committed(base, count, data, keys)
             for listener in self._append_listeners:
                 listener()
         elif isinstance(exc, StreamFenced) or not self.handle.writable:

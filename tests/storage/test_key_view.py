@@ -9,6 +9,8 @@ import pyarrow as pa
 import pytest
 
 from nereus.storage import gc, key_view, records
+from nereus.storage.api import FetchedEntry
+from nereus.storage.errors import StorageError
 from nereus.storage.compaction import CompactionConflict, lease
 from nereus.storage.gc import GarbageCollector
 
@@ -59,15 +61,29 @@ def seen(view) -> dict[int, tuple[bytes | None, bytes]]:
     return out
 
 
-@pytest.mark.parametrize("many", [False, True], ids=["per-entry", "ranges-reduced-apart"])
-async def test_incremental_views_match_the_model(storage, meta, objects, monkeypatch, many):
-    if many:  # ranges of a few entries, each reduced to its latest per key before the merge
+def known_runs(entries: list[FetchedEntry], rng: random.Random) -> list[key_view.KnownKeys]:
+    """Keys of random runs of ``entries`` (the others left to the build's reads)."""
+    out, i = [], 0
+    while i < len(entries):
+        j = min(len(entries), i + rng.randint(1, 12))
+        if rng.random() < 0.7:
+            run = entries[i:j]
+            out.append((run[0].base_offset, run[-1].end_offset, extract_many(run)))
+        i = j
+    return out
+
+
+@pytest.mark.parametrize("mode", ["per-entry", "ranges-reduced-apart", "known-keys"])
+async def test_incremental_views_match_the_model(storage, meta, objects, monkeypatch, mode):
+    if mode != "per-entry":  # ranges of a few entries, each reduced to its latest per key before the merge
         monkeypatch.setattr(key_view, "_EXTRACT_BYTES", 64)
     stream = await storage.open_stream("kv", create=True)
     rng = random.Random(7)
     log: list[tuple[int, bytes, bytes]] = []
     horizon_before = 0
+    stale: list[key_view.KnownKeys] = []  # keys of ranges an earlier view covers: no effect
     for round_ in range(3):
+        entries = []
         for _ in range(60):
             recs = []
             for _ in range(rng.randint(1, 4)):
@@ -75,14 +91,20 @@ async def test_incremental_views_match_the_model(storage, meta, objects, monkeyp
                 value = b"" if key and rng.random() < 0.1 else b"v%d" % len(log + recs)
                 recs.append((key, value))
             base = await write(stream, recs)
+            entries.append(FetchedEntry(base, len(recs), b";".join(k + b"=" + v for k, v in recs)))
             log += [(base + i, k, v) for i, (k, v) in enumerate(recs)]
         horizon = stream.next_offset()
+        known = known_runs(entries, rng) if mode == "known-keys" else None
         async with lease(meta, stream.stream_id, "test"):
             result = await key_view.build(meta, objects, storage.reader, stream.stream_id, extract,
                                           horizon=horizon, delete_retention_ms=0, lease_owner="test",
-                                          extract_many=extract_many if many else None)
+                                          extract_many=None if mode == "per-entry" else extract_many,
+                                          known=None if known is None else [*stale, *known])
         assert result.horizon == horizon
         assert result.input_records == sum(1 for o, _, _ in log if o >= horizon_before)
+        if known:
+            stale = known
+            assert result.input_bytes < sum(len(e.data) for e in entries)  # known ranges: survivors read only
         horizon_before = horizon
         _, view = await key_view.load(meta, objects, stream.stream_id)
         assert view.horizon == horizon
@@ -219,3 +241,20 @@ async def test_a_build_leaves_the_block_cache_to_readers(storage, meta, objects)
         assert cold.reader.block_cache.bytes > 0  # as a reader's reads do
     finally:
         await cold.close()
+
+
+async def test_known_keys_naming_no_entry_fail_the_build_and_keep_the_view(storage, meta, objects):
+    stream = await storage.open_stream("wrong-keys", create=True)
+    await write(stream, [(b"a", b"1"), (b"b", b"2")])
+    await write(stream, [(b"a", b"3")])
+    horizon = stream.next_offset()
+    rows = extract_many([FetchedEntry(0, 2, b"a=1;b=2"), FetchedEntry(2, 1, b"a=3")])
+    shifted = rows.set_column(4, "entry_base", pa.array([1, 1, 3], pa.int64()))  # no entry begins at 1 or 3
+    with pytest.raises(StorageError):
+        await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=horizon,
+                             delete_retention_ms=0, extract_many=extract_many, known=[(0, horizon, shifted)])
+    assert (await key_view.state(meta, stream.stream_id)).object is None
+    await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=horizon,
+                         delete_retention_ms=0, extract_many=extract_many, known=[(0, horizon, rows)])
+    _, view = await key_view.load(meta, objects, stream.stream_id)
+    assert seen(view) == {1: (b"b", b"2"), 2: (b"a", b"3")}

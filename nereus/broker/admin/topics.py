@@ -17,7 +17,7 @@ from ...meta import cas
 from ...pulsar.server import transactions
 from ...pulsar.server.existence import TopicMissing, partitions_for_client
 from ...storage import StreamExists, StreamNotFound
-from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of, schemas
+from ...topics import create_partitioned_topic, key_log, list_partitioned_topics, partitioned_key, partitions_of, schemas
 from . import retention, topic_policies
 from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
                      require_topic, stream_exists, topic_name)
@@ -56,7 +56,7 @@ async def delete_topic(ctx: AdminContext, name: TopicName, *, force: bool) -> No
             raise AdminError(412, "Topic has active producers/subscriptions")
         await ctx.pulsar.registry.unload(topic.core, "deleted through the admin API")
     try:
-        await ctx.storage.delete_stream(str(name))
+        await key_log.delete_topic_stream(ctx.storage, str(name))
     except StreamNotFound:
         if topic is None:
             raise AdminError(404, "Topic not found") from None

@@ -17,7 +17,7 @@ import uuid
 from ...ledger.naming import TopicName
 from ...meta import cas
 from ...storage import StreamNotFound
-from ...topics import create_partitioned_topic, list_partitioned_topics, partitioned_key, partitions_of
+from ...topics import create_partitioned_topic, key_log, list_partitioned_topics, partitioned_key, partitions_of
 from ...topics.topic_configs import delete_topic_configs, replace_topic_configs
 from .partition import ATTACHMENT, Partition
 
@@ -235,7 +235,7 @@ class Catalog:
             if loaded is not None:
                 await self.registry.unload(loaded, "deleted by a Kafka client")
             try:
-                await self.storage.delete_stream(str(stream))
+                await key_log.delete_topic_stream(self.storage, str(stream))
             except StreamNotFound:
                 pass
         if partitioned:

@@ -121,6 +121,7 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
     records = pdata.records or b""
     configs = await service.configs.topic(topic)
     max_bytes = int(configs["max.message.bytes"].value)
+    keys: list = []  # of each batch of a compacted topic, decoded here anyway: its key log takes them
     try:
         batches = split_batches(records)
         for batch, _ in batches:  # Kafka's limit is per batch, as the producer sent it
@@ -130,10 +131,14 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
         for batch, data in batches:  # what compressed records expand to is bounded (no bombs)
             check_decompressed(batch.compression, data[HEADER_SIZE:])
         if "compact" in configs["cleanup.policy"].value.split(","):
+            part.topic.key_log.enable()  # the builds of its views read the keys recorded at append
             for _, data in batches:  # as Kafka: a compacted topic takes keyed records only
-                if any(r.key is None for r in decode_records(data)[1]):
+                decoded = decode_records(data)[1]
+                if any(r.key is None for r in decoded):
                     return (ErrorCode.invalid_record, -1, -1,
                             f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}.")
+                keys.append(([r.offset_delta for r in decoded], [r.key for r in decoded],
+                             [r.value is None for r in decoded], [r.timestamp for r in decoded]))
     except UnsupportedMagic as exc:
         return ErrorCode.unsupported_for_message_format, -1, -1, str(exc)
     except InvalidBatch as exc:
@@ -157,15 +162,16 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
     if configs["message.timestamp.type"].value == "LogAppendTime":
         append_time = int(time.time() * 1000)
         batches = [with_log_append_time(data, append_time) for _, data in batches]
+        keys = []  # the stamped batches are recorded as stored
     futures = []
-    for batch, data in batches:
+    for i, (batch, data) in enumerate(batches):
         code, original = part.check_sequence(batch)
         if code == DUPLICATE:
             if original is None:
                 return ErrorCode.duplicate_sequence_number, -1, -1, None
             futures.append(original)
             continue
-        fut = part.append(batch, data)
+        fut = part.append(batch, data, keys[i] if keys else None)
         part.accept(batch, fut)
         fut.add_done_callback(lambda f, b=batch: part.forget_failed(b, f) if f.cancelled() or f.exception() else None)
         futures.append(fut)

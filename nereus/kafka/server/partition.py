@@ -104,8 +104,10 @@ class Partition:
         self.producers.forget_failed(batch, result)
 
     # -- data path -----------------------------------------------------------------------
-    def append(self, batch: BatchHeader, data: memoryview) -> asyncio.Future:
-        """Start appending one batch now (call order = offset order); yields the base offset."""
+    def append(self, batch: BatchHeader, data: memoryview, keys=None) -> asyncio.Future:
+        """Start appending one batch now (call order = offset order); yields the base offset.
+
+        ``keys``: the batch's records as the topic's key log takes them (``KeyRecorder.committed``)."""
         flags = EntryFlags.NONE
         if batch.compression:
             flags |= EntryFlags.COMPRESSED
@@ -117,7 +119,7 @@ class Partition:
                              max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
                              producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
                              last_sequence=batch.last_sequence, flags=flags | EntryFlags.BATCHED)
-        task = self.topic.append(header.pack() + bytes(data), batch.record_count)
+        task = self.topic.append(header.pack() + bytes(data), batch.record_count, keys)
         count, size = batch.record_count, len(data)
 
         def done(t: asyncio.Task) -> None:
