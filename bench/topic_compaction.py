@@ -11,7 +11,9 @@ Against a ``nereus standalone`` started here (its own data dir, free ports):
    the latest value of each key at its original MessageId / offset, tombstoned keys
    absent; the collector must leave no orphan object.
 2. **throughput and startup** (``--startup-updates`` over ``--startup-keys``, produced
-   with batching to a Pulsar topic): a full read of the topic (reader from the
+   with batching to a Pulsar topic given a ``compactionThreshold`` policy first, so it
+   records its keys as it is written, as a topic meant to be compacted does;
+   ``--no-key-log``: no policy, the build reads every stored batch): a full read of the topic (reader from the
    earliest id to the end), the key compaction (MB/s of the stream's bytes, timed by
    polling the admin status; and how far the broker's resident memory peaked above its
    size before), a ``read_compacted`` reader's time to its first message and to the end
@@ -20,7 +22,9 @@ Against a ``nereus standalone`` started here (its own data dir, free ports):
    memory and written back as one (the same input bytes over its time), timed right after
    each build. ``--rounds`` rounds on fresh topics: the medians are reported, and each
    round's ratio (a build takes under a second, so one round is at the mercy of the
-   machine's other work).
+   machine's other work). The CPU the broker spent recording keys while the updates
+   were written is reported beside it (``key_log_cpu_s``), and the ratio with that
+   time added to the build's (``ratio_with_recording``).
 3. **kafka**: the same updates produced with confluent-kafka to a ``cleanup.policy=compact``
    topic (``delete.retention.ms=0``, so tombstones go as in the baseline), its build timed
    and compared with the same pyarrow baseline; ``--rounds`` rounds, medians.

@@ -67,9 +67,11 @@ KeyExtractor = Callable[[int, memoryview], EntryKeys]
 #: The keys of many stored entries at once, as a table of ``KEY_SCHEMA`` (any row order):
 #: for extractors that are much cheaper per record when given many entries.
 EntriesKeyExtractor = Callable[[list[FetchedEntry]], pa.Table]
-#: Keys known without reading the entries: ``(lo, hi, rows)``, the ``KEY_SCHEMA`` rows of
-#: every record of the whole entries in ``[lo, hi)`` (the topic layer records them at append).
-KnownKeys = tuple[int, int, pa.Table]
+#: Keys known without reading the entries (the topic layer records them at append):
+#: ``(lo, hi, rows, records)``, the ``KEY_SCHEMA`` rows of the whole entries in ``[lo, hi)``
+#: reduced to the latest row of each key and every keyless row (``latest_rows``), and the
+#: number of records they came from.
+KnownKeys = tuple[int, int, pa.Table, int]
 #: Stored entries reduced to their records at the given indexes (same record counts and
 #: offsets; what the others become is the protocol's business), each None: keep it whole.
 EntryShrinker = Callable[[list[tuple[bytes | memoryview, tuple[int, ...]]]], list[bytes | None]]
@@ -392,6 +394,12 @@ def latest_rows(table: pa.Table) -> tuple[pa.Table, int]:
     return table, count
 
 
+def _entries_from(rows: pa.Table, lo: int) -> pa.Table:
+    """The rows of the entries that begin at or after ``lo``."""
+    inside = columns.numpy(rows.column("entry_base")) >= lo
+    return rows if inside.all() else rows.filter(columns.array(inside, pa.bool_()))
+
+
 def _latest_per_key(keys: pa.ChunkedArray, offsets: np.ndarray) -> np.ndarray:
     """Which rows are the latest (highest offset) of their key, or have no key."""
     encoded = pc.dictionary_encode(keys).combine_chunks()
@@ -470,23 +478,23 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         extracting.append(loop.run_in_executor(None, latest_of, extract_many, pending))
         pending, pending_bytes = [], 0
 
-    async def add_known(lo: int, hi: int, rows: pa.Table) -> None:
-        bases = columns.numpy(rows.column("entry_base"))
-        rows = rows.filter(columns.array((bases >= lo) & (bases < hi), pa.bool_()))
+    async def add_known(lo: int, rows: pa.Table, count: int) -> None:
         while len(extracting) >= _EXTRACT_PARALLEL:
             await loop.run_in_executor(None, new.add_keys, *await extracting.pop(0), True)
         new.add_entries([])
-        extracting.append(loop.run_in_executor(None, latest_rows, rows))
+        extracting.append(loop.run_in_executor(None, lambda: (_entries_from(rows, lo), count)))
 
-    chunks = sorted(k for k in known or () if extract_many is not None and k[1] > offset and k[0] < horizon)
+    # A range reaching past the horizon cannot be cut there (a key's latest row below it
+    # may be gone); cut below, it can: keys not updated past the cut have no row past it.
+    chunks = sorted((k for k in known or () if extract_many is not None and offset < k[1] <= horizon),
+                    key=lambda k: k[0])
     while offset < horizon:
         while chunks and chunks[0][1] <= offset:
             chunks.pop(0)
-        if chunks and chunks[0][0] <= offset:  # rows of the entries that begin in [offset, hi)
-            lo, hi, rows = chunks.pop(0)
-            stop = min(hi, horizon)
-            await add_known(offset, stop, rows)
-            offset = stop
+        if chunks and chunks[0][0] <= offset:  # the latest rows of the entries that begin in [offset, hi)
+            lo, hi, rows, count = chunks.pop(0)
+            await add_known(offset, rows, count if lo >= offset else min(count, hi - offset))
+            offset = hi
             continue
         got = await reader.read(stream_id, offset, chunks[0][0] if chunks else horizon, _READ_BYTES,
                                 fill_cache=False)

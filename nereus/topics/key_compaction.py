@@ -1,7 +1,8 @@
 """Key-based topic compaction (Pulsar compacted topics, Kafka ``cleanup.policy=compact``).
 
 The storage layer builds and serves the views (``storage.key_view``); this module
-gives it the keys of stored entries of both protocols, runs the builds of this
+gives it the keys of stored entries of both protocols (recorded at append in the
+topic's key log, ``key_log``, else read from the entries), runs the builds of this
 broker's topics (one at a time per topic, under the stream's compaction lease, so
 two brokers never build the same view) and caches the loaded views for readers.
 
@@ -46,6 +47,7 @@ from ..storage.compaction import CompactionConflict, lease
 from ..storage.api import FetchedEntry
 from ..storage.errors import StorageError
 from ..storage.key_view import KEY_SCHEMA, EntryKeys, KeyView
+from ..tasks import spawn
 from . import key_log
 from .convert import key_from_pulsar
 
@@ -347,6 +349,7 @@ class KeyCompactor:
         self.owner = owner
         self.statuses: dict[str, CompactionStatus] = {}
         self._tasks: dict[str, asyncio.Task] = {}
+        self._housekeeping: set[asyncio.Task] = set()
 
     def status(self, topic: str) -> CompactionStatus:
         return self.statuses.get(topic, CompactionStatus())
@@ -407,16 +410,15 @@ class KeyCompactor:
         if self.before_build is not None:
             await self.before_build(topic)
         recorded = await self._recorded(sid, horizon)
-        known = [(r.lo, r.hi, r.keys) for r in recorded if not txns.aborted(r.lo, r.hi)]
+        known = [(r.lo, r.hi, r.keys, r.records) for r in recorded if not txns.aborted(r.lo, r.hi)]
         async with lease(self.meta, sid, self.owner):
             result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, extract,
                                           horizon=horizon, delete_retention_ms=delete_retention_ms,
                                           lease_owner=self.owner, stream_size=size, shrink=shrink_entries,
                                           extract_many=extract_many, known=known)
-        try:
-            await key_log.trim_below(self.storage, sid, result.horizon, recorded)
-        except Exception as exc:  # the next build trims it
-            log.warning("%s: key log not trimmed below %d: %s", topic, result.horizon, exc)
+        if recorded:  # housekeeping, after the build is done (a failure: the next build trims)
+            spawn(key_log.trim_below(self.storage, sid, result.horizon, recorded), f"trim of {topic}'s key log",
+                  self._housekeeping)
         if self.on_built is not None:
             self.on_built(sid)
         return result
@@ -447,7 +449,7 @@ class KeyCompactor:
         return tail.next, tail.size
 
     async def close(self) -> None:
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *self._housekeeping]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

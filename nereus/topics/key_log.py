@@ -10,8 +10,9 @@ batches, fetching only the entries whose records survive.
 The log is a stream of its own, ``internal://keys/{stream id}`` (the id, not the name:
 a topic deleted and created again never meets the old log), written by the broker
 that owns the topic. Each of its entries is one Arrow IPC stream of ``KEY_SCHEMA``
-rows covering a contiguous run ``[lo, hi)`` of whole entries of the topic, extracted
-from the bytes that were committed at those offsets. It is an accelerator only: a
+rows for a contiguous run ``[lo, hi)`` of whole entries of the topic, extracted from
+the bytes that were committed at those offsets and reduced to the latest row of each
+key (and every keyless row), as a build would reduce them. It is an accelerator only: a
 range no log entry covers (appends before recording began, a flush lost with its
 broker, a range with aborted transactions) is read from the topic as before, so a
 missing or partial log never changes a view. A build trims the log below its new
@@ -30,14 +31,14 @@ from prometheus_client import Counter
 
 from ..storage.api import FetchedEntry
 from ..storage.errors import StorageError, StreamNotFound
-from ..storage.key_view import KEY_SCHEMA
+from ..storage.key_view import KEY_SCHEMA, latest_rows
 from ..tasks import spawn, wait_for
 
 log = logging.getLogger(__name__)
 
 #: Pending bytes of committed entries that start a flush, and the longest they wait.
 FLUSH_BYTES = 16 << 20
-FLUSH_SECONDS = 1.0
+FLUSH_SECONDS = 5.0
 #: Pending bytes past which recording gives up on them (a log that cannot keep up
 #: must not hold the topic's appends in memory; the build reads them instead).
 MAX_PENDING_BYTES = 8 * FLUSH_BYTES
@@ -64,14 +65,17 @@ class Recorded:
     stream_id: int
     lo: int
     hi: int
-    keys: pa.Table
+    keys: pa.Table  # the latest row of each key and the keyless rows
+    records: int  # how many records the rows were reduced from
     position: int  # offset of this entry in the log
 
 
-def encode(stream_id: int, lo: int, hi: int, keys: pa.Table) -> bytes:
-    """One log entry (an Arrow IPC stream, the covered range in its schema metadata)."""
+def encode(stream_id: int, lo: int, hi: int, keys: pa.Table, records: int) -> bytes:
+    """One log entry (an Arrow IPC stream, the covered range in its schema metadata):
+    ``keys``, the latest row of each key of ``[lo, hi)`` and its keyless rows, reduced
+    from ``records`` records."""
     schema = KEY_SCHEMA.with_metadata({b"stream": str(stream_id).encode(), b"lo": str(lo).encode(),
-                                       b"hi": str(hi).encode()})
+                                       b"hi": str(hi).encode(), b"records": str(records).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema, options=_IPC_OPTIONS) as writer:
         writer.write_table(keys.select(KEY_SCHEMA.names).cast(KEY_SCHEMA).replace_schema_metadata(schema.metadata))
@@ -83,12 +87,12 @@ def decode(data: bytes | memoryview, position: int) -> Recorded:
     try:
         table = pa.ipc.open_stream(pa.BufferReader(data)).read_all()
         meta = table.schema.metadata or {}
-        stream_id, lo, hi = (int(meta[k]) for k in (b"stream", b"lo", b"hi"))
+        stream_id, lo, hi, records = (int(meta[k]) for k in (b"stream", b"lo", b"hi", b"records"))
     except (pa.ArrowException, KeyError, ValueError, OSError) as exc:
         raise StorageError(f"unreadable key log entry at {position}: {exc}") from None
     if table.schema.names != KEY_SCHEMA.names or not lo <= hi:
         raise StorageError(f"key log entry at {position} is not one")
-    return Recorded(stream_id, lo, hi, table.replace_schema_metadata(None), position)
+    return Recorded(stream_id, lo, hi, table.replace_schema_metadata(None), records, position)
 
 
 def given_table(entries: list[tuple[FetchedEntry, GivenKeys]]) -> pa.Table:
@@ -251,7 +255,9 @@ class KeyRecorder:
         if len(scanned) < len(run):
             tables.append(given_table([(e, k) for e, k in zip(run, given) if k is not None]))
         keys = tables[0] if len(tables) == 1 else pa.concat_tables([t.cast(KEY_SCHEMA) for t in tables])
-        data = encode(self.stream_id, run[0].base_offset, run[-1].end_offset, keys)
+        # Only the latest row of a key in the run can reach a view: a build takes what
+        # it would have reduced the run to itself (``key_view.latest_rows``).
+        data = encode(self.stream_id, run[0].base_offset, run[-1].end_offset, *latest_rows(keys))
         CPU_SECONDS.inc(time.thread_time() - started)
         RECORDED_BYTES.inc(sum(len(e.data) for e in run))
         LOG_BYTES.inc(len(data))

@@ -68,7 +68,7 @@ def known_runs(entries: list[FetchedEntry], rng: random.Random) -> list[key_view
         j = min(len(entries), i + rng.randint(1, 12))
         if rng.random() < 0.7:
             run = entries[i:j]
-            out.append((run[0].base_offset, run[-1].end_offset, extract_many(run)))
+            out.append((run[0].base_offset, run[-1].end_offset, *key_view.latest_rows(extract_many(run))))
         i = j
     return out
 
@@ -252,9 +252,27 @@ async def test_known_keys_naming_no_entry_fail_the_build_and_keep_the_view(stora
     shifted = rows.set_column(4, "entry_base", pa.array([1, 1, 3], pa.int64()))  # no entry begins at 1 or 3
     with pytest.raises(StorageError):
         await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=horizon,
-                             delete_retention_ms=0, extract_many=extract_many, known=[(0, horizon, shifted)])
+                             delete_retention_ms=0, extract_many=extract_many, known=[(0, horizon, shifted, 3)])
     assert (await key_view.state(meta, stream.stream_id)).object is None
     await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=horizon,
-                         delete_retention_ms=0, extract_many=extract_many, known=[(0, horizon, rows)])
+                         delete_retention_ms=0, extract_many=extract_many, known=[(0, horizon, rows, 3)])
     _, view = await key_view.load(meta, objects, stream.stream_id)
     assert seen(view) == {1: (b"b", b"2"), 2: (b"a", b"3")}
+
+
+async def test_known_keys_past_the_horizon_are_read_from_the_stream_instead(storage, meta, objects):
+    stream = await storage.open_stream("cut-keys", create=True)
+    entries = []
+    for recs in ([(b"a", b"1"), (b"b", b"2")], [(b"a", b"3")], [(b"a", b"4"), (b"c", b"5")]):
+        base = await write(stream, recs)
+        entries.append(FetchedEntry(base, len(recs), b";".join(k + b"=" + v for k, v in recs)))
+    # Reduced over [0, 5): a's latest row is at 3, past a horizon of 3 (its row at 2 is gone).
+    whole = (0, 5, *key_view.latest_rows(extract_many(entries)))
+    await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=3,
+                         delete_retention_ms=0, extract_many=extract_many, known=[whole])
+    _, view = await key_view.load(meta, objects, stream.stream_id)
+    assert seen(view) == {1: (b"b", b"2"), 2: (b"a", b"3")}
+    await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=5,
+                         delete_retention_ms=0, extract_many=extract_many, known=[whole])
+    _, view = await key_view.load(meta, objects, stream.stream_id)
+    assert seen(view) == {1: (b"b", b"2"), 3: (b"a", b"4"), 4: (b"c", b"5")}

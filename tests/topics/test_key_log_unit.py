@@ -52,15 +52,16 @@ def test_keys_handed_over_equal_the_keys_scanned(groups):
 def test_log_entries_round_trip_and_garbage_is_refused():
     entries = entries_of([[(b"a", b"1", 5), (b"b", None, 6)], [(b"a", b"2", 7)]])
     table = key_log.given_table(entries)
-    rec = key_log.decode(key_log.encode(42, 0, 3, table), position=9)
-    assert (rec.stream_id, rec.lo, rec.hi, rec.position) == (42, 0, 3, 9)
+    rec = key_log.decode(key_log.encode(42, 0, 3, table, 3), position=9)
+    assert (rec.stream_id, rec.lo, rec.hi, rec.records, rec.position) == (42, 0, 3, 3, 9)
     assert rec.keys.equals(table)
-    for junk in (b"", b"not arrow", key_log.encode(42, 0, 3, table)[:-20]):
+    for junk in (b"", b"not arrow", key_log.encode(42, 0, 3, table, 3)[:-20]):
         with pytest.raises(StorageError):
             key_log.decode(junk, 0)
     wrong = pa.table({"x": [1]})
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, wrong.schema.with_metadata({b"stream": b"1", b"lo": b"0", b"hi": b"1"})) as w:
+    with pa.ipc.new_stream(sink, wrong.schema.with_metadata({b"stream": b"1", b"lo": b"0", b"hi": b"1",
+                                                             b"records": b"1"})) as w:
         w.write_table(wrong)
     with pytest.raises(StorageError):
         key_log.decode(sink.getvalue(), 0)
@@ -87,21 +88,26 @@ async def storage():
 async def test_a_recorder_writes_runs_that_a_build_reads_trims_and_deletes(storage):
     topic = await storage.open_stream("persistent://public/default/kl", create=True)
     recorder = key_log.KeyRecorder(storage, topic.stream_id, entries_keys)
-    entries = entries_of([[(b"a", b"1", 5)], [(b"b", b"2", 6), (b"a", None, 7)], [(b"c", b"3", 8)]])
+    entries = entries_of([[(b"a", b"1", 5)], [(b"b", b"2", 6), (b"a", None, 7)], [(b"c", b"3", 8)],
+                          [(b"b", b"4", 9)]])
     recorder.committed(0, 1, entries[0][0].data, entries[0][1])  # not enabled yet: ignored
     recorder.enable()
-    # Offsets 1-2 seen with their keys handed over, 3 scanned, then a gap (4 never seen here).
+    # Offsets 1-2 seen with their keys handed over, 3-4 scanned, then a gap (5 never seen here).
     recorder.committed(1, 2, entries[1][0].data, entries[1][1])
     recorder.committed(3, 1, entries[2][0].data)
-    recorder.committed(5, 1, entries[0][0].data)
+    recorder.committed(4, 1, entries[3][0].data)
+    recorder.committed(6, 1, entries[0][0].data)
     await recorder.drain()
     found = await key_log.read(storage, topic.stream_id, 0, 100)
-    assert [(r.lo, r.hi) for r in found] == [(1, 4), (5, 6)]
-    assert found[0].keys.sort_by("offset").column("key").to_pylist() == [b"b", b"a", b"c"]
-    assert found[0].keys.sort_by("offset").column("tombstone").to_pylist() == [False, True, False]
-    assert [(r.lo, r.hi) for r in await key_log.read(storage, topic.stream_id, 4, 5)] == []
-    await key_log.trim_below(storage, topic.stream_id, 4, found)
-    assert [(r.lo, r.hi) for r in await key_log.read(storage, topic.stream_id, 0, 100)] == [(5, 6)]
+    assert [(r.lo, r.hi, r.records) for r in found] == [(1, 5, 4), (6, 7, 1)]
+    rows = found[0].keys.sort_by("offset")  # b at 1 is replaced within the run: only its latest row
+    assert rows.column("offset").to_pylist() == [2, 3, 4]
+    assert rows.column("key").to_pylist() == [b"a", b"c", b"b"]
+    assert rows.column("tombstone").to_pylist() == [True, False, False]
+    assert rows.column("entry_base").to_pylist() == [1, 3, 4]
+    assert [(r.lo, r.hi) for r in await key_log.read(storage, topic.stream_id, 5, 6)] == []
+    await key_log.trim_below(storage, topic.stream_id, 5, found)
+    assert [(r.lo, r.hi) for r in await key_log.read(storage, topic.stream_id, 0, 100)] == [(6, 7)]
     await recorder.close()
     await key_log.delete_topic_stream(storage, "persistent://public/default/kl")
     with pytest.raises(StreamNotFound):
