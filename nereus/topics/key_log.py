@@ -39,9 +39,15 @@ log = logging.getLogger(__name__)
 #: Pending bytes of committed entries that start a flush, and the longest they wait.
 FLUSH_BYTES = 16 << 20
 FLUSH_SECONDS = 5.0
+#: Log entries kept when no build trims them: each pins the WAL object it is stored in,
+#: so a topic whose views are never built must not keep its log forever (a build reads
+#: what was trimmed from the topic instead).
+MAX_LOG_ENTRIES = 256
 #: Pending bytes past which recording gives up on them (a log that cannot keep up
 #: must not hold the topic's appends in memory; the build reads them instead).
 MAX_PENDING_BYTES = 8 * FLUSH_BYTES
+#: How long an unloading topic waits for its last keys to be written (an unload must not stall).
+CLOSE_SECONDS = 1.0
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 RECORDED_BYTES = Counter("nereus_key_log_recorded_bytes", "Bytes of committed entries whose keys were recorded")
@@ -188,6 +194,7 @@ class KeyRecorder:
         self._given: list[GivenKeys | None] = []  # beside ``_pending``
         self._pending_bytes = 0
         self._handle = None
+        self._start = 0  # the log's start offset, as this recorder last knew it
         self._flushing: asyncio.Task | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -266,7 +273,10 @@ class KeyRecorder:
     async def _append(self, data: bytes) -> None:
         if self._handle is None:
             self._handle = await self.storage.open_stream(log_name(self.stream_id), create=True)
-        await self._handle.append(data, 1)
+            self._start = await self.storage.start(self._handle.stream_id)
+        position = (await self._handle.append(data, 1)).base_offset
+        if position + 1 - self._start > MAX_LOG_ENTRIES:  # no build for long: the oldest go
+            self._start = await self.storage.trim(self._handle.stream_id, position + 1 - MAX_LOG_ENTRIES)
 
     async def close(self) -> None:
         """Flush what is pending (best effort) and let the log's append session go."""
@@ -278,7 +288,7 @@ class KeyRecorder:
             self._flushing = spawn(self.flush(), f"key log of stream {self.stream_id}", self._tasks)
         if self._flushing is not None:
             try:
-                await wait_for(asyncio.shield(self._flushing), 5.0)
+                await wait_for(asyncio.shield(self._flushing), CLOSE_SECONDS)
             except Exception:  # a timeout too: the build reads what was not recorded
                 self._flushing.cancel()
         if self._handle is not None:

@@ -113,3 +113,16 @@ async def test_a_recorder_writes_runs_that_a_build_reads_trims_and_deletes(stora
     with pytest.raises(StreamNotFound):
         await storage.stream_id(key_log.log_name(topic.stream_id))
     assert await key_log.read(storage, topic.stream_id, 0, 100) == []
+
+
+async def test_a_log_no_build_trims_keeps_only_its_latest_entries(storage, monkeypatch):
+    monkeypatch.setattr(key_log, "MAX_LOG_ENTRIES", 2)
+    topic = await storage.open_stream("persistent://public/default/kl-bound", create=True)
+    recorder = key_log.KeyRecorder(storage, topic.stream_id, entries_keys)
+    recorder.enable()
+    entry, keys = entries_of([[(b"a", b"1", 5)]])[0]
+    for base in (0, 2, 4, 6, 8):  # each a run of its own
+        recorder.committed(base, 1, entry.data, keys)
+        await recorder.drain()
+    assert [(r.lo, r.hi) for r in await key_log.read(storage, topic.stream_id, 0, 100)] == [(6, 7), (8, 9)]
+    await recorder.close()
