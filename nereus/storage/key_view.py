@@ -478,11 +478,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         extracting.append(loop.run_in_executor(None, latest_of, extract_many, pending))
         pending, pending_bytes = [], 0
 
-    async def add_known(lo: int, rows: pa.Table, count: int) -> None:
-        while len(extracting) >= _EXTRACT_PARALLEL:
-            await loop.run_in_executor(None, new.add_keys, *await extracting.pop(0), True)
-        new.add_entries([])
-        extracting.append(loop.run_in_executor(None, lambda: (_entries_from(rows, lo), count)))
+    known_rows: list[tuple[int, pa.Table, int]] = []  # (first entry wanted, rows, records)
 
     # A range reaching past the horizon cannot be cut there (a key's latest row below it
     # may be gone); cut below, it can: keys not updated past the cut have no row past it.
@@ -493,7 +489,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
             chunks.pop(0)
         if chunks and chunks[0][0] <= offset:  # the latest rows of the entries that begin in [offset, hi)
             lo, hi, rows, count = chunks.pop(0)
-            await add_known(offset, rows, count if lo >= offset else min(count, hi - offset))
+            known_rows.append((offset, rows, count if lo >= offset else min(count, hi - offset)))
             offset = hi
             continue
         got = await reader.read(stream_id, offset, chunks[0][0] if chunks else horizon, _READ_BYTES,
@@ -514,7 +510,11 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         await extract_pending()
     for future in extracting:
         await loop.run_in_executor(None, new.add_keys, *await future, True)
-    if known:
+    if known_rows:  # already reduced run by run: joined in one pass
+        new.add_entries([])
+        await loop.run_in_executor(None, lambda: new.add_keys(
+            pa.concat_tables([_entries_from(rows, lo) for lo, rows, _ in known_rows]),
+            sum(count for _, _, count in known_rows), True))
         await _read_survivors(reader, stream_id, horizon, new)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     table = await loop.run_in_executor(
