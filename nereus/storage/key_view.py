@@ -238,6 +238,10 @@ async def load(meta: MetadataStore, objects: ObjectStore, stream_id: int,
     return st, view
 
 
+class KnownKeysMismatch(StorageError):
+    """Known keys name an entry the stream does not have (nothing was switched in)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BuildResult:
     stream_id: int
@@ -574,7 +578,8 @@ async def _read_survivors(reader: StreamReader, stream_id: int, horizon: int, ne
         while offset <= last:
             got = await reader.read(stream_id, offset, min(horizon, last + 1), _READ_BYTES, fill_cache=False)
             if not got:
-                raise StorageError(f"stream {stream_id}: the entry at {offset} is no longer readable")
+                raise KnownKeysMismatch(f"stream {stream_id}: no entry at {offset} below {horizon} (recorded keys "
+                                        "disagree)")
             for entry in got:
                 if entry.base_offset in wanted and entry.base_offset not in new.entries:
                     new.entries[entry.base_offset] = entry.data
@@ -582,7 +587,7 @@ async def _read_survivors(reader: StreamReader, stream_id: int, horizon: int, ne
             offset = got[-1].end_offset
     absent = [b for b in missing if b not in new.entries]
     if absent:
-        raise StorageError(f"stream {stream_id}: no entry begins at {absent[0]} (recorded keys disagree)")
+        raise KnownKeysMismatch(f"stream {stream_id}: no entry begins at {absent[0]} (recorded keys disagree)")
 
 
 async def resolve_marker(meta: MetadataStore, marker_key: str, value: dict) -> None:
@@ -610,5 +615,5 @@ async def drop(meta: MetadataStore, stream_id: int) -> None:
         await gc.release(meta, st.object, [(stream_id, VIEW_REF)])
 
 
-__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "KEY_SCHEMA", "EntryShrinker", "KeyExtractor", "KeyView", "KnownKeys", "ViewEntry", "ViewState",
+__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "KEY_SCHEMA", "EntryShrinker", "KeyExtractor", "KeyView", "KnownKeys", "KnownKeysMismatch", "ViewEntry", "ViewState",
            "build", "decode_view", "drop", "load", "merge", "resolve_marker", "state", "view_key"]

@@ -412,10 +412,17 @@ class KeyCompactor:
         recorded = await self._recorded(sid, horizon)
         known = [(r.lo, r.hi, r.keys, r.records) for r in recorded if not txns.aborted(r.lo, r.hi)]
         async with lease(self.meta, sid, self.owner):
-            result = await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, extract,
-                                          horizon=horizon, delete_retention_ms=delete_retention_ms,
-                                          lease_owner=self.owner, stream_size=size, shrink=shrink_entries,
-                                          extract_many=extract_many, known=known)
+            async def build(known_keys) -> key_view.BuildResult:
+                return await key_view.build(self.meta, self.storage.objects, self.storage.reader, sid, extract,
+                                            horizon=horizon, delete_retention_ms=delete_retention_ms,
+                                            lease_owner=self.owner, stream_size=size, shrink=shrink_entries,
+                                            extract_many=extract_many, known=known_keys)
+            try:
+                result = await build(known)
+            except key_view.KnownKeysMismatch as exc:  # a log that is wrong must not stop compaction
+                log.warning("%s: %s; building from the topic alone", topic, exc)
+                recorded = []
+                result = await build(None)
         if recorded:  # housekeeping, after the build is done (a failure: the next build trims)
             spawn(key_log.trim_below(self.storage, sid, result.horizon, recorded), f"trim of {topic}'s key log",
                   self._housekeeping)

@@ -10,7 +10,6 @@ import pytest
 
 from nereus.storage import gc, key_view, records
 from nereus.storage.api import FetchedEntry
-from nereus.storage.errors import StorageError
 from nereus.storage.compaction import CompactionConflict, lease
 from nereus.storage.gc import GarbageCollector
 
@@ -250,7 +249,7 @@ async def test_known_keys_naming_no_entry_fail_the_build_and_keep_the_view(stora
     horizon = stream.next_offset()
     rows = extract_many([FetchedEntry(0, 2, b"a=1;b=2"), FetchedEntry(2, 1, b"a=3")])
     shifted = rows.set_column(4, "entry_base", pa.array([1, 1, 3], pa.int64()))  # no entry begins at 1 or 3
-    with pytest.raises(StorageError):
+    with pytest.raises(key_view.KnownKeysMismatch):
         await key_view.build(meta, objects, storage.reader, stream.stream_id, extract, horizon=horizon,
                              delete_retention_ms=0, extract_many=extract_many, known=[(0, horizon, shifted, 3)])
     assert (await key_view.state(meta, stream.stream_id)).object is None

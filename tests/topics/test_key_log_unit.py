@@ -13,11 +13,11 @@ from nereus.kafka.codec.records import Record, build_batch, decode_records
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.ledger.entry import EntryFormat, EntryHeader, encode_entry
-from nereus.storage import StorageOptions, StreamStorage, WalOptions
+from nereus.storage import StorageOptions, StreamStorage, WalOptions, key_view
 from nereus.storage.api import FetchedEntry
 from nereus.storage.errors import StorageError, StreamNotFound
 from nereus.topics import key_log
-from nereus.topics.key_compaction import entries_keys
+from nereus.topics.key_compaction import KeyCompactor, entries_keys
 
 keyed_records = st.lists(st.tuples(st.binary(min_size=0, max_size=20), st.one_of(st.none(), st.binary(max_size=50)),
                                    st.integers(0, 2**50)), min_size=1, max_size=10)
@@ -126,3 +126,17 @@ async def test_a_log_no_build_trims_keeps_only_its_latest_entries(storage, monke
         await recorder.drain()
     assert [(r.lo, r.hi) for r in await key_log.read(storage, topic.stream_id, 0, 100)] == [(6, 7), (8, 9)]
     await recorder.close()
+
+
+async def test_a_key_log_that_disagrees_with_the_topic_does_not_stop_compaction(storage):
+    topic = await storage.open_stream("persistent://public/default/kl-wrong", create=True)
+    entries = entries_of([[(b"a", b"1", 5), (b"b", b"2", 6)], [(b"a", b"3", 7)]])
+    for entry, _ in entries:
+        await topic.append(entry.data, entry.record_count)
+    wrong = key_log.given_table([(FetchedEntry(e.base_offset + 1, e.record_count, e.data), k) for e, k in entries])
+    log_stream = await storage.open_stream(key_log.log_name(topic.stream_id), create=True)
+    await log_stream.append(key_log.encode(topic.stream_id, 0, 3, wrong, 3), 1)  # entries at 1 and 3: none
+    result = await KeyCompactor(storage, owner="test").compact("persistent://public/default/kl-wrong")
+    assert (result.horizon, result.records) == (3, 2)
+    _, view = await key_view.load(storage.meta, storage.objects, topic.stream_id)
+    assert [(v.entry.base_offset, v.keep) for v in view.entries] == [(0, (1,)), (2, (0,))]
