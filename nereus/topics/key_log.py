@@ -191,7 +191,7 @@ class KeyRecorder:
         self.extract = extract
         self.enabled = False
         self._pending: list[FetchedEntry] = []
-        self._given: list[GivenKeys | None] = []  # beside ``_pending``
+        self._given: dict[int, GivenKeys] = {}  # by base offset: the pending entries' keys handed over
         self._pending_bytes = 0
         self._handle = None
         self._start = 0  # the log's start offset, as this recorder last knew it
@@ -214,9 +214,10 @@ class KeyRecorder:
         if self._pending_bytes >= MAX_PENDING_BYTES:
             log.warning("stream %d: the key log fell behind; %d bytes of entries left to the next build's reads",
                         self.stream_id, self._pending_bytes)
-            self._pending, self._given, self._pending_bytes = [], [], 0
+            self._pending, self._given, self._pending_bytes = [], {}, 0
         self._pending.append(FetchedEntry(base, count, data))
-        self._given.append(keys)
+        if keys is not None:
+            self._given[base] = keys
         self._pending_bytes += len(data)
         if self._pending_bytes >= FLUSH_BYTES:
             self._flush_soon(0)
@@ -242,11 +243,11 @@ class KeyRecorder:
         (``_flush_soon``, ``drain``): the log has one append session per broker."""
         while self._pending:
             entries, self._pending, self._pending_bytes = self._pending, [], 0
-            given, self._given = dict(zip((e.base_offset for e in entries), self._given)), []
+            given, self._given = self._given, {}
             loop = asyncio.get_running_loop()
             for run in contiguous_runs(entries):
                 try:
-                    data = await loop.run_in_executor(None, self._encode, run, [given[e.base_offset] for e in run])
+                    data = await loop.run_in_executor(None, self._encode, run, given)
                     await self._append(data)
                 except asyncio.CancelledError:
                     raise
@@ -255,12 +256,12 @@ class KeyRecorder:
                                 run[-1].end_offset, exc)
                     self._handle = None
 
-    def _encode(self, run: list[FetchedEntry], given: list[GivenKeys | None]) -> bytes:
+    def _encode(self, run: list[FetchedEntry], given: dict[int, GivenKeys]) -> bytes:
         started = time.thread_time()
-        scanned = [entry for entry, keys in zip(run, given) if keys is None]
+        scanned = [entry for entry in run if entry.base_offset not in given]
         tables = [self.extract(scanned)] if scanned else []
         if len(scanned) < len(run):
-            tables.append(given_table([(e, k) for e, k in zip(run, given) if k is not None]))
+            tables.append(given_table([(e, given[e.base_offset]) for e in run if e.base_offset in given]))
         keys = tables[0] if len(tables) == 1 else pa.concat_tables([t.cast(KEY_SCHEMA) for t in tables])
         # Only the latest row of a key in the run can reach a view: a build takes what
         # it would have reduced the run to itself (``key_view.latest_rows``).

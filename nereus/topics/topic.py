@@ -85,8 +85,8 @@ class Topic:
     # -- lifecycle ------------------------------------------------------------------------
     async def load(self) -> None:
         await self.dedup.restore(self.handle)
-        await self.read_policies()
-        if (await key_view.state(self.meta, self.stream_id)).horizon > 0:
+        _, view = await asyncio.gather(self.read_policies(), key_view.state(self.meta, self.stream_id))
+        if view.horizon > 0:
             self.key_log.enable()  # compacted before: it will be again
 
     async def read_policies(self) -> None:
