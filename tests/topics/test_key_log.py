@@ -136,3 +136,28 @@ def test_kafka_compact_topic_records_its_keys_and_views_match_the_model(server):
     last = {k: i for i, (k, _) in enumerate(data)}
     expected = [(offsets[i], k, v) for i, (k, v) in enumerate(data) if v is not None and last[k] == i]
     assert cm.read_kafka(server.bootstrap, topic) == expected
+
+
+def test_each_partition_of_a_partitioned_topic_records_its_keys(server):
+    topic = f"persistent://public/default/klp-{uuid.uuid4().hex[:8]}"
+    status, body = cm.admin(server.http, "PUT", cm.topic_path(topic) + "/partitions", 3)
+    assert status == 204, (status, body)
+    set_threshold(server, topic, 1 << 40)  # on the base name: every partition's policy
+    data = cm.updates(1500, 60)
+    client = pulsar.Client(server.url, operation_timeout_seconds=30)
+    try:
+        cm.produce_pulsar(client, topic, data)
+        for i in range(3):
+            cm.wait_until(lambda i=i: _has_entries(server, f"{topic}-partition-{i}"), f"keys of partition {i}")
+        cm.compact(server.http, topic)
+        seen = {}
+        for i in range(3):
+            for _, key, value in cm.read_pulsar(client, pulsar, f"{topic}-partition-{i}", compacted=True):
+                assert key not in seen
+                seen[key] = value
+    finally:
+        client.close()
+    latest = {}
+    for key, value in data:
+        latest[key] = value
+    assert seen == {k: v for k, v in latest.items() if v is not None}
