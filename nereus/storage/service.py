@@ -109,6 +109,11 @@ class StreamStorage:
             raise StreamNotFound(name)
         return records.decode(rec.value)["id"]
 
+    async def exists(self, stream_id: int) -> bool:
+        """Whether a stream with this id exists (its record goes last when it is deleted)."""
+        rec = await self.meta.get(records.meta_key(stream_id), partition_key=records.stream_partition(stream_id))
+        return rec is not None
+
     async def list_streams(self) -> list[str]:
         lo, hi = records.names_range()
         return [records.name_from_key(k) async for k in self.meta.list(lo, hi)]

@@ -199,6 +199,7 @@ class KeyRecorder:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._gone = False  # the topic was deleted: nothing more is recorded
 
     def enable(self) -> None:
         if not self.enabled and not self._closed:
@@ -209,7 +210,7 @@ class KeyRecorder:
         """An entry committed at ``base`` (called in offset order); ``keys``: its records'
         (offset deltas, keys, tombstones, timestamps) when the caller has them (a Kafka
         produce to a compacted topic decodes its records anyway), else they are scanned."""
-        if not self.enabled or self._closed:
+        if not self.enabled or self._closed or self._gone:
             return
         if self._pending_bytes >= MAX_PENDING_BYTES:
             log.warning("stream %d: the key log fell behind; %d bytes of entries left to the next build's reads",
@@ -246,6 +247,8 @@ class KeyRecorder:
             given, self._given = self._given, {}
             loop = asyncio.get_running_loop()
             for run in contiguous_runs(entries):
+                if self._gone:
+                    return
                 try:
                     data = await loop.run_in_executor(None, self._encode, run, given)
                     await self._append(data)
@@ -273,8 +276,21 @@ class KeyRecorder:
 
     async def _append(self, data: bytes) -> None:
         if self._handle is None:
-            self._handle = await self.storage.open_stream(log_name(self.stream_id), create=True)
-            self._start = await self.storage.start(self._handle.stream_id)
+            handle = await self.storage.open_stream(log_name(self.stream_id), create=True)
+            # Checked after the log exists: a deletion of the topic that this check does
+            # not see deletes the topic's record later, and only then its log, so either
+            # the deleter or this recorder removes a log created for a deleted topic.
+            if not await self.storage.exists(self.stream_id):
+                self._gone = True
+                self._pending, self._given, self._pending_bytes = [], {}, 0
+                try:
+                    await self.storage.delete_stream(log_name(self.stream_id))
+                except StreamNotFound:
+                    pass
+                log.info("stream %d was deleted: its keys are no longer recorded", self.stream_id)
+                return
+            self._handle = handle
+            self._start = await self.storage.start(handle.stream_id)
         position = (await self._handle.append(data, 1)).base_offset
         if position + 1 - self._start > MAX_LOG_ENTRIES:  # no build for long: the oldest go
             self._start = await self.storage.trim(self._handle.stream_id, position + 1 - MAX_LOG_ENTRIES)

@@ -140,3 +140,46 @@ async def test_a_key_log_that_disagrees_with_the_topic_does_not_stop_compaction(
     assert (result.horizon, result.records) == (3, 2)
     _, view = await key_view.load(storage.meta, storage.objects, topic.stream_id)
     assert [(v.entry.base_offset, v.keep) for v in view.entries] == [(0, (1,)), (2, (0,))]
+
+
+async def test_a_flush_after_its_topic_was_deleted_leaves_no_key_log(storage):
+    name = "persistent://public/default/kl-deleted"
+    topic = await storage.open_stream(name, create=True)
+    recorder = key_log.KeyRecorder(storage, topic.stream_id, entries_keys)
+    recorder.enable()
+    entry, keys = entries_of([[(b"a", b"1", 5)]])[0]
+    recorder.committed(0, 1, entry.data, keys)
+    # The deletion (here or on another broker) beats the owner's last flush: the flush
+    # must not leave a log behind for a stream id nobody uses any more.
+    await key_log.delete_topic_stream(storage, name)
+    await recorder.drain()
+    assert not await storage.exists(topic.stream_id)
+    with pytest.raises(StreamNotFound):
+        await storage.stream_id(key_log.log_name(topic.stream_id))
+    recorder.committed(1, 1, entry.data, keys)  # a late commit is not recorded either
+    await recorder.drain()
+    with pytest.raises(StreamNotFound):
+        await storage.stream_id(key_log.log_name(topic.stream_id))
+    await recorder.close()
+
+
+async def test_a_log_created_just_before_the_deletion_is_deleted_by_the_deleter(storage, monkeypatch):
+    name = "persistent://public/default/kl-race"
+    topic = await storage.open_stream(name, create=True)
+    recorder = key_log.KeyRecorder(storage, topic.stream_id, entries_keys)
+    recorder.enable()
+    entry, keys = entries_of([[(b"a", b"1", 5)]])[0]
+    recorder.committed(0, 1, entry.data, keys)
+    exists = storage.exists
+
+    async def deleted_right_after_the_check(stream_id):
+        found = await exists(stream_id)
+        await key_log.delete_topic_stream(storage, name)  # the topic, then the log the recorder just created
+        return found
+
+    monkeypatch.setattr(storage, "exists", deleted_right_after_the_check)
+    await recorder.drain()
+    monkeypatch.setattr(storage, "exists", exists)
+    with pytest.raises(StreamNotFound):
+        await storage.stream_id(key_log.log_name(topic.stream_id))
+    await recorder.close()
