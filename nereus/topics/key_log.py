@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -183,12 +184,16 @@ class KeyRecorder:
 
     ``extract`` gives the keys of many stored entries (``key_compaction.entries_keys``);
     it runs in an executor, a flush at a time, never on the append path.
+    ``session_token()``: the token of the topic's append session this broker holds; the
+    log's own session is taken only while the topic's tail still carries it, so an
+    owner paused past a handoff does not take the log from the topic's new owner.
     """
 
-    def __init__(self, storage, stream_id: int, extract) -> None:
+    def __init__(self, storage, stream_id: int, extract, session_token: Callable[[], int | None] | None = None) -> None:
         self.storage = storage
         self.stream_id = stream_id
         self.extract = extract
+        self.session_token = session_token
         self.enabled = False
         self._pending: list[FetchedEntry] = []
         self._given: dict[int, GivenKeys] = {}  # by base offset: the pending entries' keys handed over
@@ -199,7 +204,7 @@ class KeyRecorder:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
-        self._gone = False  # the topic was deleted: nothing more is recorded
+        self._gone = False  # the topic was deleted or is another broker's now: nothing more is recorded
 
     def enable(self) -> None:
         if not self.enabled and not self._closed:
@@ -280,20 +285,27 @@ class KeyRecorder:
             # Checked after the log exists: a deletion of the topic that this check does
             # not see deletes the topic's record later, and only then its log, so either
             # the deleter or this recorder removes a log created for a deleted topic.
-            if not await self.storage.exists(self.stream_id):
-                self._gone = True
-                self._pending, self._given, self._pending_bytes = [], {}, 0
+            exists, tail = await asyncio.gather(self.storage.exists(self.stream_id), self.storage.tail(self.stream_id))
+            if not exists:
+                self._stop("was deleted")
                 try:
                     await self.storage.delete_stream(log_name(self.stream_id))
                 except StreamNotFound:
                     pass
-                log.info("stream %d was deleted: its keys are no longer recorded", self.stream_id)
+                return
+            if self.session_token is not None and tail.token != self.session_token():
+                self._stop("is appended to by a newer session (which records its keys)")
                 return
             self._handle = handle
             self._start = await self.storage.start(handle.stream_id)
         position = (await self._handle.append(data, 1)).base_offset
         if position + 1 - self._start > MAX_LOG_ENTRIES:  # no build for long: the oldest go
             self._start = await self.storage.trim(self._handle.stream_id, position + 1 - MAX_LOG_ENTRIES)
+
+    def _stop(self, why: str) -> None:
+        log.info("stream %d %s: its keys are no longer recorded here", self.stream_id, why)
+        self._gone = True
+        self._pending, self._given, self._pending_bytes = [], {}, 0
 
     async def close(self) -> None:
         """Flush what is pending (best effort) and let the log's append session go."""

@@ -65,7 +65,8 @@ class Topic:
         self.stream_id = handle.stream_id
         self.dedup = Dedup(registry.meta, handle.stream_id)
         self.time_marks = TimeMarks(registry.meta, handle)
-        self.key_log = KeyRecorder(handle.storage, handle.stream_id, entries_keys)
+        self.key_log = KeyRecorder(handle.storage, handle.stream_id, entries_keys,
+                                   session_token=lambda: self.handle.fencing_token)
         self.attachments: dict[str, object] = {}
         self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols
         self.closed = False
