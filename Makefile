@@ -36,7 +36,7 @@ run: install
 test: install-test
 	@command -v chromium >/dev/null || { echo "installing Chromium for the web console tests"; \
 		apt-get update -q && apt-get install -y -q chromium; }
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
 
 # Benchmarks (not part of the tests). The Pulsar reference needs Redis from Debian.
 bench: install-test
