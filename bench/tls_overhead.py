@@ -22,7 +22,7 @@ CPU 0 and this process (the clients) and the TLS workers on CPU 1, so the broker
 core of its own.
 
 Usage: .venv/bin/python bench/tls_overhead.py [--messages 50000] [--rounds 3] [--tls-offload-processes N]
-[--pin BROKER_CPUS:OTHER_CPUS]
+[--pin BROKER_CPUS:OTHER_CPUS] [--variants kafka_plain,kafka_ssl,...]
 The last line is ``key=value`` pairs.
 """
 
@@ -47,6 +47,7 @@ from _procs import cpu_seconds, free_port, start_nereus, wait_port  # bench/ is 
 
 SIZE = 1024
 SECRET = os.urandom(32)
+PRODUCER_EXTRA: dict = {}  # --kafka-producer key=value,... on top of the bench's settings
 BROKER_PID: list[int] = []  # the standalone's, once started, then its TLS offload workers'
 
 
@@ -163,7 +164,7 @@ def pulsar_round(url: str, count: int, *, auth=None, ca: Path | None = None) -> 
 def kafka_round(conf: dict, count: int) -> dict:
     topic = f"tls-{uuid.uuid4().hex[:8]}"
     producer = Producer({**conf, "linger.ms": 5, "batch.size": 131072, "queue.buffering.max.messages": 200000,
-                         "acks": "all"})
+                         "acks": "all", **PRODUCER_EXTRA})
     payload = os.urandom(SIZE)
     latencies: list[float] = []
 
@@ -212,9 +213,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tls-offload-processes", type=int, default=0,
                         help="tlsOffloadProcesses of the standalone (0: TLS in the broker process)")
+    parser.add_argument("--variants", default=None, metavar="NAME,...",
+                        help="run only these variants, in this order (each protocol's *_plain included)")
+    parser.add_argument("--kafka-producer", default="", metavar="KEY=VALUE,...",
+                        help="librdkafka producer settings on top of the bench's (every Kafka variant)")
     parser.add_argument("--pin", default=None, metavar="BROKER_CPUS:OTHER_CPUS",
                         help="e.g. 0:1: the broker on CPU 0, the clients and TLS workers on CPU 1")
     args = parser.parse_args()
+    PRODUCER_EXTRA.update(item.split("=", 1) for item in args.kafka_producer.split(",") if item)
     work = Path(tempfile.mkdtemp(prefix="nereus-tls-"))
     cert, key = make_cert(work)
     ports = {name: free_port() for name in ("pulsar_tls", "ssl", "sasl", "sasl_ssl")}
@@ -259,6 +265,8 @@ def main() -> None:
             "kafka_sasl_ssl": lambda: kafka_round({"bootstrap.servers": f"localhost:{ports['sasl_ssl']}",
                                                    "security.protocol": "SASL_SSL", **tls, **sasl}, args.messages),
         }
+        if args.variants:
+            variants = {name: variants[name] for name in args.variants.split(",")}
         results: dict[str, list[dict]] = {name: [] for name in variants}
         for round_no in range(args.rounds):
             for name, run in variants.items():
