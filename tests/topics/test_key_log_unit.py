@@ -142,13 +142,19 @@ async def test_a_key_log_that_disagrees_with_the_topic_does_not_stop_compaction(
     assert [(v.entry.base_offset, v.keep) for v in view.entries] == [(0, (1,)), (2, (0,))]
 
 
-async def test_a_flush_after_its_topic_was_deleted_leaves_no_key_log(storage):
-    name = "persistent://public/default/kl-deleted"
+async def recorder_with_a_commit(storage, name: str):
+    """(topic stream, its recorder holding one committed entry not yet written, that entry and keys)."""
     topic = await storage.open_stream(name, create=True)
     recorder = key_log.KeyRecorder(storage, topic.stream_id, entries_keys)
     recorder.enable()
     entry, keys = entries_of([[(b"a", b"1", 5)]])[0]
     recorder.committed(0, 1, entry.data, keys)
+    return topic, recorder, entry, keys
+
+
+async def test_a_flush_after_its_topic_was_deleted_leaves_no_key_log(storage):
+    name = "persistent://public/default/kl-deleted"
+    topic, recorder, entry, keys = await recorder_with_a_commit(storage, name)
     # The deletion (here or on another broker) beats the owner's last flush: the flush
     # must not leave a log behind for a stream id nobody uses any more.
     await key_log.delete_topic_stream(storage, name)
@@ -165,11 +171,7 @@ async def test_a_flush_after_its_topic_was_deleted_leaves_no_key_log(storage):
 
 async def test_a_log_created_just_before_the_deletion_is_deleted_by_the_deleter(storage, monkeypatch):
     name = "persistent://public/default/kl-race"
-    topic = await storage.open_stream(name, create=True)
-    recorder = key_log.KeyRecorder(storage, topic.stream_id, entries_keys)
-    recorder.enable()
-    entry, keys = entries_of([[(b"a", b"1", 5)]])[0]
-    recorder.committed(0, 1, entry.data, keys)
+    topic, recorder, _, _ = await recorder_with_a_commit(storage, name)
     exists = storage.exists
 
     async def deleted_right_after_the_check(stream_id):
