@@ -57,7 +57,8 @@ class KafkaConnection(asyncio.Protocol):
         self._task: asyncio.Task | None = None
         self._admitted_ip: str | None = None  # counted in service.limits while open
         self._frame_timer = FrameTimer(service.limits, self.protocol_error)
-        self._muted_until = 0.0  # loop time until which a quota keeps the connection muted
+        self._muted_until = 0.0  # clock time until which a quota keeps the connection muted
+        self.clock = time.monotonic  # of the mutes (injectable)
         self._budget = service.limits.budget  # the broker's pending bytes over all connections
         self._budget_released = False
 
@@ -161,21 +162,21 @@ class KafkaConnection(asyncio.Protocol):
 
     def mute(self, ms: int) -> None:
         """Neither read nor serve this client's requests for ``ms`` (a quota's throttle time)."""
-        loop = asyncio.get_running_loop()
-        self._muted_until = max(self._muted_until, loop.time() + ms / 1000)
+        self._muted_until = max(self._muted_until, self.clock() + ms / 1000)
         if not self._paused and not self.closed and self.transport is not None:
             self._paused = True
             self._frame_timer.cancel()
             self.transport.pause_reading()
 
     async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
         while not self.closed:
-            muted = self._muted_until - loop.time()
+            muted = self._muted_until - self.clock()
             if muted > 0:
                 await asyncio.sleep(muted)
-                self._maybe_resume()
                 continue
+            # Checked on every turn once the mute is over, not only after the sleep: a timer
+            # may fire a little early, and the mute may end between that check and this one.
+            self._maybe_resume()
             # Requests already read wait while the client does not take its answers, or
             # while MAX_IN_FLIGHT answers are being prepared (a Fetch's may be large).
             if not self._requests or self._write_blocked or len(self._responses) >= MAX_IN_FLIGHT:
@@ -307,7 +308,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _maybe_resume(self) -> None:
         if self._paused and not self.closed and not self._write_blocked \
-                and asyncio.get_running_loop().time() >= self._muted_until and not self._budget.over \
+                and self.clock() >= self._muted_until and not self._budget.over \
                 and len(self._requests) + len(self._responses) < MAX_PENDING // 2 \
                 and self._pending_bytes < self.service.limits.max_pending_bytes // 2:
             self._paused = False
