@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
 # Below Linux's default ephemeral range (32768-60999): outgoing connections never take
 # these, so a port found free stays free until the server under test binds it.
 _BELOW_EPHEMERAL = (20000, 32000)
+
+
+def _worker_range() -> tuple[int, int]:
+    """This process's share of the range: parallel test workers never hand out the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    low, high = _BELOW_EPHEMERAL
+    share = (high - low) // max(count, 1)
+    return low + index * share, low + (index + 1) * share - 64
 
 
 def _free(port: int) -> bool:
@@ -28,7 +39,7 @@ def port_run(count: int = 2) -> int:
     """A port p with p .. p+count-1 all free (``nereus standalone --brokers N`` listens on the ports + i)."""
     rng = random.Random()
     for _ in range(500):
-        port = rng.randrange(*_BELOW_EPHEMERAL)
+        port = rng.randrange(*_worker_range())
         run = range(port, port + count)
         if not _handed_out.intersection(run) and all(_free(p) for p in run):
             _handed_out.update(run)
