@@ -129,6 +129,10 @@ class Authenticator:
                 return Identity(self.anonymous_role, "anonymous")
             raise AuthenticationFailed("authentication is required and no credentials were given")
         if method not in self.methods:
+            # As Pulsar's broker: a method no provider serves is the anonymous role when there is
+            # one (authorization then decides), and a refusal only when there is none.
+            if self.anonymous_role:
+                return Identity(self.anonymous_role, "anonymous")
             raise AuthenticationFailed(f"no authentication provider for method {method!r} "
                                        f"(enabled: {', '.join(self.methods) or 'none'})")
         if method == "token":

@@ -233,6 +233,25 @@ def test_the_anonymous_role_gets_its_grants(server):
     assert refused.value.code == 401
 
 
+def test_a_method_no_provider_serves_is_the_anonymous_role(server):
+    """As Pulsar's broker: CONNECT with an unknown method gets anonymousUserRole, then authorization decides."""
+    topic = "persistent://acme/app/unknown-method"
+    auth = pulsar.AuthenticationBasic("someone", "pw", "unknown")
+    client = pulsar.Client(server.url, authentication=auth, operation_timeout_seconds=10)
+    try:
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "s")
+        with pytest.raises(pulsar.AuthorizationError):
+            client.create_producer(topic)
+        _ok(_rest(server, "admin", "POST", "/admin/v2/persistent/acme/app/unknown-method/permissions/anon",
+                  ["produce", "consume"]))
+        consumer = client.subscribe(topic, "s")
+        client.create_producer(topic).send(b"as anon")
+        assert consumer.receive(timeout_millis=10000).data() == b"as anon"
+    finally:
+        client.close()
+
+
 def test_kafka_clients_without_sasl_get_the_anonymous_role(server):
     from confluent_kafka import KafkaError, Producer
 

@@ -114,6 +114,22 @@ def test_wrong_signature_expired_and_missing_credentials_refused_and_nothing_wri
         assert f"persistent://public/default/{topic}" not in written
 
 
+def test_an_unknown_method_without_an_anonymous_role_is_refused_and_the_client_lives(server):
+    """No provider for the method and no anonymousUserRole: an AuthenticationError the client survives."""
+    assert _connect_error(server, "unknown", b"ann:ann-pw").error == pb.AuthenticationError
+    script = ("import pulsar\n"
+              f"c = pulsar.Client('{server.url}', operation_timeout_seconds=3,\n"
+              "                   authentication=pulsar.AuthenticationBasic('ann', 'ann-pw', 'unknown'))\n"
+              "try:\n"
+              "    c.create_producer('unknown-method')\n"
+              "except (pulsar.AuthenticationError, pulsar.Timeout, pulsar.ConnectError) as exc:\n"
+              "    print('refused', type(exc).__name__)\n"
+              "c.close()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert any(line.startswith("refused") for line in done.stdout.splitlines()), done.stdout[-2000:]
+
+
 def test_basic_accepted(server):
     _round_trip(server, pulsar.AuthenticationBasic("ann", "ann-pw"), "basic-ok")
 
