@@ -81,9 +81,15 @@ def _with_log_level(command):
 @click.group(cls=_Commands)
 @click.version_option(package_name="nereus", prog_name="nereus")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
-def main(log_level: str) -> None:
+@click.option("--lifeline-stdin", is_flag=True, hidden=True,
+              help="Stop when standard input (a pipe from the parent process) closes: the parent died.")
+def main(log_level: str, lifeline_stdin: bool) -> None:
     """Nereus: a Pulsar-native, Kafka-compatible streaming engine on object storage."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if lifeline_stdin:
+        from .lifeline import watch_parent
+
+        watch_parent(sys.stdin.fileno())
 
 
 def _log_level_option(command):
@@ -689,13 +695,24 @@ def oxia(data_dir: Path, bind: str, port: int, shards: int, advertised_address: 
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when on a terminal).")
 @click.option("--interval", type=click.FloatRange(0), default=0, show_default=True,
               help="Keep running: compact every this many seconds (0: once).")
+@click.option("--lock-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Run only while holding this file's lock (waiting for a previous worker to exit first).")
 def compact(metadata: str, objects: str | None, topics: tuple[str, ...], target_mb: float, min_bytes: int,
             max_age: float | None, master: str, catalog: str | None, sbt: bool, progress: bool | None,
-            interval: float) -> None:
+            interval: float, lock_file: Path | None) -> None:
     """Compact committed WAL slices into per-stream Parquet objects (a Spark job), then sync SBT tables."""
     import sys
 
     from .meta.errors import MetadataError
+
+    if lock_file is not None:
+        from .broker.data_lock import hold_lock_file
+
+        def waiting(holder: str) -> None:
+            logging.getLogger("nereus.compact").warning(
+                "waiting for the compaction worker %s to exit (it holds %s)", holder or "before this one", lock_file)
+
+        hold_lock_file(lock_file, on_wait=waiting)
 
     objects = objects or Path("./data/objects").resolve().as_uri()
     try:

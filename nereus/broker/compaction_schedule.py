@@ -13,7 +13,9 @@ broker's: the broker logs one line per compaction run that did something, relaye
 from the worker's report, and why a worker died.
 
 The worker runs in a session of its own: a Ctrl-C in the broker's terminal reaches
-the broker only, which then stops the worker with SIGTERM. Compaction is crash-safe
+the broker only, which then stops the worker with SIGTERM. A broker that dies without
+a word (SIGKILL) takes the worker with it: the worker watches a pipe from the broker
+(``nereus.lifeline``), and its Spark JVM watches one from the worker. Compaction is crash-safe
 (leases are ephemeral, a half-done switch is finished or undone by the collector),
 so the worker needs no shutdown step of its own.
 """
@@ -160,17 +162,19 @@ class Worker:
 
     @classmethod
     async def start(cls, schedule: CompactionSchedule) -> "Worker":
-        args = [sys.executable, "-m", "nereus.cli", "--log-level", _worker_log_level(), "compact",
+        args = [sys.executable, "-m", "nereus.cli", "--lifeline-stdin", "--log-level", _worker_log_level(), "compact",
                 "--metadata", schedule.metadata_url, "--objects", schedule.objects_url,
                 "--interval", str(schedule.interval), "--min-bytes", str(schedule.min_bytes),
-                "--max-age", str(schedule.max_age), "--no-progress"]
+                "--max-age", str(schedule.max_age), "--no-progress",
+                "--lock-file", str(schedule.log_file.with_name("compaction.lock"))]
         env = dict(os.environ, PYSPARK_SUBMIT_ARGS=_SPARK_SUBMIT_ARGS)
         ensure_java_home(env)
         schedule.log_file.parent.mkdir(parents=True, exist_ok=True)
         log_fd = os.open(schedule.log_file, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             log_start = os.lseek(log_fd, 0, os.SEEK_END)
-            proc = await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL,
+            # stdin: the worker's lifeline (nereus.lifeline), held open and never written to.
+            proc = await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.PIPE,
                                                         stdout=asyncio.subprocess.PIPE, stderr=log_fd, env=env,
                                                         start_new_session=True)
         except BaseException:

@@ -45,4 +45,27 @@ def lock_data_dir(data_dir: Path) -> None:
     _held[data_dir] = fd
 
 
-__all__ = ["LOCK_FILE", "DataDirLocked", "lock_data_dir"]
+def hold_lock_file(path: Path, *, on_wait=None) -> None:
+    """Lock ``path`` for this process's life, waiting while another process holds it.
+
+    ``on_wait(holder)`` is called once if the lock is taken (holder: that process's pid
+    as it wrote it). The compaction worker takes one beside its log so that a broker
+    restarted after a crash never has two workers on the same data.
+    """
+    path = Path(path).resolve()
+    if path in _held:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if on_wait is not None:
+            on_wait(os.pread(fd, 32, 0).decode(errors="replace").strip())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[path] = fd
+
+
+__all__ = ["LOCK_FILE", "DataDirLocked", "hold_lock_file", "lock_data_dir"]

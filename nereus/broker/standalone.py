@@ -129,8 +129,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     def port(base: int) -> str:
         return str(base + index if base else 0)
 
-    args = [sys.executable, "-m", "nereus.cli", "--log-level", logging.getLevelName(log.getEffectiveLevel()),
-            "broker", "--metadata", metadata_url, "--object-store", objects_url, "--bind", opts.bind,
+    args = [sys.executable, "-m", "nereus.cli", "--lifeline-stdin",
+            "--log-level", logging.getLevelName(log.getEffectiveLevel()), "broker", "--metadata", metadata_url, "--object-store", objects_url, "--bind", opts.bind,
             "--http-port", port(opts.http_port), "--pulsar-port", port(opts.pulsar_port),
             "--kafka-port", port(opts.kafka_port or 0), "--zone", opts.zone,
             "--session-timeout", str(config.session_timeout), "--gc-interval", str(opts.gc_interval),
@@ -215,7 +215,9 @@ async def _supervise_child(index: int, config: StandaloneConfig, metadata_url: s
     command = child_command(index, config, metadata_url, objects_url)
     first = True
     while True:
-        proc = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.PIPE)
+        # stdin: the child's lifeline (nereus.lifeline): it stops when this process dies, however.
+        proc = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
         log.info("broker %d started (pid %d)", index, proc.pid)
         relay = asyncio.ensure_future(_relay_stderr(proc.stderr))
         try:

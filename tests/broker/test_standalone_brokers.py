@@ -114,3 +114,23 @@ def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Pa
     assert code == 0, log.read_text()[-3000:]
     gone, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, "the child broker outlived the standalone"
+
+
+def test_a_killed_standalone_takes_its_child_brokers_with_it(tmp_path: Path):
+    """kill -9 of the standalone: its child broker notices (its lifeline pipe closes) and stops on its own."""
+    http, pulsar_port, kafka, oxia = (port_run() for _ in range(4))
+    log = tmp_path / "standalone.log"
+    args = ["--data-dir", str(tmp_path / "data"), "--brokers", "2", "--compaction-interval", "0",
+            "--http-port", str(http), "--pulsar-port", str(pulsar_port), "--kafka-port", str(kafka),
+            "--oxia-port", str(oxia), "--session-timeout", "3"]
+    proc = subprocess.Popen(NEREUS + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    try:
+        _wait(lambda: len(_get_json(f"http://127.0.0.1:{http + 1}/admin/v2/brokers/standalone")) == 2,
+              "both brokers registered", proc, log)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) == 1
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    gone, alive = psutil.wait_procs(children, timeout=60)
+    assert not alive, f"the child broker outlived the killed standalone:\n{log.read_text()[-3000:]}"

@@ -265,3 +265,48 @@ def test_the_workers_output_is_in_its_own_log_and_the_broker_logs_events(node):
     runs = [line for line in broker_log.splitlines() if "compaction: compacted" in line]
     assert runs and all(" INFO " in line for line in runs), runs
     assert "compaction: table public.default.scheduled: +" in broker_log
+
+
+def _all_compaction_processes() -> list[psutil.Process]:
+    """Every ``nereus ... compact`` worker process of this machine."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "compact" in cmdline and "--lock-file" in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_a_killed_broker_takes_its_worker_and_spark_with_it_and_a_restart_runs_one_worker(node):
+    """kill -9 of the broker while its worker runs: the worker, its JVM and Spark's Python workers exit on
+    their own; the restarted broker runs exactly one worker on the data and compacts what was written."""
+    lock = str((node.data_dir / "logs" / "compaction.lock").resolve())
+
+    def mine() -> list[psutil.Process]:
+        return [p for p in _all_compaction_processes() if lock in p.cmdline()]
+
+    topic = "persistent://public/default/scheduled-kill-9"
+    if not node.alive():  # the Ctrl-C test before this one ended it
+        node.start()
+    client = pulsar.Client(node.url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"before")
+        wait_for(lambda: covers(node, topic, {b"before"}), "the worker compacts", node,
+                 tick=lambda: producer.send(b"tick"))
+        producer.send(b"pending")  # a run may be under way as the broker dies
+    finally:
+        client.close()
+    (worker,) = workers(node)
+    family = [worker] + worker.children(recursive=True)
+    assert any("java" in p.name() for p in family), [p.name() for p in family]
+    node.kill()
+    gone, alive = psutil.wait_procs(family, timeout=90)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+    node.start()
+    try:
+        wait_for(lambda: covers(node, topic, {b"before", b"pending"}), "the restarted broker's worker compacts",
+                 node)
+        assert len(mine()) == 1, [p.cmdline() for p in mine()]
+    finally:
+        assert node.stop() == 0
