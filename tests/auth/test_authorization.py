@@ -14,6 +14,8 @@ import pulsar
 import pytest
 
 from nereus.auth.tokens import create_token
+from nereus.pulsar.codec import pb, wrap
+from tests.pulsar_broker.rawclient import RawClient
 from tests.standalone_process import Standalone
 
 NEREUS = [sys.executable, "-m", "nereus.cli"]
@@ -119,6 +121,38 @@ def test_a_role_without_grants_is_refused_and_nothing_is_written(server):
         client.close()
     status, stats = _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/refused/stats")
     assert status == 200 and stats["msgInCounter"] == 0 and not stats["subscriptions"], stats
+
+
+MISSING = ("persistent://no-such-tenant/app/t", "persistent://acme/no-such-namespace/t")
+
+
+def test_a_missing_tenant_or_namespace_is_topic_not_found_before_any_permission(server):
+    """Existence is answered before permission, as Pulsar does: a wrong name is TopicNotFound for every role."""
+    client = _client(server, "stranger")
+    try:
+        for topic in MISSING:
+            with pytest.raises(pulsar.TopicNotFound):
+                client.create_producer(topic)
+            with pytest.raises(pulsar.TopicNotFound):
+                client.subscribe(topic, "s")
+        with pytest.raises(pulsar.AuthorizationError):  # in a namespace that exists the permission decides
+            client.create_producer("persistent://acme/app/not-granted")
+    finally:
+        client.close()
+    # Each command on its own (the client stops at the partitioned metadata): lookup, PRODUCER, SUBSCRIBE.
+    raw = RawClient(server.pulsar_port)
+    try:
+        raw.connect()  # the anonymous role, granted nothing
+        for i, topic in enumerate(MISSING):
+            raw.send(wrap(pb.CommandLookupTopic(topic=topic, request_id=10 + i)))
+            assert raw.expect("LOOKUP_RESPONSE").error == pb.TopicNotFound
+            raw.send(wrap(pb.CommandProducer(topic=topic, producer_id=i, request_id=20 + i)))
+            assert raw.expect("ERROR").error == pb.TopicNotFound
+            raw.send(wrap(pb.CommandSubscribe(topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive,
+                                              consumer_id=i, request_id=30 + i)))
+            assert raw.expect("ERROR").error == pb.TopicNotFound
+    finally:
+        raw.close()
 
 
 def test_topic_level_grant(server):
