@@ -13,9 +13,9 @@ else the namespace's, else the namespace's older ``schema_auto_update_compatibil
 (``AutoUpdateDisabled`` is ALWAYS_INCOMPATIBLE), else the broker's
 ``schemaCompatibilityStrategy`` (Pulsar's default, FULL).
 AVRO, JSON and PROTOBUF (Pulsar describes all three with Avro definitions) are
-checked by Avro schema resolution (the ``avro`` library's reader/writer
-compatibility checker): a reader field missing from the writer needs a default,
-types must match or promote. PROTOBUF_NATIVE schemas (descriptor sets) may not
+checked by Avro schema resolution as Pulsar applies it (``avro_resolution``: records
+matched field by field whatever their names, a reader field missing from the writer
+needs a default, types match, promote or resolve through unions). PROTOBUF_NATIVE schemas (descriptor sets) may not
 change their root message type, as Pulsar checks them; other types are compatible
 with themselves only; KEY_VALUE schemas are checked part by part, the key schema
 against the key schemas and the value schema against the value schemas (each under its
@@ -38,11 +38,11 @@ from urllib.parse import quote
 
 import avro.errors
 import avro.schema
-from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..meta import cas
+from .avro_resolution import can_read
 from .policies import policies_key, topic_policies_key
 
 SCHEMAS_ROOT = "/nereus/pulsar/schemas"
@@ -263,10 +263,10 @@ def check(strategy: str, type_: str, data: bytes, current: list[SchemaInfo], pro
         old = _parse(old_info.type, old_info.data)
         if old is None:
             continue
-        if mode in ("BACKWARD", "FULL") and not _can_read(new, old):
+        if mode in ("BACKWARD", "FULL") and not can_read(new, old):
             raise IncompatibleSchema(f"incompatible schema: it cannot read data written with version "
                                      f"{old_info.version} ({mode})")
-        if mode in ("FORWARD", "FULL") and not _can_read(old, new):
+        if mode in ("FORWARD", "FULL") and not can_read(old, new):
             raise IncompatibleSchema(f"incompatible schema: version {old_info.version} cannot read data "
                                      f"written with it ({mode})")
 
@@ -337,11 +337,6 @@ def _parse(type_: str, data: bytes) -> avro.schema.Schema | None:
         if type_ in ("JSON", "PROTOBUF"):
             return None  # not an Avro definition: not checkable (Pulsar accepts it)
         raise InvalidSchema(f"invalid Avro schema: {exc}") from None
-
-
-def _can_read(reader: avro.schema.Schema, writer: avro.schema.Schema) -> bool:
-    result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
-    return result.compatibility is SchemaCompatibilityType.compatible
 
 
 __all__ = ["AUTO_UPDATE_DISABLED", "AUTO_UPDATE_STRATEGIES", "auto_update_allowed", "DEFAULT_STRATEGY", "IncompatibleSchema", "InvalidSchema", "SchemaInfo", "STRATEGIES", "check", "key_value_parts",

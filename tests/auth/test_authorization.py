@@ -14,6 +14,8 @@ import pulsar
 import pytest
 
 from nereus.auth.tokens import create_token
+from nereus.pulsar.codec import pb, wrap
+from tests.pulsar_broker.rawclient import RawClient
 from tests.standalone_process import Standalone
 
 NEREUS = [sys.executable, "-m", "nereus.cli"]
@@ -119,6 +121,80 @@ def test_a_role_without_grants_is_refused_and_nothing_is_written(server):
         client.close()
     status, stats = _rest(server, "admin", "GET", "/admin/v2/persistent/acme/app/refused/stats")
     assert status == 200 and stats["msgInCounter"] == 0 and not stats["subscriptions"], stats
+
+
+def test_a_namespace_is_created_with_the_policies_of_its_body(server):
+    """PUT with a ``Policies`` body creates the namespace with them: roles granted there are served at once."""
+    only = "persistent://acme/with-policies/only"
+    auth = {"namespace_auth": {"ns-role": ["consume", "produce"]},
+            "destination_auth": {only: {"topic-role": ["consume"]}},
+            "subscription_auth_roles": {"reserved": ["ns-role"]}}
+    policies = {"auth_policies": auth, "replication_clusters": ["standalone"],
+                "retention_policies": {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10},
+                "deduplicationEnabled": True, "schema_compatibility_strategy": "BACKWARD",
+                "bundles": {"numBundles": 4}, "message_ttl_in_seconds": 30,  # Pulsar's, not kept here: ignored
+                "no_such_policy": {"x": 1}}  # unknown to Pulsar too: ignored as its reader does
+    _ok(_rest(server, "admin", "PUT", "/admin/v2/namespaces/acme/with-policies", policies))
+    status, stored = _rest(server, "admin", "GET", "/admin/v2/namespaces/acme/with-policies")
+    assert status == 200 and stored["auth_policies"] == auth, stored
+    assert (stored["replication_clusters"], stored["retention_policies"], stored["deduplicationEnabled"],
+            stored["schema_compatibility_strategy"]) == (["standalone"], policies["retention_policies"], True,
+                                                         "BACKWARD")
+    client, other = _client(server, "ns-role"), _client(server, "topic-role")
+    try:
+        topic = "persistent://acme/with-policies/t"
+        consumer = client.subscribe(topic, "reserved")
+        client.create_producer(topic).send(b"granted at creation")
+        assert _receive_all(consumer, 1) == [b"granted at creation"]
+        other.subscribe(only, "s").close()
+        with pytest.raises(pulsar.AuthorizationError):  # consume only
+            other.create_producer(only)
+        with pytest.raises(pulsar.AuthorizationError):  # a subscription name kept for ns-role
+            other.subscribe(only, "reserved")
+    finally:
+        client.close()
+        other.close()
+    # A body that cannot be applied is refused with a clear error, and nothing is created.
+    status, body = _rest(server, "admin", "PUT", "/admin/v2/namespaces/acme/bad-grant",
+                         {"auth_policies": {"namespace_auth": {"r": ["write"]}}})
+    assert status == 400 and "write" in body["reason"], body
+    status, body = _rest(server, "admin", "PUT", "/admin/v2/namespaces/acme/bad-cluster",
+                         {"replication_clusters": ["elsewhere"]})
+    assert status == 403 and "elsewhere" in body["reason"], body
+    for name in ("bad-grant", "bad-cluster"):
+        assert _rest(server, "admin", "GET", f"/admin/v2/namespaces/acme/{name}")[0] == 404
+
+
+MISSING = ("persistent://no-such-tenant/app/t", "persistent://acme/no-such-namespace/t")
+
+
+def test_a_missing_tenant_or_namespace_is_topic_not_found_before_any_permission(server):
+    """Existence is answered before permission, as Pulsar does: a wrong name is TopicNotFound for every role."""
+    client = _client(server, "stranger")
+    try:
+        for topic in MISSING:
+            with pytest.raises(pulsar.TopicNotFound):
+                client.create_producer(topic)
+            with pytest.raises(pulsar.TopicNotFound):
+                client.subscribe(topic, "s")
+        with pytest.raises(pulsar.AuthorizationError):  # in a namespace that exists the permission decides
+            client.create_producer("persistent://acme/app/not-granted")
+    finally:
+        client.close()
+    # Each command on its own (the client stops at the partitioned metadata): lookup, PRODUCER, SUBSCRIBE.
+    raw = RawClient(server.pulsar_port)
+    try:
+        raw.connect()  # the anonymous role, granted nothing
+        for i, topic in enumerate(MISSING):
+            raw.send(wrap(pb.CommandLookupTopic(topic=topic, request_id=10 + i)))
+            assert raw.expect("LOOKUP_RESPONSE").error == pb.TopicNotFound
+            raw.send(wrap(pb.CommandProducer(topic=topic, producer_id=i, request_id=20 + i)))
+            assert raw.expect("ERROR").error == pb.TopicNotFound
+            raw.send(wrap(pb.CommandSubscribe(topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive,
+                                              consumer_id=i, request_id=30 + i)))
+            assert raw.expect("ERROR").error == pb.TopicNotFound
+    finally:
+        raw.close()
 
 
 def test_topic_level_grant(server):

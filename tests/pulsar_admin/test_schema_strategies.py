@@ -14,7 +14,7 @@ KINDS = {"avro": schema.AvroSchema, "json": schema.JsonSchema}
 
 
 def _record(**fields):
-    """A Record class named ``User`` (Avro resolution matches record names) with ``fields``."""
+    """A Record class named ``User`` with ``fields``."""
     return type("User", (schema.Record,), fields)
 
 
@@ -87,6 +87,48 @@ def test_transitive_strategies_check_every_version(admin, client, pulsar, kind, 
         assert _accepts(client, pulsar, topic, kind, versions[2]) is not transitive
     path = "/schemas/" + topic.split("://", 1)[1] + "/schemas"
     assert len(admin.ok("GET", path)["getSchemaResponses"]) == 2
+
+
+class Example(schema.Record):
+    name = schema.String()
+    count = schema.Integer()
+    active = schema.Boolean(required=True)
+
+
+class ExampleRequiredDefault(schema.Record):  # the same fields, each with a default
+    active = schema.Boolean(required=True, default=False, required_default=True)
+    count = schema.Integer(required_default=True)
+    name = schema.String(required_default=True)
+
+
+class User1(schema.Record):
+    name = schema.String()
+    age = schema.Integer()
+
+
+class User2(schema.Record):  # age no longer nullable: old readers read it, new readers not old data
+    age = schema.Integer(required=True)
+    name = schema.String()
+
+
+SAMPLES = {Example: {"name": None, "count": None, "active": True}, User1: {"name": "a", "age": 1}}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("strategy, first, second, accepted", [
+    ("FULL", Example, ExampleRequiredDefault, True),
+    ("FORWARD", User1, User2, True),
+    ("FULL", User1, User2, False),
+    ("BACKWARD", User1, User2, False),
+])
+def test_renamed_records_evolve_field_by_field(admin, client, pulsar, kind, strategy, first, second, accepted):
+    """Records are resolved field by field whatever they are named, as Pulsar's Avro validators do."""
+    topic = f"persistent://{_namespace(admin, strategy)}/evolving"
+    producer = client.create_producer(topic, schema=KINDS[kind](first))
+    producer.send(first(**SAMPLES[first]))
+    assert _accepts(client, pulsar, topic, kind, second) is accepted
+    versions = admin.ok("GET", "/schemas/" + topic.split("://", 1)[1] + "/schemas")["getSchemaResponses"]
+    assert len(versions) == (2 if accepted else 1)
 
 
 def test_the_admin_upload_is_refused_with_409_as_a_producer_is(admin, client, pulsar):

@@ -100,3 +100,34 @@ def test_retention_trims_acknowledged_data_only(admin, client):
     assert stats["startOffset"] > 8 and stats["totalSize"] < 20 * 40
     producer.send(b"after")
     assert consumer.receive(timeout_millis=10000).data() == b"after"
+
+
+def test_created_with_every_kept_policy_of_the_body(admin):
+    """The ``Policies`` body of a create: each field kept here is read back on its own path; Pulsar's
+    defaults (UNDEFINED, empty maps, nulls) leave a policy unset."""
+    ns = f"public/body-{uuid.uuid4().hex[:6]}"
+    publish = {"publishThrottlingRateInMsg": 100, "publishThrottlingRateInByte": -1}
+    dispatch = {"dispatchThrottlingRateInMsg": 50, "dispatchThrottlingRateInByte": -1,
+                "relativeToPublishRate": False, "ratePeriodInSecond": 1}
+    creation = {"allowAutoTopicCreation": False}
+    admin.ok("PUT", f"/namespaces/{ns}", {
+        "publishMaxMessageRate": {"standalone": publish}, "topicDispatchRate": {"standalone": dispatch},
+        "subscriptionDispatchRate": {}, "compaction_threshold": 1048576, "autoTopicCreationOverride": creation,
+        "is_allow_auto_update_schema": False, "schema_auto_update_compatibility_strategy": "Backward",
+        "schema_compatibility_strategy": "UNDEFINED", "deduplicationEnabled": None, "auth_policies": {
+            "namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}}})
+    assert admin.ok("GET", f"/namespaces/{ns}/publishRate") == publish
+    assert admin.ok("GET", f"/namespaces/{ns}/dispatchRate") == dispatch
+    assert admin.get(f"/namespaces/{ns}/subscriptionDispatchRate")[0] == 204
+    assert admin.ok("GET", f"/namespaces/{ns}/compactionThreshold") == 1048576
+    assert admin.ok("GET", f"/namespaces/{ns}/autoTopicCreation")["allowAutoTopicCreation"] is False
+    assert admin.ok("GET", f"/namespaces/{ns}/isAllowAutoUpdateSchema") is False
+    assert admin.ok("GET", f"/namespaces/{ns}/schemaAutoUpdateCompatibilityStrategy") == "Backward"
+    assert admin.ok("GET", f"/namespaces/{ns}/schemaCompatibilityStrategy") == "UNDEFINED"
+    assert admin.get(f"/namespaces/{ns}/deduplication")[0] == 204
+    bad = f"public/bad-{uuid.uuid4().hex[:6]}"
+    status, body = admin.put(f"/namespaces/{bad}", {"publishMaxMessageRate": {"standalone": "fast"}})
+    assert status == 400 and "PublishRate" in body["reason"], body
+    status, body = admin.put(f"/namespaces/{bad}", {"deduplicationEnabled": "yes"})
+    assert status == 400 and "deduplicationEnabled" in body["reason"], body
+    assert admin.get(f"/namespaces/{bad}")[0] == 404

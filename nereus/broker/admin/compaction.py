@@ -85,7 +85,8 @@ def aggregate(statuses: list[dict]) -> dict:
     return min(statuses, key=lambda s: _ORDER.get(s.get("status"), 0))
 
 
-def _threshold(value) -> int:
+def validate_threshold(value) -> int:
+    """A compaction threshold (bytes, >= 0); AdminError when it is not one."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise AdminError(412, "compactionThreshold must be a number of bytes >= 0")
     return value
@@ -103,7 +104,7 @@ async def set_namespace_threshold(request: web.Request, value: int | None = None
     ctx = context(request)
     m = request.match_info
     if request.method != "DELETE":
-        value = _threshold(await body(request))
+        value = validate_threshold(await body(request))
     await require_namespace(ctx.meta, m["tenant"], m["namespace"])
 
     def change(stored: dict) -> dict:
@@ -133,7 +134,7 @@ async def get_topic_threshold(request: web.Request) -> web.Response:
 
 async def set_topic_threshold(request: web.Request) -> web.Response:
     ctx = context(request)
-    value = None if request.method == "DELETE" else _threshold(await body(request))
+    value = None if request.method == "DELETE" else validate_threshold(await body(request))
     name = await topic_policies.require_policy_topic(ctx, request)
     await topic_policies.set_policy(ctx, name, TOPIC_FIELD, value)
     return no_content()

@@ -7,7 +7,8 @@ topics of the namespace whenever it is set or removed here, and at every topic l
 unset means the broker default, enabled) and ``schema_compatibility_strategy`` (read by the schema
 registry when a producer or ``POST .../schema`` registers a schema) and
 ``autoTopicCreationOverride`` (read by the Pulsar broker on every first use of a
-missing topic: ``topics/autocreate.py``).
+missing topic: ``topics/autocreate.py``). A namespace is created with the policies of
+its ``Policies`` body (``namespace_body.py``).
 """
 
 from __future__ import annotations
@@ -20,23 +21,23 @@ from ...auth.authorization import AUTH_FIELD, auth_policies
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
-from ...topics.autocreate import OVERRIDE_FIELD, InvalidAutoCreation, PartitionsOverLimit, validate_override
+from ...topics.autocreate import OVERRIDE_FIELD
 from ...topics.policies import policies_key
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
+from .namespace_body import REPLICATION_FIELD, auto_creation, policies_from_body
 from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
 
 #: Pulsar's BundlesData: topics are not grouped in bundles here, so one bundle covers the whole hash range.
 BUNDLES = {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1}
 RATE_FIELDS = ("publishMaxMessageRate", "topicDispatchRate", "subscriptionDispatchRate")  # rate_policies.py
-_PUBLIC_FIELDS = ("retention_policies", "deduplicationEnabled", "schema_compatibility_strategy", OVERRIDE_FIELD)
 
 
 def _policies(stored: dict) -> dict:
     """Pulsar's Policies JSON (the subset this broker keeps) from the stored record."""
     return {
-        "replication_clusters": [DEFAULT_CLUSTER],
+        REPLICATION_FIELD: stored.get(REPLICATION_FIELD) or [DEFAULT_CLUSTER],
         "bundles": BUNDLES,
         "retention_policies": stored.get("retention_policies"),
         "deduplicationEnabled": stored.get("deduplicationEnabled"),
@@ -65,21 +66,14 @@ async def create_namespace(request: web.Request) -> web.Response:
     ctx = context(request)
     tenant, namespace = _names(request)
     check_name(namespace, "Namespace")
-    await require_tenant(ctx.meta, tenant)
-    given = await body(request, {}) or {}
-    if not isinstance(given, dict):
-        raise AdminError(400, "The policies must be a JSON object")
-    stored = {k: given[k] for k in _PUBLIC_FIELDS if given.get(k) is not None}
-    if "retention_policies" in stored:
-        stored["retention_policies"] = retention.validate(stored["retention_policies"])
-    if OVERRIDE_FIELD in stored:
-        stored[OVERRIDE_FIELD] = _auto_creation(stored[OVERRIDE_FIELD])
+    tenant_info = await require_tenant(ctx.meta, tenant)
+    stored = policies_from_body(await body(request), tenant, tenant_info, ctx.max_partitions)
     try:
         await ctx.meta.put(policies_key(tenant, namespace), json.dumps(stored).encode(),
                            expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
         raise AdminError(409, "Namespace already exists") from None
-    if "deduplicationEnabled" in stored:
+    if stored.keys() & {"deduplicationEnabled", *RATE_FIELDS}:
         await refresh_policies(ctx.pulsar, tenant, namespace)
     return no_content()
 
@@ -173,19 +167,10 @@ async def set_deduplication(request: web.Request) -> web.Response:
     return no_content()
 
 
-def _auto_creation(value, max_partitions: int) -> dict:
-    try:
-        return validate_override(value, max_partitions)
-    except PartitionsOverLimit as exc:
-        raise AdminError(406, str(exc)) from None
-    except InvalidAutoCreation as exc:
-        raise AdminError(400, f"Invalid autoTopicCreation policy: {exc}") from None
-
-
 async def set_auto_creation(request: web.Request) -> web.Response:
     """Pulsar's ``autoTopicCreationOverride``: whether and how a missing topic is created on first use."""
     ctx = context(request)
-    value = _auto_creation(await body(request), ctx.max_partitions)
+    value = auto_creation(await body(request), ctx.max_partitions)
     await _update(ctx, *_names(request), OVERRIDE_FIELD, value)
     return no_content()
 

@@ -19,6 +19,7 @@ import time
 from ...auth import AuthenticationFailed
 from ...tls import peer_cert_cn
 from ..codec import pb, wrap
+from .existence import require_namespace
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,14 @@ def handle_auth_response(conn, frame) -> None:
 
 async def denial(conn, topic, action: str | None, subscription: str | None = None) -> str | None:
     """None if the connection's role may ``action`` (produce, consume; None: lookup) ``topic`` (with
-    ``subscription``), else why not."""
+    ``subscription``), else why not.
+
+    Raises TopicMissing first when the topic's tenant or namespace does not exist: Pulsar
+    answers a wrong name with TopicNotFound whatever the role may do."""
     authorizer = conn.service.authorizer
     if authorizer is None:
         return None
+    await require_namespace(conn.service, topic)
     return await authorizer.denial(conn.role, topic, action, subscription)
 
 

@@ -70,7 +70,11 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
         return
-    refused = await denial(conn, name, "consume", cmd.subscription)
+    try:
+        refused = await denial(conn, name, "consume", cmd.subscription)
+    except TopicMissing as exc:
+        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
+        return
     if refused:
         conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
         return

@@ -2,7 +2,9 @@
 
 A lookup, PRODUCER or SUBSCRIBE on a topic of a missing tenant or namespace, or on
 a missing topic that the rule in force (``topics.autocreate``) does not let this
-broker create, is answered ``TopicNotFound``, as Pulsar answers it. A
+broker create, is answered ``TopicNotFound``, as Pulsar answers it. A missing tenant
+or namespace is answered so before any permission is checked (``require_namespace``),
+so a client learns that the name is wrong rather than that it may not use it. A
 non-persistent topic that is not partitioned exists as soon as its namespace does.
 """
 
@@ -37,11 +39,23 @@ async def _exists(service, name: TopicName) -> bool:
     return name.domain == "persistent" and await _stored(service, name)
 
 
+def _no_namespace(name: TopicName) -> TopicMissing:
+    return TopicMissing(f"Tenant or namespace does not exist: {name.namespace_name}")
+
+
+async def require_namespace(service, name: TopicName) -> None:
+    """Raise TopicMissing if ``name``'s tenant or namespace does not exist."""
+    if service.registry.in_use(name):
+        return
+    if await namespace_policies(service.meta, name.tenant, name.namespace) is None:
+        raise _no_namespace(name)
+
+
 async def rule_for(service, name: TopicName) -> AutoCreation:
     """The auto-creation rule of ``name``'s namespace; raises TopicMissing if the namespace does not exist."""
     policies = await namespace_policies(service.meta, name.tenant, name.namespace)
     if policies is None:
-        raise TopicMissing(f"Tenant or namespace does not exist: {name.namespace_name}")
+        raise _no_namespace(name)
     return in_force(service.registry.auto_creation, policies)
 
 
@@ -70,4 +84,4 @@ async def partitions_for_client(service, name: TopicName, *, may_create: bool) -
     return 0  # a non-partitioned topic, created on first use (or refused then)
 
 
-__all__ = ["TopicMissing", "check_usable", "partitions_for_client", "rule_for"]
+__all__ = ["TopicMissing", "check_usable", "partitions_for_client", "require_namespace", "rule_for"]

@@ -42,16 +42,17 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
     if transactions.is_tc_topic(topic):
         _lookup_tc(conn, cmd, topic)
         return
-    refused = await denial(conn, topic, None)
-    if refused:
-        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.AuthorizationError,
-                               message=refused)))
-        return
     try:
-        await check_usable(conn.service, topic)
+        refused = await denial(conn, topic, None)
+        if not refused:
+            await check_usable(conn.service, topic)
     except TopicMissing as exc:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.TopicNotFound,
                                message=str(exc))))
+        return
+    if refused:
+        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.AuthorizationError,
+                               message=refused)))
         return
     placement = conn.service.registry.placement
     try:
@@ -109,12 +110,12 @@ async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetad
         conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Success,
                              partitions=transactions.TC_COUNT if available else 0)))
         return
-    refused = await denial(conn, topic, None)
-    if refused:
-        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.AuthorizationError,
-                             message=refused)))
-        return
     try:
+        refused = await denial(conn, topic, None)
+        if refused:
+            conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.AuthorizationError,
+                                 message=refused)))
+            return
         partitions = await partitions_for_client(conn.service, topic, may_create=cmd.metadata_auto_creation_enabled)
     except TopicMissing as exc:
         conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.TopicNotFound,

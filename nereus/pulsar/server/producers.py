@@ -123,7 +123,11 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
         return
-    refused = await denial(conn, name, "produce")
+    try:
+        refused = await denial(conn, name, "produce")
+    except TopicMissing as exc:
+        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
+        return
     if refused:
         conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
         return
