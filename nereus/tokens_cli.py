@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,13 +20,21 @@ from .auth.tokens import (ASYMMETRIC_ALGORITHMS, HMAC_ALGORITHMS, TokenValidator
                           create_token, decode_unverified, parse_duration)
 
 
-def _write(path: Path | None, data: bytes) -> None:
+def _write(path: Path | None, data: bytes, *, secret: bool = False) -> None:
+    """``data`` to ``path`` (standard output without one); a ``secret`` file is readable by its owner only."""
     if path is None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
     try:
-        path.write_bytes(data)
+        if not secret:
+            path.write_bytes(data)
+            return
+        # Created 0600 so the key is never readable by others, not even between the write and a chmod.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)  # a file that existed before keeps its mode otherwise
+            f.write(data)
     except OSError as exc:
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -75,7 +84,7 @@ def tokens() -> None:
 def create_secret_key_command(signature_algorithm: str, output: Path | None, as_base64: bool) -> None:
     """A new secret key (raw bytes) for HS256/384/512 tokens (tokenSecretKey)."""
     key = create_secret_key(signature_algorithm)
-    _write(output, base64.b64encode(key) if as_base64 else key)
+    _write(output, base64.b64encode(key) if as_base64 else key, secret=True)
 
 
 @tokens.command("create-key-pair")
@@ -86,7 +95,7 @@ def create_secret_key_command(signature_algorithm: str, output: Path | None, as_
 def create_key_pair_command(signature_algorithm: str, output_private_key: Path, output_public_key: Path) -> None:
     """A new private/public key pair (DER) for RS/ES tokens (the broker's tokenPublicKey)."""
     private, public = create_key_pair(signature_algorithm)
-    _write(output_private_key, private)
+    _write(output_private_key, private, secret=True)
     _write(output_public_key, public)
 
 

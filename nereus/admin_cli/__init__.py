@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from . import auth, rates  # noqa: F401 - rates adds its commands to namespaces and topics
+from . import auth, client_conf, rates  # noqa: F401 - rates adds its commands to namespaces and topics
 from .brokers import brokers
 from .clusters import clusters
 from .http import AdminClient
@@ -21,25 +21,39 @@ from .subscriptions import subscriptions
 from .tenants import tenants
 from .topics import topics
 
-DEFAULT_URL = "http://localhost:8080"
-
 
 @click.group("admin")
-@click.option("--url", "--admin-url", "url", default=DEFAULT_URL, show_default=True,
+@click.option("--url", "--admin-url", "url", default=None,
               envvar=["NEREUS_ADMIN_URL", "PULSAR_ADMIN_URL"], show_envvar=True,
-              help="The broker's HTTP address (any broker of a cluster).")
+              help=f"The broker's HTTP(S) address (any broker of a cluster). Default: the client.conf's "
+                   f"webServiceUrl, else {client_conf.DEFAULT_URL}.")
+@click.option("--conf", "conf_path", envvar="PULSAR_CLIENT_CONF", show_envvar=True,
+              type=click.Path(dir_okay=False),
+              help="A Pulsar client.conf (webServiceUrl, authPlugin, authParams, tlsTrustCertsFilePath, "
+                   "tlsAllowInsecureConnection); options override it. Default: ~/.config/nereus/client.conf "
+                   "when present.")
 @click.option("--token", envvar="NEREUS_ADMIN_TOKEN", show_envvar=True,
               help="Send Authorization: Bearer TOKEN.")
-@click.option("--auth-plugin", help="Pulsar's auth plugin class (token or basic).")
-@click.option("--auth-params", help="The plugin's parameters (token:T, file:/path, or JSON).")
+@click.option("--auth-plugin", help="Pulsar's auth plugin class (AuthenticationToken or AuthenticationBasic).")
+@click.option("--auth-params", help="The plugin's parameters: token:T, file:///path, {\"token\": \"T\"}; "
+              "{\"userId\": \"u\", \"password\": \"p\"}.")
+@click.option("--tls-trust-cert-path", type=click.Path(dir_okay=False),
+              help="PEM file of the CAs trusted for https:// (a private CA); default: the system's.")
+@click.option("--tls-allow-insecure", is_flag=True, help="Accept any server certificate (no verification).")
 @click.option("--request-timeout", type=click.FloatRange(min=0.1), default=60, show_default=True,
               help="Seconds to wait for each answer.")
 @click.option("--json", "as_json", is_flag=True, help="Print REST answers as JSON.")
 @click.pass_context
-def admin(ctx: click.Context, url, token, auth_plugin, auth_params, request_timeout, as_json) -> None:
+def admin(ctx: click.Context, url, conf_path, token, auth_plugin, auth_params, tls_trust_cert_path,
+          tls_allow_insecure, request_timeout, as_json) -> None:
     """Administer tenants, namespaces, topics, subscriptions and schemas over the REST API."""
-    headers = auth.headers(token=token, plugin=auth_plugin, params=auth_params)
-    ctx.obj = Session(AdminClient(url, headers=headers, timeout=request_timeout), as_json=as_json)
+    connection = client_conf.resolve(conf_path=conf_path, url=url, token=token, auth_plugin=auth_plugin,
+                                     auth_params=auth_params, trust_file=tls_trust_cert_path,
+                                     allow_insecure=tls_allow_insecure)
+    headers = auth.headers(token=connection.token, plugin=connection.auth_plugin, params=connection.auth_params)
+    client = AdminClient(connection.url, headers=headers, timeout=request_timeout,
+                         ssl_context=connection.ssl_context())
+    ctx.obj = Session(client, as_json=as_json)
 
 
 for _group in (tenants, namespaces, topics, subscriptions, schemas, brokers, clusters):

@@ -1,6 +1,6 @@
 """Auth options as ``pulsar-admin`` takes them, turned into request headers.
 
-The broker does not check credentials yet; these headers are what it will check.
+The broker checks them when its authentication is on (else it ignores them).
 ``--token T`` sends ``Authorization: Bearer T``. ``--auth-plugin`` takes Pulsar's class
 names (or their short names): the token plugin with ``--auth-params token:T``,
 ``file:/path`` or ``{"token": "T"}``; the basic plugin with
@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from ..file_urls import file_url_path
 from .http import AdminCliError
 
 TOKEN_PLUGINS = {"org.apache.pulsar.client.impl.auth.AuthenticationToken", "AuthenticationToken", "token"}
@@ -51,7 +51,10 @@ def _token(raw: str) -> str:
     if raw.startswith("token:"):
         return raw[len("token:"):]
     if raw.startswith("file:"):
-        path = urlsplit(raw).path if raw.startswith("file://") else raw[len("file:"):]
+        try:
+            path = file_url_path(raw)
+        except ValueError as exc:
+            raise AdminCliError(f"--auth-params: {exc}") from None
         try:
             return Path(path).read_text().strip()
         except OSError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -52,14 +53,18 @@ def _reason(body: bytes) -> str:
 class AdminClient:
     """Calls ``{url}/admin/v2...`` with the auth headers; answers decoded JSON (None for an empty body)."""
 
-    def __init__(self, url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, *, headers: dict[str, str] | None = None, timeout: float = 60.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise AdminCliError(f"invalid admin URL {url!r}: expected http://host:port")
         self.url = url.rstrip("/")
         self.headers = dict(headers or {})
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        handlers = [_NoRedirect()]
+        if ssl_context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def call(self, method: str, path: str, body=None, *, query: dict | None = None, raw: bool = False):
         """The decoded answer; ``raw``: (response headers, body bytes) instead."""
@@ -86,6 +91,9 @@ class AdminClient:
                 raise AdminCliError(f"{word}: {_reason(exc.read()) or exc.reason}") from None
             except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
                 why = getattr(exc, "reason", exc)
+                if isinstance(why, ssl.SSLCertVerificationError):
+                    raise AdminCliError(f"cannot reach {self.url}: certificate verify failed: {why.verify_message} "
+                                        "(a private CA: --tls-trust-cert-path CA_FILE)") from None
                 raise AdminCliError(f"cannot reach {self.url}: {why}") from None
             if not content.strip():
                 return None

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from . import output, retention
+from . import message_view, output, retention
 from .args import _q, actions_list, namespace_path, topic_path
 from .session import group, json_option, pass_session
 from .subscriptions import TOPIC_COMMANDS
 
 topics = group("topics", "Topics: create, list, delete, stats, unload, retention, subscriptions, permissions.",
                aliases={"create-partitioned": "create-partitioned-topic",
-                        "delete-partitioned": "delete-partitioned-topic"})
+                        "delete-partitioned": "delete-partitioned-topic", "internal-stats": "stats-internal"})
 
 _force = click.option("-f", "--force", is_flag=True, help="Even with connected clients (they are disconnected).")
 _partitions = click.option("-p", "--partitions", type=click.IntRange(1), required=True, help="Number of partitions.")
@@ -101,7 +101,7 @@ def stats(s, topic):
     s.emit(s.client.get(f"{topic_path(topic)}/stats"), view=output.stats_view)
 
 
-@topics.command("internal-stats")
+@topics.command("stats-internal")
 @click.argument("topic")
 @json_option
 @pass_session
@@ -119,13 +119,6 @@ def last_message_id(s, topic):
     s.emit(s.client.get(f"{topic_path(topic)}/lastMessageId"))
 
 
-def _show_message(headers: dict, content: bytes) -> None:
-    for name, value in headers.items():
-        if name.lower().startswith("x-pulsar-"):
-            click.echo(f"{name[len('X-Pulsar-'):]}: {value}")
-    click.echo(content.decode("utf-8", errors="replace"))
-
-
 @topics.command("examine-message")
 @click.argument("topic")
 @click.option("-i", "--initialPosition", "initial", type=click.Choice(["latest", "earliest"]), default="latest",
@@ -135,7 +128,7 @@ def _show_message(headers: dict, content: bytes) -> None:
 @pass_session
 def examine_message(s, topic, initial, position):
     """Show one message of TOPIC: its metadata and payload."""
-    _show_message(*s.client.get(f"{topic_path(topic)}/examinemessage", raw=True,
+    message_view.show(*s.client.get(f"{topic_path(topic)}/examinemessage", raw=True,
                                 query={"initialPosition": initial, "messagePosition": position}))
 
 
@@ -146,7 +139,7 @@ def examine_message(s, topic, initial, position):
 @pass_session
 def get_message_by_id(s, topic, ledger, entry):
     """Show the message of TOPIC with id LEDGER:ENTRY."""
-    _show_message(*s.client.get(f"{topic_path(topic)}/ledger/{ledger}/entry/{entry}", raw=True))
+    message_view.show(*s.client.get(f"{topic_path(topic)}/ledger/{ledger}/entry/{entry}", raw=True))
 
 
 @topics.command("partitioned-stats")

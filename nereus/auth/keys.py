@@ -1,6 +1,6 @@
 """Key and credential values as Pulsar's configuration gives them.
 
-``file:///path`` (or ``file:/path``), ``data:;base64,...`` (or ``data:...,...``), a path to
+``file:///path`` (or ``file:/path``, or ``file://relative/path``), ``data:;base64,...`` (or ``data:...,...``), a path to
 an existing file, or else base64 text: the same forms Pulsar reads ``tokenSecretKey``,
 ``tokenPublicKey`` and ``basicAuthConf`` in.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from urllib.parse import unquote, unquote_to_bytes, urlsplit
+from urllib.parse import unquote_to_bytes
 
+from ..file_urls import file_url_path
 from .errors import AuthConfigError
 
 
@@ -26,7 +27,10 @@ def read_value(value: str, what: str) -> bytes:
             return _b64(payload, what)
         return unquote_to_bytes(payload)
     if value.startswith("file:"):
-        path = unquote(urlsplit(value).path) if value.startswith("file://") else value[len("file:"):]
+        try:
+            path = file_url_path(value)
+        except ValueError as exc:
+            raise AuthConfigError(f"{what}: {exc}") from None
         return _read_file(path, what)
     if os.path.isfile(value):
         return _read_file(value, what)

@@ -18,6 +18,7 @@ import sys
 from ..meta import MetadataError, connect
 from ..objstore import open_object_store
 from ..tasks import wait_for
+from .cluster.origin import warn_if_joining_a_standalone
 from .node import BrokerOptions, start_broker
 from .standalone import install_stop_signals, until_stopped
 
@@ -77,6 +78,8 @@ async def run_broker(metadata_url: str, objects_url: str, options: BrokerOptions
                                                 metadata_url=metadata_url, options=options), stop)
         if node is None:
             return
+        with contextlib.suppress(MetadataError):  # a check only: the broker serves either way
+            await warn_if_joining_a_standalone(meta, metadata_url)
         if ready is not None:
             ready.set()
         await stop.wait()

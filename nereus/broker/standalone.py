@@ -19,6 +19,7 @@ from pathlib import Path
 from ..meta import open_engine
 from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
+from .cluster.origin import mark_standalone
 from .node import BrokerOptions, advertised, bind_listener, start_broker
 from ..tasks import wait_for
 
@@ -84,6 +85,7 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         meta = engine.client(namespace="default", identity=f"standalone-{os.getpid()}",
                              session_timeout=config.session_timeout)
         stack.push_async_callback(meta.close)
+        await mark_standalone(meta, config.data_dir)
         node = await until_stopped(start_broker(stack, meta, objects, objects_url=objects_url,
                                                 metadata_url=metadata_url, options=options), stop)
         if node is None:

@@ -47,7 +47,7 @@ def namespace(admin) -> str:
     return ns
 
 
-def run_process(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_process(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
     """``python -m nereus.cli ...`` as a separate process, for exit codes and stderr as users see them."""
     return subprocess.run([sys.executable, "-m", "nereus.cli", *args], capture_output=True, text=True, timeout=120,
-                          env=env)
+                          env=env, cwd=cwd)

@@ -123,3 +123,33 @@ def test_unload_and_the_producer_keeps_sending(admin: Admin, client, namespace, 
     missing = admin.run("namespaces", "unload", "public/nope")
     assert missing.exit_code == 1 and missing.stderr.startswith("not found: ")
     wait_until(lambda: admin.json("topics", "stats", topic)["publishers"], timeout=15)
+
+
+def test_examine_message_prints_a_readable_message(admin: Admin, client, namespace):
+    topic = f"persistent://{namespace}/examined"
+    producer = client.create_producer(topic, batching_enabled=False, producer_name="examiner")
+    first = producer.send("héllo\nworld".encode(), properties={"origin": "test", "n": "1"}, partition_key="k1")
+    producer.send(bytes(range(250, 256)) + b"\x00binary", partition_key="k2")
+    producer.close()
+
+    text = admin.ok("topics", "examine-message", topic, "--initialPosition", "earliest", "--messagePosition", "1")
+    fields = dict(line.split(":", 1) for line in text.splitlines()[:7])
+    assert fields["Message ID"].strip() == f"{first.ledger_id()}:{first.entry_id()}"
+    assert fields["Key"].strip() == "k1" and fields["Producer"].strip() == "examiner"
+    assert fields["Publish time"].strip().endswith("Z")
+    assert fields["Properties"].strip() in ("origin=test, n=1", "n=1, origin=test")
+    assert fields["Payload"].strip() == "12 bytes, UTF-8 text"
+    assert text.splitlines()[-2:] == ["héllo", "world"]
+
+    binary = admin.ok("topics", "examine-message", topic, "--initialPosition", "latest", "--messagePosition", "1")
+    assert "Key:" in binary and "k2" in binary and "Payload:" in binary and "13 bytes, hex" in binary
+    assert binary.splitlines()[-1] == "00000000  fa fb fc fd fe ff 00 62 69 6e 61 72 79           .......binary"
+    second = admin.ok("topics", "examine-message", topic, "-i", "latest", "-m", "2")
+    assert "héllo" in second
+
+
+def test_pulsar_admin_verb_names(admin: Admin, client, namespace):
+    topic = f"persistent://{namespace}/verbs"
+    _produce(client, topic, 3)
+    assert admin.json("topics", "stats-internal", topic)["numberOfEntries"] == 3
+    assert "stats-internal" in admin.ok("topics", "--help")

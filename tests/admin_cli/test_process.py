@@ -90,11 +90,16 @@ def test_auth_options_send_the_authorization_header(recorder, tmp_path):
                        "tenants", "list").returncode == 0
     assert run_process("admin", "--url", url, "--auth-plugin", plugin, "--auth-params", f"file://{token_file}",
                        "tenants", "list").returncode == 0
+    assert run_process("admin", "--url", url, "--auth-plugin", plugin, "--auth-params", "file://token",
+                       "tenants", "list", cwd=tmp_path).returncode == 0  # relative to the working directory
+    done = run_process("admin", "--url", url, "--auth-plugin", plugin, "--auth-params", "file://no-such-token",
+                       "tenants", "list", cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.startswith("cannot read the token file no-such-token: ")
     basic = json.dumps({"userId": "ada", "password": "pw"})
     assert run_process("admin", "--url", url, "--auth-plugin", "org.apache.pulsar.client.impl.auth.AuthenticationBasic",
                        "--auth-params", basic, "tenants", "list").returncode == 0
     assert [s[2] for s in seen] == ["Bearer abc", "Bearer xyz", "Bearer from-file",
-                                    "Basic " + base64.b64encode(b"ada:pw").decode()]
+                                    "Bearer from-file", "Basic " + base64.b64encode(b"ada:pw").decode()]
     done = run_process("admin", "--url", url, "--auth-plugin", "AuthenticationTls", "tenants", "list")
     assert done.returncode == 1 and done.stderr.startswith("unsupported --auth-plugin AuthenticationTls")
 

@@ -24,8 +24,8 @@ PROVIDERS = ("org.apache.pulsar.broker.authentication.AuthenticationProviderToke
              "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic")
 
 
-def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([*NEREUS, *args], capture_output=True, text=True, timeout=60)
+def _cli(*args: str, check: bool = True, cwd=None) -> subprocess.CompletedProcess:
+    result = subprocess.run([*NEREUS, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"nereus {' '.join(args)} failed: {result.stderr}")
     return result
@@ -252,3 +252,20 @@ def test_tokens_command_round_trips(tmp_path):
     signed = _cli("tokens", "create", "-s", "bob", "--private-key", f"file://{private}").stdout.strip()
     assert json.loads(_cli("tokens", "show", signed).stdout.split("---")[0])["alg"] == "RS256"
     assert json.loads(_cli("tokens", "validate", signed, "--public-key", f"file://{public}").stdout)["sub"] == "bob"
+
+
+def test_keys_are_private_and_relative_file_urls_name_the_working_directory(tmp_path):
+    (tmp_path / "secret.key").write_bytes(b"old")
+    (tmp_path / "secret.key").chmod(0o644)  # a key written over an existing file is private too
+    _cli("tokens", "create-secret-key", "--output", "secret.key", cwd=tmp_path)
+    _cli("tokens", "create-key-pair", "--output-private-key", "private.key", "--output-public-key", "public.key",
+         cwd=tmp_path)
+    assert [(tmp_path / name).stat().st_mode & 0o777 for name in ("secret.key", "private.key")] == [0o600, 0o600]
+    token = _cli("tokens", "create", "--subject", "alice", "--secret-key", "file://secret.key", cwd=tmp_path).stdout
+    checked = _cli("tokens", "validate", token.strip(), "--secret-key", "file://secret.key", cwd=tmp_path).stdout
+    assert json.loads(checked)["sub"] == "alice"
+    missing = _cli("tokens", "create", "-s", "a", "--secret-key", "file://keys/missing.key", check=False, cwd=tmp_path)
+    assert missing.returncode == 1
+    assert "--secret-key: cannot read keys/missing.key: No such file or directory" in missing.stderr
+    empty = _cli("tokens", "create", "-s", "a", "--secret-key", "file://", check=False, cwd=tmp_path)
+    assert empty.returncode == 1 and "'file://' names no file" in empty.stderr

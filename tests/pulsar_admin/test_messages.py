@@ -124,7 +124,7 @@ def test_cli(standalone, client, topic):
     ids = _produce(client, topic, batched=False)
     assert cli.json("topics", "last-message-id", topic)["entryId"] == ids[-1].entry_id()
     out = cli.ok("topics", "examine-message", topic, "-i", "earliest", "-m", "1")
-    assert "m0" in out and "PROPERTY-k: v0" in out
+    assert "m0" in out and "Properties:" in out and "k=v0" in out
     out = cli.ok("topics", "get-message-by-id", topic, "-l", str(ids[2].ledger_id()), "-e", str(ids[2].entry_id()))
     assert "m2" in out
     assert cli.json("namespaces", "bundles", "public/default")["numBundles"] == 1
