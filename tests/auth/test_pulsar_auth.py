@@ -63,12 +63,13 @@ def _round_trip(node, auth, topic: str) -> None:
 
 
 def _refused(node, auth, topic: str) -> None:
-    # The C++-based client drops a connection whose CONNECT is answered by an ERROR and retries until
-    # its operation timeout (it does the same against Pulsar): what it raises depends on its version.
-    client = pulsar.Client(node.url, authentication=auth, operation_timeout_seconds=3)
+    """The official client is told why: AuthenticationError, never a timeout (its default operation timeout)."""
+    client = pulsar.Client(node.url, authentication=auth)
     try:
-        with pytest.raises((pulsar.AuthenticationError, pulsar.Timeout, pulsar.ConnectError)):
+        with pytest.raises(pulsar.AuthenticationError):
             client.create_producer(topic)
+        with pytest.raises(pulsar.AuthenticationError):
+            client.subscribe(topic, "s")
     finally:
         client.close()
 
@@ -128,6 +129,29 @@ def test_an_unknown_method_without_an_anonymous_role_is_refused_and_the_client_l
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert any(line.startswith("refused") for line in done.stdout.splitlines()), done.stdout[-2000:]
+
+
+def test_a_cpp_client_refused_at_connect_gets_the_error_on_its_first_request(server):
+    """That client drops a connection whose CONNECT is answered by an ERROR and retries until it times out;
+    it is answered CONNECTED, its first request gets AuthenticationError, and the connection closes."""
+    sock = socket.create_connection(("127.0.0.1", server.pulsar_port), timeout=15)
+    with sock:
+        sock.sendall(encode_command(wrap(pb.CommandConnect(client_version="Pulsar-CPP-v4.2.0", protocol_version=20,
+                                                           auth_method_name="none"))))
+        sock.sendall(encode_command(wrap(pb.CommandPartitionedTopicMetadata(topic="persistent://public/default/x",
+                                                                            request_id=7))))
+        sock.sendall(encode_command(wrap(pb.CommandProducer(topic="persistent://public/default/x", producer_id=1,
+                                                            request_id=8))))
+        decoder = FrameDecoder(1 << 20)
+        frames = []
+        while chunk := sock.recv(65536):
+            decoder.receive_data(chunk)
+            while (frame := decoder.next_frame()) is not None:
+                frames.append(frame)
+    assert [type_name(f.type) for f in frames] == ["CONNECTED", "PARTITIONED_METADATA_RESPONSE"]
+    answer = frames[1].body
+    assert answer.request_id == 7 and answer.error == pb.AuthenticationError and "credentials" in answer.message
+    assert "persistent://public/default/x" not in _topics(server)
 
 
 def test_basic_accepted(server):

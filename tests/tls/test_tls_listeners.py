@@ -184,3 +184,53 @@ def test_mtls_kafka_needs_a_client_certificate(mtls_standalone, pki):
     config = _kafka(port, **base, **{"ssl.certificate.location": str(pki.client_cert),
                                      "ssl.key.location": str(pki.client_key)})
     assert _delivery_errors(config, "mtls-kafka") == []
+
+
+def _metric(node, listener: str) -> float:
+    for line in node.metrics().splitlines():
+        if line.startswith(f'nereus_tls_handshakes_on_plaintext_total{{listener="{listener}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _wait_for(condition, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_a_tls_client_on_the_plaintext_pulsar_port_is_told_where_to_go(tls_standalone, pki):
+    """Closed at its ClientHello, counted, one log line naming the TLS port: no oversized-frame noise."""
+    for _ in range(2):
+        client = pulsar.Client(f"pulsar+ssl://localhost:{tls_standalone.pulsar_port}",
+                               tls_trust_certs_file_path=str(pki.ca), operation_timeout_seconds=2,
+                               connection_timeout_ms=2000)
+        try:
+            with pytest.raises((pulsar.ConnectError, pulsar.Timeout)):
+                client.create_producer(_topic())
+        finally:
+            client.close()
+    assert _metric(tls_standalone, "pulsar") >= 2
+    log = tls_standalone.log.read_text()
+    lines = [line for line in log.splitlines() if "TLS handshake on the plaintext pulsar listener" in line]
+    assert len(lines) == 1, lines  # once a minute, however often the client retries
+    assert f"use port {tls_standalone.tls_ports['pulsar_tls']} (pulsar+ssl://)" in lines[0]
+    assert "FrameTooLarge" not in log and "exceeds the limit" not in log
+
+
+def test_an_ssl_kafka_client_on_the_plaintext_port_is_told_where_to_go(tls_standalone, pki):
+    producer = confluent_kafka.Producer({"bootstrap.servers": tls_standalone.bootstrap, "security.protocol": "SSL",
+                                         "ssl.ca.location": str(pki.ca), "reconnect.backoff.ms": 50,
+                                         "reconnect.backoff.max.ms": 100})
+    try:
+        producer.produce("tls-on-plaintext", b"x")
+        _wait_for(lambda: producer.poll(0.2) is not None and _metric(tls_standalone, "kafka PLAINTEXT") >= 3,
+                  "the client's retries were not counted")
+    finally:
+        producer.purge()
+    log = tls_standalone.log.read_text()
+    lines = [line for line in log.splitlines() if "TLS handshake on the plaintext kafka PLAINTEXT listener" in line]
+    assert len(lines) == 1, lines
+    assert f"use port {tls_standalone.tls_ports['kafka_ssl']} (SSL)" in lines[0]
+    assert "kafka: closing connection" not in log  # no 'frame of 369295... bytes' line per retry

@@ -20,6 +20,7 @@ from collections import deque
 
 from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
 from ...tls import peer_cert_cn
+from ...wrong_port import opens_tls_handshake, report_tls_on_plaintext
 from ..codec import MalformedRequest, decode_request, encode_response, peek_head, supported
 from ..codec.protocol import API_VERSIONS
 from .handlers import HANDLERS, api_versions_response
@@ -46,6 +47,7 @@ class KafkaConnection(asyncio.Protocol):
         self.peer_cert_cn: str | None = None  # the verified client certificate's CN (SSL listeners)
         self.closed = False
         self._buf = bytearray()
+        self._seen_request = False  # until then, a TLS handshake is recognised (nereus.wrong_port)
         self._requests: deque[bytes] = deque()
         self._wake = asyncio.Event()
         # (head, future, request bytes) in request order; the bytes count as pending until written.
@@ -112,6 +114,13 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if not self._buf and not self._seen_request and opens_tls_handshake(data):
+            ports = self.service.listener_ports
+            tls = [f"{ports[name]} ({name})" for name in ("SSL", "SASL_SSL") if name in ports]
+            hint = f"use port {' or '.join(tls)}" if tls else "this broker has no SSL listener (kafkaListeners)"
+            report_tls_on_plaintext(f"kafka {self.protocol}", self.peer, hint)
+            self.close()
+            return
         self._buf += data
         limit = self.service.max_request_size
         queued = len(self._requests)
@@ -122,6 +131,7 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if len(self._buf) < 4 + size:
                 break
+            self._seen_request = True
             self._requests.append(bytes(self._buf[4:4 + size]))
             self._pending_bytes += 4 + size
             self._budget.add(4 + size)

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 #: The challenge data asking a client for fresh credentials (Pulsar's AuthData.REFRESH_AUTH_DATA).
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
+#: CONNECT's client_version of clients that drop a connection whose CONNECT is answered by an ERROR.
+_CONNECT_ERROR_UNREAD = ("Pulsar-CPP-",)
 #: Pulsar answers a connection-level error with request id -1 (as an unsigned 64-bit value).
 NO_REQUEST = (1 << 64) - 1
 
@@ -41,14 +43,25 @@ def refuse(conn, reason: str) -> None:
 
 
 def authenticate_connect(conn, cmd: pb.CommandConnect) -> bool:
-    """Give ``conn`` its role from CONNECT; False when refused (the connection is closing)."""
+    """Give ``conn`` its role from CONNECT; False when refused (the connection is closing).
+
+    A client that cannot read an ERROR answering its CONNECT (the C++ client and the
+    clients built on it drop the connection and retry until their operation timeout,
+    so the user sees a timeout) is answered CONNECTED instead, and its first request
+    gets the AuthenticationError (``refuse_request``) before the connection closes.
+    """
     authenticator = conn.service.authenticator
     if authenticator is None:
         return True
     try:
         identity = authenticator.authenticate(cmd.auth_method_name, cmd.auth_data, peer_cn=_peer_cn(conn))
     except AuthenticationFailed as exc:
-        refuse(conn, f"Unable to authenticate: {exc}")
+        reason = f"Unable to authenticate: {exc}"
+        if cmd.client_version.startswith(_CONNECT_ERROR_UNREAD):
+            log.info("authentication of %s refused: %s", conn.peer, reason)
+            conn.auth_refusal = reason
+            return True
+        refuse(conn, reason)
         return False
     conn.identity, conn.role = identity, identity.role
     conn.supports_auth_refresh = cmd.feature_flags.supports_auth_refresh
@@ -56,6 +69,23 @@ def authenticate_connect(conn, cmd: pb.CommandConnect) -> bool:
         _arm(conn)
     log.debug("connection from %s authenticated as %s (%s)", conn.peer, identity.role, identity.method)
     return True
+
+
+def refuse_request(conn, frame) -> None:
+    """Answer the first request of a connection whose CONNECT failed authentication, then close it."""
+    body, reason = frame.body, conn.auth_refusal
+    request_id = getattr(body, "request_id", None) if "request_id" in body.DESCRIPTOR.fields_by_name else None
+    if isinstance(body, pb.CommandPartitionedTopicMetadata):
+        conn.send(wrap(pb.CommandPartitionedTopicMetadataResponse(
+            request_id=request_id, response=pb.CommandPartitionedTopicMetadataResponse.Failed,
+            error=pb.AuthenticationError, message=reason)))
+    elif isinstance(body, pb.CommandLookupTopic):
+        conn.send(wrap(pb.CommandLookupTopicResponse(
+            request_id=request_id, response=pb.CommandLookupTopicResponse.Failed,
+            error=pb.AuthenticationError, message=reason)))
+    elif request_id is not None:
+        conn.send(wrap(pb.CommandError(request_id=request_id, error=pb.AuthenticationError, message=reason)))
+    conn.close()
 
 
 def _arm(conn) -> None:
@@ -116,4 +146,5 @@ async def denial(conn, topic, action: str | None, subscription: str | None = Non
     return await authorizer.denial(conn.role, topic, action, subscription)
 
 
-__all__ = ["REFRESH_AUTH_DATA", "authenticate_connect", "denial", "handle_auth_response", "refuse"]
+__all__ = ["REFRESH_AUTH_DATA", "authenticate_connect", "denial", "handle_auth_response", "refuse",
+           "refuse_request"]

@@ -19,6 +19,7 @@ from . import authn, consumers, lookup, metrics, producers, transactions
 from .errors import ProtocolViolation
 from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
 from ...tls import peer_cert_cn
+from ...wrong_port import opens_tls_handshake, report_tls_on_plaintext
 
 #: Queued MESSAGE frames are written at once when they reach this size.
 _ENTRY_FLUSH_BYTES = 256 * 1024
@@ -62,6 +63,7 @@ class ServerConnection(asyncio.Protocol):
         self.supports_auth_refresh = False
         self.auth_refresh_pending = False
         self.auth_timer: asyncio.TimerHandle | None = None
+        self.auth_refusal: str | None = None  # CONNECT failed: the first request gets this (authn.refuse_request)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -84,6 +86,9 @@ class ServerConnection(asyncio.Protocol):
         if self.closed:
             return
         self._last_received = time.monotonic()
+        if not self.connected and self.decoder.buffered == 0 and opens_tls_handshake(data):
+            self._refuse_tls_handshake()
+            return
         completed = False
         try:
             self.decoder.receive_data(data)
@@ -163,6 +168,13 @@ class ServerConnection(asyncio.Protocol):
             self._flush_entries()
             self.closed = True
             self.transport.close()
+
+    def _refuse_tls_handshake(self) -> None:
+        tls_port = self.service.tls_port
+        hint = (f"use port {tls_port} (pulsar+ssl://)" if tls_port is not None
+                else "this broker has no TLS listener (brokerServicePortTls)")
+        report_tls_on_plaintext("pulsar", self.peer, hint)
+        self.close()
 
     def protocol_error(self, reason: str, detail: str) -> None:
         log.warning("closing connection from %s: %s (%s)", self.peer, detail, reason)
@@ -259,6 +271,9 @@ class ServerConnection(asyncio.Protocol):
             if name != "CONNECT":
                 raise ProtocolViolation(f"{name} before CONNECT")
             self._connect(frame.body)
+            return
+        if self.auth_refusal is not None and name not in ("PING", "PONG"):
+            authn.refuse_request(self, frame)
             return
         handler = _SYNC.get(name)
         if handler is not None:
