@@ -2,7 +2,9 @@
 
     /nereus/pulsar/partitioned/{quoted topic}  ->  {"partitions": n}
 
-Partition ``i`` is the topic ``...-partition-i`` (a stream), created on first use.
+Partition ``i`` is the topic ``...-partition-i`` (a stream), created with the partitioned
+topic (by the admin API and Kafka's CreateTopics alike), or on first use for partitioned
+topics declared before that was so.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from urllib.parse import quote, unquote
 
 from ..ledger.naming import TopicName
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..storage import StreamExists
 
 PARTITIONED_ROOT = "/nereus/pulsar/partitioned"
 #: Most partitions a topic may have whatever ``maxNumPartitionsPerPartitionedTopic`` says (Pulsar's
@@ -50,10 +53,23 @@ async def create_partitioned_topic(meta: MetadataStore, topic: TopicName, partit
     return True
 
 
+async def ensure_stream(storage, name: str) -> None:
+    """Create the stream ``name`` unless it exists (``storage``: a StreamStorage)."""
+    try:
+        await storage.create_stream(name)
+    except StreamExists:
+        pass
+
+
+async def is_declared_partition(meta: MetadataStore, topic: TopicName) -> bool:
+    """Whether ``topic`` is partition i of a partitioned topic with more than i partitions."""
+    return topic.partition_index >= 0 and topic.partition_index < await partitions_of(meta, topic.base)
+
+
 async def list_partitioned_topics(meta: MetadataStore) -> list[str]:
     prefix = PARTITIONED_ROOT + "/"
     return [unquote(k[len(prefix):]) async for k in meta.list(prefix, prefix + "\U0010ffff")]
 
 
-__all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "list_partitioned_topics", "partition_limit",
-           "partitioned_key", "partitions_of"]
+__all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "ensure_stream", "is_declared_partition",
+           "list_partitioned_topics", "partition_limit", "partitioned_key", "partitions_of"]

@@ -15,7 +15,7 @@ from ...topics.policies import POLICIES_ROOT, TENANTS_ROOT, policies_key, tenant
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
 from ...topics import NotOwner
-from ...topics.partitioned import MAX_PARTITIONS
+from ...topics.partitioned import MAX_PARTITIONS, ensure_stream, is_declared_partition
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,10 @@ async def require_topic(ctx: AdminContext, name: TopicName):
     if topic is not None:
         return topic
     if not await stream_exists(ctx.storage, name):
-        raise AdminError(404, "Topic not found")
+        if not await is_declared_partition(ctx.meta, name):
+            raise AdminError(404, "Topic not found")
+        # A partition of a partitioned topic declared before its partitions were created with it.
+        await ensure_stream(ctx.storage, key)
     return await ctx.pulsar.get_topic(name)
 
 

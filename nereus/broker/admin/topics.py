@@ -18,6 +18,7 @@ from ...pulsar.server import transactions
 from ...pulsar.server.existence import TopicMissing, partitions_for_client
 from ...storage import StreamExists, StreamNotFound
 from ...topics import create_partitioned_topic, key_log, list_partitioned_topics, partitioned_key, partitions_of, schemas
+from ...topics.partitioned import ensure_stream
 from . import retention, topic_policies
 from .common import (AdminContext, AdminError, body, context, flag, no_content, partitions, require_namespace,
                      require_topic, stream_exists, topic_name)
@@ -86,10 +87,7 @@ async def delete_partitioned(ctx: AdminContext, name: TopicName, *, force: bool)
 
 async def _create_streams(ctx: AdminContext, names: list[TopicName]) -> None:
     for name in names:
-        try:
-            await ctx.storage.create_stream(str(name))
-        except StreamExists:
-            pass
+        await ensure_stream(ctx.storage, str(name))
 
 
 def _partition_count(value, limit: int) -> int:

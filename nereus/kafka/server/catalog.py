@@ -17,6 +17,7 @@ import uuid
 from ...ledger.naming import TopicName
 from ...meta import cas
 from ...storage import StreamNotFound
+from ...topics.partitioned import ensure_stream
 from ...topics import create_partitioned_topic, key_log, list_partitioned_topics, partitioned_key, partitions_of
 from ...topics.topic_configs import delete_topic_configs, replace_topic_configs
 from .partition import ATTACHMENT, Partition
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 _LEGAL = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 NAMESPACE_PREFIX = "persistent://public/default/"
+_CREATE_CONCURRENCY = 64  # partition streams created at once by CreateTopics / CreatePartitions
 _TOPIC_IDS = uuid.UUID("6e657265-7573-4b61-666b-61546f706963")  # the uuid5 namespace of topic ids
 
 
@@ -202,6 +204,7 @@ class Catalog:
             raise TopicError(36, f"topic {topic!r} already exists")
         if not await create_partitioned_topic(self.meta, pulsar_name(topic), partitions):
             raise TopicError(36, f"topic {topic!r} already exists")
+        await self._create_streams(topic, 0, partitions)
         # Whatever a topic of this name had set before it was deleted elsewhere goes with it.
         await replace_topic_configs(self.meta, topic, configs or {}, replication_factor)
         self.service.configs.changed(topic)
@@ -221,7 +224,16 @@ class Catalog:
             return None if current >= total else json.dumps({"partitions": total}).encode()
 
         await cas.update(self.meta, partitioned_key(pulsar_name(topic)), grow)
+        await self._create_streams(topic, count, total)
         log.info("kafka: topic %s now has %d partitions", topic, total)
+
+    async def _create_streams(self, topic: str, first: int, end: int) -> None:
+        """The streams of partitions ``first`` .. ``end - 1``: a topic exists, with its partitions, the
+        moment it is created, as one the admin API creates (stats and lookups find every partition)."""
+        name = pulsar_name(topic)
+        for start in range(first, end, _CREATE_CONCURRENCY):
+            await asyncio.gather(*(ensure_stream(self.storage, str(name.partition(i)))
+                                   for i in range(start, min(end, start + _CREATE_CONCURRENCY))))
 
     async def delete(self, topic: str) -> None:
         count = await self.partition_count(topic)
