@@ -14,6 +14,8 @@ from confluent_kafka import Consumer, Producer
 
 from nereus.broker.console import groups, tables
 
+from tests.waiting import wait_until
+
 from .conftest import compact_now, get_json
 
 
@@ -26,6 +28,19 @@ def test_overview_shows_this_broker(node):
     assert broker["state"] == "active" and broker["zone"] == "default"
     assert broker["httpUrl"] == node.http and broker["kafkaAddress"] == node.bootstrap
     assert isinstance(broker["load"], dict) and isinstance(view["loadedTopics"], int)
+
+
+def test_since_is_the_brokers_start_not_its_last_registration(node):
+    (before,) = get_json(node, "/console/api/overview")[1]["brokers"]
+    client = pulsar.Client(node.url)
+    try:  # one more owned topic: the broker publishes its new load, registering again
+        client.create_producer(f"persistent://public/default/since-{uuid.uuid4().hex[:6]}").send(b"x")
+        owned = (before["load"] or {}).get("topics", 0)
+        after = wait_until(lambda: next((b for b in get_json(node, "/console/api/overview")[1]["brokers"]
+                                        if (b["load"] or {}).get("topics", 0) > owned), None), "the new load published")
+    finally:
+        client.close()
+    assert after["startedMs"] == before["startedMs"] > 0
 
 
 def _consume_and_commit(node, topic: str, group: str, produced: int, consumed: int) -> Consumer:
