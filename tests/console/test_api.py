@@ -12,7 +12,7 @@ import pulsar
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from nereus.broker.console import groups, tables
+from nereus.broker.console import groups, history, tables
 
 from tests.waiting import wait_until
 
@@ -160,3 +160,50 @@ def test_console_page_and_its_assets_come_from_the_broker(node):
         if ref.startswith("/console/static/"):
             with urllib.request.urlopen(node.http + ref, timeout=30) as response:
                 assert response.status == 200 and response.read()
+
+
+def test_history_serves_the_recent_samples_of_a_topic_and_the_totals(node):
+    topic = f"persistent://public/default/history-{uuid.uuid4().hex[:6]}"
+    path = "/console/api/history/persistent/public/default/" + topic.rsplit("/", 1)[1]
+    client = pulsar.Client(node.url)
+    try:
+        producer = client.create_producer(topic)
+        client.subscribe(topic, "history-sub")  # never acknowledges: a backlog
+        sent = 0
+
+        def sampled_traffic():
+            nonlocal sent
+            producer.send(f"m{sent}".encode())
+            sent += 1
+            samples = get_json(node, path)[1]["samples"]
+            return len([s for s in samples if s[1] > 0 and s[3] > 0]) >= 2 and samples
+
+        samples = wait_until(sampled_traffic, "two samples of the topic with traffic and a backlog")
+    finally:
+        client.close()
+    status, body = get_json(node, path)
+    assert status == 200 and body["intervalMs"] == 3000
+    times = [s[0] for s in samples]
+    assert times == sorted(times) and all(t % 3000 == 0 for t in times)
+    assert {b - a for a, b in zip(times, times[1:])} <= {3000}
+    status, totals = get_json(node, "/console/api/history")
+    assert status == 200
+    by_time = {s[0]: s for s in totals["samples"]}
+    for at, rate_in, _out, backlog in samples:  # the totals include this topic's samples
+        if at in by_time:
+            assert by_time[at][1] >= rate_in and by_time[at][3] >= backlog
+    assert get_json(node, "/console/api/history/persistent/public/no%20such/t")[0] == 412
+
+
+def test_history_rings_are_bounded():
+    ring = history.History(capacity=4, max_topics=2)
+    for tick in range(6):
+        ring.record(tick * 3000, {"a": (1.0, 2.0, 3.0), "b": (tick, 0.0, 0.0), "c": (5.0, 0.0, 0.0)})
+    assert ring.series() == [[t * 3000, 6.0 + t, 2.0, 3.0] for t in range(2, 6)]  # the totals count every topic
+    assert ring.series(["b"]) == [[t * 3000, float(t), 0.0, 0.0] for t in range(2, 6)]
+    assert ring.series(["a", "b"])[-1] == [15000, 6.0, 2.0, 3.0]
+    assert ring.series(["c"]) == [[t * 3000, 0.0, 0.0, 0.0] for t in range(2, 6)]  # beyond max_topics
+    for tick in range(6, 10):  # "a" and "b" unloaded: zeros, then gone after a whole window, making room for "c"
+        ring.record(tick * 3000, {"c": (5.0, 0.0, 0.0)})
+    assert ring.series(["a"]) == ring.series(["b"]) == [[t * 3000, 0.0, 0.0, 0.0] for t in range(6, 10)]
+    assert ring.series(["c"])[-1] == [27000, 5.0, 0.0, 0.0] and set(ring._rings) == {history.TOTAL, "c"}

@@ -20,7 +20,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from playwright.sync_api import expect, sync_playwright
 
-from .conftest import compact_now
+from tests.waiting import wait_until
+
+from .conftest import compact_now, get_json
 
 TIMEOUT_MS = 60_000  # a deadline, not a pause: every wait below returns as soon as its condition holds
 expect.set_options(timeout=TIMEOUT_MS)  # expect() has its own 5 s default, short on a loaded machine
@@ -120,11 +122,25 @@ def test_overview_lists_the_topic_and_its_rates_and_charts_update(node, page, tr
     expect(row.get_by_role("link")).to_have_text(traffic.topic)
     page.wait_for_function(_number(f'tr[data-topic="{traffic.topic}"] td.rate-in') + " > 0")
     page.wait_for_function(_number(f'tr[data-topic="{traffic.topic}"] td.backlog') + " > 0")
-    # The traffic chart keeps adding samples and plots the rate the topics report.
-    points = int(page.locator("#chart-traffic").get_attribute("data-points"))
-    page.wait_for_function(f"Number(document.querySelector('#chart-traffic').dataset.points) >= {points + 2}")
+    # The traffic chart keeps taking the broker's new samples and plots the rate the topics report.
+    last = int(page.locator("#chart-traffic").get_attribute("data-last-time"))
+    page.wait_for_function(f"Number(document.querySelector('#chart-traffic').dataset.lastTime) >= {last + 6000}")
     page.wait_for_function("Number(document.querySelector('#chart-traffic').dataset.lastIn) > 0")
     expect(page.locator("#chart-traffic polyline[data-series=in]")).to_have_count(1)
+    assert page.errors == []
+
+
+def test_charts_open_full_with_the_brokers_recent_samples(node, page, traffic):
+    history = "/console/api/history/persistent/public/default/" + traffic.topic.rsplit("/", 1)[1]
+    wait_until(lambda: len([s for s in get_json(node, history)[1]["samples"] if s[1] > 0]) >= 4,
+               "four samples of the topic's traffic")
+    for url, chart in ((node.http + "/console#/topic/" + urllib.parse.quote(traffic.topic, safe=""), "chart-topic-rates"),
+                       (node.http + "/console", "chart-traffic")):
+        page.goto(url)
+        drawn = f"Number(document.querySelector('#{chart}')?.dataset.points)"
+        page.wait_for_function(drawn + " > 0")
+        assert page.evaluate(drawn) >= 4  # at its first drawing, not after four polls
+        assert len(page.locator(f"#{chart} polyline[data-series=in]").get_attribute("points").split()) >= 4
     assert page.errors == []
 
 
@@ -142,8 +158,8 @@ def test_topic_page_shows_subscription_backlog_consumer_producer_and_live_chart(
     expect(page.locator('tr[data-producer="console-writer"]')).to_be_visible()
     # Rates and the chart move while the producer runs: more samples, a positive rate in, more published.
     published = page.evaluate(_number("#topic-msg-in"))
-    points = int(page.locator("#chart-topic-rates").get_attribute("data-points"))
-    page.wait_for_function(f"Number(document.querySelector('#chart-topic-rates').dataset.points) >= {points + 2}")
+    last = int(page.locator("#chart-topic-rates").get_attribute("data-last-time"))
+    page.wait_for_function(f"Number(document.querySelector('#chart-topic-rates').dataset.lastTime) >= {last + 6000}")
     page.wait_for_function("Number(document.querySelector('#chart-topic-rates').dataset.lastIn) > 0")
     page.wait_for_function(_number("#topic-rate-in") + " > 0")
     page.wait_for_function(_number("#topic-msg-in") + f" > {published}")

@@ -151,6 +151,12 @@ function statsPath(name) {
   return "/console/api/stats/" + topicPath(name) + (partitioned.has(name) ? "?partitioned=true" : "");
 }
 
+// The broker's recent samples ([time, in, out, backlog]) into a rates chart and a backlog chart.
+function showHistory(history, rates, backlog) {
+  rates.show(history.samples.map(([time, i, o]) => ({time, in: i, out: o})));
+  backlog.show(history.samples.map(([time, , , b]) => ({time, backlog: b})));
+}
+
 function subsBacklog(stats) {
   return Object.values(stats.subscriptions || {}).reduce((sum, s) => sum + (s.msgBacklog || 0), 0);
 }
@@ -181,9 +187,9 @@ async function loadOverview() {
 // -- pages --------------------------------------------------------------------------------
 function showOverview(main) {
   const brokers = el("div", {id: "brokers"});
-  const traffic = new LineChart("chart-traffic", "Messages per second (topics listed)",
+  const traffic = new LineChart("chart-traffic", "Messages per second (all topics)",
     [{key: "in", label: "in", color: COLORS.in}, {key: "out", label: "out", color: COLORS.out}], rate);
-  const backlog = new LineChart("chart-backlog", "Backlog (messages, subscriptions of these topics)",
+  const backlog = new LineChart("chart-backlog", "Backlog (messages, all subscriptions)",
     [{key: "backlog", label: "backlog", color: COLORS.backlog}], count);
   const topics = el("div", {id: "topics"});
   main.replaceChildren(el("h1", {}, "Overview"), ...section("Brokers", brokers),
@@ -191,6 +197,7 @@ function showOverview(main) {
 
   poll(async () => {
     const ov = await loadOverview();
+    showHistory(await getJSON("/console/api/history"), traffic, backlog);
     brokers.replaceChildren(table(
       ["Broker", "State", "Zone", "Node", {label: "Topics owned", num: true}, "Pulsar", "Kafka", "Console", "Since"],
       ov.brokers.map(b => el("tr", {"data-broker": b.name},
@@ -206,7 +213,6 @@ function showOverview(main) {
     await Promise.all(names.map(async n => {
       stats[n] = await getJSON(statsPath(n)).catch(err => ({error: err.message}));
     }));
-    let rateIn = 0, rateOut = 0, totalBacklog = 0;
     const blocks = [];
     for (const g of groups) {
       const rows = g.topics.map(n => {
@@ -215,7 +221,6 @@ function showOverview(main) {
                           el("td", {colspan: 7, class: "note"}, "not shown"));
         if (s.error) return el("tr", {"data-topic": n}, td(topicLink(n), "name"), el("td", {colspan: 7, class: "error"}, s.error));
         const b = subsBacklog(s);
-        rateIn += s.msgRateIn || 0; rateOut += s.msgRateOut || 0; totalBacklog += b;
         return el("tr", {"data-topic": n}, td(topicLink(n), "name"), num(count((s.publishers || []).length)),
           num(count(Object.keys(s.subscriptions || {}).length)), el("td", {class: "num rate-in"}, rate(s.msgRateIn)),
           el("td", {class: "num rate-out"}, rate(s.msgRateOut)), num(bytesRate(s.msgThroughputIn)),
@@ -227,8 +232,6 @@ function showOverview(main) {
          {label: "Storage", num: true}], rows, {"data-namespace": g.namespace}) : el("p", {class: "note"}, "no topics"));
     }
     topics.replaceChildren(...blocks);
-    traffic.push({in: rateIn, out: rateOut});
-    backlog.push({backlog: totalBacklog});
   });
 }
 
@@ -297,8 +300,7 @@ async function showTopic(main, name) {
       card("Out", bytesRate(s.msgThroughputOut)), card("Backlog", count(b), "topic-backlog"),
       card("Published", count(s.msgInCounter), "topic-msg-in"), card("Storage", bytes(s.storageSize)),
       partitioned.has(name) ? card("Partitions", count((s.metadata || {}).partitions), "topic-partitions") : null].filter(Boolean));
-    rates.push({in: s.msgRateIn, out: s.msgRateOut});
-    backlog.push({backlog: b});
+    showHistory(await getJSON("/console/api/history/" + path), rates, backlog);
     const subRows = [];
     for (const [subName, sub] of Object.entries(s.subscriptions || {})) {
       subRows.push(el("tr", {"data-subscription": subName}, td(subName, "name"), td(sub.type),
