@@ -43,13 +43,13 @@ def test_since_is_the_brokers_start_not_its_last_registration(node):
     assert after["startedMs"] == before["startedMs"] > 0
 
 
-def _consume_and_commit(node, topic: str, group: str, produced: int, consumed: int) -> Consumer:
+def _consume_and_commit(node, topic: str, group: str, produced: int, consumed: int, **settings) -> Consumer:
     producer = Producer({"bootstrap.servers": node.bootstrap})
     for i in range(produced):
         producer.produce(topic, f"v{i}".encode())
     assert producer.flush(30) == 0
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, **settings})
     consumer.subscribe([topic])
     got = 0
     for _ in range(600):
@@ -70,6 +70,7 @@ def test_kafka_group_shows_members_committed_offsets_and_lag(node):
         status, view = get_json(node, "/console/api/kafka/groups/" + "billing%20%3Cservice%3E")
         assert status == 200
         assert view["groupId"] == group and view["state"] == "Stable" and view["protocolType"] == "consumer"
+        assert view["groupType"] == "classic" and view["protocol"] == "range"
         (member,) = view["members"]
         assert member["assignment"] == [{"topic": topic, "partitions": [0]}]
         (offset,) = view["offsets"]
@@ -89,6 +90,67 @@ def test_kafka_group_shows_members_committed_offsets_and_lag(node):
             break
         time.sleep(0.1)  # polling interval of the wait above
     assert view["members"] == [] and view["state"] == "Empty" and view["offsets"][0]["lag"] == 15
+
+
+def test_a_kip848_group_is_shown_as_the_consumer_protocol_with_its_members_assignments(node):
+    topic, group = f"kip848-{uuid.uuid4().hex[:6]}", f"kip848-{uuid.uuid4().hex[:6]}"
+    consumer = _consume_and_commit(node, topic, group, produced=8, consumed=3, **{"group.protocol": "consumer"})
+    try:
+        view = wait_until(lambda: (lambda v: v["state"] == "Stable" and v)(
+            get_json(node, "/console/api/kafka/groups/" + group)[1]), "the group stable")
+        assert view["groupType"] == "consumer" and view["protocolType"] == "consumer" and view["leader"] is None
+        (member,) = view["members"]
+        assert member["assignment"] == [{"topic": topic, "partitions": [0]}]
+        (offset,) = view["offsets"]
+        assert (offset["committedOffset"], offset["logEndOffset"], offset["lag"]) == (3, 8, 5)
+    finally:
+        consumer.close()
+
+
+def _group_committing(node, topic: str, group: str, offsets: dict[int, int], **settings) -> Consumer:
+    """A member of ``group`` that received messages of ``topic``, then committed ``offsets`` (partition -> offset)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, **settings})
+    consumer.subscribe([topic])
+    wait_until(lambda: (lambda m: m is not None and m.error() is None)(consumer.poll(0.1)), "a message")
+    consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    return consumer
+
+
+def test_a_topic_read_only_by_kafka_groups_lists_them_with_their_lag(node):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"readers-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(topic, 2)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": node.bootstrap})
+    for i in range(20):
+        producer.produce(topic, f"v{i}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    classic, kip848 = f"classic-{topic}", f"kip848-{topic}"
+    first = _group_committing(node, topic, classic, {0: 2, 1: 10})
+    second = _group_committing(node, topic, kip848, {0: 7}, **{"group.protocol": "consumer"})
+    try:
+        status, view = get_json(node, "/console/api/kafka/topic-groups/public/default/" + topic)
+        assert status == 200 and view["topic"] == "persistent://public/default/" + topic
+        groups = {g["groupId"]: g for g in view["groups"]}
+        assert set(groups) == {classic, kip848}
+        assert (groups[classic]["groupType"], groups[kip848]["groupType"]) == ("classic", "consumer")
+        lags = {g: [(p["partition"], p["committedOffset"], p["logEndOffset"], p["lag"]) for p in groups[g]["partitions"]]
+                for g in groups}
+        assert lags == {classic: [(0, 2, 10, 8), (1, 10, 10, 0)], kip848: [(0, 7, 10, 3)]}
+        assert (groups[classic]["totalLag"], groups[kip848]["totalLag"]) == (8, 3)
+        assert groups[classic]["members"] == groups[kip848]["members"] == 1
+        status, stats = get_json(node, f"/admin/v2/persistent/public/default/{topic}/partitioned-stats")
+        assert status == 200 and stats["subscriptions"] == {}  # nothing but Kafka groups read it
+    finally:
+        first.close()
+        second.close()
+    assert get_json(node, "/console/api/kafka/topic-groups/public/default/never-read") == (
+        200, {"topic": "persistent://public/default/never-read", "groups": []})
+    assert get_json(node, "/console/api/kafka/topic-groups/public/no%20such/t")[0] == 412
 
 
 def test_unknown_kafka_group_is_404(node):

@@ -226,3 +226,30 @@ def test_a_partitioned_topic_is_one_row_with_its_partitions_summed(node, page, k
     page.wait_for_function(_number("#topic-msg-in") + " >= 30")  # the Kafka producer's messages, over its partitions
     expect(page.locator("#builtin-table")).to_contain_text("public.default." + kafka_group[0])
     assert page.errors == []
+
+
+def test_group_types_and_a_topics_kafka_groups_with_their_lag(node, page, kafka_group):
+    from confluent_kafka import TopicPartition
+
+    topic, group = kafka_group
+    kip848 = f"kip848-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": kip848, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "group.protocol": "consumer"})
+    try:
+        consumer.subscribe([topic])
+        wait_until(lambda: (lambda m: m is not None and m.error() is None)(consumer.poll(0.1)), "a message")
+        consumer.commit(offsets=[TopicPartition(topic, 0, 25)], asynchronous=False)
+        page.goto(node.http + "/console#/groups")
+        for name, label in ((group, "classic"), (kip848, "consumer (KIP-848)")):
+            section = page.locator("section.group").filter(has=page.get_by_role("heading", name=name, exact=True))
+            expect(section.locator(".group-type")).to_have_text(label)
+        page.goto(node.http + "/console#/topic/" + urllib.parse.quote("persistent://public/default/" + topic, safe=""))
+        for name, label, lag in ((group, "classic", "20"), (kip848, "consumer (KIP-848)", "5")):
+            row = page.locator(f'#kafka-groups-table tr[data-kafka-group="{name}"]')
+            expect(row.locator("td").nth(1)).to_have_text(label)
+            expect(row.locator("td.lag")).to_have_text(lag)
+            expect(row.locator("xpath=following-sibling::tr[1]").locator('tr[data-partition="0"] td.lag')).to_have_text(lag)
+        expect(page.locator("#subscriptions")).to_contain_text("no subscriptions")
+    finally:
+        consumer.close()
+    assert page.errors == []

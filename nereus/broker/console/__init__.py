@@ -35,6 +35,7 @@ def register(app: web.Application) -> None:
     app.router.add_get("/console/api/history/persistent/{tenant}/{namespace}/{topic}", history.get_topic)
     app.router.add_get("/console/api/kafka/groups", groups.list_groups)
     app.router.add_get("/console/api/kafka/groups/{group}", groups.get_group)
+    app.router.add_get("/console/api/kafka/topic-groups/{tenant}/{namespace}/{topic}", groups.topic_groups)
     app.router.add_get("/console/api/tables/{tenant}/{namespace}/{topic}", tables.get_table)
     app.router.add_get("/console/api/stats/persistent/{tenant}/{namespace}/{topic}", stats.get_stats)
 

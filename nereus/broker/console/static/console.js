@@ -243,6 +243,22 @@ function consumersTable(consumers) {
       num(count(c.msgOutCounter)))));
 }
 
+// The Kafka groups reading a topic: one row per group, its partitions' lag nested below.
+function kafkaGroupsTable(groups) {
+  const rows = [];
+  for (const g of groups) {
+    rows.push(el("tr", {"data-kafka-group": g.groupId}, td(el("a", {href: "#/groups"}, g.groupId), "name"),
+      td(groupType(g)), td(g.state), num(count(g.members)), el("td", {class: "num lag"}, count(g.totalLag))));
+    rows.push(el("tr", {class: "nested"}, el("td", {colspan: 5}, table(
+      [{label: "Partition", num: true}, {label: "Committed", num: true}, {label: "Log end", num: true},
+       {label: "Lag", num: true}, "Committed at"],
+      g.partitions.map(o => el("tr", {"data-partition": o.partition}, num(o.partition), num(count(o.committedOffset)),
+        num(count(o.logEndOffset)), el("td", {class: "num lag"}, count(o.lag)), td(when(o.commitTimestamp))))))));
+  }
+  return table(["Group", "Type", "State", {label: "Members", num: true}, {label: "Total lag", num: true}], rows,
+               {id: "kafka-groups-table"});
+}
+
 function tableSection(view) {
   const out = [el("p", {}, "Iceberg table ", el("code", {}, view.table), ": its data files are the topic's compacted objects.")];
   const cat = view.catalog;
@@ -279,11 +295,12 @@ async function showTopic(main, name) {
   const backlog = new LineChart("chart-topic-backlog", "Backlog (messages)",
     [{key: "backlog", label: "backlog", color: COLORS.backlog}], count);
   const subs = el("div", {id: "subscriptions"});
+  const kafkaGroups = el("div", {id: "kafka-groups"});
   const producers = el("div", {id: "producers"});
   const builtin = el("div", {id: "builtin-table"}, el("p", {class: "note"}, "loading…"));
   main.replaceChildren(el("p", {}, el("a", {href: "#/"}, "← Overview")), el("h1", {id: "topic-name"}, name), cards,
     el("div", {class: "charts"}, rates.root, backlog.root), ...section("Subscriptions", subs),
-    ...section("Producers", producers), ...section("Built-in table", builtin));
+    ...section("Kafka consumer groups", kafkaGroups), ...section("Producers", producers), ...section("Built-in table", builtin));
   const mine = page;
   if (!overview) await loadOverview().catch(() => null);
   const meta = await getJSON("/admin/v2/" + path + "/partitions").catch(() => ({partitions: 0}));
@@ -311,6 +328,11 @@ async function showTopic(main, name) {
     subs.replaceChildren(subRows.length ? table(["Subscription", "Type", {label: "Backlog", num: true},
       {label: "Out msg/s", num: true}, {label: "Unacked", num: true}, {label: "Consumers", num: true}, "Active consumer"],
       subRows, {id: "subscriptions-table"}) : el("p", {class: "note"}, "no subscriptions"));
+    const t = parseTopic(name);
+    const readers = await getJSON("/console/api/kafka/topic-groups/" + enc(t.tenant) + "/" + enc(t.namespace) + "/" +
+                                  enc(t.local));
+    kafkaGroups.replaceChildren(readers.groups.length ? kafkaGroupsTable(readers.groups)
+      : el("p", {class: "note"}, "no Kafka group has committed offsets on this topic"));
     const pubs = s.publishers || [];
     producers.replaceChildren(pubs.length ? table(["Producer", {label: "Id", num: true}, "Address", "Access mode",
       {label: "In msg/s", num: true}, {label: "In bytes/s", num: true}],
@@ -318,11 +340,16 @@ async function showTopic(main, name) {
         td(p.address), td(p.accessMode), num(rate(p.msgRateIn)), num(bytesRate(p.msgThroughputIn)))),
       {id: "producers-table"}) : el("p", {class: "note"}, "no producers connected"));
     if (polls++ % TABLE_EVERY === 0) {
-      const t = parseTopic(name);
       const view = await getJSON("/console/api/tables/" + enc(t.tenant) + "/" + enc(t.namespace) + "/" + enc(t.local));
       builtin.replaceChildren(...tableSection(view));
     }
   });
+}
+
+// Kafka's two group protocols: JoinGroup/SyncGroup ("classic", whatever its protocol type) and KIP-848's.
+function groupType(g) {
+  if (g.groupType === "consumer") return "consumer (KIP-848)";
+  return g.protocolType && g.protocolType !== "consumer" ? "classic (" + g.protocolType + ")" : "classic";
 }
 
 function showGroups(main) {
@@ -334,10 +361,10 @@ function showGroups(main) {
     list.replaceChildren(...groups.map(g => el("section", {class: "group", "data-group": g.groupId},
       el("h2", {}, g.groupId),
       el("div", {class: "cards"},
-        ...[["State", g.state], ["Members", count(g.members.length)], ["Generation", g.generation],
-            ["Protocol", (g.protocolType || "–") + (g.protocol ? " / " + g.protocol : "")],
-            ["Total lag", count(g.totalLag)]].map(([label, value]) =>
-          el("div", {class: "card"}, el("div", {class: "label"}, label), el("div", {class: "value"}, value)))),
+        ...[["Type", groupType(g), "group-type"], ["State", g.state], ["Members", count(g.members.length)],
+            [g.groupType === "consumer" ? "Epoch" : "Generation", g.generation],
+            ["Assignor", g.protocol || "–", "group-assignor"], ["Total lag", count(g.totalLag)]].map(([label, value, cls]) =>
+          el("div", {class: "card"}, el("div", {class: "label"}, label), el("div", {class: "value " + (cls || "")}, value)))),
       el("h3", {}, "Members"),
       g.members.length ? table(["Member", "Client", "Host", "Assigned partitions"],
         g.members.map(m => el("tr", {"data-member": m.memberId}, td(m.memberId, "name"), td(m.clientId), td(m.clientHost),
