@@ -186,6 +186,8 @@ def test_builtin_table_shows_snapshots_data_files_and_covered_offsets(node):
     assert before["compactedObjects"] == [] and before["coveredOffsets"] == {}
     assert before["catalog"]["available"] and not before["catalog"]["exists"]
     assert "compaction worker" in before["catalog"]["note"]
+    status, no_rows = get_json(node, path + "/rows")
+    assert status == 200 and not no_rows["exists"] and "no table yet" in no_rows["note"]
 
     asyncio.run(compact_now(node, topic))
     status, after = get_json(node, path)
@@ -201,6 +203,15 @@ def test_builtin_table_shows_snapshots_data_files_and_covered_offsets(node):
     assert sum(f["records"] for f in catalog["dataFiles"]) == end
     assert {f["path"].rsplit("/", 1)[1] for f in catalog["dataFiles"]} == {
         o["key"].rsplit("/", 1)[1] for o in after["compactedObjects"]}
+    # Its first rows, from the current snapshot.
+    status, preview = get_json(node, path + "/rows?limit=5")
+    assert status == 200 and preview["exists"] and preview["snapshotId"] == catalog["currentSnapshotId"]
+    assert [(r["partition"], r["offset"]) for r in preview["rows"]] == [(-1, i) for i in range(5)]
+    assert [r["value"] for r in preview["rows"]] == [
+        {"format": "text", "value": f"r{i}", "size": len(f"r{i}"), "truncated": False} for i in range(5)]
+    assert all(r["publishTime"] > 0 and r["key"] is None for r in preview["rows"])
+    for bad in ("0", "201", "x"):
+        assert get_json(node, path + "/rows?limit=" + bad) == (400, {"reason": "limit must be an integer from 1 to 200"})
 
 
 def test_builtin_table_without_the_lakehouse_extra_says_so(monkeypatch):

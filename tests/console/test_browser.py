@@ -211,6 +211,12 @@ def test_topic_page_shows_its_builtin_table(node, page):
     expect(snapshot).to_contain_text("-1: " + ranges)
     expect(page.locator("#data-files tbody tr")).to_have_count(1)
     expect(page.locator("#data-files tbody tr code")).to_contain_text("/compacted/")
+    # Its first rows, read from the current snapshot.
+    rows = page.locator("#table-rows tbody tr")
+    expect(rows).to_have_count(20)
+    expect(rows.first.locator("td").nth(1)).to_have_text("0")
+    expect(rows.first.locator("td code")).to_have_text("row 0")
+    expect(rows.last.locator("td code")).to_have_text("row 19")
     assert page.errors == []
 
 
@@ -252,4 +258,56 @@ def test_group_types_and_a_topics_kafka_groups_with_their_lag(node, page, kafka_
         expect(page.locator("#subscriptions")).to_contain_text("no subscriptions")
     finally:
         consumer.close()
+    assert page.errors == []
+
+
+def test_message_browser_shows_latest_messages_and_filters_by_key_and_offset(node, page):
+    from pulsar.schema import AvroSchema, Integer, Record, String
+
+    class Reading(Record):
+        sensor = String()
+        value = Integer()
+
+    topic = f"persistent://public/default/readings-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client(node.url)
+    try:
+        producer = client.create_producer(topic, schema=AvroSchema(Reading))
+        for i in range(30):
+            producer.send(Reading(sensor=f"s{i % 3}", value=i), partition_key=f"s{i % 3}", properties={"unit": "C"})
+    finally:
+        client.close()
+    page.goto(node.http + "/console#/topic/" + urllib.parse.quote(topic, safe=""))
+    rows = page.locator("#messages-table tbody tr")
+    expect(rows).to_have_count(20)  # the latest 20 on opening
+    expect(rows.first).to_have_attribute("data-offset", "10")
+    expect(rows.last.locator("td.value")).to_have_text('{"sensor":"s2","value":29}')
+    expect(rows.last.locator("td.key")).to_have_text("s2")
+    expect(rows.last.locator("td.properties")).to_have_text("unit=C")
+    expect(rows.last.locator("td.format")).to_have_text("avro v0")
+    page.fill("#browse-key", "s1")
+    page.fill("#browse-count", "100")
+    page.click("#browse button[type=submit]")
+    expect(rows).to_have_count(10)
+    for i in range(10):
+        expect(rows.nth(i)).to_have_attribute("data-offset", str(1 + 3 * i))
+    page.fill("#browse-key", "")
+    page.select_option("#browse-mode", "offset")
+    page.fill("#browse-offset", "27")
+    page.click("#browse button[type=submit]")
+    expect(rows).to_have_count(3)
+    expect(rows.first.locator("td.value")).to_have_text('{"sensor":"s0","value":27}')
+    page.fill("#browse-partition", "5")
+    page.click("#browse button[type=submit]")
+    expect(page.locator("#messages-error")).to_have_text("partition 5 does not exist: the topic has no partitions")
+    assert page.errors == ["Failed to load resource: the server responded with a status of 400 (Bad Request)"]
+
+
+def test_message_browser_shows_what_a_kafka_producer_wrote(node, page, kafka_group):
+    topic = "persistent://public/default/" + kafka_group[0]
+    page.goto(node.http + "/console#/topic/" + urllib.parse.quote(topic, safe=""))
+    rows = page.locator("#messages-table tbody tr")
+    expect(rows).to_have_count(20)
+    expect(rows.last).to_have_attribute("data-offset", "29")
+    expect(rows.last.locator("td.value")).to_have_text("c29")
+    expect(rows.last.locator("td.format")).to_have_text("text")
     assert page.errors == []

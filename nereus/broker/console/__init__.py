@@ -4,7 +4,7 @@ The pages read Pulsar's admin API (``/admin/v2``) for tenants, namespaces, topic
 their stats, and the console's own JSON for what that API lacks: the cluster overview
 (``overview.py``), the charts' recent series (``history.py``), a message browser
 (``messages.py``, decoding in ``decoding.py``), Kafka consumer groups (``groups.py``), each topic's built-in
-table (``tables.py``) and any topic's stats in a cluster (``stats.py``). The pages are plain HTML, CSS and JavaScript shipped in
+table (``tables.py``, its first rows: ``table_preview.py``) and any topic's stats in a cluster (``stats.py``). The pages are plain HTML, CSS and JavaScript shipped in
 ``static/``: nothing to build, nothing fetched from elsewhere.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ..admin.common import CONTEXT
-from . import groups, history, messages, overview, stats, tables
+from . import groups, history, messages, overview, stats, table_preview, tables
 
 STATIC = Path(__file__).parent / "static"
 
@@ -38,6 +38,7 @@ def register(app: web.Application) -> None:
     app.router.add_get("/console/api/kafka/groups/{group}", groups.get_group)
     app.router.add_get("/console/api/kafka/topic-groups/{tenant}/{namespace}/{topic}", groups.topic_groups)
     app.router.add_get("/console/api/tables/{tenant}/{namespace}/{topic}", tables.get_table)
+    app.router.add_get("/console/api/tables/{tenant}/{namespace}/{topic}/rows", table_preview.get_rows)
     app.router.add_get("/console/api/messages/persistent/{tenant}/{namespace}/{topic}", messages.get_messages)
     app.router.add_get("/console/api/stats/persistent/{tenant}/{namespace}/{topic}", stats.get_stats)
 

@@ -5,6 +5,7 @@
 
 const POLL_MS = 3000;
 const TABLE_EVERY = 5; // polls between reloads of a topic's built-in table
+const PREVIEW_ROWS = 20; // rows of a built-in table's preview
 const MAX_TOPICS = 200; // topics whose stats the overview fetches
 const COLORS = {in: "#1f6feb", out: "#12b76a", backlog: "#f79009"};
 
@@ -259,6 +260,85 @@ function kafkaGroupsTable(groups) {
                {id: "kafka-groups-table"});
 }
 
+function tablesPath(name) {
+  const t = parseTopic(name);
+  return "/console/api/tables/" + enc(t.tenant) + "/" + enc(t.namespace) + "/" + enc(t.local);
+}
+
+// A key or value as the server decoded it: text, or hex marked as such; cut values say so.
+function cellText(cell) {
+  if (!cell) return "–";
+  return (cell.format === "hex" ? "0x" + cell.value : cell.value) + (cell.truncated ? " … (" + bytes(cell.size) + ")" : "");
+}
+
+function properties(props) {
+  return Object.entries(props || {}).map(([k, v]) => k + "=" + v).join(", ");
+}
+
+function previewSection(view) {
+  if (!view.exists) return [el("p", {class: "note", id: "table-rows-note"}, view.note)];
+  return [el("h3", {}, "First rows of the current snapshot"), view.rows.length ? table(
+    [{label: "Partition", num: true}, {label: "Offset", num: true}, "Publish time", "Key", "Value", "Properties"],
+    view.rows.map(r => el("tr", {"data-offset": r.offset}, num(r.partition), num(r.offset), td(when(r.publishTime)),
+      td(cellText(r.key)), td(el("code", {}, cellText(r.value))), td(properties(r.properties)))),
+    {id: "table-rows"}) : el("p", {class: "note", id: "table-rows-note"}, "the snapshot has no rows")];
+}
+
+// The message browser: the latest messages, or from an offset or a time, optionally with one key.
+function messageBrowser(name) {
+  const t = parseTopic(name);
+  const path = "/console/api/messages/" + topicPath(name);
+  const mode = el("select", {id: "browse-mode"}, el("option", {value: "latest"}, "latest"),
+    el("option", {value: "offset"}, "from offset"), el("option", {value: "time"}, "from time"));
+  const offset = el("input", {id: "browse-offset", type: "number", min: 0, value: 0, size: 10, hidden: ""});
+  const time = el("input", {id: "browse-time", type: "datetime-local", step: 1, hidden: ""});
+  const count = el("input", {id: "browse-count", type: "number", min: 1, max: 500, value: 20, size: 5});
+  const key = el("input", {id: "browse-key", placeholder: "any key", size: 16});
+  const partition = el("input", {id: "browse-partition", type: "number", min: 0, placeholder: "all", size: 5});
+  const results = el("div", {id: "messages"});
+  mode.addEventListener("change", () => { offset.hidden = mode.value !== "offset"; time.hidden = mode.value !== "time"; });
+  const form = el("form", {id: "browse", class: "browse"},
+    el("label", {}, "Show ", mode), offset, time, el("label", {}, "Count ", count), el("label", {}, "Key ", key),
+    el("label", {}, "Partition ", partition), el("button", {type: "submit"}, "Browse"));
+  const browse = async () => {
+    const query = new URLSearchParams({count: count.value || "20"});
+    if (mode.value === "offset") query.set("offset", offset.value || "0");
+    if (mode.value === "time" && time.value) query.set("time", String(new Date(time.value).getTime()));
+    if (key.value) query.set("key", key.value);
+    if (partition.value !== "") query.set("partition", partition.value);
+    results.replaceChildren(el("p", {class: "note"}, "reading…"));
+    try {
+      results.replaceChildren(...messagesView(await getJSON(path + "?" + query)));
+    } catch (err) {
+      results.replaceChildren(el("p", {class: "error", id: "messages-error"}, err.message));
+    }
+  };
+  form.addEventListener("submit", event => { event.preventDefault(); browse(); });
+  return {root: el("div", {"data-topic": t.local}, form, results), browse};
+}
+
+function messageValue(m) {
+  if (m.format === "null") return el("span", {class: "note"}, "null");
+  const text = m.format === "json" || m.format === "avro" ? JSON.stringify(m.value) :
+    m.format === "hex" ? "0x" + m.value : String(m.value);
+  return el("code", {}, text + (m.truncated ? " … (" + bytes(m.size) + ")" : ""));
+}
+
+function messagesView(view) {
+  const out = [];
+  if (!view.complete) out.push(el("p", {class: "warn", id: "messages-partial"},
+    "stopped at the browser's bounds (" + bytes(view.readBytes) + " read): narrow the range"));
+  if (!view.messages.length) return out.concat(el("p", {class: "note", id: "messages-none"}, "no messages"));
+  out.push(table([{label: "Partition", num: true}, {label: "Offset", num: true}, "Message id", "Publish time", "Key",
+                  "Properties", "Format", "Value"],
+    view.messages.map(m => el("tr", {"data-offset": m.offset, "data-partition": m.partition},
+      num(m.partition), num(m.offset), td(m.messageId), td(when(m.publishTime)),
+      td(m.key === null ? "–" : (m.keyHex ? "0x" + m.key : m.key), "key"), td(properties(m.properties), "properties"),
+      td(m.format + (m.schemaVersion === null ? "" : " v" + m.schemaVersion), "format"), td(messageValue(m), "value"))),
+    {id: "messages-table"}));
+  return out;
+}
+
 function tableSection(view) {
   const out = [el("p", {}, "Iceberg table ", el("code", {}, view.table), ": its data files are the topic's compacted objects.")];
   const cat = view.catalog;
@@ -298,14 +378,17 @@ async function showTopic(main, name) {
   const kafkaGroups = el("div", {id: "kafka-groups"});
   const producers = el("div", {id: "producers"});
   const builtin = el("div", {id: "builtin-table"}, el("p", {class: "note"}, "loading…"));
+  const browser = messageBrowser(name);
   main.replaceChildren(el("p", {}, el("a", {href: "#/"}, "← Overview")), el("h1", {id: "topic-name"}, name), cards,
     el("div", {class: "charts"}, rates.root, backlog.root), ...section("Subscriptions", subs),
-    ...section("Kafka consumer groups", kafkaGroups), ...section("Producers", producers), ...section("Built-in table", builtin));
+    ...section("Kafka consumer groups", kafkaGroups), ...section("Producers", producers), ...section("Messages", browser.root),
+    ...section("Built-in table", builtin));
   const mine = page;
   if (!overview) await loadOverview().catch(() => null);
   const meta = await getJSON("/admin/v2/" + path + "/partitions").catch(() => ({partitions: 0}));
   if (meta.partitions > 0) partitioned.add(name); else partitioned.delete(name);
   if (mine !== page) return; // navigated away meanwhile
+  browser.browse(); // once: the latest messages; the form reads again on demand
   let polls = 0;
   poll(async () => {
     const s = await getJSON(statsPath(name));
@@ -340,8 +423,9 @@ async function showTopic(main, name) {
         td(p.address), td(p.accessMode), num(rate(p.msgRateIn)), num(bytesRate(p.msgThroughputIn)))),
       {id: "producers-table"}) : el("p", {class: "note"}, "no producers connected"));
     if (polls++ % TABLE_EVERY === 0) {
-      const view = await getJSON("/console/api/tables/" + enc(t.tenant) + "/" + enc(t.namespace) + "/" + enc(t.local));
-      builtin.replaceChildren(...tableSection(view));
+      const view = await getJSON(tablesPath(name));
+      const rows = view.catalog.exists ? await getJSON(tablesPath(name) + "/rows?limit=" + PREVIEW_ROWS) : null;
+      builtin.replaceChildren(...tableSection(view), ...(rows ? previewSection(rows) : []));
     }
   });
 }
