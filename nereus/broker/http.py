@@ -78,3 +78,4 @@ async def add_https(runner: web.AppRunner, host: str, port: int, context,
 async def attach_admin(runner: web.AppRunner, *, storage, meta, pulsar, node=None) -> None:
     """Serve the admin API over the running storage, metadata store, PulsarService and broker node."""
     await admin.attach(runner.app, storage=storage, meta=meta, pulsar=pulsar, node=node)
+    console.attach(runner.app)

@@ -90,6 +90,8 @@ class Membership:
         self.address = address
         self.refresh_seconds = refresh_seconds
         self.incarnation = uuid.uuid4().hex
+        # Stamped once: every re-registration (state, load, a new incarnation) rewrites the record.
+        self.started_ms = int(time.time() * 1000)
         self.state = ACTIVE
         self.load: dict = {}
         self.brokers: dict[str, BrokerRecord] = {}
@@ -121,7 +123,7 @@ class Membership:
             self._task = None
 
     def _record(self) -> BrokerRecord:
-        return BrokerRecord(self.address, self.incarnation, self.state, int(time.time() * 1000), self.load)
+        return BrokerRecord(self.address, self.incarnation, self.state, self.started_ms, self.load)
 
     async def register(self, *, new_incarnation: bool = False) -> None:
         """Put this broker's ephemeral record (again, after a lost session: a new incarnation)."""

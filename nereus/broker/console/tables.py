@@ -46,7 +46,8 @@ def _offsets(summary: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=4)
-def _catalog(uri: str, warehouse: str):
+def catalog(uri: str, warehouse: str):
+    """The SBT catalog at ``uri`` (opened once per process)."""
     return sbt.open_catalog(uri, warehouse)
 
 
@@ -55,7 +56,7 @@ def _read_table(uri: str, warehouse: str, ident: tuple[str, str, str]) -> dict:
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
-        table = _catalog(uri, warehouse).load_table(ident)
+        table = catalog(uri, warehouse).load_table(ident)
     except (NoSuchTableError, NoSuchNamespaceError):
         return {"exists": False, "note": "no table yet: the compaction worker creates it on its first run"}
     snapshots = []  # ids as strings: 64-bit, beyond what a JavaScript number holds exactly
@@ -121,4 +122,4 @@ async def get_table(request: web.Request) -> web.Response:
     })
 
 
-__all__ = ["catalog_location", "get_table"]
+__all__ = ["NO_EXTRA", "catalog", "catalog_location", "get_table"]

@@ -1,9 +1,9 @@
 "use strict";
-// Small SVG line charts for the console: a rolling window of samples, one line per series.
+// Small SVG line charts for the console: the broker's recent samples, one line per series.
 // Everything is drawn with DOM calls (no markup strings), so no data can inject markup.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
-const CHART_POINTS = 60;
+const CHART_POINTS = 200; // the broker keeps 10 minutes of samples, one every 3 s
 
 function svg(tag, attrs) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -43,9 +43,9 @@ class LineChart {
     this.root.dataset.points = "0";
   }
 
-  push(values) {
-    this.samples.push(values);
-    if (this.samples.length > CHART_POINTS) this.samples.shift();
+  // samples: [{time: ms, key: value, ...}], oldest first (the last CHART_POINTS are drawn).
+  show(samples) {
+    this.samples = samples.slice(-CHART_POINTS);
     this.render();
   }
 
@@ -57,6 +57,7 @@ class LineChart {
       this.root.dataset["last" + s.key[0].toUpperCase() + s.key.slice(1)] = String(v);
     }
     this.root.dataset.points = String(this.samples.length);
+    this.root.dataset.lastTime = String(last.time || 0);
     const top = Math.max(1e-9, ...this.samples.flatMap(p => this.series.map(s => Number(p[s.key] || 0))));
     const scale = top * 1.1;
     const width = 600, height = 160, left = 4, bottom = 14;

@@ -5,6 +5,7 @@
 
 const POLL_MS = 3000;
 const TABLE_EVERY = 5; // polls between reloads of a topic's built-in table
+const PREVIEW_ROWS = 20; // rows of a built-in table's preview
 const MAX_TOPICS = 200; // topics whose stats the overview fetches
 const COLORS = {in: "#1f6feb", out: "#12b76a", backlog: "#f79009"};
 
@@ -151,6 +152,12 @@ function statsPath(name) {
   return "/console/api/stats/" + topicPath(name) + (partitioned.has(name) ? "?partitioned=true" : "");
 }
 
+// The broker's recent samples ([time, in, out, backlog]) into a rates chart and a backlog chart.
+function showHistory(history, rates, backlog) {
+  rates.show(history.samples.map(([time, i, o]) => ({time, in: i, out: o})));
+  backlog.show(history.samples.map(([time, , , b]) => ({time, backlog: b})));
+}
+
 function subsBacklog(stats) {
   return Object.values(stats.subscriptions || {}).reduce((sum, s) => sum + (s.msgBacklog || 0), 0);
 }
@@ -181,9 +188,9 @@ async function loadOverview() {
 // -- pages --------------------------------------------------------------------------------
 function showOverview(main) {
   const brokers = el("div", {id: "brokers"});
-  const traffic = new LineChart("chart-traffic", "Messages per second (topics listed)",
+  const traffic = new LineChart("chart-traffic", "Messages per second (all topics)",
     [{key: "in", label: "in", color: COLORS.in}, {key: "out", label: "out", color: COLORS.out}], rate);
-  const backlog = new LineChart("chart-backlog", "Backlog (messages, subscriptions of these topics)",
+  const backlog = new LineChart("chart-backlog", "Backlog (messages, all subscriptions)",
     [{key: "backlog", label: "backlog", color: COLORS.backlog}], count);
   const topics = el("div", {id: "topics"});
   main.replaceChildren(el("h1", {}, "Overview"), ...section("Brokers", brokers),
@@ -191,6 +198,7 @@ function showOverview(main) {
 
   poll(async () => {
     const ov = await loadOverview();
+    showHistory(await getJSON("/console/api/history"), traffic, backlog);
     brokers.replaceChildren(table(
       ["Broker", "State", "Zone", "Node", {label: "Topics owned", num: true}, "Pulsar", "Kafka", "Console", "Since"],
       ov.brokers.map(b => el("tr", {"data-broker": b.name},
@@ -206,7 +214,6 @@ function showOverview(main) {
     await Promise.all(names.map(async n => {
       stats[n] = await getJSON(statsPath(n)).catch(err => ({error: err.message}));
     }));
-    let rateIn = 0, rateOut = 0, totalBacklog = 0;
     const blocks = [];
     for (const g of groups) {
       const rows = g.topics.map(n => {
@@ -215,7 +222,6 @@ function showOverview(main) {
                           el("td", {colspan: 7, class: "note"}, "not shown"));
         if (s.error) return el("tr", {"data-topic": n}, td(topicLink(n), "name"), el("td", {colspan: 7, class: "error"}, s.error));
         const b = subsBacklog(s);
-        rateIn += s.msgRateIn || 0; rateOut += s.msgRateOut || 0; totalBacklog += b;
         return el("tr", {"data-topic": n}, td(topicLink(n), "name"), num(count((s.publishers || []).length)),
           num(count(Object.keys(s.subscriptions || {}).length)), el("td", {class: "num rate-in"}, rate(s.msgRateIn)),
           el("td", {class: "num rate-out"}, rate(s.msgRateOut)), num(bytesRate(s.msgThroughputIn)),
@@ -227,8 +233,6 @@ function showOverview(main) {
          {label: "Storage", num: true}], rows, {"data-namespace": g.namespace}) : el("p", {class: "note"}, "no topics"));
     }
     topics.replaceChildren(...blocks);
-    traffic.push({in: rateIn, out: rateOut});
-    backlog.push({backlog: totalBacklog});
   });
 }
 
@@ -238,6 +242,27 @@ function consumersTable(consumers) {
     consumers.map(c => el("tr", {"data-consumer": c.consumerName}, td(c.consumerName, "name"), td(c.address),
       num(count(c.availablePermits)), num(count(c.unackedMessages)), num(rate(c.msgRateOut)),
       num(count(c.msgOutCounter)))));
+}
+
+// The Kafka groups reading a topic: one row per group, its partitions' lag nested below.
+function kafkaGroupsTable(groups) {
+  const rows = [];
+  for (const g of groups) {
+    rows.push(el("tr", {"data-kafka-group": g.groupId}, td(el("a", {href: "#/groups"}, g.groupId), "name"),
+      td(groupType(g)), td(g.state), num(count(g.members)), el("td", {class: "num lag"}, count(g.totalLag))));
+    rows.push(el("tr", {class: "nested"}, el("td", {colspan: 5}, table(
+      [{label: "Partition", num: true}, {label: "Committed", num: true}, {label: "Log end", num: true},
+       {label: "Lag", num: true}, "Committed at"],
+      g.partitions.map(o => el("tr", {"data-partition": o.partition}, num(o.partition), num(count(o.committedOffset)),
+        num(count(o.logEndOffset)), el("td", {class: "num lag"}, count(o.lag)), td(when(o.commitTimestamp))))))));
+  }
+  return table(["Group", "Type", "State", {label: "Members", num: true}, {label: "Total lag", num: true}], rows,
+               {id: "kafka-groups-table"});
+}
+
+function tablesPath(name) {
+  const t = parseTopic(name);
+  return "/console/api/tables/" + enc(t.tenant) + "/" + enc(t.namespace) + "/" + enc(t.local);
 }
 
 function tableSection(view) {
@@ -276,16 +301,20 @@ async function showTopic(main, name) {
   const backlog = new LineChart("chart-topic-backlog", "Backlog (messages)",
     [{key: "backlog", label: "backlog", color: COLORS.backlog}], count);
   const subs = el("div", {id: "subscriptions"});
+  const kafkaGroups = el("div", {id: "kafka-groups"});
   const producers = el("div", {id: "producers"});
   const builtin = el("div", {id: "builtin-table"}, el("p", {class: "note"}, "loading…"));
+  const browser = messageBrowser(name);
   main.replaceChildren(el("p", {}, el("a", {href: "#/"}, "← Overview")), el("h1", {id: "topic-name"}, name), cards,
     el("div", {class: "charts"}, rates.root, backlog.root), ...section("Subscriptions", subs),
-    ...section("Producers", producers), ...section("Built-in table", builtin));
+    ...section("Kafka consumer groups", kafkaGroups), ...section("Producers", producers), ...section("Messages", browser.root),
+    ...section("Built-in table", builtin));
   const mine = page;
   if (!overview) await loadOverview().catch(() => null);
   const meta = await getJSON("/admin/v2/" + path + "/partitions").catch(() => ({partitions: 0}));
   if (meta.partitions > 0) partitioned.add(name); else partitioned.delete(name);
   if (mine !== page) return; // navigated away meanwhile
+  browser.browse(); // once: the latest messages; the form reads again on demand
   let polls = 0;
   poll(async () => {
     const s = await getJSON(statsPath(name));
@@ -297,8 +326,7 @@ async function showTopic(main, name) {
       card("Out", bytesRate(s.msgThroughputOut)), card("Backlog", count(b), "topic-backlog"),
       card("Published", count(s.msgInCounter), "topic-msg-in"), card("Storage", bytes(s.storageSize)),
       partitioned.has(name) ? card("Partitions", count((s.metadata || {}).partitions), "topic-partitions") : null].filter(Boolean));
-    rates.push({in: s.msgRateIn, out: s.msgRateOut});
-    backlog.push({backlog: b});
+    showHistory(await getJSON("/console/api/history/" + path), rates, backlog);
     const subRows = [];
     for (const [subName, sub] of Object.entries(s.subscriptions || {})) {
       subRows.push(el("tr", {"data-subscription": subName}, td(subName, "name"), td(sub.type),
@@ -309,6 +337,11 @@ async function showTopic(main, name) {
     subs.replaceChildren(subRows.length ? table(["Subscription", "Type", {label: "Backlog", num: true},
       {label: "Out msg/s", num: true}, {label: "Unacked", num: true}, {label: "Consumers", num: true}, "Active consumer"],
       subRows, {id: "subscriptions-table"}) : el("p", {class: "note"}, "no subscriptions"));
+    const t = parseTopic(name);
+    const readers = await getJSON("/console/api/kafka/topic-groups/" + enc(t.tenant) + "/" + enc(t.namespace) + "/" +
+                                  enc(t.local));
+    kafkaGroups.replaceChildren(readers.groups.length ? kafkaGroupsTable(readers.groups)
+      : el("p", {class: "note"}, "no Kafka group has committed offsets on this topic"));
     const pubs = s.publishers || [];
     producers.replaceChildren(pubs.length ? table(["Producer", {label: "Id", num: true}, "Address", "Access mode",
       {label: "In msg/s", num: true}, {label: "In bytes/s", num: true}],
@@ -316,11 +349,17 @@ async function showTopic(main, name) {
         td(p.address), td(p.accessMode), num(rate(p.msgRateIn)), num(bytesRate(p.msgThroughputIn)))),
       {id: "producers-table"}) : el("p", {class: "note"}, "no producers connected"));
     if (polls++ % TABLE_EVERY === 0) {
-      const t = parseTopic(name);
-      const view = await getJSON("/console/api/tables/" + enc(t.tenant) + "/" + enc(t.namespace) + "/" + enc(t.local));
-      builtin.replaceChildren(...tableSection(view));
+      const view = await getJSON(tablesPath(name));
+      const rows = view.catalog.exists ? await getJSON(tablesPath(name) + "/rows?limit=" + PREVIEW_ROWS) : null;
+      builtin.replaceChildren(...tableSection(view), ...(rows ? previewSection(rows) : []));
     }
   });
+}
+
+// Kafka's two group protocols: JoinGroup/SyncGroup ("classic", whatever its protocol type) and KIP-848's.
+function groupType(g) {
+  if (g.groupType === "consumer") return "consumer (KIP-848)";
+  return g.protocolType && g.protocolType !== "consumer" ? "classic (" + g.protocolType + ")" : "classic";
 }
 
 function showGroups(main) {
@@ -332,10 +371,10 @@ function showGroups(main) {
     list.replaceChildren(...groups.map(g => el("section", {class: "group", "data-group": g.groupId},
       el("h2", {}, g.groupId),
       el("div", {class: "cards"},
-        ...[["State", g.state], ["Members", count(g.members.length)], ["Generation", g.generation],
-            ["Protocol", (g.protocolType || "–") + (g.protocol ? " / " + g.protocol : "")],
-            ["Total lag", count(g.totalLag)]].map(([label, value]) =>
-          el("div", {class: "card"}, el("div", {class: "label"}, label), el("div", {class: "value"}, value)))),
+        ...[["Type", groupType(g), "group-type"], ["State", g.state], ["Members", count(g.members.length)],
+            [g.groupType === "consumer" ? "Epoch" : "Generation", g.generation],
+            ["Assignor", g.protocol || "–", "group-assignor"], ["Total lag", count(g.totalLag)]].map(([label, value, cls]) =>
+          el("div", {class: "card"}, el("div", {class: "label"}, label), el("div", {class: "value " + (cls || "")}, value)))),
       el("h3", {}, "Members"),
       g.members.length ? table(["Member", "Client", "Host", "Assigned partitions"],
         g.members.map(m => el("tr", {"data-member": m.memberId}, td(m.memberId, "name"), td(m.clientId), td(m.clientHost),
