@@ -7,6 +7,8 @@ RUN_STAMP := $(VENV)/.install-run-stamp
 TEST_STAMP := $(VENV)/.install-test-stamp
 DATA_DIR ?= ./data
 ARGS ?=
+# Test worker processes: most tests wait on servers and clients, so more workers than cores pay.
+TEST_WORKERS ?= 3
 
 .PHONY: install install-test run test bench clean
 
@@ -36,7 +38,7 @@ run: install
 test: install-test
 	@command -v chromium >/dev/null || { echo "installing Chromium for the web console tests"; \
 		apt-get update -q && apt-get install -y -q chromium; }
-	$(VENV)/bin/python -m pytest -q --durations=25
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Benchmarks (not part of the tests). The Pulsar reference needs Redis from Debian.
 bench: install-test
