@@ -8,16 +8,22 @@ def load_catalog(name: str, **properties):
 
     A SQL catalog creates its own tables when first opened; two jobs doing that at
     once make one of them fail with the database's "table ... already exists". The
-    tables are there by then: opening again succeeds.
+    table is there by then: opening again goes on to the next one, which another job
+    may be creating as well, so a job tries once per table the catalog has, and more.
     """
     from pyiceberg.catalog import load_catalog as _load
 
-    try:
-        return _load(name, **properties)
-    except Exception as exc:
-        if "already exists" not in str(exc):
-            raise
-        return _load(name, **properties)
+    for _ in range(_OPEN_ATTEMPTS - 1):
+        try:
+            return _load(name, **properties)
+        except Exception as exc:
+            if "already exists" not in str(exc):
+                raise
+    return _load(name, **properties)
+
+
+#: Attempts to open a new SQL catalog (it creates two tables; each may be lost to a racing job).
+_OPEN_ATTEMPTS = 5
 
 
 def ensure_table(catalog, identifier, schema, properties: dict[str, str] | None = None):
