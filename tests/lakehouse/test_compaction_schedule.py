@@ -1,21 +1,18 @@
 """The broker's compaction schedule, end to end: a standalone with a short schedule
 compacts on its own, the topics' built-in Iceberg tables show the records (plain,
-partitioned and Kafka auto-created topics), a dead worker is restarted, a Ctrl-C
-ends the broker and its worker cleanly, and the worker's Spark output stays in its
-own log file while the broker logs one line per event.
-
-The node runs in a session of its own so a test can send SIGINT to its whole process
-group, as a terminal does on Ctrl-C.
+partitioned and Kafka auto-created topics), a Ctrl-C ends the broker and its worker
+cleanly, the worker's Spark output stays in its own log file while the broker logs
+one line per event, and a second worker waits for the first. The worker's deaths are
+in ``test_compaction_worker_deaths.py``.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import signal
 import subprocess
-import time
+import sys
 
 import pytest
 
@@ -25,92 +22,14 @@ psutil = pytest.importorskip("psutil")
 pytest.importorskip("pyiceberg")
 
 from nereus.broker.compaction_schedule import HEALTHY_SECONDS, MAX_RESTART_DELAY, RestartDelay, last_error  # noqa: E402
-from nereus.lakehouse import sbt  # noqa: E402
-from tests import standalone_process  # noqa: E402
-from tests.standalone_process import Standalone  # noqa: E402
 from tests.standalone_process import admin as _admin  # noqa: E402
 
-#: Bounds a hang only: a loaded 2-core machine needs tens of seconds to start Spark.
-DEADLINE = 200.0
+from .schedule_node import covers, run_scheduled_node, table_values, wait_for, workers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    node = Standalone(tmp_path_factory.mktemp("schedule") / "data",
-                      ["--compaction-interval", "2", "--compaction-max-age", "2", "--compaction-min-mb", "100",
-                       "--log-level", "INFO"])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(standalone_process.subprocess, "Popen",
-                      functools.partial(subprocess.Popen, start_new_session=True))
-        node.start()
-    yield node
-    node.stop()
-
-
-def load_table(node: Standalone, topic: str):
-    """The topic's SBT table, or None while the worker has not created it."""
-    catalog_db = node.data_dir / "iceberg" / "catalog.db"
-    if not catalog_db.exists():
-        return None
-    objects = (node.data_dir / "objects").resolve().as_uri()
-    try:
-        return sbt.open_catalog(f"sqlite:///{catalog_db}", objects + "/iceberg").load_table(sbt.identifier(topic))
-    except Exception:  # noqa: BLE001 - no table (or no catalog schema) yet
-        return None
-
-
-def table_values(node: Standalone, topic: str) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of every row of the topic's SBT table (none yet: [])."""
-    table = load_table(node, topic)
-    if table is None:
-        return []
-    rows = table.scan().to_arrow()
-    return sorted(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(),
-                      rows.column("value").to_pylist()))
-
-
-def wait_for(condition, what: str, node: Standalone, tick=None):
-    """Poll ``condition`` until it returns something true; ``tick`` runs between polls."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        result = condition()
-        if result:
-            return result
-        assert node.alive(), f"the node died:\n{node.log.read_text()[-4000:]}"
-        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE:.0f} s\n{node.log.read_text()[-4000:]}"
-        if tick is not None:
-            tick()  # steady traffic: a stream's newest slices reach the index with its next write
-        time.sleep(0.5)
-
-
-def covers(node: Standalone, topic: str, expected: set[bytes]) -> bool:
-    """The table holds every expected value exactly once, at dense offsets per partition."""
-    rows = table_values(node, topic)
-    values = [v for _, _, v in rows]
-    if not expected <= set(values):
-        return False
-    assert all(values.count(v) == 1 for v in expected), rows
-    for partition in {p for p, _, _ in rows}:
-        offsets = [o for p, o, _ in rows if p == partition]
-        assert offsets == list(range(len(offsets))), (partition, offsets)
-    return True
-
-
-def workers(node: Standalone) -> list[psutil.Process]:
-    """The node's compaction worker processes (children running ``nereus.cli ... compact``)."""
-    try:
-        children = psutil.Process(node.proc.pid).children()
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for child in children:
-        try:
-            if "compact" in child.cmdline():
-                out.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
+    yield from run_scheduled_node(tmp_path_factory)
 
 def test_restart_delays_double_up_to_a_limit_and_start_over_after_a_healthy_run():
     delay = RestartDelay(2)
@@ -174,28 +93,6 @@ def test_partitioned_and_kafka_auto_created_topics_reach_their_tables(node):
     finally:
         client.close()
     assert "compaction worker exited" not in node.log.read_text()
-
-
-def test_a_dead_worker_is_restarted_and_the_reason_logged(node):
-    topic = "persistent://public/default/scheduled-restart"
-    client = pulsar.Client(node.url)
-    try:
-        producer = client.create_producer(topic, batching_enabled=False)
-        producer.send(b"before")
-        first = wait_for(lambda: workers(node), "a worker runs", node, tick=lambda: producer.send(b"tick"))
-        first[0].kill()
-        log_size = node.log.stat().st_size
-        restarted = wait_for(lambda: [w for w in workers(node) if w.pid != first[0].pid], "a new worker runs", node)
-        log = node.log.read_text()[log_size:]
-        assert "compaction worker exited with signal 9" in log and "restarting in" in log, log
-        expected = {b"after-%d" % i for i in range(20)}
-        for value in sorted(expected):
-            producer.send(value)
-        wait_for(lambda: covers(node, topic, expected | {b"before"}), "the new worker compacts", node,
-                 tick=lambda: producer.send(b"tick"))
-        assert [w.pid for w in workers(node)] == [restarted[0].pid]
-    finally:
-        client.close()
 
 
 def test_a_topic_that_went_quiet_reaches_its_table(node):
@@ -267,46 +164,28 @@ def test_the_workers_output_is_in_its_own_log_and_the_broker_logs_events(node):
     assert "compaction: table public.default.scheduled: +" in broker_log
 
 
-def _all_compaction_processes() -> list[psutil.Process]:
-    """Every ``nereus ... compact`` worker process of this machine."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if "compact" in cmdline and "--lock-file" in cmdline:
-            found.append(proc)
-    return found
-
-
-def test_a_killed_broker_takes_its_worker_and_spark_with_it_and_a_restart_runs_one_worker(node):
-    """kill -9 of the broker while its worker runs: the worker, its JVM and Spark's Python workers exit on
-    their own; the restarted broker runs exactly one worker on the data and compacts what was written."""
-    lock = str((node.data_dir / "logs" / "compaction.lock").resolve())
-
-    def mine() -> list[psutil.Process]:
-        return [p for p in _all_compaction_processes() if lock in p.cmdline()]
-
-    topic = "persistent://public/default/scheduled-kill-9"
-    if not node.alive():  # the Ctrl-C test before this one ended it
-        node.start()
-    client = pulsar.Client(node.url)
+def test_a_second_worker_waits_for_the_first_to_exit(tmp_path):
+    """The lock beside the worker's log: a worker started while an older one still runs (its broker was
+    killed and restarted at once) begins only once the older one is gone."""
+    lock = tmp_path / "logs" / "compaction.lock"
+    hold = ("import sys\n"
+            "from nereus.broker.data_lock import hold_lock_file\n"
+            f"hold_lock_file({str(lock)!r}, on_wait=lambda holder: print('waiting for', holder, flush=True))\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n")
+    first = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    second = None
     try:
-        producer = client.create_producer(topic, batching_enabled=False)
-        producer.send(b"before")
-        wait_for(lambda: covers(node, topic, {b"before"}), "the worker compacts", node,
-                 tick=lambda: producer.send(b"tick"))
-        producer.send(b"pending")  # a run may be under way as the broker dies
+        assert first.stdout.readline().strip() == "held"
+        second = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True)
+        assert second.stdout.readline().strip() == f"waiting for {first.pid}"
+        assert lock.read_text().strip() == str(first.pid)
+        first.stdin.close()  # the first worker exits
+        assert first.wait(timeout=30) == 0
+        assert second.stdout.readline().strip() == "held"
+        assert lock.read_text().strip() == str(second.pid)
     finally:
-        client.close()
-    (worker,) = workers(node)
-    family = [worker] + worker.children(recursive=True)
-    assert any("java" in p.name() for p in family), [p.name() for p in family]
-    node.kill()
-    gone, alive = psutil.wait_procs(family, timeout=90)
-    assert not alive, [(p.pid, p.name()) for p in alive]
-    node.start()
-    try:
-        wait_for(lambda: covers(node, topic, {b"before", b"pending"}), "the restarted broker's worker compacts",
-                 node)
-        assert len(mine()) == 1, [p.cmdline() for p in mine()]
-    finally:
-        assert node.stop() == 0
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
