@@ -35,9 +35,11 @@ run: install
 	$(VENV)/bin/nereus standalone --data-dir $(DATA_DIR) $(ARGS)
 
 # The web console tests drive a real headless Chromium; Debian's package, not a download.
+# The metadata-cut tests drop one broker's packets with iptables (Debian's package).
 test: install-test
-	@command -v chromium >/dev/null || { echo "installing Chromium for the web console tests"; \
-		apt-get update -q && apt-get install -y -q chromium; }
+	@command -v chromium >/dev/null && command -v iptables >/dev/null || { \
+		echo "installing Chromium (web console tests) and iptables (network cut tests)"; \
+		apt-get update -q && apt-get install -y -q chromium iptables; }
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Benchmarks (not part of the tests). The Pulsar reference needs Redis from Debian.

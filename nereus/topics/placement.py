@@ -106,6 +106,14 @@ class Placement:
     async def claim(self, topic: str) -> None:
         """Become (or stay) the topic's owner; raises NotOwner when another broker is or should be."""
 
+    async def while_serving(self, topic: str, awaitable):
+        """``awaitable``'s result; NotOwner if this broker stops serving meanwhile (lost its session)."""
+        return await awaitable
+
+    def check_serving(self, topic: str) -> None:
+        """Raise NotOwner (naming where to go, if known) when this broker cannot serve ``topic`` now
+        without the metadata plane (it lost its session): answered before anything waits on it."""
+
     def owns(self, topic: str) -> bool:
         return True
 

@@ -125,11 +125,25 @@ class TopicRegistry:
         log.info("topic %s loaded (stream %d, next offset %d)", name, handle.stream_id, handle.next_offset())
         return topic
 
-    def unload_soon(self, topic: Topic, reason: str) -> None:
+    def abandon_all(self, reason: str) -> None:
+        """Unload every topic now, and every topic being loaded once it is, without waiting for
+        anything (the broker lost its metadata session): clients go at once, waiters on appends
+        are told (``Topic.abandoned``), the rest finishes in the background."""
+        for topic in list(self.topics.values()):
+            self.unload_soon(topic, reason, abandon=True)
+        for loading in list(self._loading.values()):
+            loading.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
+                                      or self.unload_soon(f.result(), reason, abandon=True))
+        for name in list(self.memory_topics):
+            self.drop_memory_topic(name)
+
+    def unload_soon(self, topic: Topic, reason: str, *, abandon: bool = False) -> None:
         """Unload ``topic`` in the background (from callbacks that cannot wait)."""
+        if abandon:
+            topic.abandoned.set()
         if topic.closed or str(topic.name) in self._unloading:
             return
-        task = asyncio.ensure_future(self.unload(topic, reason))
+        task = asyncio.ensure_future(self.unload(topic, reason, abandon=abandon))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
@@ -138,8 +152,14 @@ class TopicRegistry:
         if not task.cancelled() and task.exception() is not None:
             log.error("unloading a topic failed", exc_info=task.exception())
 
-    async def unload(self, topic: Topic, reason: str) -> None:
-        """Drop the topic's clients and state; the next ``get`` loads it afresh."""
+    async def unload(self, topic: Topic, reason: str, *, abandon: bool = False) -> None:
+        """Drop the topic's clients and state; the next ``get`` loads it afresh.
+
+        ``abandon``: the broker lost its right to the topic (its metadata session): waiters
+        on appends in flight are told at once (``Topic.abandoned``) instead of after the flush.
+        """
+        if abandon:
+            topic.abandoned.set()
         key = str(topic.name)
         pending = self._unloading.get(key)
         if pending is not None:

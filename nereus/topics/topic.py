@@ -70,6 +70,9 @@ class Topic:
         self.attachments: dict[str, object] = {}
         self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols
         self.closed = False
+        # Set when the broker drops the topic without finishing its writes (its metadata session
+        # was lost): appends in flight will not be answered here, their waiters stop waiting.
+        self.abandoned = asyncio.Event()
         self.last_active = time.monotonic()
         self._loop = asyncio.get_running_loop()
         self._writer_lock = asyncio.Lock()
@@ -138,13 +141,20 @@ class Topic:
         self.last_active = time.monotonic()
 
     async def run_unload_listeners(self, reason: str) -> None:
+        """Start every listener at once, then wait for them all: one that waits on the metadata
+        plane (a cursor flush) must not keep the others' clients attached meanwhile."""
+        pending = []
         for listener in self._unload_listeners:
             try:
                 result = listener(reason)
-                if asyncio.iscoroutine(result):
-                    await result
             except Exception:
                 log.exception("%s: an unload listener failed", self.name)
+                continue
+            if asyncio.iscoroutine(result):
+                pending.append(asyncio.ensure_future(result))
+        for outcome in await asyncio.gather(*pending, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.error("%s: an unload listener failed", self.name, exc_info=outcome)
 
     async def close(self) -> None:
         self.closed = True
@@ -166,6 +176,20 @@ class Topic:
             raise TopicUnloaded(f"{self.name} was unloaded")
         if self.handle.writable:
             return
+        # A broker that loses its metadata session abandons the topic: whoever waits here (a
+        # producer being created, a Kafka produce) is told at once, not when metadata answers.
+        taking = asyncio.ensure_future(self._take_writer())
+        abandoned = asyncio.ensure_future(self.abandoned.wait())
+        try:
+            await asyncio.wait((taking, abandoned), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            abandoned.cancel()
+        if taking.done():
+            return taking.result()
+        taking.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise TopicUnloaded(f"{self.name} was abandoned: this broker lost its metadata session")
+
+    async def _take_writer(self) -> None:
         async with self._writer_lock:
             if self.closed:
                 raise TopicUnloaded(f"{self.name} was unloaded")

@@ -73,6 +73,7 @@ class Broker:
         self.pids: list[int] = []  # every incarnation's pid (its WAL node id is f"{name}-{pid}")
         self.paused = False
         self.launched_ms = 0
+        self.group: int | None = None  # run as this group id (a network cut matches its packets by owner)
 
     # -- addresses ----------------------------------------------------------------------
     @property
@@ -109,6 +110,10 @@ class Broker:
                 *c.broker_args]
         with open(self.log, "ab") as log:
             log.write(f"\n===== launch {time.strftime('%H:%M:%S')} =====\n".encode())
+            if self.group is not None:
+                # setpriv changes the group, not Popen(group=): that makes Python fork rather than
+                # vfork, and a forked child of this process (gRPC threads, fork handlers) can crash.
+                args = ["setpriv", f"--regid={self.group}", "--clear-groups", *args]
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
         self.pids.append(self.proc.pid)

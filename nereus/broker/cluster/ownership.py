@@ -46,6 +46,7 @@ UNUSED_SECONDS = 60.0  # a claimed topic no client loaded is released after this
 HANDOFF_WAIT = 5.0  # how long a lookup waits for a topic being handed over to be released
 PROBE_TIMEOUT = 1.0  # an owner's listener that does not accept within this is unreachable
 PROBE_CACHE_OK, PROBE_CACHE_FAILED = 1.0, 0.2  # seconds a probe's answer is reused
+REGISTER_RETRY_MAX = 2.0  # longest pause between attempts to register again after a lost session
 
 
 class OwnerUnreachable(NotOwner):
@@ -79,6 +80,8 @@ class ClusterPlacement(Placement):
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._recovering: asyncio.Future | None = None
+        self._epoch = 0  # bumped by every session loss
+        self._lost: asyncio.Future | None = None  # done once the current session is lost (_lost_future)
         self._registered = asyncio.Event()
         self._registered.set()
         self.handoffs = 0
@@ -123,6 +126,7 @@ class ClusterPlacement(Placement):
     async def owner(self, topic: str) -> BrokerAddress:
         if topic in self.owned:
             return self.local
+        self.check_serving(topic)
         try:
             current = await self._current_owner(topic, wait=False, probe=True)
         except OwnerUnreachable:
@@ -137,6 +141,7 @@ class ClusterPlacement(Placement):
             await asyncio.shield(releasing)
         if topic in self.owned:
             return self.local, True
+        self.check_serving(topic)
         current = await self._current_owner(topic, probe=True)
         if current is not None:
             return current, True
@@ -148,6 +153,39 @@ class ClusterPlacement(Placement):
 
     async def claim(self, topic: str) -> None:
         await self._claim(topic, force=False)
+
+    async def while_serving(self, topic: str, awaitable):
+        """``awaitable``'s result, or NotOwner as soon as this broker loses its metadata session (a
+        request that waits on metadata must not hold its client for as long as a cut lasts)."""
+        self.check_serving(topic)
+        lost = asyncio.shield(self._lost_future())
+        work = asyncio.ensure_future(awaitable)
+        try:
+            await asyncio.wait((work, lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if work.done():
+            return work.result()
+        work.add_done_callback(lambda f: f.cancelled() or f.exception())
+        work.cancel()
+        raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session", None)
+
+    def _lost_future(self) -> asyncio.Future:
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+        return self._lost
+
+    def check_serving(self, topic: str) -> None:
+        """While this broker has no metadata session, it answers at once and names the broker its
+        ring gives the topic to without it (a lookup must not wait on metadata it cannot reach)."""
+        if self._registered.is_set():
+            return
+        hint = None
+        for name in self.membership.ring.walk(topic):
+            if name != self.local.name:
+                hint = self.membership.ring.value(name)
+                break
+        raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session", hint)
 
     # -- claims ---------------------------------------------------------------------------
     async def _current_owner(self, topic: str, *, wait: bool = True, probe: bool = False) -> BrokerAddress | None:
@@ -236,12 +274,17 @@ class ClusterPlacement(Placement):
 
     async def _try_claim(self, topic: str, force: bool) -> None:
         key = owner_key(topic)
+        epoch = self._epoch
         value = json.dumps({"broker": self.local.name, "incarnation": self.membership.incarnation}).encode()
         while True:
+            if epoch != self._epoch:
+                raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
             rec = await self.meta.get(key)
             if rec is not None:
                 name, incarnation = _decode(rec.value)
                 if name == self.local.name and incarnation == self.membership.incarnation:
+                    if epoch != self._epoch:
+                        continue  # looked at across a session loss: decided again above
                     self.owned[topic] = (rec.version.version_id, time.monotonic())
                     return
                 if name != self.local.name:
@@ -262,6 +305,13 @@ class ClusterPlacement(Placement):
                 result = await self.meta.put(key, value, expected_version_id=expected, ephemeral=True)
             except UnexpectedVersion:
                 continue  # someone else claimed or released meanwhile: look again
+            if epoch != self._epoch:
+                # The session was lost while the put was on its way: the record may now live under
+                # the new session with the old incarnation in it, which every other broker reads as
+                # "owner gone" for as long as this broker lives. Take it back.
+                with contextlib.suppress(UnexpectedVersion, MetadataError):
+                    await self.meta.delete(key, expected_version_id=result.version.version_id)
+                raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
             self.owned[topic] = (result.version.version_id, time.monotonic())
             log.debug("%s: owned by this broker now", topic)
             return
@@ -330,12 +380,38 @@ class ClusterPlacement(Placement):
     async def _recover(self) -> None:
         log.warning("metadata session lost: dropping %d topic(s) and registering again", len(self.owned))
         self._registered.clear()  # no claims until registered again
-        try:
-            await self.release_all("metadata session lost")
-            await self.membership.register(new_incarnation=True)
-            await self.membership.refresh()
-        finally:
-            self._registered.set()
+        self._epoch += 1  # claims under way are undone (_try_claim)
+        self._abandon_all("metadata session lost")
+        delay = 0.1
+        while True:  # as long as the metadata service cannot be reached: this broker serves nothing
+            try:
+                await self.membership.register(new_incarnation=True)
+                await self.membership.refresh()
+                break
+            except MetadataError as exc:
+                log.warning("registering again failed (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, REGISTER_RETRY_MAX)
+        self._registered.set()
+        log.info("registered again after the metadata session was lost")
+
+    def _abandon_all(self, reason: str) -> None:
+        """Stop serving every topic now, without a metadata write first.
+
+        The ownership records went with the session and another broker adopts the
+        topics within the session timeout, so this broker must not hold on to their
+        clients while it cannot reach the metadata plane: the unloads close them at
+        once (Pulsar: the clients look the topics up again; Kafka: NOT_LEADER_OR_FOLLOWER)
+        and finish their own bookkeeping (flushes that now fail as fenced) in the
+        background, whenever the metadata plane answers again.
+        """
+        self.handoffs += len(self.owned)
+        self.owned = {}
+        self._orphans.clear()
+        lost, self._lost = self._lost_future(), None
+        lost.set_result(None)
+        if self.registry is not None:  # read-only ones too: they reload once this broker is back
+            self.registry.abandon_all(reason)
 
     # -- rebalancing and failover -------------------------------------------------------------
     def _owner_note(self, note: Notification) -> None:

@@ -100,7 +100,7 @@ async def _outcome(outcome):
     base = None
     for fut in futures:
         try:
-            offset = await fut if isinstance(fut, asyncio.Future) else fut
+            offset = await _unless_abandoned(fut, part) if isinstance(fut, asyncio.Future) else fut
             offset = offset.base_offset if hasattr(offset, "base_offset") else offset
         except StreamFenced as exc:  # the topic unloads: the client refreshes metadata and retries
             log.info("kafka: append to %s-%d not committed: %s", part.name, part.index, exc)
@@ -110,6 +110,22 @@ async def _outcome(outcome):
             return ErrorCode.kafka_storage_error, -1, -1, str(exc), -1
         base = offset if base is None else base
     return ErrorCode.none, base, part.handle.start_offset(), None, append_time
+
+
+async def _unless_abandoned(fut: asyncio.Future, part):
+    """``fut``'s result, or StreamFenced as soon as the broker abandons the partition's topic (it
+    lost its metadata session): the client then goes to the new leader instead of waiting here."""
+    abandoned = part.topic.abandoned
+    if not fut.done() and not abandoned.is_set():
+        waiter = asyncio.ensure_future(abandoned.wait())
+        try:
+            await asyncio.wait((fut, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+    if fut.done():
+        return fut.result()
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is nobody's now
+    raise StreamFenced(f"{part.name}-{part.index}: this broker lost its metadata session")
 
 
 async def _produce_partition(service, topic: str, pdata, acks: int):

@@ -335,7 +335,11 @@ class OxiaMetadataStore(MetadataStore):
         def create() -> Any:
             nonlocal sent
             sent = time.monotonic()  # of the attempt that succeeds
-            return self._conn.stub(shard.leader).CreateSession(req, metadata=self._conn.shard_metadata(shard.id))
+            # An attempt gets half the session timeout: one held up by a network cut and answered
+            # after it healed would start a lease that has already run out (the lease is timed from
+            # the send), and the new session would be dropped the moment it arrived.
+            return self._conn.stub(shard.leader).CreateSession(req, metadata=self._conn.shard_metadata(shard.id),
+                                                               timeout=max(self.session_timeout / 2, 0.05))
 
         resp = await self._conn.retry(create)
         self._sessions[shard.id] = resp.session_id

@@ -16,7 +16,7 @@ from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import positions, schemas, txn_acks
 from .authn import denial
-from .existence import TopicMissing, check_usable
+from .existence import TopicMissing, usable_topic
 from .lookup import parse_topic
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,11 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
         return
     try:
+        conn.service.registry.placement.check_serving(str(name))
+    except NotOwner as exc:  # no metadata session here: the client looks the topic up again, elsewhere
+        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+        return
+    try:
         refused = await denial(conn, name, "consume", cmd.subscription)
     except TopicMissing as exc:
         conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
@@ -85,8 +90,7 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         conn.send_error(cmd.request_id, pb.UnknownError, "empty subscription name")
         return
     try:
-        await check_usable(conn.service, name)
-        topic = await conn.service.get_topic(name)
+        topic = await conn.service.registry.placement.while_serving(str(name), usable_topic(conn.service, name))
     except TopicMissing as exc:
         conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
         return

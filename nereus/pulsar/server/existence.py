@@ -70,6 +70,12 @@ async def check_usable(service, name: TopicName) -> None:
         raise TopicMissing(f"Topic {name} does not exist")
 
 
+async def usable_topic(service, name: TopicName):
+    """The loaded topic ``name`` once ``check_usable`` passes (TopicMissing, NotOwner otherwise)."""
+    await check_usable(service, name)
+    return await service.get_topic(name)
+
+
 async def partitions_for_client(service, name: TopicName, *, may_create: bool) -> int:
     """Partitions to report for ``name``, creating a partitioned topic when the rule says so."""
     rule = await rule_for(service, name)
@@ -84,4 +90,4 @@ async def partitions_for_client(service, name: TopicName, *, may_create: bool) -
     return 0  # a non-partitioned topic, created on first use (or refused then)
 
 
-__all__ = ["TopicMissing", "check_usable", "partitions_for_client", "require_namespace", "rule_for"]
+__all__ = ["TopicMissing", "check_usable", "partitions_for_client", "require_namespace", "rule_for", "usable_topic"]

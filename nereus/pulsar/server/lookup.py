@@ -43,6 +43,16 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
         _lookup_tc(conn, cmd, topic)
         return
     try:
+        # No metadata session: the client is sent on at once, also when the session goes while
+        # this lookup waits on metadata (it would wait for as long as the cut lasts).
+        await conn.service.registry.placement.while_serving(str(topic), _answer_lookup(conn, cmd, topic))
+    except NotOwner as exc:
+        _elsewhere(conn, cmd, exc)
+
+
+async def _answer_lookup(conn, cmd: pb.CommandLookupTopic, topic: TopicName) -> None:
+    placement = conn.service.registry.placement
+    try:
         refused = await denial(conn, topic, None)
         if not refused:
             await check_usable(conn.service, topic)
@@ -54,12 +64,10 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
         conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.AuthorizationError,
                                message=refused)))
         return
-    placement = conn.service.registry.placement
     try:
         broker, final = await placement.lookup(str(topic), authoritative=cmd.authoritative)
     except NotOwner as exc:  # its owner just died: the client retries once the topic has moved
-        conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.ServiceNotReady,
-                               message=str(exc))))
+        _elsewhere(conn, cmd, exc)
         return
     # The listener the client names (an empty name is none: some clients send one), else the one it came in by.
     listener = cmd.advertised_listener_name or conn.listener
@@ -76,6 +84,24 @@ async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
     conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Connect if final else _Lookup.Redirect,
                            brokerServiceUrl=url, brokerServiceUrlTls=tls_url, authoritative=True,
                            proxy_through_service_url=False)))
+
+
+def _elsewhere(conn, cmd: pb.CommandLookupTopic, exc: NotOwner) -> None:
+    """Not here: a redirect to the broker ``exc`` names (the client asks it), else ServiceNotReady
+    (the client retries)."""
+    listener = cmd.advertised_listener_name or conn.listener
+    if exc.owner is not None:
+        try:
+            url, tls_url = exc.owner.urls_for(listener)[0], exc.owner.tls_urls_for(listener)[0]
+        except UnknownListener:
+            pass
+        else:
+            conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Redirect, brokerServiceUrl=url,
+                                   brokerServiceUrlTls=tls_url, authoritative=False,
+                                   proxy_through_service_url=False)))
+            return
+    conn.send(wrap(_Lookup(request_id=cmd.request_id, response=_Lookup.Failed, error=pb.ServiceNotReady,
+                           message=str(exc))))
 
 
 def _lookup_tc(conn, cmd: pb.CommandLookupTopic, topic: TopicName) -> None:
@@ -105,6 +131,14 @@ async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetad
         conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.InvalidTopicName,
                              message=f"invalid topic name {cmd.topic!r}")))
         return
+    try:
+        await conn.service.registry.placement.while_serving(str(topic), _answer_partitions(conn, cmd, topic))
+    except NotOwner as exc:  # no metadata session here: the client retries, by another broker if it has one
+        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.ServiceNotReady,
+                             message=str(exc))))
+
+
+async def _answer_partitions(conn, cmd: pb.CommandPartitionedTopicMetadata, topic: TopicName) -> None:
     if transactions.is_tc_topic(topic):  # one partition per coordinator; none without transactions
         available = transactions.coordinator_of(conn) is not None and topic.partition_index < 0
         conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Success,

@@ -21,7 +21,7 @@ from ..codec import pb, wrap
 from . import access, entries, metrics, schemas, txn_sends
 from .authn import denial
 from .errors import ProtocolViolation
-from .existence import TopicMissing, check_usable
+from .existence import TopicMissing, usable_topic
 from .lookup import parse_topic
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,11 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
         return
     try:
+        conn.service.registry.placement.check_serving(str(name))
+    except NotOwner as exc:  # no metadata session here: the client looks the topic up again, elsewhere
+        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+        return
+    try:
         refused = await denial(conn, name, "produce")
     except TopicMissing as exc:
         conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
@@ -136,8 +141,8 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
         _success(conn, cmd.request_id, existing)
         return
     try:
-        await check_usable(conn.service, name)
-        topic = await conn.service.get_topic(name)
+        topic = await conn.service.registry.placement.while_serving(
+            str(name), usable_topic(conn.service, name))
     except TopicMissing as exc:
         conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
         return
