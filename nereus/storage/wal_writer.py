@@ -44,6 +44,7 @@ from . import gc, metrics, wal_format
 from .errors import InvalidAppend, StorageError, StreamFenced
 from .records import IndexEntry
 from .session import AppendSession
+from .write_health import WriteHealth
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +95,12 @@ class WalWriter:
     """Buffers appends of every stream of one process and flushes them as objects."""
 
     def __init__(self, meta: MetadataStore, objects: ObjectStore, *, node_id: str,
-                 options: WalOptions = WalOptions(), on_commit: CommitListener | None = None):
+                 options: WalOptions = WalOptions(), on_commit: CommitListener | None = None,
+                 health: WriteHealth | None = None):
         self.meta = meta
         self.objects = objects
         self.node_id = node_id
+        self.health = health or WriteHealth(meta, objects, node_id=node_id)  # refusing while out of space
         self.options = options
         self.on_commit = on_commit
         self._buffer: dict[int, _Pending] = {}
@@ -188,7 +191,10 @@ class WalWriter:
     async def _flush(self, batch: list[_Pending], previous: asyncio.Future | None, done: asyncio.Future) -> None:
         try:
             await self._write_and_commit(batch, previous, done)
+            if self.health.refusal is not None:
+                self.health.succeeded()
         except BaseException as exc:  # every appender must hear about it
+            self.health.failed(exc, sum(len(e) for p in batch for _, e in p.entries))
             for pending in batch:
                 # Before ``done`` is set: the next flush may not commit these streams.
                 pending.session.lose(exc)
@@ -397,6 +403,7 @@ class WalWriter:
 
     async def close(self) -> None:
         self._closed = True
+        await self.health.close()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             await asyncio.gather(self._housekeeping, return_exceptions=True)

@@ -26,6 +26,9 @@ HANDLES = web.AppKey("nereus_health_streams", dict)
 
 async def check(ctx, handles: dict) -> None:
     """Raise when this broker cannot write and read back a record."""
+    refusal = ctx.storage.writer.health.refusal
+    if refusal is not None:
+        raise RuntimeError(refusal)
     name = STREAM.format(broker=ctx.placement.local.name)
     stream = handles.get(name)
     if stream is None:

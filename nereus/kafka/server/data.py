@@ -134,6 +134,9 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
     part = await service.catalog.partition(topic, pdata.index)
     if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, None
+    refusal = service.storage.writer.health.refusal
+    if refusal is not None:  # out of space: the client retries until writes are taken again
+        return ErrorCode.kafka_storage_error, -1, -1, refusal
     records = pdata.records or b""
     configs = await service.configs.topic(topic)
     max_bytes = int(configs["max.message.bytes"].value)
