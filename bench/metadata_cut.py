@@ -5,8 +5,8 @@ of its own and iptables cuts its traffic to the metadata port (``tests/cluster/n
 packets dropped silently, or connections reset, in turn. Two Pulsar producers on topics the
 victim owns and an idempotent Kafka producer over six partitions keep sending. Per cut:
 
-* ``back``: seconds from the cut until every Pulsar producer and every Kafka partition the
-  victim led is acknowledged again (served by another broker). Target: session timeout + 5 s,
+* ``back``: seconds from the cut until the victim's Pulsar topics and Kafka partitions are
+  owned by the others and every one of their producers is acknowledged again from there. Target: session timeout + 5 s,
   for any cut length (``--cut-seconds``, default session timeout + 10 s: the cut outlasts it).
 * ``healed``: seconds from the heal until the victim is registered again and owns topics again
   (the heal race of a rejoining broker), every producer acknowledged again.
@@ -74,11 +74,16 @@ def main() -> None:
         for round_ in range(args.rounds):
             mode = ("drop", "reset")[round_ % 2]
             led = [p for p in range(6) if cluster.owner(f"{PUBLIC}kcut-partition-{p}") == victim.name]
-            pulsar_at = {load.tag: load.acked_count for load in loads}
-            kafka_at = {p: kafka.acked_on(p) for p in range(6)}
             network.cut(mode)
-            back = _until(lambda: all(load.acked_count > pulsar_at[load.tag] + 10 for load in loads)
-                          and all(kafka.acked_on(p) > kafka_at[p] + 10 for p in led), 180, f"{mode}: served again")
+            cut_at = time.monotonic()
+            streams = topics + [f"{PUBLIC}kcut-partition-{p}" for p in led]
+            _until(lambda: all(cluster.owner(s) not in (None, victim.name) for s in streams), 180,
+                   f"{mode}: the victim's topics owned by the others")
+            pulsar_at = {load.tag: load.acked_count for load in loads}  # acks from here on are the others'
+            kafka_at = {p: kafka.acked_on(p) for p in range(6)}
+            _until(lambda: all(load.acked_count > pulsar_at[load.tag] + 10 for load in loads)
+                   and all(kafka.acked_on(p) > kafka_at[p] + 10 for p in led), 180, f"{mode}: served again")
+            back = time.monotonic() - cut_at
             time.sleep(max(0.0, cut_seconds - back))  # the cut lasts its length whatever happened meanwhile
             network.heal()
             pulsar_at = {load.tag: load.acked_count for load in loads}
