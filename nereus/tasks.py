@@ -43,4 +43,28 @@ async def wait_for(aw, timeout: float | None):
         return await aw
 
 
-__all__ = ["log_failure", "spawn", "wait_for"]
+
+
+async def unless(work, stop: asyncio.Future | asyncio.Event) -> tuple[bool, object]:
+    """Wait for ``work`` (a future or coroutine) or ``stop`` (a future, or an event being set),
+    whichever comes first.
+
+    ``(True, result)`` when ``work`` finished (its exception raised here), ``(False, None)``
+    when ``stop`` came first: ``work`` goes on in the background and its outcome is
+    retrieved there (nobody waits for it any more). ``stop`` itself is left alone.
+    """
+    work = asyncio.ensure_future(work)
+    stopped = stop.is_set() if isinstance(stop, asyncio.Event) else stop.done()
+    if not work.done() and not stopped:
+        waiter = asyncio.ensure_future(stop.wait()) if isinstance(stop, asyncio.Event) else asyncio.shield(stop)
+        try:
+            await asyncio.wait((work, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+    if work.done():
+        return True, work.result()
+    work.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return False, None
+
+
+__all__ = ["log_failure", "spawn", "unless", "wait_for"]

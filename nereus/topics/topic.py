@@ -26,6 +26,7 @@ from typing import Awaitable, Callable
 
 from ..ledger.naming import TopicName
 from ..storage import StreamFenced, StreamHandle, key_view
+from ..tasks import unless
 from .dedup import Dedup
 from .key_compaction import entries_keys
 from .key_log import KeyRecorder
@@ -178,16 +179,9 @@ class Topic:
             return
         # A broker that loses its metadata session abandons the topic: whoever waits here (a
         # producer being created, a Kafka produce) is told at once, not when metadata answers.
-        taking = asyncio.ensure_future(self._take_writer())
-        abandoned = asyncio.ensure_future(self.abandoned.wait())
-        try:
-            await asyncio.wait((taking, abandoned), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            abandoned.cancel()
-        if taking.done():
-            return taking.result()
-        taking.add_done_callback(lambda f: f.cancelled() or f.exception())
-        raise TopicUnloaded(f"{self.name} was abandoned: this broker lost its metadata session")
+        taken, _ = await unless(self._take_writer(), self.abandoned)
+        if not taken:
+            raise TopicUnloaded(f"{self.name} was abandoned: this broker lost its metadata session")
 
     async def _take_writer(self) -> None:
         async with self._writer_lock:

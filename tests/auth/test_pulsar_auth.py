@@ -80,14 +80,20 @@ def _connect_error(node, method: str, data: bytes) -> pb.CommandError:
     with sock:
         sock.sendall(encode_command(wrap(pb.CommandConnect(client_version="raw", protocol_version=21,
                                                            auth_method_name=method, auth_data=data))))
-        decoder = FrameDecoder(1 << 20)
-        frames = []
-        while chunk := sock.recv(65536):
-            decoder.receive_data(chunk)
-            while (frame := decoder.next_frame()) is not None:
-                frames.append(frame)
+        frames = _frames_until_closed_raw(sock)
     assert [type_name(f.type) for f in frames] == ["ERROR"], "expected one ERROR, then the connection closed"
     return frames[0].body
+
+
+def _frames_until_closed_raw(sock: socket.socket) -> list:
+    """Every frame the broker sends on ``sock`` until it closes the connection."""
+    decoder = FrameDecoder(1 << 20)
+    frames = []
+    while chunk := sock.recv(65536):
+        decoder.receive_data(chunk)
+        while (frame := decoder.next_frame()) is not None:
+            frames.append(frame)
+    return frames
 
 
 def _topics(node) -> list[str]:
@@ -142,12 +148,7 @@ def test_a_cpp_client_refused_at_connect_gets_the_error_on_its_first_request(ser
                                                                             request_id=7))))
         sock.sendall(encode_command(wrap(pb.CommandProducer(topic="persistent://public/default/x", producer_id=1,
                                                             request_id=8))))
-        decoder = FrameDecoder(1 << 20)
-        frames = []
-        while chunk := sock.recv(65536):
-            decoder.receive_data(chunk)
-            while (frame := decoder.next_frame()) is not None:
-                frames.append(frame)
+        frames = _frames_until_closed_raw(sock)
     assert [type_name(f.type) for f in frames] == ["CONNECTED", "PARTITIONED_METADATA_RESPONSE"]
     answer = frames[1].body
     assert answer.request_id == 7 and answer.error == pb.AuthenticationError and "credentials" in answer.message

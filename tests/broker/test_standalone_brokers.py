@@ -40,13 +40,18 @@ def _wait(condition, what: str, proc: subprocess.Popen, log: Path, timeout: floa
     raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
 
 
-def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Path):
-    http, pulsar_port, kafka, oxia = (port_run() for _ in range(4))
+def _two_brokers(tmp_path: Path) -> tuple[subprocess.Popen, Path, tuple[int, int, int, int]]:
+    """``nereus standalone --brokers 2`` started: (process, its log, its http/pulsar/kafka/oxia ports)."""
+    ports = http, pulsar_port, kafka, oxia = tuple(port_run() for _ in range(4))
     log = tmp_path / "standalone.log"
     args = ["--data-dir", str(tmp_path / "data"), "--brokers", "2", "--compaction-interval", "0",
             "--http-port", str(http), "--pulsar-port", str(pulsar_port), "--kafka-port", str(kafka),
             "--oxia-port", str(oxia), "--session-timeout", "3"]
-    proc = subprocess.Popen(NEREUS + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    return subprocess.Popen(NEREUS + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb")), log, ports
+
+
+def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Path):
+    proc, log, (http, pulsar_port, kafka, _oxia) = _two_brokers(tmp_path)
     children: list[psutil.Process] = []
     try:
         brokers = [f"127.0.0.1:{http}", f"127.0.0.1:{http + 1}"]
@@ -118,12 +123,7 @@ def test_standalone_runs_two_broker_processes_that_share_the_topics(tmp_path: Pa
 
 def test_a_killed_standalone_takes_its_child_brokers_with_it(tmp_path: Path):
     """kill -9 of the standalone: its child broker notices (its lifeline pipe closes) and stops on its own."""
-    http, pulsar_port, kafka, oxia = (port_run() for _ in range(4))
-    log = tmp_path / "standalone.log"
-    args = ["--data-dir", str(tmp_path / "data"), "--brokers", "2", "--compaction-interval", "0",
-            "--http-port", str(http), "--pulsar-port", str(pulsar_port), "--kafka-port", str(kafka),
-            "--oxia-port", str(oxia), "--session-timeout", "3"]
-    proc = subprocess.Popen(NEREUS + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    proc, log, (http, _pulsar, _kafka, _oxia) = _two_brokers(tmp_path)
     try:
         _wait(lambda: len(_get_json(f"http://127.0.0.1:{http + 1}/admin/v2/brokers/standalone")) == 2,
               "both brokers registered", proc, log)

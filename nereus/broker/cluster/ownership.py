@@ -34,7 +34,7 @@ from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...meta.api import Notification, NotificationType
 from ...meta.errors import MetadataError
-from ...tasks import spawn, wait_for
+from ...tasks import spawn, unless, wait_for
 from ...topics.placement import BrokerAddress, NotOwner, Placement
 from .membership import ACTIVE, Membership
 
@@ -158,16 +158,11 @@ class ClusterPlacement(Placement):
         """``awaitable``'s result, or NotOwner as soon as this broker loses its metadata session (a
         request that waits on metadata must not hold its client for as long as a cut lasts)."""
         self.check_serving(topic)
-        lost = asyncio.shield(self._lost_future())
         work = asyncio.ensure_future(awaitable)
-        try:
-            await asyncio.wait((work, lost), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lost.cancel()
-        if work.done():
-            return work.result()
-        work.add_done_callback(lambda f: f.cancelled() or f.exception())
-        work.cancel()
+        done, result = await unless(work, self._lost_future())
+        if done:
+            return result
+        work.cancel()  # its answer is not wanted: the client is sent on from here
         raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session", None)
 
     def _lost_future(self) -> asyncio.Future:

@@ -26,10 +26,9 @@ from array import array
 import aiohttp
 from aiohttp import web
 
-from ...ledger.naming import InvalidTopicName, TopicName
 from ...pulsar.server.topics import ATTACHMENT as PULSAR
 from ...topics.rates import combined_rates
-from ..admin.common import AdminError, context, flag, partitions
+from ..admin.common import context, flag, partitions, topic_name
 
 log = logging.getLogger(__name__)
 
@@ -182,11 +181,7 @@ async def get_totals(request: web.Request) -> web.Response:
 
 async def get_topic(request: web.Request) -> web.Response:
     ctx = context(request)
-    m = request.match_info
-    try:
-        name = TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}").base
-    except InvalidTopicName:
-        raise AdminError(412, "Topic name is not valid") from None
+    name = topic_name(request).base
     return await _answer(request, [str(p) for p in await partitions(ctx, name)])
 
 

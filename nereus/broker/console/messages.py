@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from ...ledger.naming import InvalidTopicName, TopicName
+from ...ledger.naming import TopicName
 from ...storage import OffsetOutOfRange, time_index
 from ...topics import NotOwner, schemas
-from ..admin.common import AdminError, context, partitions, require_topic
+from ..admin.common import AdminError, context, partitions, require_topic, topic_name
 from . import decoding
 
 DEFAULT_COUNT = 20
@@ -164,11 +164,7 @@ async def _forwarded(request: web.Request, owner, index: int) -> tuple[list[dict
 
 async def get_messages(request: web.Request) -> web.Response:
     ctx = context(request)
-    m = request.match_info
-    try:
-        name = TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}").base
-    except InvalidTopicName:
-        raise AdminError(412, "Topic name is not valid") from None
+    name = topic_name(request).base
     query = parse_query(request)
     streams = await partitions(ctx, name)
     partitioned = streams != [name]

@@ -16,8 +16,7 @@ import os
 from aiohttp import web
 
 from ...lakehouse import sbt
-from ...ledger.naming import InvalidTopicName, TopicName
-from ..admin.common import AdminError, context
+from ..admin.common import AdminError, context, topic_name
 from . import tables
 
 DEFAULT_ROWS = 20
@@ -66,11 +65,7 @@ def read_rows(uri: str, warehouse: str, ident: tuple[str, str, str], limit: int)
 
 async def get_rows(request: web.Request) -> web.Response:
     ctx = context(request)
-    m = request.match_info
-    try:
-        name = TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}").base
-    except InvalidTopicName:
-        raise AdminError(412, "Topic name is not valid") from None
+    name = topic_name(request).base
     raw = request.query.get("limit", str(DEFAULT_ROWS))
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_ROWS:
         raise AdminError(400, f"limit must be an integer from 1 to {MAX_ROWS}")

@@ -20,8 +20,7 @@ import os
 from aiohttp import web
 
 from ...lakehouse import sbt
-from ...ledger.naming import InvalidTopicName, TopicName
-from ..admin.common import AdminError, context, partitions, stream_exists
+from ..admin.common import AdminError, context, partitions, stream_exists, topic_name
 
 #: At most this many data files and compacted objects are listed (the totals are always given).
 MAX_LISTED = 500
@@ -102,11 +101,7 @@ async def _catalog_view(objects, ident: tuple[str, str, str]) -> dict:
 
 async def get_table(request: web.Request) -> web.Response:
     ctx = context(request)
-    m = request.match_info
-    try:
-        name = TopicName.parse(f"persistent://{m['tenant']}/{m['namespace']}/{m['topic']}").base
-    except InvalidTopicName:
-        raise AdminError(412, "Topic name is not valid") from None
+    name = topic_name(request).base
     streams = await partitions(ctx, name)
     if not any([await stream_exists(ctx.storage, s) for s in streams]):
         raise AdminError(404, "Topic not found")

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from ...auth.kafka_acls import DELETE, DESCRIBE, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from ...ledger.entry import decode_entry
 from ...storage import OffsetOutOfRange, StorageError, StreamFenced, time_index
+from ...tasks import unless
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
 from ..codec.batch import HEADER_SIZE, with_log_append_time
 from ..codec.inflate import check_decompressed
@@ -115,16 +116,9 @@ async def _outcome(outcome):
 async def _unless_abandoned(fut: asyncio.Future, part):
     """``fut``'s result, or StreamFenced as soon as the broker abandons the partition's topic (it
     lost its metadata session): the client then goes to the new leader instead of waiting here."""
-    abandoned = part.topic.abandoned
-    if not fut.done() and not abandoned.is_set():
-        waiter = asyncio.ensure_future(abandoned.wait())
-        try:
-            await asyncio.wait((fut, waiter), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-    if fut.done():
-        return fut.result()
-    fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # its outcome is nobody's now
+    done, result = await unless(fut, part.topic.abandoned)
+    if done:
+        return result
     raise StreamFenced(f"{part.name}-{part.index}: this broker lost its metadata session")
 
 

@@ -16,7 +16,7 @@ from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import positions, schemas, txn_acks
 from .authn import denial
-from .existence import TopicMissing, usable_topic
+from .existence import TopicMissing, refused_here, usable_topic
 from .lookup import parse_topic
 
 log = logging.getLogger(__name__)
@@ -70,10 +70,7 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
         return
-    try:
-        conn.service.registry.placement.check_serving(str(name))
-    except NotOwner as exc:  # no metadata session here: the client looks the topic up again, elsewhere
-        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+    if refused_here(conn, cmd.request_id, name):
         return
     try:
         refused = await denial(conn, name, "consume", cmd.subscription)

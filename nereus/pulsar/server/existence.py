@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ...ledger.naming import TopicName
 from ...storage import StreamNotFound
-from ...topics import create_partitioned_topic, partitions_of
+from ...topics import NotOwner, create_partitioned_topic, partitions_of
+from ..codec import pb
 from ...topics.autocreate import AutoCreation, in_force, namespace_policies
 
 
@@ -70,6 +71,17 @@ async def check_usable(service, name: TopicName) -> None:
         raise TopicMissing(f"Topic {name} does not exist")
 
 
+def refused_here(conn, request_id: int, name: TopicName) -> bool:
+    """True, after answering ServiceNotReady, when this broker cannot serve ``name`` now (it lost its
+    metadata session): the client looks the topic up again, elsewhere, before anything here waits."""
+    try:
+        conn.service.registry.placement.check_serving(str(name))
+    except NotOwner as exc:
+        conn.send_error(request_id, pb.ServiceNotReady, str(exc))
+        return True
+    return False
+
+
 async def usable_topic(service, name: TopicName):
     """The loaded topic ``name`` once ``check_usable`` passes (TopicMissing, NotOwner otherwise)."""
     await check_usable(service, name)
@@ -90,4 +102,4 @@ async def partitions_for_client(service, name: TopicName, *, may_create: bool) -
     return 0  # a non-partitioned topic, created on first use (or refused then)
 
 
-__all__ = ["TopicMissing", "check_usable", "partitions_for_client", "require_namespace", "rule_for", "usable_topic"]
+__all__ = ["TopicMissing", "check_usable", "partitions_for_client", "require_namespace", "refused_here", "rule_for", "usable_topic"]

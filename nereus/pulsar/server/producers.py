@@ -21,7 +21,7 @@ from ..codec import pb, wrap
 from . import access, entries, metrics, schemas, txn_sends
 from .authn import denial
 from .errors import ProtocolViolation
-from .existence import TopicMissing, usable_topic
+from .existence import TopicMissing, refused_here, usable_topic
 from .lookup import parse_topic
 
 log = logging.getLogger(__name__)
@@ -123,10 +123,7 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
     if name is None:
         conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
         return
-    try:
-        conn.service.registry.placement.check_serving(str(name))
-    except NotOwner as exc:  # no metadata session here: the client looks the topic up again, elsewhere
-        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+    if refused_here(conn, cmd.request_id, name):
         return
     try:
         refused = await denial(conn, name, "produce")
