@@ -85,8 +85,8 @@ class Connection:
     def stub(self, leader: str) -> pbg.OxiaClientStub:
         entry = self._channels.get(leader)
         if entry is None:
-            ch = (aio.insecure_channel(leader, options=cv.GRPC_OPTIONS) if self.credentials is None
-                  else aio.secure_channel(leader, self.credentials, options=cv.GRPC_OPTIONS))
+            ch = (aio.insecure_channel(leader, options=cv.CLIENT_CHANNEL_OPTIONS) if self.credentials is None
+                  else aio.secure_channel(leader, self.credentials, options=cv.CLIENT_CHANNEL_OPTIONS))
             entry = self._channels[leader] = (ch, pbg.OxiaClientStub(ch))
         return entry[1]
 

@@ -30,6 +30,13 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE),
     ("grpc.max_send_message_length", MAX_MESSAGE),
 ]
+#: A client's channels retry a lost connection at most every 2 s (gRPC's default backs off to
+#: 2 minutes): a broker cut off from the metadata service is back within moments of the heal.
+CLIENT_CHANNEL_OPTIONS = GRPC_OPTIONS + [
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 
 COMPARISON_TO_PB = {
     Comparison.EQUAL: pb.EQUAL, Comparison.FLOOR: pb.FLOOR, Comparison.CEILING: pb.CEILING,
