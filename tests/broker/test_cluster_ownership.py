@@ -235,6 +235,9 @@ async def test_a_zombie_that_wakes_up_drops_its_topics_rejoins_and_gets_its_shar
             return True
 
         await wait_for(fenced_by_adopters, what="adoption")
+        # It wakes up: the sessions it opens from now on are kept alive (else it would lose each
+        # one again a session timeout later, dropping whatever it had loaded by then).
+        zombie.meta._resume_heartbeats()
         for name in mine:  # whatever the zombie still holds cannot commit (fenced, or dropped already)
             with pytest.raises((StreamFenced, StreamClosed)):
                 await stale[name].handle.append(b"zombie", 1)

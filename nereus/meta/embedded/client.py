@@ -323,6 +323,10 @@ class EmbeddedMetadataStore(MetadataStore):
             self._heartbeat.cancel()
             self._heartbeat = None
 
+    def _resume_heartbeats(self) -> None:
+        """Test hook: the hung client wakes up; sessions opened from now on are kept alive again."""
+        self._heartbeats_paused = False
+
     # ------------------------------------------------------------------- close
     async def close(self) -> None:
         if self._closed:
