@@ -166,6 +166,10 @@ def _broker_options(command):
                      help="Most partitions a topic may be created with or grown to, by the admin REST API, a "
                           f"Kafka client or auto-creation (maxNumPartitionsPerPartitionedTopic; 0: {PARTITION_CEILING},"
                           " the most Nereus creates for one topic)."),
+        click.option("--max-replication-factor", type=click.IntRange(1, 32767), default=32, show_default=True,
+                     help="Largest replication factor a Kafka client may create a topic with. Any factor up to it "
+                          "is accepted whatever the number of brokers: durability is the object store's, and "
+                          "Metadata lists live brokers as the replicas."),
         click.option("--schema-compatibility-strategy", default="FULL", show_default=True,
                      type=click.Choice(["ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
                                         "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"],
@@ -391,6 +395,7 @@ def _options_of(kwargs: dict):
         auto_topic_creation_type=kwargs["auto_topic_creation_type"],
         default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
         max_partitions_per_topic=kwargs["max_num_partitions_per_partitioned_topic"],
+        max_replication_factor=kwargs["max_replication_factor"],
         default_retention_minutes=kwargs["default_retention_minutes"],
         default_retention_mb=kwargs["default_retention_mb"],
         max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],

@@ -211,6 +211,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("num.partitions", "default_partitions", _int, doc="Kafka's name for defaultNumPartitions."),
     Key("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic", _int,
         doc="Most partitions a topic may be created or grown to (0: Nereus' ceiling, 10000)."),
+    Key("maxReplicationFactor", "max_replication_factor", _int,
+        doc="Largest replication factor a Kafka client may create a topic with (any up to it is accepted)."),
     Key("schemaCompatibilityStrategy", "schema_compatibility_strategy", _text,
         doc="Schema compatibility of namespaces and topics without a policy (FULL, BACKWARD, ...)."),
     Key("brokerDeduplicationEnabled", "deduplication", _bool,

@@ -73,6 +73,7 @@ class BrokerOptions:
     auto_topic_creation_type: str = "non-partitioned"  # what a Pulsar client's first use creates
     default_partitions: int = 1  # partitions of an auto-created partitioned topic (and of Kafka's)
     max_partitions_per_topic: int = 0  # maxNumPartitionsPerPartitionedTopic (0: MAX_PARTITIONS, ours)
+    max_replication_factor: int = 32  # the largest a Kafka client may create a topic with
     deduplication: bool = BROKER_DEDUPLICATION_ENABLED  # for namespaces without a policy
     # Retention of namespaces without a policy (defaultRetentionTimeInMinutes / SizeInMB; -1: keep all).
     default_retention_minutes: int = -1
@@ -289,7 +290,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                          sasl=options.sasl, authorizer=authorizer, limits=options.connection_limits("kafka", budget),
                          anonymous_role=authenticator.anonymous_role if authenticator is not None else None,
                          auto_create=options.auto_topic_creation, default_partitions=options.default_partitions,
-                         max_partitions=options.partition_limit,
+                         max_partitions=options.partition_limit, max_replication_factor=options.max_replication_factor,
                          consumer_heartbeat_interval=options.consumer_heartbeat_interval,
                          consumer_session_timeout=options.consumer_session_timeout,
                          max_connection_creation_rate=options.max_connection_creation_rate,

@@ -143,6 +143,7 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
             "--compaction-monitor-interval", str(opts.compaction_monitor_interval),
             "--cluster-name", opts.cluster_name, "--default-partitions", str(opts.default_partitions),
             "--max-num-partitions-per-partitioned-topic", str(opts.max_partitions_per_topic),
+            "--max-replication-factor", str(opts.max_replication_factor),
             "--auto-topic-creation" if opts.auto_topic_creation else "--no-auto-topic-creation",
             "--auto-topic-creation-type", opts.auto_topic_creation_type,
             "--deduplication" if opts.deduplication else "--no-deduplication",

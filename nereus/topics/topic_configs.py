@@ -1,10 +1,10 @@
 """Per-topic configs under Kafka's names, one record per topic in the metadata plane.
 
 ``/nereus/kafka/topic-configs/{quoted topic}`` -> ``{"configs": {name: value},
-"replication_factor": n}``: the configs set on the topic (Kafka's
-``DYNAMIC_TOPIC_CONFIG``) and the replication factor it was created with (absent:
-as many as there are live brokers); every config not set is
-the broker's default. The Kafka topic ``t`` is the Pulsar topic
+"replication_factor": n, "replicas": {partition: [node id, ...]}}``: the configs set on
+the topic (Kafka's ``DYNAMIC_TOPIC_CONFIG``), the replication factor it was created with
+(absent: as many as there are live brokers) and the replica lists a client assigned to
+its partitions (absent: none); every config not set is the broker's default. The Kafka topic ``t`` is the Pulsar topic
 ``persistent://public/default/t`` (its partitions share the record). Values are
 kept as the strings Kafka clients send, already validated by the Kafka layer.
 ``/nereus/kafka/broker-configs/{name}`` holds dynamic broker configs the same way
@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import quote, unquote
 
+from ..ledger.naming import InvalidTopicName, TopicName
 from ..meta import cas
 
 TOPIC_CONFIGS_ROOT = "/nereus/kafka/topic-configs/"
+KAFKA_NAMESPACE = "persistent://public/default/"  # where Kafka topics live
 BROKER_CONFIGS_ROOT = "/nereus/kafka/broker-configs/"
 GROUP_CONFIGS_ROOT = "/nereus/kafka/group-configs/"
 _END = "\U0010ffff"
@@ -74,22 +77,64 @@ async def update_topic_configs(meta, topic: str, change: Callable[[dict[str, str
     return await _update(meta, topic_configs_key(topic), change)
 
 
-async def replace_topic_configs(meta, topic: str, configs: dict[str, str],
-                                replication_factor: int | None = None) -> None:
-    """Set exactly ``configs`` (and the replication factor) on a new ``topic``; none: no record."""
-    if configs or replication_factor is not None:
-        extra = {} if replication_factor is None else {"replication_factor": replication_factor}
+async def replace_topic_configs(meta, topic: str, configs: dict[str, str], replication_factor: int | None = None,
+                                replicas: dict[int, list[int]] | None = None) -> None:
+    """Set exactly ``configs`` (the replication factor, the assigned replicas) on a new ``topic``;
+    none: no record."""
+    extra = {} if replication_factor is None else {"replication_factor": replication_factor}
+    if replicas:
+        extra["replicas"] = {str(index): list(ids) for index, ids in sorted(replicas.items())}
+    if configs or extra:
         await meta.put(topic_configs_key(topic), _encode(configs, extra))
     else:
         await delete_topic_configs(meta, topic)
 
 
-async def replication_factors(meta, topics) -> dict[str, int | None]:
-    """The replication factor each topic was created with (None: not given)."""
+async def assign_replicas(meta, topic: str, replicas: dict[int, list[int]]) -> None:
+    """Record the replica lists assigned to new partitions of ``topic`` (its other fields are kept)."""
+    def apply(old: bytes | None) -> bytes | None:
+        record = _record(old)
+        record["replicas"] = {**record.get("replicas", {}),
+                              **{str(index): list(ids) for index, ids in replicas.items()}}
+        return json.dumps({**record, "configs": record.get("configs", {})}).encode()
+
+    if replicas:
+        await cas.update(meta, topic_configs_key(topic), apply)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLayout:
+    """How a topic's replicas were asked for: a factor (None: every live broker) and assigned lists."""
+
+    factor: int | None = None
+    assigned: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+async def preferred_leader(meta, topic: str) -> int | None:
+    """The node id a Kafka client assigned first among the replicas of partition topic ``topic``
+    (its preferred leader), or None when none was assigned."""
+    try:
+        name = TopicName.parse(topic)
+    except InvalidTopicName:
+        return None
+    base = str(name.base)
+    if name.partition_index < 0 or not base.startswith(KAFKA_NAMESPACE):
+        return None
+    rec = await meta.get(topic_configs_key(base[len(KAFKA_NAMESPACE):]))
+    ids = _record(rec.value if rec is not None else None).get("replicas", {}).get(str(name.partition_index))
+    return ids[0] if ids else None
+
+
+async def replica_layouts(meta, topics) -> dict[str, ReplicaLayout]:
+    """Each topic's replica layout as created (and grown)."""
     topics = list(topics)
     records = await asyncio.gather(*(meta.get(topic_configs_key(topic)) for topic in topics))
-    return {topic: _record(rec.value if rec is not None else None).get("replication_factor")
-            for topic, rec in zip(topics, records)}
+    out = {}
+    for topic, rec in zip(topics, records):
+        record = _record(rec.value if rec is not None else None)
+        assigned = {int(index): tuple(ids) for index, ids in record.get("replicas", {}).items()}
+        out[topic] = ReplicaLayout(record.get("replication_factor"), assigned)
+    return out
 
 
 async def delete_topic_configs(meta, topic: str) -> None:
@@ -122,7 +167,7 @@ async def read_group_configs(meta, group: str) -> dict[str, str]:
 async def update_group_configs(meta, group: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict:
     return await _update(meta, GROUP_CONFIGS_ROOT + quote(group, safe=""), change)
 
-__all__ = ["BROKER_CONFIGS_ROOT", "GROUP_CONFIGS_ROOT", "TOPIC_CONFIGS_ROOT", "all_topic_configs",
-           "broker_configs_key", "delete_topic_configs", "read_broker_configs", "read_group_configs",
-           "read_topic_configs", "replace_topic_configs", "replication_factors", "topic_configs_key",
+__all__ = ["BROKER_CONFIGS_ROOT", "GROUP_CONFIGS_ROOT", "ReplicaLayout", "TOPIC_CONFIGS_ROOT", "all_topic_configs",
+           "assign_replicas", "broker_configs_key", "preferred_leader", "delete_topic_configs", "read_broker_configs", "read_group_configs",
+           "read_topic_configs", "replace_topic_configs", "replica_layouts", "topic_configs_key",
            "update_broker_configs", "update_group_configs", "update_topic_configs"]

@@ -176,6 +176,50 @@ def test_every_broker_names_the_group_coordinator_the_ring_picks(cluster):
     assert len(coordinators) > 1, "twelve groups all on one coordinator"
 
 
+def test_assigned_replicas_are_listed_as_given_and_their_first_broker_leads(cluster):
+    """Each partition is led by the first broker of its assigned replicas, not the ring's broker
+    (the assignment below never names the ring's broker first); a factor above the broker
+    count is taken and answered with every live broker, the leader first."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    nodes = _kafka_nodes(cluster, cluster.brokers_list[0])
+    ids = sorted(node for node, _rack in nodes.values())
+    ring = _ring(cluster)
+    topic = f"assigned-{uuid.uuid4().hex[:8]}"
+
+    def assignment(index: int) -> list[int]:
+        ring_node = nodes[ring.owner(f"persistent://public/default/{topic}-partition-{index}")][0]
+        first = next(n for n in ids[index % 3:] + ids[:index % 3] if n != ring_node)
+        return [first] + [n for n in ids if n != first][::1 if index % 2 else -1]
+
+    assigned = [assignment(i) for i in range(4)]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    admin.create_topics([NewTopic(topic, 3, replica_assignment=assigned[:3])])[topic].result(30)
+    admin.create_partitions([NewPartitions(topic, 4, replica_assignment=[assigned[3]])])[topic].result(30)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
+    for index in range(4):
+        producer.produce(topic, b"v%d" % index, partition=index)
+    assert producer.flush(60) == 0
+
+    def layout(via, name=topic):
+        meta = AdminClient({"bootstrap.servers": via.bootstrap}).list_topics(name, timeout=30).topics[name]
+        return [(p.leader, p.replicas, p.isrs) for _, p in sorted(meta.partitions.items())]
+
+    expected = [(ids_[0], ids_, ids_) for ids_ in assigned]
+    for broker in cluster.brokers_list:
+        deadline = time.monotonic() + 30
+        while layout(broker) != expected:
+            assert time.monotonic() < deadline, (broker.name, layout(broker), expected)
+            time.sleep(0.2)
+    wide = topic + "-rf5"
+    admin.create_topics([NewTopic(wide, 1, replication_factor=5)])[wide].result(30)
+    producer.produce(wide, b"v", partition=0)
+    assert producer.flush(60) == 0
+    (leader, replicas, isrs), = layout(cluster.brokers_list[0], wide)
+    assert replicas == isrs and replicas[0] == leader and sorted(replicas) == ids
+
+
 def test_a_topic_moved_away_and_back_serves_every_commit_and_a_zone_reader_follows_it(cluster):
     """Drain and undrain the owner: no record is lost, offsets stay dense, the first owner sees the second's."""
     from confluent_kafka import Consumer, Producer, TopicPartition

@@ -201,7 +201,7 @@ async def test_metadata_lists_every_broker_and_each_partitions_owner(cluster, ve
         assert [tuple(p.isr_nodes) for p in parts[:3]] == [(2, 0, 1), (1, 0, 2), (0, 1, 2)]
 
 
-async def test_replication_factor_up_to_the_live_brokers(cluster):
+async def test_replication_factor_and_assignments_against_the_live_brokers(cluster):
     cls = request_schema(19, 7)
 
     async def create(topic, partitions=-1, factor=-1, assignments=()):
@@ -213,8 +213,11 @@ async def test_replication_factor_up_to_the_live_brokers(cluster):
                           validate_only=False)
         return resp.topics[0]
 
-    too_many = await create(new_name("rf"), 1, 4)
-    assert too_many.error_code == INVALID_REPLICATION_FACTOR and "3 broker" in too_many.error_message
+    beyond = new_name("rf")
+    more_than_brokers = await create(beyond, 1, 4)  # durability is the object store's: any factor is taken
+    assert (more_than_brokers.error_code, more_than_brokers.replication_factor) == (0, 4)
+    too_many = await create(new_name("rf"), 1, 33)
+    assert too_many.error_code == INVALID_REPLICATION_FACTOR and "maximum (32" in too_many.error_message
     bad = await create(new_name("rf"), assignments=[[0, 1], [1, 5]])
     assert bad.error_code == INVALID_REPLICA_ASSIGNMENT
     topic = new_name("rf")
@@ -226,12 +229,17 @@ async def test_replication_factor_up_to_the_live_brokers(cluster):
     for index, node in enumerate([2, 0]):
         cluster.pin(stream(topic, index), node)
         cluster.pin(stream(assigned, index), node)
+    cluster.pin(stream(beyond, 0), 1)
     for asked in range(3):
-        resp = await metadata(cluster, asked, [topic, assigned])
+        resp = await metadata(cluster, asked, [topic, assigned, beyond])
         by_name = {t.name: sorted(t.partitions, key=lambda p: p.partition_index) for t in resp.topics}
         assert [(p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes)) for p in by_name[topic]] == \
             [(2, (2, 0), (2, 0)), (0, (0, 1), (0, 1))]
-        assert [len(p.replica_nodes) for p in by_name[assigned]] == [3, 3]
+        # as assigned, in order (Kafka's preferred leader first), whoever leads now
+        assert [(p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes)) for p in by_name[assigned]] == \
+            [(2, (0, 2, 1), (0, 2, 1)), (0, (2, 1, 0), (2, 1, 0))]
+        # more replicas asked for than there are brokers: every live broker, the leader first
+        assert [tuple(p.replica_nodes) for p in by_name[beyond]] == [(1, 0, 2)]
 
 
 async def test_a_draining_owner_is_listed_while_it_leads(cluster):

@@ -157,10 +157,7 @@ def test_configs_go_with_the_topic(client, topic):
     assert describe(client, topic)["retention.ms"].value == "-1"
 
 
-def test_replication_factor_up_to_the_live_brokers(client, topic):
-    futures = client.create_topics([NewTopic(topic, 1, replication_factor=3)], operation_timeout=TIMEOUT)
-    err = error_of(futures[topic])
-    assert err.code() == KafkaError.INVALID_REPLICATION_FACTOR and "1 broker" in err.str()
+def test_replica_assignments_name_registered_brokers(client, topic):
     futures = client.create_topics([NewTopic(topic, 2, replica_assignment=[[0], [7]])], operation_timeout=TIMEOUT)
     assert error_of(futures[topic]).code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
     create(client, topic, num_partitions=2, replica_assignment=[[0], [0]])

@@ -7,9 +7,10 @@ it with one read. Whoever owns a topic also takes its stream's append session
 (fencing token) before its first write: the record routes clients, the session
 fences writers.
 
-- *Claim*: a broker takes a topic that nobody owns when its ring says so, or when
-  a client was sent to it authoritatively (this ends a ping-pong of brokers whose
-  ring views differ for a moment).
+- *Claim*: a broker takes a topic that nobody owns when its ring says so (or the
+  topic's preferred leader is this broker: ``leader_preference``), or when a client
+  was sent to it authoritatively (this ends a ping-pong of brokers whose ring views
+  differ for a moment).
 - *Handoff*: when the ring moves a topic elsewhere (a broker joined, or this one
   drains), the owner unloads it (flush, commit, close clients so they look it up
   again, release the append session) and only then deletes its record. Only
@@ -36,6 +37,7 @@ from ...meta.api import Notification, NotificationType
 from ...meta.errors import MetadataError
 from ...tasks import spawn, unless, wait_for
 from ...topics.placement import BrokerAddress, NotOwner, Placement
+from .leader_preference import LeaderPreferences
 from .membership import ACTIVE, Membership
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ class ClusterPlacement(Placement):
         self._registered.set()
         self.handoffs = 0
         self.adoptions = 0
+        self.leader_preferences = LeaderPreferences(meta, membership)
         membership.on_change(self._ring_changed.set)
         membership.on_note(OWNERS, self._owner_note)
 
@@ -133,7 +136,7 @@ class ClusterPlacement(Placement):
             raise  # killed, its session not expired yet: nobody to name for now
         except NotOwner:  # its owner died: name the broker that takes it once the record expires
             current = None
-        return current if current is not None else self.preferred(topic)
+        return current if current is not None else await self._home(topic)
 
     async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
         releasing = self._releasing.get(topic)
@@ -145,7 +148,7 @@ class ClusterPlacement(Placement):
         current = await self._current_owner(topic, probe=True)
         if current is not None:
             return current, True
-        preferred = self.preferred(topic)
+        preferred = await self._home(topic)
         if preferred.name != self.local.name and not authoritative:
             return preferred, False
         await self._claim(topic, force=True)
@@ -153,6 +156,17 @@ class ClusterPlacement(Placement):
 
     async def claim(self, topic: str) -> None:
         await self._claim(topic, force=False)
+
+    async def _home(self, topic: str) -> BrokerAddress:
+        """The broker that should own ``topic``: its active preferred leader, else the ring's."""
+        await self.leader_preferences.load(topic)
+        name = self.leader_preferences.broker(topic)
+        record = self.membership.brokers.get(name) if name is not None else None
+        return record.address if record is not None else self.preferred(topic)
+
+    def _home_name(self, topic: str) -> str | None:
+        """``_home``'s name from what is cached (rebalancing decides without metadata reads)."""
+        return self.leader_preferences.broker(topic) or self.membership.ring.owner(topic)
 
     async def while_serving(self, topic: str, awaitable):
         """``awaitable``'s result, or NotOwner as soon as this broker loses its metadata session (a
@@ -270,6 +284,7 @@ class ClusterPlacement(Placement):
     async def _try_claim(self, topic: str, force: bool) -> None:
         key = owner_key(topic)
         epoch = self._epoch
+        await self.leader_preferences.load(topic)  # rebalancing keeps it where it is preferred
         value = json.dumps({"broker": self.local.name, "incarnation": self.membership.incarnation}).encode()
         while True:
             if epoch != self._epoch:
@@ -292,7 +307,7 @@ class ClusterPlacement(Placement):
                 expected = rec.version.version_id  # our earlier incarnation's record
             else:
                 if not force:
-                    preferred = self.preferred(topic)
+                    preferred = await self._home(topic)
                     if preferred.name != self.local.name:
                         raise NotOwner(f"{topic} belongs to {preferred.name}", preferred)
                 expected = EXPECT_ABSENT
@@ -341,6 +356,7 @@ class ClusterPlacement(Placement):
             if self.registry is not None:
                 self.registry.drop_memory_topic(topic)
             self.owned.pop(topic, None)
+            self.leader_preferences.forget(topic)
             if version is not None:
                 with contextlib.suppress(UnexpectedVersion, MetadataError):
                     await self.meta.delete(owner_key(topic), expected_version_id=version)
@@ -431,11 +447,10 @@ class ClusterPlacement(Placement):
 
     async def rebalance(self) -> None:
         """Hand over the topics the ring gives to others; adopt orphans it gives to us."""
-        ring = self.membership.ring
         now = time.monotonic()
         moves = []
         for topic, (_version, claimed_at) in list(self.owned.items()):
-            target = ring.owner(topic)
+            target = self._home_name(topic)
             if target is not None and target != self.local.name:
                 moves.append(self._move(topic, f"moved to {target}"))
             elif self.registry is not None and not self.registry.in_use(topic) \
@@ -445,7 +460,7 @@ class ClusterPlacement(Placement):
         for topic, seen in list(self._orphans.items()):
             if now - seen > ORPHAN_SECONDS or topic in self.owned:
                 del self._orphans[topic]
-            elif not self.draining and ring.owner(topic) == self.local.name:
+            elif not self.draining and self._home_name(topic) == self.local.name:
                 del self._orphans[topic]
                 adopt.append(self._adopt(topic))
         if moves or adopt:

@@ -7,10 +7,12 @@ quota (``quotas.py``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import ALTER, DELETE, TOPIC
+from ...topics.topic_configs import replica_layouts
 from ..codec import make, nested
 from ..codec.protocol import response_schema
 from . import acl_api, config_defs, routing
@@ -76,33 +78,68 @@ def _over_limit(service) -> str:
             "(the broker's maxNumPartitionsPerPartitionedTopic).")
 
 
-def _layout(service, topic) -> tuple[int, int | None]:
-    """(partitions, replication factor or None for "every live broker") of a CreateTopics entry.
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What a CreateTopics entry asks for: partitions, a replication factor (None: every live
+    broker) and the replica lists it assigned (partition -> node ids, the preferred leader first)."""
 
-    Storage is replicated by the object store and any broker serves any partition, so
-    a replication factor is only checked against the live brokers and reported.
+    partitions: int
+    factor: int | None
+    assigned: dict[int, list[int]]
+
+
+_durability_noted = False
+
+
+def _note_durability(factor: int | None) -> None:
+    """Say once per process that a replication factor above one changes nothing stored."""
+    global _durability_noted
+    if factor is not None and factor > 1 and not _durability_noted:
+        _durability_noted = True
+        log.info("kafka: replication factor %d accepted; it does not change durability (every write is durable "
+                 "in the object store before it is acknowledged) and is reported with live brokers as replicas",
+                 factor)
+
+
+def _check_replicas(service, where: str, ids, live: set[int]) -> list[int]:
+    """``ids`` as a replica list, or INVALID_REPLICA_ASSIGNMENT naming what is wrong with it."""
+    ids = list(ids)
+    if not ids:
+        raise _Refused(ErrorCode.invalid_replica_assignment, f"{where}: the replica list is empty")
+    if len(set(ids)) != len(ids):
+        raise _Refused(ErrorCode.invalid_replica_assignment, f"{where}: a broker is named more than once in {ids}")
+    unknown = sorted(set(ids) - live)
+    if unknown:
+        raise _Refused(ErrorCode.invalid_replica_assignment,
+                       f"{where}: the assignment includes broker(s) {unknown}, but no such broker is registered")
+    if len(ids) > service.max_replication_factor:
+        raise _Refused(ErrorCode.invalid_replica_assignment,
+                       f"{where}: {len(ids)} replicas is more than the broker's maximum replication factor "
+                       f"({service.max_replication_factor})")
+    return ids
+
+
+def _layout(service, topic) -> _Layout:
+    """The layout a CreateTopics entry asks for, or _Refused as Kafka refuses it.
+
+    Storage is replicated by the object store and any broker serves any partition, so a
+    replication factor is accepted whatever the number of brokers, and only reported.
     """
     live = {b.node_id for b in routing.brokers(service)}
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
-            raise _Refused(ErrorCode.invalid_request,
-                           "Both numPartitions or replicationFactor and replicasAssignments were set")
+            raise _Refused(ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments "
+                                                      "were set. Both cannot be used at the same time.")
         indexes = sorted(a.partition_index for a in topic.assignments)
         if indexes != list(range(len(indexes))):
-            raise _Refused(ErrorCode.invalid_replica_assignment,
-                           "Partitions should be consecutive and start from 0")
-        sizes = {len(a.broker_ids) for a in topic.assignments}
-        for a in topic.assignments:
-            if not a.broker_ids or len(set(a.broker_ids)) != len(a.broker_ids):
-                raise _Refused(ErrorCode.invalid_replica_assignment,
-                               f"partition {a.partition_index}: replicas must be distinct and at least one")
-            unknown = sorted(set(a.broker_ids) - live)
-            if unknown:
-                raise _Refused(ErrorCode.invalid_replica_assignment,
-                               f"partition {a.partition_index}: unknown broker id(s) {unknown}")
-        if len(sizes) != 1:
+            raise _Refused(ErrorCode.invalid_replica_assignment, "Partitions should be consecutive and start from 0")
+        if len(indexes) > service.max_partitions:
+            raise _Refused(ErrorCode.invalid_partitions, _over_limit(service))
+        assigned = {a.partition_index: _check_replicas(service, f"partition {a.partition_index}", a.broker_ids, live)
+                    for a in topic.assignments}
+        if len({len(ids) for ids in assigned.values()}) != 1:
             raise _Refused(ErrorCode.invalid_replica_assignment, "All partitions should have the same number of replicas")
-        return len(indexes), sizes.pop()
+        return _Layout(len(indexes), len(assigned[0]), assigned)
     if topic.num_partitions == 0 or topic.num_partitions < -1:
         raise _Refused(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.")
     if topic.num_partitions > service.max_partitions:
@@ -110,13 +147,12 @@ def _layout(service, topic) -> tuple[int, int | None]:
     if topic.replication_factor == 0 or topic.replication_factor < -1:
         raise _Refused(ErrorCode.invalid_replication_factor,
                        "Replication factor must be larger than 0, or -1 to use the default value.")
-    if topic.replication_factor > len(live):
+    if topic.replication_factor > service.max_replication_factor:
         raise _Refused(ErrorCode.invalid_replication_factor,
-                       f"Unable to replicate the partition {topic.replication_factor} time(s): the target replication"
-                       f" factor of {topic.replication_factor} cannot be reached because only {len(live)} broker(s)"
-                       " are registered.")
+                       f"Replication factor {topic.replication_factor} is more than the broker's maximum "
+                       f"({service.max_replication_factor}, --max-replication-factor).")
     count = topic.num_partitions if topic.num_partitions > 0 else service.default_partitions
-    return count, None if topic.replication_factor == -1 else topic.replication_factor
+    return _Layout(count, None if topic.replication_factor == -1 else topic.replication_factor, {})
 
 
 async def handle_create_topics(conn, head, req):
@@ -130,7 +166,8 @@ async def handle_create_topics(conn, head, req):
         try:
             if not await acl_api.may_create(conn, topic.name):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-            count, rf = _layout(service, topic)
+            layout = _layout(service, topic)
+            count, rf = layout.partitions, layout.factor
             given = validate_topic_configs((c.name, c.value) for c in topic.configs)
             if req.validate_only:
                 if not valid_name(topic.name):
@@ -139,8 +176,9 @@ async def handle_create_topics(conn, head, req):
                     raise TopicError(36, f"Topic '{topic.name}' already exists.")
             else:
                 quota.admit()
-                await service.catalog.create(topic.name, count, given, rf)
+                await service.catalog.create(topic.name, count, given, rf, layout.assigned)
                 quota.record(count)
+                _note_durability(rf)
             factor = rf if rf is not None else len(routing.brokers(service))
             layers = await service.configs.broker_layers()
             configs = () if config_cls is None else tuple(make(config_cls, name=r.name, value=r.value, read_only=False, config_source=r.source,
@@ -187,21 +225,42 @@ async def handle_create_partitions(conn, head, req):
         try:
             if not await acl_api.allowed(conn, TOPIC, topic.name, ALTER):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-            if topic.assignments:
-                raise TopicError(39, "manual assignments are not supported")
             if topic.count > service.max_partitions:
                 raise TopicError(ErrorCode.invalid_partitions, _over_limit(service))
+            before = await service.catalog.partition_count(topic.name)
+            assigned = await _new_assignments(service, topic, before)
             if not req.validate_only:
-                before = await service.catalog.partition_count(topic.name)
                 if before is not None and topic.count > before:
                     quota.admit()
-                await service.catalog.add_partitions(topic.name, topic.count)
+                await service.catalog.add_partitions(topic.name, topic.count, assigned)
                 quota.record(topic.count - (before or topic.count))
-        except TopicError as exc:
+        except (TopicError, _Refused) as exc:
             code, message = ErrorCode(exc.code), str(exc)
         results.append(make(nested(cls, "CreatePartitionsTopicResult"), name=topic.name, error_code=code,
                             error_message=message))
     return make(cls, throttle_time=quota.throttle_time(), results=tuple(results))
+
+
+async def _new_assignments(service, topic, before: int | None) -> dict[int, list[int]]:
+    """The replica lists a CreatePartitions entry assigns to the new partitions (index -> ids)."""
+    if not topic.assignments or before is None or topic.count <= before:
+        return {}  # the count's own checks answer (unknown topic, not an increase)
+    added = topic.count - before
+    if len(topic.assignments) != added:
+        raise _Refused(ErrorCode.invalid_replica_assignment,
+                       f"Increasing the number of partitions by {added} but {len(topic.assignments)} assignments "
+                       "provided.")
+    live = {b.node_id for b in routing.brokers(service)}
+    assigned = {before + i: _check_replicas(service, f"partition {before + i}", a.broker_ids, live)
+                for i, a in enumerate(topic.assignments)}
+    layout = (await replica_layouts(service.meta, [topic.name]))[topic.name]
+    sizes = {len(ids) for ids in assigned.values()}
+    expected = len(next(iter(layout.assigned.values()))) if layout.assigned else layout.factor
+    if len(sizes) != 1 or expected is not None and sizes != {expected}:
+        raise _Refused(ErrorCode.invalid_replica_assignment,
+                       f"Inconsistent replication factor between partitions: the new partitions have "
+                       f"{sorted(sizes)} replica(s), the topic's have {expected}.")
+    return assigned
 
 
 __all__ = ["handle_create_partitions", "handle_create_topics", "handle_delete_topics"]

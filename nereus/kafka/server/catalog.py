@@ -19,7 +19,7 @@ from ...meta import cas
 from ...storage import StreamNotFound
 from ...topics.partitioned import ensure_stream
 from ...topics import create_partitioned_topic, key_log, list_partitioned_topics, partitioned_key, partitions_of
-from ...topics.topic_configs import delete_topic_configs, replace_topic_configs
+from ...topics.topic_configs import assign_replicas, delete_topic_configs, replace_topic_configs
 from .partition import ATTACHMENT, Partition
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,9 @@ class Catalog:
         return out
 
     async def create(self, topic: str, partitions: int, configs: dict[str, str] | None = None,
-                     replication_factor: int | None = None) -> None:
-        """Create a partitioned topic with ``configs`` (validated) set on it."""
+                     replication_factor: int | None = None, replicas: dict[int, list[int]] | None = None) -> None:
+        """Create a partitioned topic with ``configs`` (validated) set on it, and the replication factor
+        and replica lists a client asked for (reported in Metadata)."""
         if not valid_name(topic):
             raise TopicError(17, f"invalid topic name {topic!r}")
         if partitions < 1:
@@ -206,11 +207,12 @@ class Catalog:
             raise TopicError(36, f"topic {topic!r} already exists")
         await self._create_streams(topic, 0, partitions)
         # Whatever a topic of this name had set before it was deleted elsewhere goes with it.
-        await replace_topic_configs(self.meta, topic, configs or {}, replication_factor)
+        await replace_topic_configs(self.meta, topic, configs or {}, replication_factor, replicas)
         self.service.configs.changed(topic)
         log.info("kafka: topic %s created with %d partition(s)", topic, partitions)
 
-    async def add_partitions(self, topic: str, total: int) -> None:
+    async def add_partitions(self, topic: str, total: int, replicas: dict[int, list[int]] | None = None) -> None:
+        """Grow ``topic`` to ``total`` partitions, the new ones with the replica lists assigned (if any)."""
         count = await self.partition_count(topic)
         if count is None:
             raise TopicError(3, f"topic {topic!r} does not exist")
@@ -223,6 +225,8 @@ class Catalog:
             current = json.loads(old)["partitions"] if old else 0
             return None if current >= total else json.dumps({"partitions": total}).encode()
 
+        if replicas:  # before the partitions appear: Metadata never lists them without their replicas
+            await assign_replicas(self.meta, topic, replicas)
         await cas.update(self.meta, partitioned_key(pulsar_name(topic)), grow)
         await self._create_streams(topic, count, total)
         log.info("kafka: topic %s now has %d partitions", topic, total)

@@ -10,7 +10,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
-from ...topics.topic_configs import replication_factors
+from ...topics.topic_configs import ReplicaLayout, replica_layouts
 from ...transactions.producer_ids import PRODUCER_ID_BLOCK, PRODUCER_ID_KEY, ProducerIds  # noqa: F401 (moved)
 from ..codec import make, nested
 from ..codec.protocol import SUPPORTED, response_schema
@@ -95,7 +95,7 @@ async def handle_metadata(conn, head, req):
 
     described = iter(await routing.gather_bounded(describe, flat))
     partitions = {name: [next(described) for _ in names] for name, names in streams}
-    factors = await replication_factors(service.meta, [name for name, _ in known])
+    layouts = await replica_layouts(service.meta, [name for name, _ in known])
     live = [b.node_id for b in routing.brokers(service)]
     topics = []
     for index, (name, count) in enumerate(wanted):
@@ -122,9 +122,9 @@ async def handle_metadata(conn, head, req):
                                   offline_replicas=()))
                 continue
             node = routing.node_id(service, leader)
-            replicas = _replicas(node, live, factors.get(name))
+            replicas, isr, offline = _replicas(node, live, layouts.get(name, ReplicaLayout()), index)
             parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
-                              leader_epoch=epoch, replica_nodes=replicas, isr_nodes=replicas, offline_replicas=()))
+                              leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline))
         topic_id = await catalog.topic_id(name) if head.api_version >= 10 else None
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
                            is_internal=False, partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
@@ -134,14 +134,23 @@ async def handle_metadata(conn, head, req):
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 
 
-def _replicas(leader: int, live: list[int], factor: int | None) -> tuple[int, ...]:
-    """The leader, then other live brokers: the replication factor's worth (None: all of them).
+def _replicas(leader: int, live: list[int], layout: ReplicaLayout, index: int) -> tuple[tuple[int, ...], ...]:
+    """(replicas, in-sync replicas, offline replicas) of partition ``index`` led by ``leader``.
 
     Every broker reads the partition from the shared storage and can take it over, so
-    the live brokers are its replicas and all of them are in sync.
+    live brokers are its replicas and all of them are in sync: the leader, then others,
+    the replication factor's worth (None: all of them). A replica list a client assigned
+    is answered as assigned (the leader is added first if it is not in it), its brokers
+    that are gone as offline, as Kafka lists them.
     """
+    assigned = layout.assigned.get(index)
+    if assigned:
+        replicas = assigned if leader in assigned else (leader, *assigned)
+        up = set(live) | {leader}
+        return (replicas, tuple(n for n in replicas if n in up), tuple(n for n in replicas if n not in up))
     others = [n for n in live if n != leader]
-    return tuple([leader] + others)[:factor or None]
+    replicas = tuple([leader] + others)[:layout.factor or None]
+    return replicas, replicas, ()
 
 
 def handle_describe_cluster(conn, head, req):

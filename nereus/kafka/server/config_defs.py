@@ -63,6 +63,20 @@ def _gzip_level(value: str) -> str | None:
 
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
+_DEPRECATED_IGNORED = "Deprecated since Kafka {0}; accepted, stored and described, and ignored here: {1}."
+
+#: The releases whose names message.format.version takes (Kafka's MetadataVersion, 0.8.0 to 3.9).
+_FORMAT_RELEASES = {(0, 8), (0, 9), (0, 10), (0, 11), (1, 0), (1, 1)} | {(2, m) for m in range(9)} \
+    | {(3, m) for m in range(10)}
+
+
+def _message_format_version(value: str) -> str | None:
+    version, _, iv = value.partition("-IV")
+    parts = version.split(".")
+    ok = 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) and (not iv or iv.isdigit()) \
+        and (int(parts[0]), int(parts[1])) in _FORMAT_RELEASES
+    return None if ok else "it must name a Kafka release, such as 2.8 or 3.0-IV1"
+
 
 def _topic(name, type_, default, doc, synonym=None, **kw) -> ConfigDef:
     return ConfigDef(name, type_, default, doc, synonym, **kw)
@@ -98,13 +112,20 @@ TOPIC_DEFS: dict[str, ConfigDef] = {d.name: d for d in (
            "log.cleaner.max.compaction.lag.ms", low=1),
     _topic("max.message.bytes", "int", "1048588", "The largest record batch a producer may send.",
            "message.max.bytes", low=0),
-    _topic("message.downconversion.enable", "boolean", "true", "Kept for compatibility.",
+    _topic("message.downconversion.enable", "boolean", "true", _DEPRECATED_IGNORED.format(
+           "3.0", "records are served in the format they were written, to clients that all read it"),
            "log.message.downconversion.enable"),
-    _topic("message.timestamp.after.max.ms", "long", LONG_MAX_S, "Kept for compatibility.",
+    _topic("message.format.version", "string", "3.0-IV1", _DEPRECATED_IGNORED.format(
+           "3.0", "batches are always stored in record format v2"), "log.message.format.version",
+           check=_message_format_version),
+    _topic("message.timestamp.after.max.ms", "long", LONG_MAX_S, "How far ahead of the broker's clock a "
+           "CreateTime timestamp may be; a batch with a record beyond it is refused (INVALID_TIMESTAMP).",
            "log.message.timestamp.after.max.ms", low=0),
-    _topic("message.timestamp.before.max.ms", "long", LONG_MAX_S, "Kept for compatibility.",
+    _topic("message.timestamp.before.max.ms", "long", LONG_MAX_S, "How far behind the broker's clock a "
+           "CreateTime timestamp may be; a batch with a record beyond it is refused (INVALID_TIMESTAMP).",
            "log.message.timestamp.before.max.ms", low=0),
-    _topic("message.timestamp.difference.max.ms", "long", LONG_MAX_S, "Kept for compatibility.",
+    _topic("message.timestamp.difference.max.ms", "long", LONG_MAX_S, "Deprecated since Kafka 3.6: the "
+           "before and after bounds while they have their defaults.",
            "log.message.timestamp.difference.max.ms", low=0),
     _topic("message.timestamp.type", "string", "CreateTime", "CreateTime keeps the producer's timestamps; "
            "LogAppendTime stamps each batch with the broker's append time.", "log.message.timestamp.type",
@@ -116,6 +137,10 @@ TOPIC_DEFS: dict[str, ConfigDef] = {d.name: d for d in (
     _topic("min.insync.replicas", "int", "1", "Kept for compatibility (the object store replicates).",
            "min.insync.replicas", low=1),
     _topic("preallocate", "boolean", "false", "Kept for compatibility.", "log.preallocate"),
+    _topic("remote.log.copy.disable", "boolean", "false", "Accepted and stored; ignored (there is no local "
+           "tier to copy from).", "remote.log.copy.disable"),
+    _topic("remote.log.delete.on.disable", "boolean", "false", "Accepted and stored; ignored (there is no local "
+           "tier).", "remote.log.delete.on.disable"),
     _topic("remote.storage.enable", "boolean", "false", "Kept for compatibility (all storage is remote).",
            "remote.log.storage.system.enable"),
     _topic("retention.bytes", "long", "-1", "Records beyond this many bytes are deleted, oldest first "

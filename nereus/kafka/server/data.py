@@ -30,7 +30,8 @@ from ..codec.protocol import response_schema
 from ..codec.records import decode_records
 from ...topics.convert import ConversionError
 from ...topics.traffic import KAFKA_READS
-from . import acl_api, compacted, txn_data
+from . import acl_api, compacted, record_checks, txn_data
+from .record_checks import RecordErrors
 from .cluster import NO_THROTTLE
 from .quotas import FETCH, PRODUCE, throttle_time
 from .partition import DUPLICATE, NONE
@@ -46,6 +47,7 @@ async def handle_produce(conn, head, req):
     service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
+    error_cls = nested(cls, "BatchIndexAndErrorMessage") if head.api_version >= 8 else None
     results: list[tuple[str, list]] = []
     # a transactional producer writes for its transactional id: refused without WRITE on it, as Kafka does
     txn_refused = req.transactional_id is not None and not await acl_api.allowed(
@@ -72,11 +74,13 @@ async def handle_produce(conn, head, req):
         for name, parts in results:
             responses = []
             for index, outcome in parts:
-                code, base, start, message, append_time = await _outcome(outcome)
+                code, base, start, message, append_time, record_errors = await _outcome(outcome)
                 stamp = datetime.datetime.fromtimestamp(append_time / 1000, datetime.timezone.utc) \
                     if append_time >= 0 else None
+                errors = tuple(make(error_cls, batch_index=i, batch_index_error_message=text)
+                               for i, text in record_errors) if error_cls is not None else ()
                 responses.append(make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=stamp,
-                                      log_start_offset=start, record_errors=(), error_message=message))
+                                      log_start_offset=start, record_errors=errors, error_message=message))
             topics.append(make(topic_cls, name=name, partition_responses=tuple(responses)))
         return make(cls, responses=tuple(topics), throttle_time=throttle_time(throttle_ms))
 
@@ -94,9 +98,12 @@ async def _quota(conn, head, key: str, size: int) -> int:
 
 
 async def _outcome(outcome):
-    """(error code, base offset, log start offset, message, log append time) of a partition's produce."""
+    """(error code, base offset, log start offset, message, log append time, record errors) of a
+    partition's produce."""
+    if isinstance(outcome, RecordErrors):
+        return outcome.code, -1, -1, outcome.message, -1, outcome.errors
     if len(outcome) == 4:
-        return (*outcome, -1)  # failed before appending
+        return (*outcome, -1, ())  # failed before appending
     part, futures, append_time = outcome
     base = None
     for fut in futures:
@@ -105,12 +112,12 @@ async def _outcome(outcome):
             offset = offset.base_offset if hasattr(offset, "base_offset") else offset
         except StreamFenced as exc:  # the topic unloads: the client refreshes metadata and retries
             log.info("kafka: append to %s-%d not committed: %s", part.name, part.index, exc)
-            return ErrorCode.not_leader_or_follower, -1, -1, str(exc), -1
+            return ErrorCode.not_leader_or_follower, -1, -1, str(exc), -1, ()
         except Exception as exc:
             log.warning("kafka: append to %s-%d failed: %s", part.name, part.index, exc)
-            return ErrorCode.kafka_storage_error, -1, -1, str(exc), -1
+            return ErrorCode.kafka_storage_error, -1, -1, str(exc), -1, ()
         base = offset if base is None else base
-    return ErrorCode.none, base, part.handle.start_offset(), None, append_time
+    return ErrorCode.none, base, part.handle.start_offset(), None, append_time, ()
 
 
 async def _unless_abandoned(fut: asyncio.Future, part):
@@ -143,15 +150,19 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
                         f"the batch is {batch.length} bytes, more than max.message.bytes ({max_bytes})")
         for batch, data in batches:  # what compressed records expand to is bounded (no bombs)
             check_decompressed(batch.compression, data[HEADER_SIZE:])
-        if "compact" in configs["cleanup.policy"].value.split(","):
+        compacted_topic = "compact" in configs["cleanup.policy"].value.split(",")
+        rules = record_checks.RecordRules.of(configs, f"{topic}-{pdata.index}", compacted_topic)
+        if compacted_topic:
             part.topic.key_log.enable()  # the builds of its views read the keys recorded at append
-            for _, data in batches:  # as Kafka: a compacted topic takes keyed records only
-                decoded = decode_records(data)[1]
-                if any(r.key is None for r in decoded):
-                    return (ErrorCode.invalid_record, -1, -1,
-                            f"Compacted topic cannot accept message without key in topic partition {topic}-{pdata.index}.")
-                keys.append(([r.offset_delta for r in decoded], [r.key for r in decoded],
-                             [r.value is None for r in decoded], [r.timestamp for r in decoded]))
+        if rules.needed:
+            decoded_batches = [decode_records(data)[1] for _, data in batches]
+            refused = rules.check(decoded_batches, int(time.time() * 1000))
+            if refused is not None:  # as Kafka: the whole batch fails, naming the records at fault
+                return refused
+            if compacted_topic:
+                keys = [([r.offset_delta for r in decoded], [r.key for r in decoded],
+                         [r.value is None for r in decoded], [r.timestamp for r in decoded])
+                        for decoded in decoded_batches]
     except UnsupportedMagic as exc:
         return ErrorCode.unsupported_for_message_format, -1, -1, str(exc)
     except InvalidBatch as exc:

@@ -44,6 +44,7 @@ class KafkaService:
                  port: int = 9092, advertised_host: str | None = None, node_id: int = 0,
                  max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
                  auto_create: bool = True, default_partitions: int = 1, max_partitions: int = MAX_PARTITIONS,
+                 max_replication_factor: int = 32,
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
                  max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None,
                  limits: ConnectionLimits | None = None, authorizer=None, anonymous_role: str | None = None,
@@ -64,6 +65,7 @@ class KafkaService:
         self.auto_create = auto_create
         self.default_partitions = default_partitions
         self.max_partitions = max_partitions  # maxNumPartitionsPerPartitionedTopic in force
+        self.max_replication_factor = max_replication_factor  # any factor up to it is accepted and reported
         # Idempotent producer state per partition: forgotten after this long idle, and capped in count.
         self.producer_state_options = {"expiration_seconds": producer_expiration_seconds,
                                        "max_producers": max_producers_per_partition}
