@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import DELETE, DESCRIBE, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from ...ledger.entry import decode_entry
-from ...storage import OffsetOutOfRange, StorageError, StreamFenced, time_index
+from ...storage import StorageError, StreamFenced, time_index
 from ...tasks import unless
 from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
 from ..codec.batch import HEADER_SIZE, with_log_append_time
@@ -33,6 +33,7 @@ from ...topics.traffic import KAFKA_READS
 from . import acl_api, compacted, record_checks, txn_data
 from .record_checks import RecordErrors
 from .cluster import NO_THROTTLE
+from .errors import kafka_error
 from .quotas import FETCH, PRODUCE, throttle_time
 from .partition import DUPLICATE, NONE
 from .routing import NO_LEADER, read_replica
@@ -110,12 +111,11 @@ async def _outcome(outcome):
         try:
             offset = await _unless_abandoned(fut, part) if isinstance(fut, asyncio.Future) else fut
             offset = offset.base_offset if hasattr(offset, "base_offset") else offset
-        except StreamFenced as exc:  # the topic unloads: the client refreshes metadata and retries
-            log.info("kafka: append to %s-%d not committed: %s", part.name, part.index, exc)
-            return ErrorCode.not_leader_or_follower, -1, -1, str(exc), -1, ()
-        except Exception as exc:
-            log.warning("kafka: append to %s-%d failed: %s", part.name, part.index, exc)
-            return ErrorCode.kafka_storage_error, -1, -1, str(exc), -1, ()
+        except Exception as exc:  # fenced (the topic unloads): the client refreshes metadata and retries
+            code = kafka_error(exc, default=ErrorCode.kafka_storage_error)
+            (log.info if code == ErrorCode.not_leader_or_follower else log.warning)(
+                "kafka: append to %s-%d not committed: %s", part.name, part.index, exc)
+            return code, -1, -1, str(exc), -1, ()
         base = offset if base is None else base
     return ErrorCode.none, base, part.handle.start_offset(), None, append_time, ()
 
@@ -171,7 +171,7 @@ async def _produce_partition(service, topic: str, pdata, acks: int):
     try:
         await part.ensure_writer()
     except StreamFenced as exc:
-        return ErrorCode.not_leader_or_follower, -1, -1, str(exc)
+        return kafka_error(exc), -1, -1, str(exc)
     for batch, _ in batches:
         if batch.control:
             return ErrorCode.invalid_record, -1, -1, "control batches are written by the transaction coordinator"
@@ -321,11 +321,12 @@ async def _fetch_partition(service, cls, topic: str, fp, budget: int, first: boo
             return reply(ErrorCode.none, handle.next_offset(), log_start, b"".join(viewed[0])), part
         result = viewed[1] if viewed is not None else await handle.fetch(
             fp.fetch_offset, lso if committed else None, max_bytes=max(limit, 1))
-    except OffsetOutOfRange:
-        return reply(ErrorCode.offset_out_of_range, handle.next_offset(), log_start), part
     except StorageError as exc:
-        log.warning("kafka: fetch %s-%d@%d failed: %s", topic, fp.partition, fp.fetch_offset, exc)
-        return reply(ErrorCode.kafka_storage_error, handle.next_offset(), handle.start_offset()), part
+        code = kafka_error(exc)
+        if code != ErrorCode.offset_out_of_range:
+            log.warning("kafka: fetch %s-%d@%d failed: %s", topic, fp.partition, fp.fetch_offset, exc)
+            log_start = handle.start_offset()
+        return reply(code, handle.next_offset(), log_start), part
     chunks, size, records, served_end = [], 0, 0, fp.fetch_offset
     for entry in result.entries:
         if entry.end_offset <= fp.fetch_offset:
@@ -532,11 +533,11 @@ async def handle_delete_records(conn, head, req):
                         await part.handle.trim(target)
                         low = part.handle.start_offset()
                         log.info("kafka: records of %s-%d below %d deleted", topic.name, p.partition_index, low)
-                    except OffsetOutOfRange:
-                        code = ErrorCode.offset_out_of_range
                     except StorageError as exc:
-                        log.warning("kafka: delete records of %s-%d failed: %s", topic.name, p.partition_index, exc)
-                        code = ErrorCode.kafka_storage_error
+                        code = kafka_error(exc)
+                        if code != ErrorCode.offset_out_of_range:
+                            log.warning("kafka: delete records of %s-%d failed: %s", topic.name, p.partition_index,
+                                        exc)
             parts.append(make(pcls, partition_index=p.partition_index, low_watermark=low, error_code=code))
         topics.append(make(tcls, name=topic.name, partitions=tuple(parts)))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))

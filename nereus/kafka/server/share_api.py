@@ -23,6 +23,7 @@ from ..codec.protocol import response_schema
 from ...auth.kafka_acls import DESCRIBE, GROUP, READ, TOPIC
 from . import acl_api, routing
 from .cluster import NO_THROTTLE
+from .errors import kafka_error
 from .share_group import ASSIGNOR, LEAVE, ShareGroupState, ShareHeartbeatAnswer
 from .share_groups import next_epoch
 from .share_partition import RENEW, InvalidRecordState
@@ -338,7 +339,7 @@ async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int):
             return ErrorCode.none, b"", ()
         except StorageError as exc:
             log.warning("kafka: share fetch %s-%d@%d failed: %s", part.name, part.index, offset, exc)
-            return ErrorCode.kafka_storage_error, b"", ()
+            return kafka_error(exc), b"", ()
         if not result.entries:
             break
         for entry in result.entries:

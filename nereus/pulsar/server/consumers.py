@@ -18,6 +18,7 @@ from . import positions, schemas, txn_acks
 from .authn import denial
 from .existence import TopicMissing, refused_here, usable_topic
 from .lookup import parse_topic
+from .errors import pulsar_error
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +89,8 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         return
     try:
         topic = await conn.service.registry.placement.while_serving(str(name), usable_topic(conn.service, name))
-    except TopicMissing as exc:
-        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
-        return
-    except NotOwner as exc:  # served by another broker: the client looks it up again
-        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+    except (TopicMissing, NotOwner) as exc:  # not here (another broker's: the client looks it up again)
+        conn.send_error(cmd.request_id, pulsar_error(exc), str(exc))
         return
     if not await _consumer_schema(conn, cmd, topic):
         return

@@ -15,10 +15,13 @@ from ...storage import StreamNotFound
 from ...topics import NotOwner, create_partitioned_topic, partitions_of
 from ..codec import pb
 from ...topics.autocreate import AutoCreation, in_force, namespace_policies
+from .errors import pulsar_error
 
 
 class TopicMissing(Exception):
     """The topic does not exist and may not be created here (Pulsar's TopicNotFound)."""
+
+    server_error = pb.TopicNotFound
 
 
 async def _stored(service, name: TopicName) -> bool:
@@ -77,7 +80,7 @@ def refused_here(conn, request_id: int, name: TopicName) -> bool:
     try:
         conn.service.registry.placement.check_serving(str(name))
     except NotOwner as exc:
-        conn.send_error(request_id, pb.ServiceNotReady, str(exc))
+        conn.send_error(request_id, pulsar_error(exc), str(exc))
         return True
     return False
 

@@ -18,6 +18,7 @@ from ...topics import NotOwner, UnknownListener
 from ..codec import pb, wrap
 from . import schemas, transactions
 from .authn import denial
+from .errors import pulsar_error
 from .existence import TopicMissing, check_usable, partitions_for_client
 from .topics import list_partitioned_topics, partitions_of
 
@@ -134,7 +135,7 @@ async def handle_partitioned_metadata(conn, cmd: pb.CommandPartitionedTopicMetad
     try:
         await conn.service.registry.placement.while_serving(str(topic), _answer_partitions(conn, cmd, topic))
     except NotOwner as exc:  # no metadata session here: the client retries, by another broker if it has one
-        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pb.ServiceNotReady,
+        conn.send(wrap(_Meta(request_id=cmd.request_id, response=_Meta.Failed, error=pulsar_error(exc),
                              message=str(exc))))
 
 

@@ -20,7 +20,7 @@ from ...topics.rates import RateMeter
 from ..codec import pb, wrap
 from . import access, entries, metrics, schemas, txn_sends
 from .authn import denial
-from .errors import ProtocolViolation
+from .errors import ProtocolViolation, pulsar_error
 from .existence import TopicMissing, refused_here, usable_topic
 from .lookup import parse_topic
 
@@ -102,7 +102,7 @@ class Producer:
                     head.result = (stream_id, future.result().base_offset)
                 else:
                     head.error = f"{type(exc).__name__}: {exc}"
-                    head.code = getattr(exc, "server_error", pb.PersistenceError)
+                    head.code = pulsar_error(exc, default=pb.PersistenceError)
             queue.popleft()
             if head.error is not None:
                 metrics.SEND_ERRORS.labels("persistence" if head.code == pb.PersistenceError else "refused").inc()
@@ -144,11 +144,8 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
     try:
         topic = await conn.service.registry.placement.while_serving(
             str(name), usable_topic(conn.service, name))
-    except TopicMissing as exc:
-        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
-        return
-    except NotOwner as exc:  # served by another broker: the client looks it up again
-        conn.send_error(cmd.request_id, pb.ServiceNotReady, str(exc))
+    except (TopicMissing, NotOwner) as exc:  # not here (another broker's: the client looks it up again)
+        conn.send_error(cmd.request_id, pulsar_error(exc), str(exc))
         return
     mode = cmd.producer_access_mode
     producer_name = cmd.producer_name if cmd.HasField("producer_name") and cmd.producer_name else None
@@ -191,7 +188,7 @@ async def _create(conn, cmd: pb.CommandProducer, topic, name, producer_name: str
     try:
         await topic.ensure_writer()
     except StreamFenced as exc:  # unloaded meanwhile, or owned by a newer session: look up again
-        conn.send_error(cmd.request_id, pb.ServiceNotReady, f"{name} is not available here now: {exc}")
+        conn.send_error(cmd.request_id, pulsar_error(exc), f"{name} is not available here now: {exc}")
         return None
     if conn.closed or topic.closed:
         if not conn.closed:
