@@ -34,7 +34,7 @@ import uuid
 from typing import Callable
 from urllib.parse import quote, unquote
 
-from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion, cas
 from ..objstore import ObjectStore
 from ..storage import metrics as storage_metrics
 from ..storage.records import stream_partition
@@ -249,18 +249,18 @@ class Cursor:
         """Drop the durable cursor (whatever its current version) and its snapshot object."""
         if self.durable:
             key, partition = cursor_key(self.stream_id, self.name), stream_partition(self.stream_id)
-            while True:
+
+            async def delete_current() -> None:
                 rec = await self.meta.get(key, partition_key=partition)
                 if rec is None:
-                    break
-                try:  # conditional, so that the snapshot deleted below is the one the record named
-                    await self.meta.delete(key, expected_version_id=rec.version.version_id, partition_key=partition)
-                except UnexpectedVersion:
-                    continue
+                    return
+                # conditional, so that the snapshot deleted below is the one the record named
+                await self.meta.delete(key, expected_version_id=rec.version.version_id, partition_key=partition)
                 snapshot = json.loads(rec.value).get("snapshot")
                 if snapshot is not None and self.objects is not None:
                     await self.objects.delete(snapshot)
-                break
+
+            await cas.retry(delete_current)
         self.durable = False
 
 

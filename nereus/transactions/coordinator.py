@@ -18,7 +18,8 @@ import random
 import time
 from typing import Callable, Iterable
 
-from ..meta import EXPECT_ABSENT, MetadataStore, NotificationType, UnexpectedVersion
+from ..meta import EXPECT_ABSENT, MetadataStore, NotificationType, UnexpectedVersion, cas
+from ..meta.cas import ReadAgain
 from ..storage import records as stream_records
 from ..tasks import spawn
 from .errors import (ConcurrentTransactions, InvalidProducerIdMapping, InvalidTransactionTimeout, InvalidTxnState,
@@ -117,55 +118,62 @@ class TransactionCoordinator:
         """
         self._check_timeout(timeout_ms)
         key = kafka_key(transactional_id)
-        for _ in range(MAX_ATTEMPTS):
-            rec, version = await self._get(key)
-            now = self.now_ms()
-            if rec is None:
-                pid = await self.producer_ids.allocate()
-                await self.meta.put(pid_key(pid), key.encode())
-                try:
-                    await self._put(TxnRecord(key, pid, 0, S.EMPTY, timeout_ms, update_ms=now), EXPECT_ABSENT)
-                except UnexpectedVersion:
-                    await self._forget_pid(pid)  # another broker's init won: this pid was never given out
-                    continue
-                return pid, 0
-            if producer_id >= 0 and producer_id == rec.previous_producer_id and rec.producer_epoch == 0 \
-                    and producer_epoch == MAX_EPOCH - 1 and rec.state == S.EMPTY:
-                return rec.producer_id, rec.producer_epoch  # a retry of the request that exhausted the epoch
-            if producer_id >= 0:
-                if producer_id != rec.producer_id or producer_epoch not in (rec.producer_epoch,
-                                                                            rec.last_producer_epoch):
-                    raise ProducerFenced(f"{key}: producer {producer_id} epoch {producer_epoch} is not current "
-                                         f"({rec.producer_id} epoch {rec.producer_epoch})")
-                if producer_epoch != rec.producer_epoch and rec.state in (S.EMPTY, S.COMPLETE_ABORT,
-                                                                          S.COMPLETE_COMMIT):
-                    return rec.producer_id, rec.producer_epoch  # bumped already (by a retry or a timeout)
-            if rec.state.prepared:
-                await self._complete(rec)
-                continue
-            if rec.state in (S.ONGOING, S.PREPARE_EPOCH_FENCE):
-                await self._abort(rec, version, bump=True)
-                continue
-            pid, epoch, previous = rec.producer_id, rec.producer_epoch + 1, rec.previous_producer_id
-            if epoch >= MAX_EPOCH:
-                pid, epoch, previous = await self.producer_ids.allocate(), 0, rec.producer_id
-                await self.meta.put(pid_key(pid), key.encode())
-            new = rec.with_(producer_id=pid, producer_epoch=epoch, state=S.EMPTY, timeout_ms=timeout_ms,
-                            start_ms=-1, update_ms=now, partitions=[], groups=[], subscriptions=[],
-                            last_producer_epoch=rec.producer_epoch if pid == rec.producer_id else -1,
-                            previous_producer_id=previous)
+        return await self._retry(key, lambda: self._init_step(key, timeout_ms, producer_id, producer_epoch))
+
+    async def _init_step(self, key: str, timeout_ms: int, producer_id: int, producer_epoch: int) -> tuple[int, int]:
+        """One read-decide-write of ``init_producer``."""
+        rec, version = await self._get(key)
+        now = self.now_ms()
+        if rec is None:
+            pid = await self.producer_ids.allocate()
+            await self.meta.put(pid_key(pid), key.encode())
             try:
-                await self._put(new, version)
+                await self._put(TxnRecord(key, pid, 0, S.EMPTY, timeout_ms, update_ms=now), EXPECT_ABSENT)
             except UnexpectedVersion:
-                if pid != rec.producer_id:
-                    await self._forget_pid(pid)
-                continue
-            if previous != rec.previous_producer_id:
-                # The id given up one exhaustion earlier (2 * 32767 epochs ago) is now garbage; the one
-                # just given up keeps its entry, so its zombie still reads as fenced, not unknown.
-                await self._forget_pid(rec.previous_producer_id)
-            return pid, epoch
-        raise ConcurrentTransactions(f"{key}: too many concurrent changes")
+                await self._forget_pid(pid)  # another broker's init won: this pid was never given out
+                raise
+            return pid, 0
+        if producer_id >= 0 and producer_id == rec.previous_producer_id and rec.producer_epoch == 0 \
+                and producer_epoch == MAX_EPOCH - 1 and rec.state == S.EMPTY:
+            return rec.producer_id, rec.producer_epoch  # a retry of the request that exhausted the epoch
+        if producer_id >= 0:
+            if producer_id != rec.producer_id or producer_epoch not in (rec.producer_epoch,
+                                                                        rec.last_producer_epoch):
+                raise ProducerFenced(f"{key}: producer {producer_id} epoch {producer_epoch} is not current "
+                                     f"({rec.producer_id} epoch {rec.producer_epoch})")
+            if producer_epoch != rec.producer_epoch and rec.state in (S.EMPTY, S.COMPLETE_ABORT,
+                                                                      S.COMPLETE_COMMIT):
+                return rec.producer_id, rec.producer_epoch  # bumped already (by a retry or a timeout)
+        if rec.state.prepared:
+            await self._complete(rec)
+            raise ReadAgain
+        if rec.state in (S.ONGOING, S.PREPARE_EPOCH_FENCE):
+            await self._abort(rec, version, bump=True)
+            raise ReadAgain
+        pid, epoch, previous = rec.producer_id, rec.producer_epoch + 1, rec.previous_producer_id
+        if epoch >= MAX_EPOCH:
+            pid, epoch, previous = await self.producer_ids.allocate(), 0, rec.producer_id
+            await self.meta.put(pid_key(pid), key.encode())
+        new = rec.with_(producer_id=pid, producer_epoch=epoch, state=S.EMPTY, timeout_ms=timeout_ms,
+                        start_ms=-1, update_ms=now, partitions=[], groups=[], subscriptions=[],
+                        last_producer_epoch=rec.producer_epoch if pid == rec.producer_id else -1,
+                        previous_producer_id=previous)
+        try:
+            await self._put(new, version)
+        except UnexpectedVersion:
+            if pid != rec.producer_id:
+                await self._forget_pid(pid)
+            raise
+        if previous != rec.previous_producer_id:
+            # The id given up one exhaustion earlier (2 * 32767 epochs ago) is now garbage; the one
+            # just given up keeps its entry, so its zombie still reads as fenced, not unknown.
+            await self._forget_pid(rec.previous_producer_id)
+        return pid, epoch
+
+    async def _retry(self, key: str, step):
+        """``step()`` again until its write wins (ConcurrentTransactions when it never does)."""
+        return await cas.retry(step, max_attempts=MAX_ATTEMPTS,
+                               exhausted=lambda: ConcurrentTransactions(f"{key}: too many concurrent changes"))
 
     async def new_txn(self, timeout_ms: int, owner: str | None = None) -> int:
         """Pulsar NEW_TXN: a fresh producer id (the TxnID's least bits) with an ONGOING record
@@ -200,30 +208,27 @@ class TransactionCoordinator:
         await self._add(key, pid, epoch, subscriptions=[tuple(s) for s in subscriptions])
 
     async def _add(self, key: str, pid: int, epoch: int, *, partitions=(), groups=(), subscriptions=()) -> None:
-        for _ in range(MAX_ATTEMPTS):
-            rec, version = await self._get(key)
-            if rec is None:
-                raise self._not_found(key)
-            self._check_producer(rec, pid, epoch)
-            if rec.state.prepared or rec.state == S.PREPARE_EPOCH_FENCE:
-                raise ConcurrentTransactions(f"{key}: the previous transaction is still completing")
-            now = self.now_ms()
-            if rec.state == S.ONGOING:
-                new = rec.with_(partitions=_merge(rec.partitions, partitions), groups=_merge(rec.groups, groups),
-                                subscriptions=_merge(rec.subscriptions, subscriptions), update_ms=now)
-                if new == rec.with_(update_ms=now):
-                    return  # nothing new
-            elif rec.is_pulsar or rec.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
-                raise InvalidTxnState(f"{key} is {rec.state.value}: nothing can be added")
-            else:
-                new = rec.with_(state=S.ONGOING, start_ms=now, update_ms=now, partitions=_merge([], partitions),
-                                groups=_merge([], groups), subscriptions=_merge([], subscriptions))
-            try:
-                await self._put(new, version)
-            except UnexpectedVersion:
-                continue
-            return
-        raise ConcurrentTransactions(f"{key}: too many concurrent changes")
+        await self._retry(key, lambda: self._add_step(key, pid, epoch, partitions, groups, subscriptions))
+
+    async def _add_step(self, key: str, pid: int, epoch: int, partitions, groups, subscriptions) -> None:
+        rec, version = await self._get(key)
+        if rec is None:
+            raise self._not_found(key)
+        self._check_producer(rec, pid, epoch)
+        if rec.state.prepared or rec.state == S.PREPARE_EPOCH_FENCE:
+            raise ConcurrentTransactions(f"{key}: the previous transaction is still completing")
+        now = self.now_ms()
+        if rec.state == S.ONGOING:
+            new = rec.with_(partitions=_merge(rec.partitions, partitions), groups=_merge(rec.groups, groups),
+                            subscriptions=_merge(rec.subscriptions, subscriptions), update_ms=now)
+            if new == rec.with_(update_ms=now):
+                return  # nothing new
+        elif rec.is_pulsar or rec.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            raise InvalidTxnState(f"{key} is {rec.state.value}: nothing can be added")
+        else:
+            new = rec.with_(state=S.ONGOING, start_ms=now, update_ms=now, partitions=_merge([], partitions),
+                            groups=_merge([], groups), subscriptions=_merge([], subscriptions))
+        await self._put(new, version)
 
     # -- outcome ---------------------------------------------------------------------------
     async def end(self, key: str, pid: int, epoch: int, commit: bool, *, wait: bool = True) -> TxnRecord:
@@ -236,32 +241,30 @@ class TransactionCoordinator:
         returns once the decision is durable and completes in the background, as a
         Kafka coordinator answers EndTxn (``settle`` waits for that completion).
         """
+        return await self._retry(key, lambda: self._end_step(key, pid, epoch, commit, wait))
+
+    async def _end_step(self, key: str, pid: int, epoch: int, commit: bool, wait: bool) -> TxnRecord:
         prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        for _ in range(MAX_ATTEMPTS):
-            rec, version = await self._get(key)
-            if rec is None:
-                raise self._not_found(key)
-            if epoch != rec.producer_epoch and pid == rec.producer_id and epoch == rec.last_producer_epoch \
-                    and not commit and rec.state in (S.PREPARE_ABORT, S.COMPLETE_ABORT):
-                # The coordinator aborted it with an epoch bump (timeout): the producer's abort agrees.
-                return await self._complete(rec) if rec.state.prepared else rec
-            self._check_producer(rec, pid, epoch)
-            if rec.state == S.ONGOING:
-                new = rec.with_(state=prepare, update_ms=self.now_ms())
-                try:
-                    await self._put(new, version)
-                except UnexpectedVersion:
-                    continue
-                return await self._complete(new) if wait else self._complete_later(new)
-            if rec.state == prepare:
-                return await self._complete(rec) if wait else self._complete_later(rec)
-            if rec.state == complete:
-                return rec
-            if rec.state == S.PREPARE_EPOCH_FENCE:
-                raise ConcurrentTransactions(f"{key} is being fenced")
-            raise InvalidTxnState(f"cannot {'commit' if commit else 'abort'} {key}: it is {rec.state.value}")
-        raise ConcurrentTransactions(f"{key}: too many concurrent changes")
+        rec, version = await self._get(key)
+        if rec is None:
+            raise self._not_found(key)
+        if epoch != rec.producer_epoch and pid == rec.producer_id and epoch == rec.last_producer_epoch \
+                and not commit and rec.state in (S.PREPARE_ABORT, S.COMPLETE_ABORT):
+            # The coordinator aborted it with an epoch bump (timeout): the producer's abort agrees.
+            return await self._complete(rec) if rec.state.prepared else rec
+        self._check_producer(rec, pid, epoch)
+        if rec.state == S.ONGOING:
+            new = rec.with_(state=prepare, update_ms=self.now_ms())
+            await self._put(new, version)
+            return await self._complete(new) if wait else self._complete_later(new)
+        if rec.state == prepare:
+            return await self._complete(rec) if wait else self._complete_later(rec)
+        if rec.state == complete:
+            return rec
+        if rec.state == S.PREPARE_EPOCH_FENCE:
+            raise ConcurrentTransactions(f"{key} is being fenced")
+        raise InvalidTxnState(f"cannot {'commit' if commit else 'abort'} {key}: it is {rec.state.value}")
 
     def _complete_later(self, rec: TxnRecord) -> TxnRecord:
         task = self._completing.get(rec.key)
@@ -359,19 +362,18 @@ class TransactionCoordinator:
                         len(failed), len(steps), type(failed[0]).__name__, failed[0])
             return rec
         done = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        for _ in range(MAX_ATTEMPTS):
+
+        async def settle() -> TxnRecord:
             cur, version = await self._get(rec.key)
             if cur is None or cur.state != rec.state or cur.producer_id != pid or cur.producer_epoch != epoch:
                 return cur or rec  # completed (or moved on) by someone else
             new = cur.with_(state=done, update_ms=self.now_ms(), partitions=[], groups=[], subscriptions=[])
-            try:
-                await self._put(new, version)
-            except UnexpectedVersion:
-                continue
+            await self._put(new, version)
             log.info("%s: transaction of producer %d epoch %d %s", rec.key, pid, epoch,
                      "committed" if commit else "aborted")
             return new
-        raise ConcurrentTransactions(f"{rec.key}: too many concurrent changes")
+
+        return await self._retry(rec.key, settle)
 
     # -- partition leaders ----------------------------------------------------------------------
     async def verify(self, pid: int, epoch: int, partition: str) -> TxnRecord:

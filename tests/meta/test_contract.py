@@ -16,6 +16,7 @@ from nereus.meta import (
     UnexpectedVersion,
     update,
 )
+from nereus.meta.cas import ReadAgain, retry
 from nereus.meta.keys import compare_keys
 
 EQ, FLOOR, CEIL, LOWER, HIGHER = (
@@ -349,6 +350,48 @@ async def test_update_helper(store):
     same = await update(store, "/upd", lambda old: None)
     assert same.version == r.version
     assert await update(store, "/upd-none", lambda old: None) is None
+
+
+async def test_retry_runs_a_step_again_until_its_write_wins(store):
+    """Two steps race one record with side effects between read and write; each finishes once."""
+    await store.put("/retry", b"0")
+    runs = {"a": 0, "b": 0}
+    both_read = asyncio.Event()
+    readers = []
+
+    async def step(name):
+        runs[name] += 1
+        rec = await store.get("/retry")
+        readers.append(name)
+        if len(readers) == 2:
+            both_read.set()
+        await asyncio.wait_for(both_read.wait(), 5)  # both read the same version: one write must lose
+        await store.put("/retry", str(int(rec.value) + 1).encode(), expected_version_id=rec.version.version_id)
+        return name
+
+    assert sorted(await asyncio.gather(retry(lambda: step("a")), retry(lambda: step("b")))) == ["a", "b"]
+    assert (await store.get("/retry")).value == b"2"
+    assert sorted(runs.values()) == [1, 2]  # the loser ran again
+
+
+async def test_retry_reads_again_on_request_and_gives_up_with_the_callers_error():
+    calls = []
+
+    async def moved_on():
+        calls.append(1)
+        if len(calls) < 3:
+            raise ReadAgain
+        return "done"
+
+    assert await retry(moved_on) == "done" and len(calls) == 3
+
+    async def always_losing():
+        raise UnexpectedVersion("lost")
+
+    with pytest.raises(UnexpectedVersion):
+        await retry(always_losing, max_attempts=5)
+    with pytest.raises(TimeoutError, match="busy"):
+        await retry(always_losing, max_attempts=5, exhausted=lambda: TimeoutError("busy"))
 
 
 async def test_read_after_acknowledged_write(store):
