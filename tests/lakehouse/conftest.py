@@ -1,4 +1,5 @@
-"""One local Spark session for the whole lakehouse suite (starting one costs seconds)."""
+"""One local Spark session and one standalone for the lakehouse suite (per test process: starting
+either costs seconds). Modules use topics and namespaces of their own."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import sys
 
 import pytest
+
+from tests.standalone_process import Standalone
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +29,11 @@ def spark():
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory):
+    node = Standalone(tmp_path_factory.mktemp("lakehouse") / "data")
+    node.start()
+    yield node
+    node.stop()

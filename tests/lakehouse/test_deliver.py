@@ -43,14 +43,6 @@ PARTITIONS = 3
 DEADLINE = 180.0
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    node = Standalone(tmp_path_factory.mktemp("deliver") / "data")
-    node.start()
-    yield node
-    node.stop()
-
-
 
 
 def _urls(node: Standalone) -> list[str]:

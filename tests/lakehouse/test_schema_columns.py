@@ -154,14 +154,6 @@ READING_COLUMNS = ["name", "count", "tags", "attrs", "inner", "data", "color"]
 
 
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    node = Standalone(tmp_path_factory.mktemp("spark-schema") / "data")
-    node.start()
-    yield node
-    node.stop()
-
-
-@pytest.fixture(scope="module")
 def client(standalone):
     c = pulsar.Client(standalone.url)
     yield c

@@ -30,14 +30,6 @@ OLD, NEW = 120, 80
 CHUNK = 10
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    node = Standalone(tmp_path_factory.mktemp("pushdown") / "data")
-    node.start()
-    yield node
-    node.stop()
-
-
 def _urls(node: Standalone) -> tuple[str, str]:
     return f"oxia://127.0.0.1:{node.ports['oxia']}", (node.data_dir / "objects").resolve().as_uri()
 

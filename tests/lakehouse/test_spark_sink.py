@@ -15,14 +15,6 @@ from tests.standalone_process import Standalone  # noqa: E402
 from tests.standalone_process import admin as _admin  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    node = Standalone(tmp_path_factory.mktemp("spark-sink") / "data")
-    node.start()
-    yield node
-    node.stop()
-
-
 
 
 def _options(node: Standalone, topic: str) -> dict[str, str]:

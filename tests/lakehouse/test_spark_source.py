@@ -18,14 +18,6 @@ PULSAR_TOPIC = "persistent://public/default/spark-pulsar"
 KAFKA_TOPIC = "spark-kafka"
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    node = Standalone(tmp_path_factory.mktemp("spark") / "data")
-    node.start()
-    yield node
-    node.stop()
-
-
 def _source(spark, node: Standalone, topic: str, **options: str):
     reader = (spark.read.format("nereus")
               .option("metadata", f"oxia://127.0.0.1:{node.ports['oxia']}")

@@ -14,14 +14,6 @@ from tests.standalone_process import admin as _admin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    node = Standalone(tmp_path_factory.mktemp("spark-stream") / "data")
-    node.start()
-    yield node
-    node.stop()
-
-
-@pytest.fixture(scope="module")
 def client(standalone):
     c = pulsar.Client(standalone.url)
     yield c
