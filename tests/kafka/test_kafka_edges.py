@@ -199,7 +199,7 @@ def test_create_time_bounds_do_not_apply_to_log_append_time_topics(admin, broker
 
 
 # -- 4. deprecated topic configs -----------------------------------------------------------------
-DEPRECATED = {"message.format.version": "2.8", "message.downconversion.enable": "false"}
+DEPRECATED = {"message.format.version": "0.10.0.0", "message.downconversion.enable": "false"}
 
 
 def test_deprecated_topic_configs_are_taken_stored_and_described(admin, topic):
@@ -234,3 +234,37 @@ def test_describe_configs_documents_what_is_ignored(broker, topic):
         assert all("Deprecated" in doc and "ignored" in doc for doc in docs.values()), docs
     finally:
         raw.close()
+
+
+# -- commits without a generation ----------------------------------------------------------------
+def test_a_commit_without_a_generation_is_taken_only_while_the_group_has_no_members(admin, broker, topic, group):
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    create(admin, topic, 1)
+    # an assign()-only consumer of the consumer protocol names its own member id, at epoch -1
+    solo = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "enable.auto.commit": False})
+    try:
+        solo.assign([TopicPartition(topic, 0, 0)])
+        solo.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    finally:
+        solo.close()
+    member = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while not member.assignment():
+            assert time.monotonic() < deadline, "never assigned"
+            member.poll(0.2)
+        wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 5)])
+        answer = admin.alter_consumer_group_offsets([wanted], request_timeout=TIMEOUT)[group]
+        try:
+            errors = [tp.error for tp in answer.result(TIMEOUT).topic_partitions]
+        except KafkaException as exc:  # reported for the whole request by some client versions
+            errors = [exc.args[0]]
+        assert [e.code() if e is not None else None for e in errors] == [KafkaError.UNKNOWN_MEMBER_ID]
+        committed = member.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)
+        assert committed[0].offset == 3
+    finally:
+        member.close()

@@ -72,8 +72,8 @@ _FORMAT_RELEASES = {(0, 8), (0, 9), (0, 10), (0, 11), (1, 0), (1, 1)} | {(2, m) 
 
 def _message_format_version(value: str) -> str | None:
     version, _, iv = value.partition("-IV")
-    parts = version.split(".")
-    ok = 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) and (not iv or iv.isdigit()) \
+    parts = version.split(".")  # 0.10.0.0 names 0.10.0, as Kafka reads it
+    ok = 2 <= len(parts) <= 4 and all(p.isdigit() for p in parts) and (not iv or iv.isdigit()) \
         and (int(parts[0]), int(parts[1])) in _FORMAT_RELEASES
     return None if ok else "it must name a Kafka release, such as 2.8 or 3.0-IV1"
 

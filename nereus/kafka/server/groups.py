@@ -445,7 +445,10 @@ class Group:
         """The error of an OffsetCommit (``version``) by this member at this generation / member epoch."""
         if self.gone:
             return NOT_COORDINATOR if self.record.lost else COORDINATOR_NOT_AVAILABLE
-        if self.is_consumer and not (generation < 0 and not member_id):
+        # As Kafka: a commit without a generation (an assign()-only consumer, an admin tool) is taken
+        # while the group has no members, whatever member id it names; otherwise it must be a member's.
+        simple = generation < 0 and not (self.consumer_members if self.is_consumer else self.members)
+        if self.is_consumer and not simple:
             member = self.consumer_members.get(member_id)
             if member is None:
                 return UNKNOWN_MEMBER
@@ -458,8 +461,8 @@ class Group:
         static = self.static_member(instance_id)
         if static is not None and static.member_id != member_id:
             return FENCED_INSTANCE_ID
-        if generation < 0 and not member_id:
-            return NONE if not self.members else ILLEGAL_GENERATION  # a simple (standalone) commit
+        if simple:
+            return NONE
         member = self.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER
