@@ -13,13 +13,11 @@ from pathlib import Path
 
 import click
 
+from .broker.options import BROKER, STANDALONE, broker_fields, click_options
+
 # Nereus processes start children with fork+exec only (the compaction worker, child
 # brokers); gRPC's fork handlers would just print a line at each start.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
-#: nereus.topics.partitioned.MAX_PARTITIONS, not imported here: that loads the whole broker.
-PARTITION_CEILING = 10_000
-
 
 def _interrupt(_signum, _frame) -> None:
     raise KeyboardInterrupt
@@ -98,175 +96,6 @@ def _log_level_option(command):
                         callback=_set_log_level, help="Overrides the log level given before the command.")(command)
 
 
-def _broker_options(command):
-    """The options every broker has, whether standalone or one of a cluster."""
-    options = [
-        click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="A Pulsar broker.conf / standalone.conf style file (key=value); flags override it."),
-        click.option("--bind", default="127.0.0.1", show_default=True, help="Address the listeners bind to."),
-        click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True),
-        click.option("--pulsar-port", type=click.IntRange(0, 65535), default=6650, show_default=True),
-        click.option("--kafka-port", type=click.IntRange(0, 65535), default=9092, show_default=True),
-        click.option("--kafka-plaintext/--no-kafka-plaintext", default=True, show_default=True,
-                     help="The PLAINTEXT Kafka listener on --kafka-port (kafkaListeners without PLAINTEXT:// turns it "
-                          "off; another Kafka listener is then needed)."),
-        click.option("--pulsar-tls-port", type=click.IntRange(0, 65535), default=None,
-                     help="Pulsar over TLS (pulsar+ssl://; Pulsar's usual 6651). Default: none."),
-        click.option("--https-port", type=click.IntRange(0, 65535), default=None,
-                     help="HTTPS admin REST API, lookup and metrics (Pulsar's usual 8443). Default: none."),
-        click.option("--kafka-ssl-port", type=click.IntRange(0, 65535), default=None,
-                     help="Kafka SSL listener (security.protocol=SSL). Default: none."),
-        click.option("--kafka-sasl-port", type=click.IntRange(0, 65535), default=None,
-                     help="Kafka SASL_PLAINTEXT listener (kafkaListeners' SASL_PLAINTEXT://). Default: none."),
-        click.option("--kafka-sasl-ssl-port", type=click.IntRange(0, 65535), default=None,
-                     help="Kafka SASL_SSL listener (kafkaListeners' SASL_SSL://). Default: none."),
-        click.option("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", show_default=True,
-                     help="SASL mechanisms of the Kafka SASL listeners (saslAllowedMechanisms); OAUTHBEARER needs "
-                          "--token-secret-key or --token-public-key."),
-        click.option("--tls-cert-file", type=click.Path(dir_okay=False), default=None,
-                     help="PEM certificate (chain) of every TLS listener (tlsCertificateFilePath)."),
-        click.option("--tls-key-file", type=click.Path(dir_okay=False), default=None,
-                     help="PEM private key of --tls-cert-file (tlsKeyFilePath)."),
-        click.option("--tls-trust-certs-file", type=click.Path(dir_okay=False), default=None,
-                     help="PEM CA certificates client certificates are verified against (tlsTrustCertsFilePath)."),
-        click.option("--tls-allow-insecure/--no-tls-allow-insecure", default=False, show_default=True,
-                     help="Ask TLS clients for no certificate (tlsAllowInsecureConnection)."),
-        click.option("--tls-require-client-cert/--no-tls-require-client-cert", default=False, show_default=True,
-                     help="Refuse TLS clients without a certificate signed by --tls-trust-certs-file "
-                          "(tlsRequireTrustedClientCertOnConnect)."),
-        click.option("--tls-offload-processes", type=click.IntRange(0, 64), default=0, show_default=True,
-                     help="Worker processes that end TLS of the Pulsar and Kafka TLS listeners and relay "
-                          "plaintext to the broker, on other cores (tlsOffloadProcesses; 0: TLS in the broker)."),
-        click.option("--advertised-address", default=None,
-                     help="Host name clients are told to use (default: the bind address)."),
-        click.option("--advertised-listeners", default=None,
-                     help="Pulsar's advertised listeners, name:pulsar://host:port (or pulsar+ssl://, http://, https://)[,...]: a client's listener_name "
-                          "picks the URL its lookups answer (advertising binds nothing; see --bind-addresses)."),
-        click.option("--internal-listener-name", default=None,
-                     help="The advertised listener brokers and clients naming none use (default: the first)."),
-        click.option("--bind-addresses", default=None,
-                     help="More Pulsar ports to listen on, listener:pulsar://host:port[,...]; a client connected "
-                          "there and naming no listener gets that listener's URLs."),
-        click.option("--cluster-name", default="standalone", show_default=True, help="Name of the cluster."),
-        click.option("--zone", default="default", show_default=True,
-                     help="Availability zone (Kafka rack) of this broker."),
-        click.option("--broker-name", default=None,
-                     help="Stable name of this broker (keeps its Kafka node id). Default: address and ports."),
-        click.option("--auto-topic-creation/--no-auto-topic-creation", default=True, show_default=True,
-                     help="Missing topics are created on first use (inside existing namespaces; a namespace's "
-                          "autoTopicCreation policy overrides this)."),
-        click.option("--auto-topic-creation-type", type=click.Choice(["non-partitioned", "partitioned"]),
-                     default="non-partitioned", show_default=True,
-                     help="What a Pulsar client's first use of a missing topic creates."),
-        click.option("--default-partitions", type=click.IntRange(1, PARTITION_CEILING), default=1, show_default=True,
-                     help="Partitions of an auto-created partitioned topic (and of a Kafka topic created "
-                          "without a count)."),
-        click.option("--max-num-partitions-per-partitioned-topic", type=click.IntRange(0, PARTITION_CEILING),
-                     default=0, show_default=True,
-                     help="Most partitions a topic may be created with or grown to, by the admin REST API, a "
-                          f"Kafka client or auto-creation (maxNumPartitionsPerPartitionedTopic; 0: {PARTITION_CEILING},"
-                          " the most Nereus creates for one topic)."),
-        click.option("--max-replication-factor", type=click.IntRange(1, 32767), default=32, show_default=True,
-                     help="Largest replication factor a Kafka client may create a topic with. Any factor up to it "
-                          "is accepted whatever the number of brokers: durability is the object store's, and "
-                          "Metadata lists live brokers as the replicas."),
-        click.option("--schema-compatibility-strategy", default="FULL", show_default=True,
-                     type=click.Choice(["ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
-                                        "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"],
-                                       case_sensitive=False),
-                     help="Schema compatibility of namespaces and topics without a policy of their own "
-                          "(schemaCompatibilityStrategy)."),
-        click.option("--deduplication/--no-deduplication", default=True, show_default=True,
-                     help="Message deduplication of namespaces without a policy of their own."),
-        click.option("--default-retention-minutes", type=click.IntRange(-1), default=-1, show_default=True,
-                     help="Retention time of namespaces without a retention policy (defaultRetentionTimeInMinutes; "
-                          "-1: unlimited). Acknowledged messages older than this are deleted."),
-        click.option("--default-retention-mb", type=click.IntRange(-1), default=-1, show_default=True,
-                     help="Retention size of namespaces without a retention policy (defaultRetentionSizeInMB; "
-                          "-1: unlimited)."),
-        click.option("--max-message-size", type=click.IntRange(1024, 1 << 30), default=None,
-                     help="Largest message in bytes (default: 5 MB for Pulsar, 8 MB for a Kafka batch)."),
-        click.option("--max-connections-per-ip", type=click.IntRange(0), default=0, show_default=True,
-                     help="Open connections one client address may have per protocol, Pulsar and Kafka "
-                          "(maxConnectionsPerIp; 0: unlimited); more are closed as they are accepted."),
-        click.option("--max-connection-creation-rate", type=click.FloatRange(0), default=0, show_default=True,
-                     help="New Kafka connections a second over all client addresses "
-                          "(max.connection.creation.rate; 0: unlimited); one over it waits to be served."),
-        click.option("--frame-read-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
-                     help="Seconds a Pulsar or Kafka frame may take to arrive whole once its first bytes came; "
-                          "a slower connection is closed (slow-loris guard)."),
-        click.option("--max-pending-bytes-per-connection", type=click.IntRange(1 << 16), default=16 << 20,
-                     show_default=True,
-                     help="Bytes of requests one connection may have waiting for answers; its socket is not "
-                          "read beyond that (back-pressure)."),
-        click.option("--max-pending-bytes-per-broker", type=click.IntRange(1 << 16), default=256 << 20,
-                     show_default=True,
-                     help="Bytes of requests all Pulsar and Kafka connections together may have waiting for "
-                          "answers; past it, connections are not read until half of it is answered."),
-        click.option("--max-pending-publish-requests-per-connection", type=click.IntRange(1), default=1000,
-                     show_default=True,
-                     help="Pulsar SENDs one connection may have waiting for storage before its socket is not "
-                          "read (maxPendingPublishRequestsPerConnection)."),
-        click.option("--consumer-group-heartbeat-interval", type=click.FloatRange(0.1), default=2,
-                     show_default=True,
-                     help="Seconds between a KIP-848 consumer's heartbeats, told to it in every answer "
-                          "(group.consumer.heartbeat.interval.ms; Kafka's default is 5)."),
-        click.option("--consumer-group-session-timeout", type=click.FloatRange(0.5), default=45, show_default=True,
-                     help="Seconds after which a KIP-848 consumer that stopped heartbeating leaves its group "
-                          "(group.consumer.session.timeout.ms)."),
-        click.option("--transactional-id-expiration", type=click.FloatRange(1), default=7 * 24 * 3600,
-                     show_default=True,
-                     help="Seconds after which a Kafka transactional id without an open transaction is "
-                          "forgotten (transactional.id.expiration.ms)."),
-        click.option("--session-timeout", type=click.FloatRange(0.5), default=10, show_default=True,
-                     help="Seconds after which a broker that stopped heartbeating loses its topics."),
-        click.option("--gc-interval", type=click.FloatRange(0.1), default=30, show_default=True,
-                     help="Seconds between garbage collection passes."),
-        click.option("--gc-grace", type=click.FloatRange(0), default=60, show_default=True,
-                     help="Seconds a released object is kept for readers that resolved it just before."),
-        # At least twice a WAL writer's name reservation life (10 s): a shorter timeout
-        # would let the collector resolve the names of a live writer.
-        click.option("--gc-pending-timeout", type=click.FloatRange(20), default=60, show_default=True,
-                     help="Seconds after which an unfinished write (a writer or compactor that died) is resolved "
-                          "(at least 20)."),
-        click.option("--compaction-interval", type=click.FloatRange(0), default=15, show_default=True,
-                     help="Seconds between compaction runs (a Spark worker process; 0: no compaction schedule)."),
-        click.option("--compaction-max-age", type=click.FloatRange(0), default=15, show_default=True,
-                     help="Compact a stream's newest records once the oldest of them is this many seconds old ..."),
-        click.option("--compaction-min-mb", type=click.FloatRange(0), default=8, show_default=True,
-                     help="... or once there are this many MB of them."),
-        click.option("--compaction-monitor-interval", type=click.FloatRange(0), default=60, show_default=True,
-                     help="Seconds between checks of the topics' compactionThreshold policies (0: none)."),
-        click.option("--authentication/--no-authentication", default=False, show_default=True,
-                     help="Clients must authenticate (authenticationEnabled)."),
-        click.option("--authentication-providers", default=None,
-                     help="Comma-separated Pulsar provider class names (AuthenticationProviderToken, "
-                          "AuthenticationProviderBasic, AuthenticationProviderTls) or token, basic, tls."),
-        click.option("--token-secret-key", default=None, help="Token HMAC key: file:///path or data:;base64,..."),
-        click.option("--token-public-key", default=None, help="Token RSA/EC public key: file:///path or data:..."),
-        click.option("--token-auth-claim", default="sub", show_default=True, help="Token claim naming the role."),
-        click.option("--basic-auth-conf", default=None, help="htpasswd file (file:///path) or its base64 data."),
-        click.option("--anonymous-user-role", default=None, help="Role of clients that give no credentials."),
-        click.option("--super-user-roles", default=None, help="Comma-separated roles allowed everything."),
-        click.option("--authentication-refresh-check-seconds", type=click.FloatRange(0.1), default=60,
-                     show_default=True, help="Seconds between checks of live connections' credential expiry."),
-        click.option("--authenticate-metrics/--no-authenticate-metrics", default=False, show_default=True,
-                     help="/metrics needs credentials too (authenticateMetricsEndpoint)."),
-        click.option("--authorization/--no-authorization", default=False, show_default=True,
-                     help="Check roles' permissions: superusers, tenant admins, namespace and topic grants "
-                          "(authorizationEnabled)."),
-        click.option("--authorization-wildcards/--no-authorization-wildcards", default=False, show_default=True,
-                     help="Grants to prefix* or *suffix roles hold for every role so named "
-                          "(authorizationAllowWildcardsMatching)."),
-        click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                     help="Where the compaction worker's output goes (compaction.log). "
-                     "Default: DATA_DIR/logs (standalone), ./logs (broker)."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
 def _apply_config(command: str, kwargs: dict) -> None:
     """Fill the options the command line did not set from ``--config``'s file (flags win)."""
     from click.core import ParameterSource
@@ -323,15 +152,13 @@ def _advertised_listeners(kwargs: dict) -> tuple:
         raise click.UsageError(f"--bind-addresses: {exc}") from None
 
 
-def _tls_of(kwargs: dict):
-    from .tls import TlsConfigError, TlsOptions
+def _tls_of(tls, kwargs: dict):
+    """``tls``, its files read now when a TLS listener needs them: a wrong path is one line, before anything starts."""
+    from .tls import TlsConfigError
 
-    tls = TlsOptions(cert_file=kwargs["tls_cert_file"], key_file=kwargs["tls_key_file"],
-                     trust_file=kwargs["tls_trust_certs_file"], allow_insecure=kwargs["tls_allow_insecure"],
-                     require_client_cert=kwargs["tls_require_client_cert"])
     if any(kwargs[name] is not None for name in ("pulsar_tls_port", "https_port", "kafka_ssl_port",
                                                  "kafka_sasl_ssl_port")):
-        try:  # the files are read now: a wrong path is one line, before anything starts
+        try:
             tls.server_context()
         except TlsConfigError as exc:
             raise click.ClickException(f"cannot start: {exc}") from None
@@ -360,7 +187,10 @@ def _sasl_settings(kwargs: dict):
 
 
 def _options_of(kwargs: dict):
+    """The broker's options: each option's field (nereus.broker.options), then the settings made of several."""
+    from .auth import AuthSettings
     from .broker.node import BrokerOptions
+    from .tls import TlsOptions
 
     listeners, internal, binds = _advertised_listeners(kwargs)
     if not kwargs["kafka_plaintext"] and all(kwargs[name] is None for name in (
@@ -375,54 +205,18 @@ def _options_of(kwargs: dict):
     if kwargs["consumer_group_heartbeat_interval"] >= kwargs["consumer_group_session_timeout"]:
         raise click.UsageError("--consumer-group-heartbeat-interval (group.consumer.heartbeat.interval.ms) must be "
                                "below --consumer-group-session-timeout (group.consumer.session.timeout.ms)")
-    return BrokerOptions(
-        authentication=_auth_settings(kwargs),
-        pulsar_tls_port=kwargs["pulsar_tls_port"], http_tls_port=kwargs["https_port"],
-        kafka_ssl_port=kwargs["kafka_ssl_port"], tls=_tls_of(kwargs),
-        tls_offload_processes=kwargs["tls_offload_processes"],
-        kafka_sasl_port=kwargs["kafka_sasl_port"], kafka_sasl_ssl_port=kwargs["kafka_sasl_ssl_port"],
-        sasl=_sasl_settings(kwargs),
-        advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds,
-        bind=kwargs["bind"], http_port=kwargs["http_port"], pulsar_port=kwargs["pulsar_port"],
-        kafka_port=kwargs["kafka_port"] if kwargs["kafka_plaintext"] else None,
-        advertised_address=kwargs["advertised_address"], zone=kwargs["zone"],
-        broker_name=kwargs["broker_name"], cluster_name=kwargs["cluster_name"], gc_interval=kwargs["gc_interval"],
-        gc_grace=kwargs["gc_grace"], gc_pending_timeout=kwargs["gc_pending_timeout"],
-        compaction_interval=kwargs["compaction_interval"], compaction_max_age=kwargs["compaction_max_age"],
-        compaction_min_bytes=max(1, int(kwargs["compaction_min_mb"] * (1 << 20))),
-        compaction_monitor_interval=kwargs["compaction_monitor_interval"],
-        session_timeout=kwargs["session_timeout"], auto_topic_creation=kwargs["auto_topic_creation"],
-        auto_topic_creation_type=kwargs["auto_topic_creation_type"],
-        default_partitions=kwargs["default_partitions"], deduplication=kwargs["deduplication"],
-        max_partitions_per_topic=kwargs["max_num_partitions_per_partitioned_topic"],
-        max_replication_factor=kwargs["max_replication_factor"],
-        default_retention_minutes=kwargs["default_retention_minutes"],
-        default_retention_mb=kwargs["default_retention_mb"],
-        max_message_size=kwargs["max_message_size"], log_dir=kwargs["log_dir"],
-        max_connections_per_ip=kwargs["max_connections_per_ip"],
-        max_connection_creation_rate=kwargs["max_connection_creation_rate"], frame_read_timeout=kwargs["frame_read_timeout"],
-        max_pending_bytes=kwargs["max_pending_bytes_per_connection"],
-        max_pending_publish_requests=kwargs["max_pending_publish_requests_per_connection"],
-        max_pending_bytes_per_broker=kwargs["max_pending_bytes_per_broker"],
-        schema_compatibility_strategy=kwargs["schema_compatibility_strategy"].upper(),
-        consumer_heartbeat_interval=kwargs["consumer_group_heartbeat_interval"],
-        consumer_session_timeout=kwargs["consumer_group_session_timeout"],
-        transactional_id_expiration=kwargs["transactional_id_expiration"])
+    fields = broker_fields(kwargs)
+    fields.update(authentication=_auth_settings(AuthSettings(**fields["authentication"])),
+                  tls=_tls_of(TlsOptions(**fields["tls"]), kwargs), sasl=_sasl_settings(kwargs),
+                  kafka_port=kwargs["kafka_port"] if kwargs["kafka_plaintext"] else None,
+                  advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds)
+    return BrokerOptions(**fields)
 
 
-def _auth_settings(kwargs: dict):
-    """The authentication settings, checked now (keys and htpasswd readable) so a mistake stops start-up."""
-    from .auth import AuthConfigError, Authenticator, AuthSettings
-    from .auth.providers import split_list
+def _auth_settings(settings):
+    """``settings`` (authentication), checked now (keys and htpasswd readable) so a mistake stops start-up."""
+    from .auth import AuthConfigError, Authenticator
 
-    settings = AuthSettings(
-        enabled=kwargs["authentication"], providers=split_list(kwargs["authentication_providers"]),
-        token_secret_key=kwargs["token_secret_key"], token_public_key=kwargs["token_public_key"],
-        token_auth_claim=kwargs["token_auth_claim"], basic_auth_conf=kwargs["basic_auth_conf"],
-        anonymous_user_role=kwargs["anonymous_user_role"], super_user_roles=split_list(kwargs["super_user_roles"]),
-        refresh_check_seconds=kwargs["authentication_refresh_check_seconds"],
-        authenticate_metrics=kwargs["authenticate_metrics"], authorization_enabled=kwargs["authorization"],
-        authorization_wildcards=kwargs["authorization_wildcards"])
     if settings.authorization_enabled and not settings.enabled:
         raise click.UsageError("--authorization (authorizationEnabled) needs --authentication (authenticationEnabled)")
     if settings.enabled:
@@ -477,12 +271,6 @@ def _check_object_store(url: str, timeout: float) -> None:
     except OSError as exc:
         raise click.ClickException(f"object store directory {directory} is not writable: "
                                    f"{exc.strerror or exc}") from None
-
-
-_object_store_timeout = click.option(
-    "--object-store-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
-    help="Seconds an s3:// object store may take to answer the start-up check (a probe object written and "
-         "deleted) before start-up gives up.")
 
 
 def _probe_s3(url: str, store, timeout: float) -> None:
@@ -551,17 +339,7 @@ def _serve(coro, metadata: str | None = None, metadata_timeout: float | None = N
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("./data"),
-              show_default=True, help="Where the metadata engine and the local object store keep their files.")
-@click.option("--oxia-port", type=click.IntRange(0, 65535), default=6648, show_default=True)
-@click.option("--object-store", default=None, help="Object store URL (file://, s3://, memory://). "
-              "Default: file://DATA_DIR/objects")
-@_object_store_timeout
-@click.option("--metadata-shards", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="Shards of a new metadata namespace (one fsync stream each; 1 suits a single machine).")
-@click.option("--brokers", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="Broker processes to run (one core each); the others listen on the next ports up.")
-@_broker_options
+@click_options(STANDALONE)
 @_log_level_option
 def standalone(**kwargs) -> None:
     """Run everything on one machine: metadata engine, object store, storage, listeners."""
@@ -585,20 +363,12 @@ def standalone(**kwargs) -> None:
         raise click.ClickException(f"cannot use the data directory {data_dir}: {exc.strerror or exc}") from None
     config = StandaloneConfig(data_dir=data_dir, broker=_options_of(kwargs), oxia_port=kwargs["oxia_port"],
                               object_store=object_store, metadata_shards=kwargs["metadata_shards"],
-                              session_timeout=kwargs["session_timeout"], brokers=brokers)
+                              session_timeout=kwargs["session_timeout"], brokers=brokers, given=kwargs)
     _serve(run_standalone(config))
 
 
 @main.command()
-@click.option("--metadata", default=None,
-              help="The cluster's metadata service: oxia://host:port[/namespace], or oxia+tls://...[?trust=CA_FILE"
-                   "&cert=FILE&key=FILE] (required; or metadataStoreUrl).")
-@click.option("--object-store", default=None, help="The cluster's object store: s3://bucket/prefix?... or a "
-              "file:// directory every broker shares (required; or objectStoreUrl).")
-@_object_store_timeout
-@click.option("--metadata-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
-              help="Seconds to keep retrying an unreachable metadata service before giving up.")
-@_broker_options
+@click_options(BROKER)
 @_log_level_option
 def broker(**kwargs) -> None:
     """Run one stateless broker of a cluster (Pulsar, Kafka and HTTP listeners)."""

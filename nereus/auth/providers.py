@@ -48,24 +48,6 @@ class AuthSettings:
     authorization_enabled: bool = False  # authorizationEnabled (needs authentication)
     authorization_wildcards: bool = False  # authorizationAllowWildcardsMatching
 
-    def as_args(self) -> list[str]:
-        """The command-line flags that give another broker process these settings."""
-        args = ["--authentication" if self.enabled else "--no-authentication",
-                "--token-auth-claim", self.token_auth_claim,
-                "--authentication-refresh-check-seconds", str(self.refresh_check_seconds),
-                "--authenticate-metrics" if self.authenticate_metrics else "--no-authenticate-metrics",
-                "--authorization" if self.authorization_enabled else "--no-authorization",
-                "--authorization-wildcards" if self.authorization_wildcards else "--no-authorization-wildcards"]
-        for flag, value in (("--authentication-providers", ",".join(self.providers)),
-                            ("--token-secret-key", self.token_secret_key),
-                            ("--token-public-key", self.token_public_key),
-                            ("--basic-auth-conf", self.basic_auth_conf),
-                            ("--anonymous-user-role", self.anonymous_user_role),
-                            ("--super-user-roles", ",".join(self.super_user_roles))):
-            if value:
-                args += [flag, value]
-        return args
-
 
 def split_list(text: str | None) -> tuple[str, ...]:
     """A comma-separated setting as a tuple (blanks dropped)."""

@@ -2,11 +2,12 @@
 
 Sans-io: ``parse_properties(text)`` reads the properties format and ``resolve(entries,
 command)`` turns it into option values (``{parameter name: value}``) through the key
-table ``KEYS``. A key is read under Pulsar's name where Pulsar has one, under KoP's
-for Kafka settings, and under a Nereus name otherwise. Keys of a Pulsar
-deployment that Nereus has no use for (ZooKeeper, BookKeeper, managed ledger ...)
-and unknown keys are reported, not applied; a value that does not convert raises
-``ConfigError`` naming the key and the value.
+table ``KEYS``: the keys of the options (``nereus.broker.options``) and the compound
+keys that set several (the Kafka listeners). A key is read under Pulsar's name where
+Pulsar has one, under KoP's for Kafka settings, and under a Nereus name otherwise.
+Keys of a Pulsar deployment that Nereus has no use for (ZooKeeper, BookKeeper,
+managed ledger ...) and unknown keys are reported, not applied; a value that does not
+convert raises ``ConfigError`` naming the key and the value.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-STANDALONE = "standalone"
-BROKER = "broker"
-BOTH = frozenset({STANDALONE, BROKER})
+from .options import BOTH, BROKER, OPTIONS, STANDALONE, parse_bool
 
 
 class ConfigError(ValueError):
@@ -90,38 +89,7 @@ def parse_properties(text: str) -> list[tuple[int, str, str]]:
     return entries
 
 
-# -- value converters (each raises ValueError with the reason) ----------------------------------------
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError("not an integer") from None
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError("not a number") from None
-
-
-def _bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    raise ValueError("expected true or false")
-
-
-def _text(text: str) -> str:
-    if not text:
-        raise ValueError("empty")
-    return text
-
-
-def _millis(text: str) -> float:
-    return _float(text) / 1000.0
-
+# -- the keys ---------------------------------------------------------------------------------------
 
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -148,18 +116,6 @@ def _listeners(text: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-def _mechanisms(text: str) -> str:
-    from ..kafka.server.sasl import parse_mechanisms
-
-    return ",".join(parse_mechanisms(text))
-
-
-def _creation_type(text: str) -> str:
-    if text not in ("non-partitioned", "partitioned"):
-        raise ValueError("expected non-partitioned or partitioned")
-    return text
-
-
 @dataclass(frozen=True)
 class Key:
     """One configuration key: the option it sets and how its text converts."""
@@ -168,112 +124,18 @@ class Key:
     param: str | None  # the CLI parameter; None: handled by resolve() itself
     convert: Callable[[str], object]
     commands: frozenset = BOTH
-    doc: str = ""
 
 
-KEYS: dict[str, Key] = {k.name: k for k in (
-    Key("bindAddress", "bind", _text, doc="Address every listener binds to."),
-    Key("advertisedAddress", "advertised_address", _text, doc="Host name clients are told to use."),
-    Key("advertisedListeners", "advertised_listeners", _text,
-        doc="name:pulsar://host:port,... told to clients by their listener_name."),
-    Key("internalListenerName", "internal_listener_name", _text, doc="The default advertised listener."),
-    Key("bindAddresses", "bind_addresses", _text, doc="listener:pulsar://host:port,... more Pulsar ports to bind."),
-    Key("webServicePort", "http_port", _int, doc="HTTP port (admin REST API, metrics)."),
-    Key("brokerServicePort", "pulsar_port", _int, doc="Pulsar binary protocol port."),
-    Key("kafkaListeners", None, _listeners,
-        doc="KoP: PLAINTEXT://host:port[,SSL://host:port,...] Kafka listeners (PLAINTEXT may be left out)."),
-    Key("kafkaAdvertisedListeners", None, _listeners, doc="KoP: PLAINTEXT://host:port told to Kafka clients."),
-    Key("saslAllowedMechanisms", "sasl_mechanisms", _mechanisms,
-        doc="KoP: SASL mechanisms of the SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)."),
-    Key("brokerServicePortTls", "pulsar_tls_port", _int, doc="Pulsar binary protocol over TLS (pulsar+ssl://)."),
-    Key("webServicePortTls", "https_port", _int, doc="HTTPS port (admin REST API, lookup, metrics)."),
-    Key("tlsEnabled", None, _bool, doc="Legacy: TLS on brokerServicePortTls 6651 and webServicePortTls 8443."),
-    Key("tlsCertificateFilePath", "tls_cert_file", _text, doc="PEM certificate (chain) of every TLS listener."),
-    Key("tlsKeyFilePath", "tls_key_file", _text, doc="PEM private key of that certificate."),
-    Key("tlsTrustCertsFilePath", "tls_trust_certs_file", _text, doc="PEM CA certificates client certificates "
-        "are verified against."),
-    Key("tlsAllowInsecureConnection", "tls_allow_insecure", _bool, doc="Ask no client certificate."),
-    Key("tlsRequireTrustedClientCertOnConnect", "tls_require_client_cert", _bool,
-        doc="Refuse TLS clients without a trusted certificate."),
-    Key("tlsOffloadProcesses", "tls_offload_processes", _int,
-        doc="Worker processes ending TLS of the Pulsar and Kafka TLS listeners (0: in the broker)."),
-    Key("clusterName", "cluster_name", _text, doc="Name of the cluster."),
-    Key("metadataStoreUrl", "metadata", _text, frozenset({BROKER}), doc="oxia://host:port[/namespace]."),
-    Key("metadataStoreSessionTimeoutMillis", "session_timeout", _millis,
-        doc="A broker that stopped heartbeating this long loses its topics."),
-    Key("metadataStoreOperationTimeoutSeconds", "metadata_timeout", _float, frozenset({BROKER}),
-        doc="Seconds to keep retrying an unreachable metadata service at start-up."),
-    Key("allowAutoTopicCreation", "auto_topic_creation", _bool,
-        doc="Missing topics are created on first use (inside existing namespaces)."),
-    Key("allowAutoTopicCreationType", "auto_topic_creation_type", _creation_type,
-        doc="non-partitioned or partitioned: what a Pulsar client's first use creates."),
-    Key("defaultNumPartitions", "default_partitions", _int, doc="Partitions of an auto-created topic."),
-    Key("num.partitions", "default_partitions", _int, doc="Kafka's name for defaultNumPartitions."),
-    Key("maxNumPartitionsPerPartitionedTopic", "max_num_partitions_per_partitioned_topic", _int,
-        doc="Most partitions a topic may be created or grown to (0: Nereus' ceiling, 10000)."),
-    Key("maxReplicationFactor", "max_replication_factor", _int,
-        doc="Largest replication factor a Kafka client may create a topic with (any up to it is accepted)."),
-    Key("schemaCompatibilityStrategy", "schema_compatibility_strategy", _text,
-        doc="Schema compatibility of namespaces and topics without a policy (FULL, BACKWARD, ...)."),
-    Key("brokerDeduplicationEnabled", "deduplication", _bool,
-        doc="Deduplication of namespaces without a policy of their own."),
-    Key("defaultRetentionTimeInMinutes", "default_retention_minutes", _int,
-        doc="Retention time of namespaces without a retention policy (-1: unlimited)."),
-    Key("defaultRetentionSizeInMB", "default_retention_mb", _int,
-        doc="Retention size of namespaces without a retention policy (-1: unlimited)."),
-    Key("maxMessageSize", "max_message_size", _int, doc="Largest message (bytes) a producer may send."),
-    Key("maxConnectionsPerIp", "max_connections_per_ip", _int,
-        doc="Open connections per client address and protocol, admin HTTP and Oxia too (0: unlimited)."),
-    Key("max.connection.creation.rate", "max_connection_creation_rate", _float,
-        doc="Kafka's: new Kafka connections a second over all addresses (0: unlimited); more wait."),
-    Key("frameReadTimeoutSeconds", "frame_read_timeout", _float,
-        doc="Seconds a started frame or HTTP request header may take to arrive whole (slow-loris guard)."),
-    Key("maxPendingBytesPerConnection", "max_pending_bytes_per_connection", _int,
-        doc="Bytes of requests a connection may have waiting for answers before it is not read."),
-    Key("maxPendingBytesPerBroker", "max_pending_bytes_per_broker", _int,
-        doc="Bytes of requests all connections together may have waiting before none is read."),
-    Key("maxPendingPublishRequestsPerConnection", "max_pending_publish_requests_per_connection", _int,
-        doc="Pulsar SENDs a connection may have waiting for storage before it is not read."),
-    Key("group.consumer.heartbeat.interval.ms", "consumer_group_heartbeat_interval", _millis,
-        doc="Kafka's: milliseconds between a KIP-848 consumer's heartbeats."),
-    Key("group.consumer.session.timeout.ms", "consumer_group_session_timeout", _millis,
-        doc="Kafka's: a KIP-848 consumer silent this long leaves its group."),
-    Key("transactional.id.expiration.ms", "transactional_id_expiration", _millis,
-        doc="A Kafka transactional id idle this long (no open transaction) is forgotten."),
-    Key("dataDir", "data_dir", _text, frozenset({STANDALONE}), doc="Metadata and local object store files."),
-    Key("oxiaPort", "oxia_port", _int, frozenset({STANDALONE}), doc="Oxia protocol (metadata) port."),
-    Key("objectStoreUrl", "object_store", _text, doc="file://, s3:// or memory:// object store."),
-    Key("objectStoreTimeoutSeconds", "object_store_timeout", _float,
-        doc="Seconds an s3:// object store may take to answer the start-up check."),
-    Key("metadataShards", "metadata_shards", _int, frozenset({STANDALONE}), doc="Shards of a new namespace."),
-    Key("numBrokers", "brokers", _int, frozenset({STANDALONE}), doc="Broker processes to run."),
-    Key("availabilityZone", "zone", _text, doc="Availability zone (Kafka rack) of the broker."),
-    Key("brokerName", "broker_name", _text, doc="Stable broker name (keeps its Kafka node id)."),
-    Key("gcIntervalSeconds", "gc_interval", _float, doc="Seconds between garbage collection passes."),
-    Key("gcGraceSeconds", "gc_grace", _float, doc="Seconds a released object is kept for readers."),
-    Key("gcPendingTimeoutSeconds", "gc_pending_timeout", _float, doc="Seconds before an unfinished write is resolved (at least 20)."),
-    Key("compactionIntervalSeconds", "compaction_interval", _float, doc="Seconds between compaction runs (0: none)."),
-    Key("compactionMaxAgeSeconds", "compaction_max_age", _float, doc="Compact records once this old ..."),
-    Key("compactionMinMB", "compaction_min_mb", _float, doc="... or once there are this many MB of them."),
-    Key("brokerServiceCompactionMonitorIntervalInSeconds", "compaction_monitor_interval", _float,
-        doc="Seconds between checks of the compactionThreshold policies (0: none)."),
-    Key("logDir", "log_dir", _text, doc="Where the compaction worker's output goes (compaction.log)."),
-    Key("authenticationEnabled", "authentication", _bool, doc="Clients must prove a role (Pulsar and admin HTTP)."),
-    Key("authenticationProviders", "authentication_providers", _text,
-        doc="Pulsar's provider class names (Token, Basic, Tls), comma-separated."),
-    Key("tokenSecretKey", "token_secret_key", _text, doc="HS256 key: file:///path or data:;base64,..."),
-    Key("tokenPublicKey", "token_public_key", _text, doc="RS256/ES256 public key: file:///path or data:;base64,..."),
-    Key("tokenAuthClaim", "token_auth_claim", _text, doc="The token claim naming the role (default sub)."),
-    Key("basicAuthConf", "basic_auth_conf", _text, doc="htpasswd file: file:///path or base64 data."),
-    Key("anonymousUserRole", "anonymous_user_role", _text, doc="Role of clients without credentials."),
-    Key("superUserRoles", "super_user_roles", _text, doc="Roles allowed everything, comma-separated."),
-    Key("authenticationRefreshCheckSeconds", "authentication_refresh_check_seconds", _float,
-        doc="Seconds between checks of connections' credential expiry."),
-    Key("authorizationEnabled", "authorization", _bool, doc="Check roles' permissions (needs authentication)."),
-    Key("authorizationAllowWildcardsMatching", "authorization_wildcards", _bool,
-        doc="Grants to prefix* or *suffix roles hold for every role so named."),
-    Key("authenticateMetricsEndpoint", "authenticate_metrics", _bool, doc="/metrics needs credentials too."),
-)}
+#: Keys that set several options at once, or another option's value by a switch: resolve() applies them.
+COMPOUND_KEYS = (
+    Key("kafkaListeners", None, _listeners),  # KoP's: PLAINTEXT://host:port[,SSL://host:port,...] Kafka listeners
+    Key("kafkaAdvertisedListeners", None, _listeners),  # KoP's: the host Kafka clients are told
+    Key("tlsEnabled", None, parse_bool),  # Pulsar's legacy switch: TLS on the usual ports 6651 and 8443
+)
+
+KEYS: dict[str, Key] = {key.name: key for key in (
+    *(Key(name, option.param, option.parser, option.commands) for option in OPTIONS for name in option.keys),
+    *COMPOUND_KEYS)}
 
 # Pulsar/KoP keys whose concern Nereus handles its own way (metadata plane, object storage,
 # no BookKeeper): expected in a Pulsar operator's file, reported once as ignored.

@@ -13,14 +13,16 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
 from ..meta import open_engine
 from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
 from .cluster.origin import mark_standalone
 from .node import BrokerOptions, advertised, bind_listener, start_broker
+from .options import child_args
 from ..tasks import wait_for
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,8 @@ class StandaloneConfig:
     metadata_shards: int = 1
     session_timeout: float = 10.0
     brokers: int = 1
+    # The option values (flags and --config) the standalone was given, which its child brokers are given too.
+    given: Mapping[str, object] = field(default_factory=dict)
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -125,67 +129,11 @@ class ChildBrokerFailed(RuntimeError):
 
 
 def child_command(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str) -> list[str]:
-    """The ``nereus broker`` command line of child broker ``index`` (ports: the standalone's + index)."""
-    opts = config.broker
-
-    def port(base: int) -> str:
-        return str(base + index if base else 0)
-
-    args = [sys.executable, "-m", "nereus.cli", "--lifeline-stdin",
-            "--log-level", logging.getLevelName(log.getEffectiveLevel()), "broker", "--metadata", metadata_url, "--object-store", objects_url, "--bind", opts.bind,
-            "--http-port", port(opts.http_port), "--pulsar-port", port(opts.pulsar_port),
-            "--kafka-port", port(opts.kafka_port or 0), "--zone", opts.zone,
-            "--session-timeout", str(config.session_timeout), "--gc-interval", str(opts.gc_interval),
-            "--gc-grace", str(opts.gc_grace), "--gc-pending-timeout", str(opts.gc_pending_timeout),
-            "--compaction-interval", str(opts.compaction_interval),
-            "--compaction-max-age", str(opts.compaction_max_age),
-            "--compaction-min-mb", str(opts.compaction_min_bytes / (1 << 20)),
-            "--compaction-monitor-interval", str(opts.compaction_monitor_interval),
-            "--cluster-name", opts.cluster_name, "--default-partitions", str(opts.default_partitions),
-            "--max-num-partitions-per-partitioned-topic", str(opts.max_partitions_per_topic),
-            "--max-replication-factor", str(opts.max_replication_factor),
-            "--auto-topic-creation" if opts.auto_topic_creation else "--no-auto-topic-creation",
-            "--auto-topic-creation-type", opts.auto_topic_creation_type,
-            "--deduplication" if opts.deduplication else "--no-deduplication",
-            "--default-retention-minutes", str(opts.default_retention_minutes),
-            "--default-retention-mb", str(opts.default_retention_mb),
-            "--log-dir", str(opts.log_dir or config.data_dir / "logs")]
-    if opts.advertised_address:
-        args += ["--advertised-address", opts.advertised_address]
-    if opts.max_message_size is not None:
-        args += ["--max-message-size", str(opts.max_message_size)]
-    args += ["--max-connections-per-ip", str(opts.max_connections_per_ip),
-             "--max-connection-creation-rate", str(opts.max_connection_creation_rate),
-             "--frame-read-timeout", str(opts.frame_read_timeout),
-             "--max-pending-bytes-per-connection", str(opts.max_pending_bytes),
-             "--max-pending-publish-requests-per-connection", str(opts.max_pending_publish_requests),
-             "--max-pending-bytes-per-broker", str(opts.max_pending_bytes_per_broker),
-             "--schema-compatibility-strategy", opts.schema_compatibility_strategy,
-             "--consumer-group-heartbeat-interval", str(opts.consumer_heartbeat_interval),
-             "--consumer-group-session-timeout", str(opts.consumer_session_timeout),
-             "--transactional-id-expiration", str(opts.transactional_id_expiration)]
-    args += opts.authentication.as_args()
-    if opts.kafka_port is None:
-        args += ["--no-kafka-plaintext"]
-    if opts.sasl is not None:
-        args += ["--sasl-mechanisms", ",".join(opts.sasl.mechanisms)]
-    for flag, base in (("--pulsar-tls-port", opts.pulsar_tls_port), ("--https-port", opts.http_tls_port),
-                       ("--kafka-ssl-port", opts.kafka_ssl_port), ("--kafka-sasl-port", opts.kafka_sasl_port),
-                       ("--kafka-sasl-ssl-port", opts.kafka_sasl_ssl_port)):
-        if base is not None:
-            args += [flag, port(base)]
-    tls = opts.tls
-    for flag, path in (("--tls-cert-file", tls.cert_file), ("--tls-key-file", tls.key_file),
-                       ("--tls-trust-certs-file", tls.trust_file)):
-        if path:
-            args += [flag, str(Path(path).resolve())]
-    if tls.allow_insecure:
-        args.append("--tls-allow-insecure")
-    if tls.require_client_cert:
-        args.append("--tls-require-client-cert")
-    if opts.tls_offload_processes:
-        args += ["--tls-offload-processes", str(opts.tls_offload_processes)]
-    return args
+    """The ``nereus broker`` command line of child broker ``index``: the standalone's options, its ports + ``index``."""
+    given = {**config.given, "log_dir": config.given.get("log_dir") or config.data_dir / "logs"}
+    return [sys.executable, "-m", "nereus.cli", "--lifeline-stdin",
+            "--log-level", logging.getLevelName(log.getEffectiveLevel()),
+            "broker", "--metadata", metadata_url, "--object-store", objects_url, *child_args(given, index)]
 
 
 async def _relay_stderr(stream: asyncio.StreamReader) -> str:

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from nereus.cli import PARTITION_CEILING
+from nereus.broker.options import PARTITION_CEILING
 from nereus.topics.partitioned import MAX_PARTITIONS, partition_limit
 from tests.cli.processes import fail
 from tests.standalone_process import Standalone

@@ -16,36 +16,15 @@ from dataclasses import fields
 
 from aiohttp import web
 
+from ..options import camel, runtime_names
 from .cluster import broker_id
 from .common import AdminContext, AdminError, context
 
-#: BrokerOptions fields under Pulsar's names; the others keep their own name, camel-cased.
-PULSAR_NAMES = {"bind": "bindAddress", "http_port": "webServicePort", "pulsar_port": "brokerServicePort",
-                "advertised_address": "advertisedAddress", "cluster_name": "clusterName",
-                "internal_listener": "internalListenerName", "auto_topic_creation": "allowAutoTopicCreation",
-                "auto_topic_creation_type": "allowAutoTopicCreationType", "default_partitions": "defaultNumPartitions",
-                "max_partitions_per_topic": "maxNumPartitionsPerPartitionedTopic",
-                "deduplication": "brokerDeduplicationEnabled", "pulsar_tls_port": "brokerServicePortTls",
-                "http_tls_port": "webServicePortTls", "default_retention_minutes": "defaultRetentionTimeInMinutes",
-                "default_retention_mb": "defaultRetentionSizeInMB"}
-#: The fields of the nested settings (AuthSettings, TlsOptions) under Pulsar's names.
-AUTH_NAMES = {"enabled": "authenticationEnabled", "providers": "authenticationProviders",
-              "token_secret_key": "tokenSecretKey", "token_public_key": "tokenPublicKey",
-              "token_auth_claim": "tokenAuthClaim", "basic_auth_conf": "basicAuthConf",
-              "anonymous_user_role": "anonymousUserRole", "super_user_roles": "superUserRoles",
-              "refresh_check_seconds": "authenticationRefreshCheckSeconds",
-              "authenticate_metrics": "authenticateMetricsEndpoint", "authorization_enabled": "authorizationEnabled",
-              "authorization_wildcards": "authorizationAllowWildcardsMatching"}
-TLS_NAMES = {"cert_file": "tlsCertificateFilePath", "key_file": "tlsKeyFilePath",
-             "trust_file": "tlsTrustCertsFilePath", "allow_insecure": "tlsAllowInsecureConnection",
-             "require_client_cert": "tlsRequireTrustedClientCertOnConnect"}
+#: The name each BrokerOptions field is shown under (``tls.cert_file`` for a nested setting's field):
+#: Pulsar's key where Pulsar has the setting, else the field's name camel-cased (nereus.broker.options).
+NAMES = runtime_names()
 #: What an inline (``data:``) key is shown as: the key itself never leaves the broker.
 REDACTED = "******"
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 def _text(value) -> str:
@@ -67,10 +46,12 @@ def _secret(value: str | None) -> str:
 
 def _nested(options) -> dict[str, str]:
     """The settings kept in nested objects, one Pulsar key each."""
-    auth, tls = options.authentication, options.tls
-    config = {key: _text(getattr(auth, name)) for name, key in AUTH_NAMES.items()}
-    config["tokenSecretKey"] = _secret(auth.token_secret_key)
-    config.update({key: _text(getattr(tls, name)) for name, key in TLS_NAMES.items()})
+    config = {}
+    for path, key in NAMES.items():
+        setting, _, name = path.partition(".")
+        if name:
+            config[key] = _text(getattr(getattr(options, setting), name))
+    config["tokenSecretKey"] = _secret(options.authentication.token_secret_key)
     config["saslAllowedMechanisms"] = _text(options.sasl.mechanisms) if options.sasl is not None else ""
     config["advertisedListeners"] = ",".join(f"{li.name}:{url}" for li in options.advertised_listeners
                                              for url in (li.pulsar_url, li.pulsar_tls_url, li.http_url, li.https_url)
@@ -89,7 +70,7 @@ def runtime_config(ctx: AdminContext) -> dict[str, str]:
     if node is None:
         raise AdminError(501, "This broker runs without a broker node")
     options = node.options
-    config = {PULSAR_NAMES.get(f.name, _camel(f.name)): _text(getattr(options, f.name))
+    config = {NAMES.get(f.name) or camel(f.name): _text(getattr(options, f.name))
               for f in fields(options) if f.name not in _NESTED}
     config.update(_nested(options))
     address = node.address
