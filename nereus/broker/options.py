@@ -185,7 +185,7 @@ OPTIONS: tuple[Option, ...] = (
                 "(required; or objectStoreUrl)."}, field=None, children=OWN),
     Option("--object-store-timeout", ("objectStoreTimeoutSeconds",), click.FloatRange(0.1), 30,
            "Seconds an s3:// object store may take to answer the start-up check (a probe object written and "
-           "deleted) before start-up gives up.", field=None, children=OWN),
+           "deleted) before start-up gives up.", field=None),
     Option("--metadata-timeout", ("metadataStoreOperationTimeoutSeconds",), click.FloatRange(0.1), 30,
            "Seconds to keep retrying an unreachable metadata service before giving up.",
            commands=frozenset({BROKER}), field=None),
