@@ -193,8 +193,10 @@ def main() -> None:
         # does not land in its fsyncs (and it starts from an empty engine like a new broker).
         p50, p99, achieved = uvloop.run(latency_phase(work / "latency", args.streams, args.rate, args.seconds))
         if args.latency_only:
-            print(f"latency at {achieved:.0f} appends/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-            print(f"put_delay_ms={PUT_DELAY * 1000:.0f} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f}")
+            lat_objects = sum(1 for p in (work / "latency" / "objects").rglob("*") if p.is_file())
+            print(f"latency at {achieved:.0f} appends/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms, {lat_objects} objects")
+            print(f"put_delay_ms={PUT_DELAY * 1000:.0f} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f} "
+                  f"lat_objects={lat_objects}")
             return
         work = work / "throughput"
         total = args.mib << 20
