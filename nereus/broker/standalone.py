@@ -21,7 +21,7 @@ from ..meta import open_engine
 from ..meta.oxia import start_oxia_server
 from ..objstore import open_object_store
 from .cluster.origin import mark_standalone
-from .node import BrokerOptions, advertised, bind_listener, start_broker
+from .node import BrokerOptions, advertised, bind_listener, freeze_startup_objects, start_broker
 from .options import child_args
 from ..tasks import wait_for
 
@@ -106,6 +106,7 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         for child in children:
             child.add_done_callback(_child_done)
             stack.push_async_callback(_cancel_and_wait, child)
+        freeze_startup_objects()
         log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s brokers=%d",
                  options.bind, node.http_port, node.pulsar.port, node.kafka.port, oxia.port, config.data_dir,
                  objects_url, config.brokers)

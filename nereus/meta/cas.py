@@ -46,6 +46,7 @@ async def update(
     *,
     partition_key: str | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    likely_absent: bool = False,
 ) -> Record | None:
     """Apply the pure function ``fn`` to the record at ``key`` until the write wins.
 
@@ -55,8 +56,24 @@ async def update(
     and the whole cycle is retried on ``UnexpectedVersion``, so ``fn`` may run
     several times. Raises ``UnexpectedVersion`` after ``max_attempts`` losses.
     Returns the resulting record.
+
+    ``likely_absent``: the first attempt writes ``fn(None)`` as a create without
+    reading first (one round trip instead of two for a record that is usually new);
+    if the record exists, that write fails and the cycle goes on as above.
     """
+    first = [likely_absent]
+
     async def step() -> Record | None:
+        if first[0]:
+            first[0] = False
+            new = fn(None)
+            if new is not None:
+                try:
+                    res = await store.put(key, new, expected_version_id=EXPECT_ABSENT, partition_key=partition_key)
+                except UnexpectedVersion:
+                    pass
+                else:
+                    return Record(res.key, new, res.version)
         current = await store.get(key, partition_key=partition_key)
         old = None if current is None else current.value
         new = fn(old)

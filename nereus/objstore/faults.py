@@ -27,7 +27,7 @@ class _PutFault:
 
 
 class FaultInjectingObjectStore(ObjectStore):
-    """Forwards to ``inner``, failing or delaying calls as configured.
+    """Forwards to ``inner``, failing, delaying or holding calls as configured.
 
     ``calls`` counts calls per method name (``put_if_absent``, ``get``, ``head``,
     ``delete``), including the failed ones.
@@ -39,6 +39,10 @@ class FaultInjectingObjectStore(ObjectStore):
         self.put_delay = 0.0
         self.get_delay = 0.0
         self._put_faults: list[_PutFault] = []
+        self.holding = False
+        #: Puts held by ``hold_puts``, in arrival order; each goes on once its future is done.
+        self.held: list[asyncio.Future] = []
+        self._held_changed = asyncio.Event()
 
     def fail_put(self, n: int, exc: ExcSpec | None = None, *, after: bool = False) -> None:
         """Fail the ``n``-th put_if_absent call (counted from the wrapper's creation)."""
@@ -61,6 +65,21 @@ class FaultInjectingObjectStore(ObjectStore):
         if gets is not None:
             self.get_delay = gets
 
+    def hold_puts(self, hold: bool = True) -> None:
+        """Hold every later put_if_absent until its future in ``held`` is done; ``False``
+        stops holding and lets the held puts go on (in arrival order)."""
+        self.holding = hold
+        if not hold:
+            for fut in self.held:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait_held(self, n: int) -> None:
+        """Return once ``n`` puts have been held in all."""
+        while len(self.held) < n:
+            self._held_changed.clear()
+            await self._held_changed.wait()
+
     def clear_faults(self) -> None:
         """Remove failures and delays (counts are kept)."""
         self._put_faults.clear()
@@ -72,6 +91,11 @@ class FaultInjectingObjectStore(ObjectStore):
         fault = next((f for f in self._put_faults if f.matches(number, key)), None)
         if self.put_delay:
             await asyncio.sleep(self.put_delay)
+        if self.holding:
+            held = asyncio.get_running_loop().create_future()
+            self.held.append(held)
+            self._held_changed.set()
+            await held
         if fault is not None and not fault.after:
             raise _instance(fault.exc)
         await self.inner.put_if_absent(key, data)

@@ -20,42 +20,52 @@ _BLOCK_HITS, _BLOCK_MISSES = metrics.CACHE_HITS.labels("block"), metrics.CACHE_M
 
 @dataclass(slots=True)
 class _StreamTail:
+    # Parallel lists, not an object per entry: a full cache of small entries would otherwise
+    # be ~100k objects for the cyclic GC to walk at every full collection (a pause per walk).
     bases: list[int] = field(default_factory=list)
-    entries: list[FetchedEntry] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    datas: list[bytes | memoryview] = field(default_factory=list)
     head: int = 0  # entries before this index were evicted
 
     def compact(self) -> None:
-        if self.head > 64 and self.head * 2 > len(self.entries):
+        if self.head > 64 and self.head * 2 > len(self.bases):
             del self.bases[: self.head]
-            del self.entries[: self.head]
+            del self.counts[: self.head]
+            del self.datas[: self.head]
             self.head = 0
 
 
 class TailCache:
-    """Recently committed entries, per stream, evicted oldest-first across streams."""
+    """Recently committed entries, per stream, evicted oldest-first across streams.
+
+    Eviction goes by the batches ``add`` was given (one per stream and flush), oldest first.
+    """
 
     def __init__(self, max_bytes: int = 64 << 20):
         self.max_bytes = max_bytes
         self.bytes = 0
         self._streams: dict[int, _StreamTail] = {}
-        self._order: deque[tuple[_StreamTail, int]] = deque()  # (owner, size) in insertion order
+        self._order: deque[tuple[_StreamTail, int, int]] = deque()  # (owner, entries, bytes) in insertion order
 
     def add(self, stream_id: int, base: int, entries: list[tuple[int, bytes | memoryview]]) -> None:
         tail = self._streams.setdefault(stream_id, _StreamTail())
-        if tail.entries[tail.head:] and tail.entries[-1].end_offset != base:
+        if len(tail.bases) > tail.head and tail.bases[-1] + tail.counts[-1] != base:
             self.drop(stream_id)  # not contiguous (e.g. a new session elsewhere): start afresh
             tail = self._streams.setdefault(stream_id, _StreamTail())
+        size = 0
         for count, data in entries:
             tail.bases.append(base)
-            tail.entries.append(FetchedEntry(base, count, data))
-            self._order.append((tail, len(data)))
-            self.bytes += len(data)
+            tail.counts.append(count)
+            tail.datas.append(data)
+            size += len(data)
             base += count
+        self._order.append((tail, len(entries), size))
+        self.bytes += size
         while self.bytes > self.max_bytes and self._order:
-            owner, size = self._order.popleft()
-            if owner.head < len(owner.entries):  # a dropped owner was accounted already
+            owner, n, size = self._order.popleft()
+            if owner.head < len(owner.bases):  # a dropped owner was accounted already
                 self.bytes -= size
-                owner.head += 1
+                owner.head += n
                 owner.compact()
 
     def read(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[FetchedEntry]:
@@ -64,16 +74,17 @@ class TailCache:
         if tail is None:
             _TAIL_MISSES.inc()
             return []
-        i = bisect.bisect_right(tail.bases, offset, lo=tail.head) - 1
-        if i < tail.head or tail.entries[i].end_offset <= offset:
+        bases, counts, datas = tail.bases, tail.counts, tail.datas
+        i = bisect.bisect_right(bases, offset, lo=tail.head) - 1
+        if i < tail.head or bases[i] + counts[i] <= offset:
             _TAIL_MISSES.inc()
             return []
         _TAIL_HITS.inc()
         out: list[FetchedEntry] = []
         total = 0
-        while i < len(tail.entries) and tail.entries[i].base_offset < end and (not out or total < max_bytes):
-            out.append(tail.entries[i])
-            total += len(tail.entries[i].data)
+        while i < len(bases) and bases[i] < end and (not out or total < max_bytes):
+            out.append(FetchedEntry(bases[i], counts[i], datas[i]))
+            total += len(datas[i])
             i += 1
         return out
 
@@ -81,8 +92,8 @@ class TailCache:
         tail = self._streams.pop(stream_id, None)
         if tail is not None:
             # Its sizes stay in _order until popped; account them now and mark it empty.
-            self.bytes -= sum(len(e.data) for e in tail.entries[tail.head:])
-            tail.head = len(tail.entries)
+            self.bytes -= sum(len(d) for d in tail.datas[tail.head:])
+            tail.head = len(tail.bases)
 
 
 class BlockCache:

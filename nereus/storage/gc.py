@@ -88,6 +88,7 @@ async def seal(meta: MetadataStore, object_key: str, committed: Iterable[tuple[i
 
     def apply(old: bytes | None) -> bytes | None:
         nonlocal freed
+        freed = False  # of this attempt's outcome only (a later attempt may find it sealed)
         value = records.decode(old)
         if value.get("state") == "sealed":
             return None  # sealed already (by the collector after a long stall)
@@ -96,7 +97,8 @@ async def seal(meta: MetadataStore, object_key: str, committed: Iterable[tuple[i
         freed = not live
         return records.encode({"state": "sealed", "live": live, "ts": _now_ms()})
 
-    await cas.update(meta, records.object_key(object_key), apply)
+    # The record is usually new: only a release that beat the seal, or the collector, wrote it first.
+    await cas.update(meta, records.object_key(object_key), apply, likely_absent=True)
     if freed:
         await _mark_free(meta, object_key)
 

@@ -1,7 +1,18 @@
 """The object WAL writer: many streams' appends become one object per flush.
 
-Appends are buffered per stream and flushed as ONE object when the buffer reaches
-``max_object_bytes`` or ``flush_interval`` after the first buffered append. A flush:
+Appends are buffered per stream and flushed as ONE object (group commit). When
+does a flush start?
+
+* The WAL is idle (no flush in flight): at once, one loop turn after the append,
+  so that the appends of requests read in the same turn share the object. An
+  unbatched producer waits for one object put and one commit, never for a timer.
+* Flushes are in flight: appends keep buffering; a flush starts when the buffer
+  reaches ``max_object_bytes``, ``flush_interval`` after the first buffered append
+  (so a slow store keeps several flushes overlapping under load), or as soon as
+  the last in-flight flush finishes (the WAL is idle again), whichever comes first.
+* ``max_inflight_flushes`` are busy: the buffer waits for the next one to finish.
+
+A flush:
 
 1. takes the object's name from a block of names reserved in the metadata plane
    beforehand (so a crash leaves a trace for GC without a metadata write per object),
@@ -25,7 +36,7 @@ ones (so a late commit fails); see ``gc``.
 
 Uploads of successive flushes overlap; commits are strictly in flush order. At most
 ``max_inflight_flushes`` run at once; while they are busy the buffer keeps growing
-into the next flush (group commit under load), up to ``max_buffered_bytes``.
+into the next flush, up to ``max_buffered_bytes`` (then appends wait: back-pressure).
 """
 
 from __future__ import annotations
@@ -55,6 +66,8 @@ _INLINE_ENCODE_BYTES = 1 << 20
 @dataclass(frozen=True, slots=True)
 class WalOptions:
     max_object_bytes: int = 8 << 20
+    #: How long appends made while flushes are in flight may wait for a flush of their
+    #: own (an idle WAL flushes at once, and the end of the last flush starts the next).
     flush_interval: float = 0.005
     max_inflight_flushes: int = 4
     #: Appends wait while this much is buffered behind busy flushes.
@@ -106,6 +119,7 @@ class WalWriter:
         self._buffer: dict[int, _Pending] = {}
         self._buffered_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._soon: asyncio.Handle | None = None  # the flush of an idle WAL, one loop turn away
         self._prefix = f"wal/{int(time.time() * 1000):013d}-{node_id}-"
         self._next_block = 0
         self._reservation: _Reservation | None = None
@@ -150,6 +164,9 @@ class WalWriter:
         self._buffered_bytes += len(entry) + wal_format.ENTRY_HEADER_SIZE
         if self._buffered_bytes >= self.options.max_object_bytes:
             self._flush_now()
+        elif self._inflight == 0:
+            if self._soon is None:  # idle: flush once the appends read in this loop turn are in
+                self._soon = asyncio.get_running_loop().call_soon(self._flush_now)
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.options.flush_interval, self._flush_now)
         return await future
@@ -158,6 +175,9 @@ class WalWriter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
         if not self._buffer:
             return
         if self._inflight >= self.options.max_inflight_flushes:
@@ -185,8 +205,9 @@ class WalWriter:
 
     def _flush_finished(self) -> None:
         self._inflight -= 1
-        if self._buffer and (self._flush_wanted or self._buffered_bytes >= self.options.max_object_bytes):
-            self._flush_now()
+        if self._buffer and (self._inflight == 0 or self._flush_wanted
+                             or self._buffered_bytes >= self.options.max_object_bytes):
+            self._flush_now()  # idle again, a flush was due while every slot was busy, or a full buffer
 
     async def _flush(self, batch: list[_Pending], previous: asyncio.Future | None, done: asyncio.Future) -> None:
         try:

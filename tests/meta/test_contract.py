@@ -394,6 +394,24 @@ async def test_retry_reads_again_on_request_and_gives_up_with_the_callers_error(
         await retry(always_losing, max_attempts=5, exhausted=lambda: TimeoutError("busy"))
 
 
+async def test_update_helper_of_a_record_likely_absent(store):
+    seen = []
+
+    def fn(old):
+        seen.append(old)
+        return b"new" if old is None else old + b"+"
+
+    r = await update(store, "/likely", fn, likely_absent=True)
+    assert (r.value, seen) == (b"new", [None])  # created without reading first
+    r = await update(store, "/likely", fn, likely_absent=True)
+    assert (r.value, seen[1:]) == (b"new+", [None, b"new"])  # it existed: read, then written as usual
+    assert (await store.get("/likely")).value == b"new+"
+    assert await update(store, "/likely-none", lambda old: None, likely_absent=True) is None
+    await asyncio.gather(*(update(store, "/likely-counter", lambda old: str(int(old or b"0") + 1).encode(),
+                                  likely_absent=True) for _ in range(20)))
+    assert (await store.get("/likely-counter")).value == b"20"
+
+
 async def test_read_after_acknowledged_write(store):
     async def writer_then_reader(i):
         await store.put(f"/lin/{i % 5}", str(i).encode())

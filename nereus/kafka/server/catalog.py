@@ -55,6 +55,7 @@ class Catalog:
         self.storage = service.storage
         self.registry = service.registry
         self._names_by_id: dict[uuid.UUID, str] = {}
+        self._writing: dict[tuple[str, int], Partition] = {}  # see partition_to_write
 
     async def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic does not exist."""
@@ -135,6 +136,24 @@ class Catalog:
                 raise
             if not part.closed:
                 return part
+
+    async def partition_to_write(self, topic: str, index: int) -> Partition | None:
+        """``partition`` for a produce: from memory, with no metadata read, while this broker holds the
+        partition's append session. That needs no check of the topic's existence: deleting a topic
+        fences its writers first, so an append to a deleted partition fails and the topic unloads."""
+        key = (topic, index)
+        part = self._writing.get(key)
+        if part is not None and not part.closed and part.handle.writable:
+            return part
+        part = await self.partition(topic, index)
+        if part is not None and self._writing.get(key) is not part:
+            self._writing[key] = part
+
+            def forget(_reason: str, part: Partition = part) -> None:
+                if self._writing.get(key) is part:
+                    del self._writing[key]
+            part.topic.on_unload(forget)
+        return part
 
     async def topic_id(self, topic: str) -> uuid.UUID | None:
         """The topic's id (Kafka's topic UUID): stable for its life, new when re-created under the same name.

@@ -32,8 +32,10 @@ from .sasl_api import raw_token
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
 MAX_PENDING = 128  # responses queued per connection before reading pauses
-MAX_IN_FLIGHT = 32  # requests started and not yet answered per connection
+MAX_IN_FLIGHT = 32  # requests started and not yet answered per connection (Produce: up to MAX_PENDING)
+_PRODUCE = 0
 _BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 
 
@@ -189,7 +191,7 @@ class KafkaConnection(asyncio.Protocol):
             self._maybe_resume()
             # Requests already read wait while the client does not take its answers, or
             # while MAX_IN_FLIGHT answers are being prepared (a Fetch's may be large).
-            if not self._requests or self._write_blocked or len(self._responses) >= MAX_IN_FLIGHT:
+            if not self._requests or self._write_blocked or self._in_flight_full():
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -206,6 +208,19 @@ class KafkaConnection(asyncio.Protocol):
             self._unpend(self._dispatching)  # answered by nothing (acks=0, a closing error)
             self._dispatching = 0
             self._maybe_resume()
+
+    def _in_flight_full(self) -> bool:
+        """Whether the next request waits for answers in flight. A Produce goes on past MAX_IN_FLIGHT
+        (up to MAX_PENDING): its answer is small, its bytes already count as pending, and every
+        Produce started joins the next WAL flush, so an unbatched producer's requests share flushes
+        instead of waiting for them one group of MAX_IN_FLIGHT at a time."""
+        started = len(self._responses)
+        if started < MAX_IN_FLIGHT:
+            return False
+        if started >= MAX_PENDING or self._raw_tokens():
+            return True
+        frame = self._requests[0]
+        return len(frame) < 2 or _API_KEY.unpack_from(frame, 0)[0] != _PRODUCE
 
     async def _dispatch(self, frame: bytes) -> None:
         if self._raw_tokens():

@@ -132,7 +132,7 @@ async def _unless_abandoned(fut: asyncio.Future, part):
 async def _produce_partition(service, topic: str, pdata, acks: int):
     if acks not in (0, 1, -1):
         return ErrorCode.invalid_required_acks, -1, -1, "acks must be 0, 1 or -1"
-    part = await service.catalog.partition(topic, pdata.index)
+    part = await service.catalog.partition_to_write(topic, pdata.index)
     if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, None
     refusal = service.storage.writer.health.refusal
