@@ -54,7 +54,7 @@ from . import rows as _rows
 from . import schema_columns as _columns
 from .worker_loop import run_async, worker_loop
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
-from ..pulsar.codec import split_entry
+from ..codec.pulsar import split_entry
 from ..topics.schemas import version_from_bytes
 
 SCHEMA = StructType([

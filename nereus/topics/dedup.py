@@ -34,8 +34,8 @@ from typing import Callable
 
 from ..ledger.entry import EntryFormat, EntryFormatError, decode_entry
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
-from ..pulsar.codec import split_entry
-from ..pulsar.codec.errors import PulsarCodecError
+from ..codec.pulsar import split_entry
+from ..codec.pulsar.errors import PulsarCodecError
 from ..storage import StreamHandle
 from ..storage.records import stream_partition
 

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..kafka.codec.batch import HEADER_SIZE as KAFKA_HEADER_SIZE, NO_COMPRESSION, InvalidBatch, parse_header
-from ..kafka.codec.batch_scan import scan as kafka_scan
-from ..kafka.codec.inflate import decompress as kafka_decompress
-from ..kafka.codec.records import decode_records
+from ..codec.kafka.batch import HEADER_SIZE as KAFKA_HEADER_SIZE, NO_COMPRESSION, InvalidBatch, parse_header
+from ..codec.kafka.batch_scan import scan as kafka_scan
+from ..codec.kafka.inflate import decompress as kafka_decompress
+from ..codec.kafka.records import decode_records
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry, encode_entry as encode_stored
-from ..pulsar.codec.batch_scan import scan
-from ..pulsar.codec import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
+from ..codec.pulsar.batch_scan import scan
+from ..codec.pulsar import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
                             split_entry)
 from ..storage import columns, key_view, records
 from ..storage.compaction import CompactionConflict, lease

@@ -18,7 +18,7 @@ from typing import Awaitable, Callable, Protocol
 
 import crc32c
 
-from ..kafka.codec.records import Record, encode_record
+from ..codec.kafka.records import Record, encode_record
 from ..ledger.entry import EntryFlags, EntryFormat, EntryHeader
 from ..ledger.naming import TopicName
 from ..topics.placement import NotOwner

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka.records import Record, build_batch
 from nereus.ledger.entry import EntryFormat, EntryHeader, encode_entry
 from nereus.ledger.naming import TopicName
 from nereus.meta import open_engine

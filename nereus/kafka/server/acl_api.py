@@ -15,8 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from ...auth import kafka_acls
 from ...auth.kafka_acls import ALTER, CLUSTER, CREATE, DESCRIBE, IDEMPOTENT_WRITE, TOPIC, Binding, InvalidAcl
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import response_schema
 
 log = logging.getLogger(__name__)
 

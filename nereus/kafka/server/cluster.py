@@ -12,8 +12,8 @@ from kio.schema.errors import ErrorCode
 from ...auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from ...topics.topic_configs import ReplicaLayout, replica_layouts
 from ...transactions.producer_ids import PRODUCER_ID_BLOCK, PRODUCER_ID_KEY, ProducerIds  # noqa: F401 (moved)
-from ..codec import make, nested
-from ..codec.protocol import SUPPORTED, response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import SUPPORTED, response_schema
 from . import acl_api, routing
 from .catalog import valid_name
 

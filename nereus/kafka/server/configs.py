@@ -17,8 +17,8 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from ...topics import topic_configs as store
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import response_schema
 from ...auth import kafka_acls as acls
 from . import acl_api, config_defs as defs, routing
 from .cluster import NO_THROTTLE as _NO_THROTTLE

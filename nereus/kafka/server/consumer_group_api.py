@@ -13,8 +13,8 @@ import re
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import DESCRIBE, GROUP, READ
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api
 from .cluster import NO_THROTTLE
 from .consumer_group import HeartbeatAnswer

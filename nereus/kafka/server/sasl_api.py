@@ -9,8 +9,8 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import ALTER, CLUSTER, DESCRIBE
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api
 from .cluster import NO_THROTTLE
 from .sasl import SaslFailed

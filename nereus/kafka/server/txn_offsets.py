@@ -20,8 +20,8 @@ from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from ...meta import cas
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api
 from .cluster import NO_THROTTLE
 from .groups import GroupError

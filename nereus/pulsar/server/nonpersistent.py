@@ -22,7 +22,7 @@ from ...ledger.subscription import Subscription, SubType
 from ...storage.api import AppendResult
 from ...topics.rates import RateMeter
 from ...topics.traffic import TopicTraffic
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from . import entries
 
 log = logging.getLogger(__name__)
