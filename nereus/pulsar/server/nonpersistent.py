@@ -53,6 +53,9 @@ class _NoDedup:
 class _MemoryHandle:
     """What producers and consumers ask of a stream handle: nothing is readable, ever."""
 
+    writable = False
+    fencing_token = None
+
     def __init__(self) -> None:
         self.end = 0
 

@@ -6,7 +6,7 @@ The registry itself (versions, compatibility) is protocol-neutral:
 
 from __future__ import annotations
 
-from ...topics.policies import POLICIES_ROOT, policies_key  # noqa: F401 (re-exported)
+from ...ledger.policies import POLICIES_ROOT, policies_key  # noqa: F401 (re-exported)
 from ...topics.schemas import (DEFAULT_STRATEGY, STRATEGIES, IncompatibleSchema, InvalidSchema,  # noqa: F401
                                SchemaInfo, check, check_for_consumer, delete, get, history, is_compatible, live,
                                put_if_absent, schema_key, strategy_of, version_bytes, version_from_bytes)
