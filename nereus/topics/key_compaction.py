@@ -44,9 +44,9 @@ from ..codec.pulsar.batch_scan import scan
 from ..codec.pulsar import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
                             split_entry)
 from ..storage import columns, key_view, records
-from ..storage.compaction import CompactionConflict, lease
+from ..storage.compaction_lease import lease
 from ..storage.api import FetchedEntry
-from ..storage.errors import StorageError
+from ..storage.errors import CompactionConflict, StorageError
 from ..storage.key_view import KEY_SCHEMA, EntryKeys, KeyView
 from ..tasks import spawn
 from . import key_log
