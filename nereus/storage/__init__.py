@@ -1,4 +1,4 @@
-"""StreamStorage (L0): streams of records on the object WAL, indexed in the metadata plane."""
+"""StreamStorage: streams of records on the object WAL, indexed in the metadata plane."""
 
 from .api import AppendResult, FetchedEntry, FetchResult, Stream
 from .collector import GarbageCollector
