@@ -12,9 +12,9 @@ import crc32c
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nereus.kafka.codec.protocol import SUPPORTED
-from nereus.kafka.codec.records import Record, build_batch
-from nereus.pulsar.codec import encode_command, pb, wrap
+from nereus.codec.kafka.protocol import SUPPORTED
+from nereus.codec.kafka.records import Record, build_batch
+from nereus.codec.pulsar import encode_command, pb, wrap
 from nereus.storage import compacted_format, wal_format
 from tests.fuzz.targets import _KAFKA_SEEDS, _compacted, _kafka_frame, _send_frame
 

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from nereus.kafka.server.catalog import TopicError
 from nereus.kafka.server.errors import kafka_error
 from nereus.meta.errors import MetadataError
-from nereus.pulsar.codec import pb
+from nereus.codec.pulsar import pb
 from nereus.pulsar.server.errors import pulsar_error
 from nereus.pulsar.server.existence import TopicMissing
 from nereus.pulsar.server.txn_sends import TxnSendRefused

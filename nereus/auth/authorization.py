@@ -18,7 +18,7 @@ import json
 import logging
 
 from ..ledger.naming import TopicName
-from ..topics.policies import policies_key, tenant_key
+from ..ledger.policies import policies_key, tenant_key
 from . import kafka_acls
 from .kafka_acls import CREATE, DESCRIBE, GROUP, READ, TOPIC, WRITE
 

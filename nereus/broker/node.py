@@ -218,6 +218,7 @@ def _build_transactions(stack: contextlib.AsyncExitStack, meta: MetadataStore, r
     stream_txns = StreamTransactions(meta)
     stack.push_async_callback(stream_txns.close)
     registry.storage.trim_listeners.append(stream_txns.trimmed)  # retention drops trimmed aborted ranges
+    registry.key_compactor.stable_end = stream_txns.read_view  # key views stop at the last stable offset
     participants = BrokerParticipants(registry, stream_txns)
     coordinator = TransactionCoordinator(meta, kafka.producer_ids, participants, stream_txns=stream_txns,
                                          transactional_id_expiration_ms=int(transactional_id_expiration * 1000))

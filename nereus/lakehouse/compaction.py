@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from ..ledger.naming import InvalidTopicName, TopicName
 from ..meta import MetadataStore
 from ..storage import compacted_format, compaction, view
+from ..storage.compaction_lease import lease as compaction_lease
+from ..storage.errors import CompactionConflict
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
 from ..transactions.stream_index import aborted_view, read_view
@@ -143,7 +145,7 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
             result = await compaction.compact(meta, objects, reader, task.plan,
                                               encoder(task.partition, task.aborted),
                                               lease_owner=task.owner)
-        except compaction.CompactionConflict as exc:
+        except CompactionConflict as exc:
             log.info("skipped: %s", exc)
             return {"topic": task.topic, "conflict": str(exc)}
         return {"topic": task.topic, "input_bytes": result.input_bytes, "output_bytes": result.output_bytes,
@@ -209,10 +211,10 @@ async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes:
     """Plans of the streams whose lease we got (held until the caller releases them)."""
     tasks, leases = [], []
     for topic, partition, stream_id in await _stream_ids(meta, topics):
-        lease = compaction.lease(meta, stream_id, owner)
+        lease = compaction_lease(meta, stream_id, owner)
         try:
             await lease.__aenter__()
-        except compaction.CompactionConflict as exc:
+        except CompactionConflict as exc:
             log.info("skipped: %s", exc)
             continue
         plans = await stable_plans(meta, stream_id, target_bytes=target_bytes, min_bytes=min_bytes,

@@ -4,7 +4,7 @@ Everything that turns a topic's records into rows uses it: ``rows`` (row tuples 
 the Spark source and table delivery) and ``table_format`` (the columns of compacted
 objects, hence of the SBT tables), so a record reads the same everywhere. Stored
 entries are opened with the codecs the cross-protocol paths use
-(``pulsar.codec.entry``, ``kafka.codec.records``, ``topics.convert``).
+(``codec.pulsar.entry``, ``codec.kafka.records``, ``topics.convert``).
 
 Values of a record, kept column by column (Python lists, one item per record):
 
@@ -24,11 +24,11 @@ columns per batch without building a Python object per record and field.
 
 from __future__ import annotations
 
-from ..kafka.codec.records import decode_records
+from ..codec.kafka.records import decode_records
 from ..topics.convert import PRODUCER_NAME as KAFKA_PRODUCER_NAME
 from ..topics.convert import key_from_pulsar
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
-from ..pulsar.codec import entry_messages, split_entry
+from ..codec.pulsar import entry_messages, split_entry
 from ..transactions.stream_index import TxnView
 
 LOG_APPEND_TIME = 0x08  # Kafka batch attribute: timestamps are the broker's (max_timestamp)

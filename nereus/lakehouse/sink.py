@@ -43,7 +43,7 @@ from datetime import datetime
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType, TimestampType
 
-from .spark import _flag, _option, _positive, _required
+from .options import flag, option, positive, required
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's local properties of a micro-batch's tasks
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -79,8 +79,8 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
-        return cls(_required(options, "serviceUrl"), _required(options, "topic"), _flag(options, "batching", False),
-                   _positive(options, "sendTimeoutMs", 30_000), _option(options, "sinkId"))
+        return cls(required(options, "serviceUrl"), required(options, "topic"), flag(options, "batching", False),
+                   positive(options, "sendTimeoutMs", 30_000), option(options, "sinkId"))
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,10 @@ from pyspark.sql.types import StructType
 
 from . import rows as _rows
 from .pruning import offset_for_time
-from .spark import (NereusRange, _offset_for, _option, _positive, _required, check_read_options, plan_values,
-                    read_partition, records_per_partition, run_async, split_range, starting_timestamp)
+from .options import (check_read_options, offset_for, option, positive, records_per_partition, required,
+                      starting_timestamp)
+from .read_tasks import NereusRange, plan_values, read_partition, split_range
+from .worker_loop import run_async
 
 Offsets = dict[str, int]
 
@@ -118,14 +120,14 @@ class NereusStreamReader(DataSourceStreamReader):
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         check_read_options(options)
-        self.metadata = _required(options, "metadata")
-        self.objects = _required(options, "objects")
-        self.topic = _required(options, "topic")
-        self.starting = _option(options, "startingOffset")
+        self.metadata = required(options, "metadata")
+        self.objects = required(options, "objects")
+        self.topic = required(options, "topic")
+        self.starting = option(options, "startingOffset")
         self.starting_timestamp = starting_timestamp(options)
-        if _option(options, "endingOffset") is not None:
+        if option(options, "endingOffset") is not None:
             raise ValueError("endingOffset is for batch reads; a stream has no end (see maxRecordsPerTrigger)")
-        self.max_records = _positive(options, "maxRecordsPerTrigger", None)
+        self.max_records = positive(options, "maxRecordsPerTrigger", None)
         self.chunk = records_per_partition(options)
         self.schema = schema
         self._initial: Offsets | None = None
@@ -139,7 +141,7 @@ class NereusStreamReader(DataSourceStreamReader):
             bounds = run_async(_bounds(self.metadata, self.topic))
             initial = {}
             for key, b in bounds.items():
-                wanted = _offset_for(self.starting, b.partition, b.start, b.start, b.end)
+                wanted = offset_for(self.starting, b.partition, b.start, b.start, b.end)
                 initial[key] = min(max(wanted, b.start), b.end)
             if self.starting_timestamp is not None:
                 initial = run_async(_offsets_for_time(self.metadata, self.objects, bounds, self.starting_timestamp))

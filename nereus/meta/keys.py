@@ -22,6 +22,9 @@ import xxhash
 from .errors import InvalidRequest
 
 _U32 = 0xFFFFFFFF
+#: The longest encoded key every backend accepts: the embedded engine's (LMDB's key limit
+#: is 511 bytes; its ephemeral-record keys add an 8-byte session id prefix).
+MAX_ENCODED_KEY = 500
 
 
 def validate_key(key: object) -> str:
@@ -40,6 +43,12 @@ def encode_key(key: str) -> bytes:
         return b"\x00" + raw
     # Segments of ``head`` are joined by "\x00\x01": "\x01 s0 \x00 \x01 s1 \x00 ... \x00 last"
     return b"\x01" + head.replace(b"/", b"\x00\x01") + b"\x00\x00" + last
+
+
+def index_key(name: str, secondary_key: str) -> bytes:
+    """The encoded key of a secondary index entry (the embedded engine's ``idx`` key; its value
+    is the primary key): checked against ``MAX_ENCODED_KEY`` by every backend."""
+    return name.encode() + b"\x00" + encode_key(secondary_key)
 
 
 def decode_key(data: bytes) -> str:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from .embedded.store import MAX_ENCODED_KEY, index_key
 from .errors import InvalidRequest
-from .keys import encode_key
+from .keys import MAX_ENCODED_KEY, encode_key, index_key
 
 #: Largest value a record may hold.
 MAX_VALUE = 8 << 20

@@ -1,4 +1,4 @@
-"""L0 object-store layer: immutable objects behind one small async interface.
+"""The object-store layer: immutable objects behind one small async interface.
 
 ``open_object_store(url)`` picks the backend from the URL scheme:
 

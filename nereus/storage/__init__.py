@@ -1,9 +1,9 @@
-"""StreamStorage (L0): streams of records on the object WAL, indexed in the metadata plane."""
+"""StreamStorage: streams of records on the object WAL, indexed in the metadata plane."""
 
 from .api import AppendResult, FetchedEntry, FetchResult, Stream
+from .collector import GarbageCollector
 from .errors import (AppendSessionLost, CorruptObject, InvalidAppend, InvalidStreamName, ObjectMissing, OffsetOutOfRange,
                      StorageError, StreamClosed, StreamExists, StreamFenced, StreamNotFound)
-from .gc import GarbageCollector
 from .service import StorageOptions, StreamHandle, StreamStorage
 from .wal_writer import WalOptions
 

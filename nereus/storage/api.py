@@ -51,6 +51,20 @@ class Stream(abc.ABC):
     def next_offset(self) -> int:
         """The offset the next committed record will get (the committed end)."""
 
+    @property
+    @abc.abstractmethod
+    def writable(self) -> bool:
+        """True while this handle holds a usable append session."""
+
+    @property
+    @abc.abstractmethod
+    def fencing_token(self) -> int | None:
+        """The token of the append session held (None without one)."""
+
+    @abc.abstractmethod
+    async def refresh(self) -> None:
+        """Re-read the start offset, and the committed end unless this handle writes, from the metadata plane."""
+
     @abc.abstractmethod
     async def acquire(self) -> None:
         """Take the stream's append session, fencing any other writer (token + 1)."""

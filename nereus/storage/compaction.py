@@ -3,7 +3,7 @@
 The protocol for one stream range ``[first, last]`` made of whole ``idx`` groups
 G1..Gk (all below ``tail.pending``, so no writer touches them):
 
-1. the caller holds the stream's compaction lease (``lease``: one compactor per
+1. the caller holds the stream's compaction lease (``compaction_lease``: one compactor per
    stream at a time, from planning to the end of its plans);
 2. read the slices of G1..Gk (checked) and encode them as one compacted object
    (``compacted_format``; the caller adds the table columns), then decode it again
@@ -23,7 +23,7 @@ G1..Gk (all below ``tail.pending``, so no writer touches them):
 Offsets never change: the compacted entry covers exactly the offsets of the
 slices it replaces. A crash before 4 leaves no visible change (the collector
 frees the orphan object from the marker); a crash after 4 leaves the complete
-change, and the collector finishes step 5 from the marker (``gc.resolve_compaction``).
+change, and the collector finishes step 5 from the marker (``resolve_marker``).
 """
 
 from __future__ import annotations
@@ -35,15 +35,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..meta import MetadataStore, UnexpectedVersion
 from ..objstore import ObjectStore
 from . import compacted_format, gc, metrics, records
-from .errors import StorageError
+from .compaction_lease import check_lease
+from .errors import CompactionConflict, StorageError
 from .reader import StreamReader
 from .records import IndexEntry, Tail
 
 log = logging.getLogger(__name__)
 
+#: The ``kind`` of compaction's pending markers (resolved by ``resolve_marker``).
+MARKER_KIND = "compaction"
 #: Default size of the WAL input of one compacted object.
 TARGET_BYTES = 32 << 20
 #: At most this many slices per compacted object: the replaced slices are listed in
@@ -55,10 +58,6 @@ RELEASE_CONCURRENCY = 16
 Entries = list[tuple[int, memoryview]]
 #: Builds the Parquet bytes of a range: (stream id, first offset, entries, generation) -> bytes.
 Encoder = Callable[[int, int, Entries, int], bytes]
-
-
-class CompactionConflict(StorageError):
-    """The range changed (trim, another compactor) while it was being compacted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +196,7 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
                        generation=generation, timestamp=max(e.timestamp for e in replaced))
     marker = records.gc_pending_key(key)
     await meta.put(marker, records.encode({
-        "ts": int(time.time() * 1000), "kind": "compaction", "object": key, "stream": job.stream_id,
+        "ts": int(time.time() * 1000), "kind": MARKER_KIND, "object": key, "stream": job.stream_id,
         "first": job.first, "last": job.last, "groups": [g.key for g in job.groups],
         "replaced": [[e.object, e.base] for e in replaced]}))
     await metrics.put_object(objects, key, data, "compacted")
@@ -211,7 +210,7 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
     except (UnexpectedVersion, CompactionConflict) as exc:
         # Mark the change aborted before freeing the object: a crash in between
         # must not let the collector take it for a landed change.
-        await meta.put(marker, records.encode({"ts": int(time.time() * 1000), "kind": "compaction",
+        await meta.put(marker, records.encode({"ts": int(time.time() * 1000), "kind": MARKER_KIND,
                                                "object": key, "stream": job.stream_id, "first": job.first,
                                                "aborted": True}))
         await gc.release(meta, key, [(job.stream_id, job.first)])
@@ -252,6 +251,37 @@ async def finish(meta: MetadataStore, stream_id: int, leftovers: list[tuple[str,
     await meta.delete(marker)
 
 
+async def resolve_marker(meta: MetadataStore, marker_key: str, value: dict) -> None:
+    """Finish or undo a compaction whose compactor died (called by the collector).
+
+    The switch landed iff ``idx/{last}`` names the compacted object, or the
+    object's reference was released since (a trim removed the landed group).
+    """
+    name, stream_id, first = value["object"], value["stream"], value["first"]
+    pair = [stream_id, first]
+    record = await meta.get(records.object_key(name))
+    state = records.decode(record.value) if record is not None else {}
+    landed = False
+    if not value.get("aborted"):
+        rec = await meta.get(records.index_key(stream_id, value["last"]),
+                             partition_key=records.stream_partition(stream_id))
+        if rec is not None and any(e.object == name for e in records.decode_group(rec.value)):
+            landed = True
+        elif state.get("state") == "sealed" and pair not in state["live"]:
+            landed = True
+    if landed:
+        log.info("gc: finishing the compaction of stream %d into %s", stream_id, name)
+        await finish(meta, stream_id, [(k, None) for k in value["groups"][:-1]],
+                     [tuple(r) for r in value["replaced"]], marker_key)
+        return
+    log.info("gc: undoing the compaction of stream %d into %s (it never became visible)", stream_id, name)
+    if state.get("state") == "sealed":
+        await gc.release(meta, name, [tuple(pair)])
+    else:
+        await gc.seal(meta, name, [])  # never sealed: nothing refers to it
+    await meta.delete(marker_key)
+
+
 def _encode_checked(encode: Encoder, job: CompactionPlan, entries: Entries, generation: int) -> bytes:
     data = encode(job.stream_id, job.first, entries, generation)
     back = compacted_format.decode_entries(data, job.stream_id, job.first, job.last - job.first + 1)
@@ -264,13 +294,6 @@ async def _in_executor(fn: Callable[[], bytes]) -> bytes:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
-async def check_lease(meta: MetadataStore, stream_id: int, owner: str) -> None:
-    """Raise CompactionConflict unless ``owner`` holds the stream's compaction lease."""
-    rec = await meta.get(records.compaction_lease_key(stream_id), partition_key=records.stream_partition(stream_id))
-    if rec is None or records.decode(rec.value).get("owner") != owner:
-        raise CompactionConflict(f"stream {stream_id}: the compaction lease of {owner} is lost")
-
-
 async def _check_unchanged(meta: MetadataStore, job: CompactionPlan) -> None:
     partition = records.stream_partition(job.stream_id)
     for group in job.groups:
@@ -279,32 +302,5 @@ async def _check_unchanged(meta: MetadataStore, job: CompactionPlan) -> None:
             raise CompactionConflict(f"stream {job.stream_id}: group {group.key} changed since planning")
 
 
-class lease:
-    """The stream's compaction lease: an ephemeral record of the compactor's metadata
-    session, so it vanishes when the compactor dies (after its session timeout)."""
-
-    def __init__(self, meta: MetadataStore, stream_id: int, owner: str):
-        self.meta, self.stream_id, self.owner = meta, stream_id, owner
-        self.key = records.compaction_lease_key(stream_id)
-        self.partition = records.stream_partition(stream_id)
-        self.version: int | None = None
-
-    async def __aenter__(self) -> None:
-        try:
-            result = await self.meta.put(self.key, records.encode({"owner": self.owner, "since": time.time()}),
-                                         expected_version_id=EXPECT_ABSENT, ephemeral=True,
-                                         partition_key=self.partition)
-        except UnexpectedVersion:
-            rec = await self.meta.get(self.key, partition_key=self.partition)
-            holder = records.decode(rec.value).get("owner") if rec is not None else "?"
-            raise CompactionConflict(f"stream {self.stream_id} is being compacted by {holder}") from None
-        self.version = result.version.version_id
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            await self.meta.delete(self.key, expected_version_id=self.version, partition_key=self.partition)
-        except UnexpectedVersion:
-            pass
-
-
-__all__ = ["CompactionConflict", "CompactionPlan", "CompactionResult", "TARGET_BYTES", "check_lease", "compact", "finish", "lease", "plan"]
+__all__ = ["CompactionPlan", "CompactionResult", "MARKER_KIND", "TARGET_BYTES", "compact", "finish", "plan",
+           "resolve_marker"]

@@ -48,3 +48,7 @@ class ObjectMissing(StorageError):
 
 class InvalidStreamName(StorageError):
     """The stream name is empty, too long or contains NUL."""
+
+
+class CompactionConflict(StorageError):
+    """The range changed (trim, another compactor) while it was being compacted, or the compaction lease was lost."""

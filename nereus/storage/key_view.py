@@ -48,11 +48,13 @@ from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..objstore import ObjectStore
 from . import columns, gc, metrics, records
 from .api import FetchedEntry
-from .compaction import CompactionConflict, check_lease
-from .errors import CorruptObject, StorageError
+from .compaction_lease import check_lease
+from .errors import CompactionConflict, CorruptObject, StorageError
 from .reader import StreamReader
 
 log = logging.getLogger(__name__)
+#: The ``kind`` of a view build's pending markers (resolved by ``resolve_marker``).
+MARKER_KIND = "keyview"
 
 #: The ``base`` of a view's reference pair (a view is no slice of the stream).
 VIEW_REF = -1
@@ -440,7 +442,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     (with ``extract_many`` only); it then reads only the entries whose records survive.
 
     Raises CompactionConflict if the view changed meanwhile or the lease was lost.
-    The caller holds the stream's compaction lease (``compaction.lease``).
+    The caller holds the stream's compaction lease (``compaction_lease.lease``).
     """
     partition = records.stream_partition(stream_id)
     before = await state(meta, stream_id)
@@ -532,7 +534,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     after = ViewState(horizon, key, table.num_rows, entries, len(data) if data else 0, now, stream_size)
     marker = records.gc_pending_key(key) if key else None
     if key is not None:
-        await meta.put(marker, records.encode({"ts": now, "kind": "keyview", "object": key, "stream": stream_id,
+        await meta.put(marker, records.encode({"ts": now, "kind": MARKER_KIND, "object": key, "stream": stream_id,
                                                "previous": before.object}))
         await metrics.put_object(objects, key, data, "keyview")
         await gc.seal(meta, key, [(stream_id, VIEW_REF)])
@@ -544,7 +546,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
                        partition_key=partition)
     except (UnexpectedVersion, CompactionConflict) as exc:
         if key is not None:
-            await meta.put(marker, records.encode({"ts": now, "kind": "keyview", "object": key, "stream": stream_id,
+            await meta.put(marker, records.encode({"ts": now, "kind": MARKER_KIND, "object": key, "stream": stream_id,
                                                    "aborted": True}))
             await gc.release(meta, key, [(stream_id, VIEW_REF)])
             await meta.delete(marker)
@@ -615,5 +617,5 @@ async def drop(meta: MetadataStore, stream_id: int) -> None:
         await gc.release(meta, st.object, [(stream_id, VIEW_REF)])
 
 
-__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "KEY_SCHEMA", "EntryShrinker", "KeyExtractor", "KeyView", "KnownKeys", "KnownKeysMismatch", "ViewEntry", "ViewState",
+__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "KEY_SCHEMA", "MARKER_KIND", "EntryShrinker", "KeyExtractor", "KeyView", "KnownKeys", "KnownKeysMismatch", "ViewEntry", "ViewState",
            "build", "decode_view", "drop", "load", "merge", "resolve_marker", "state", "view_key"]

@@ -326,16 +326,13 @@ class StreamHandle(Stream):
 
     @property
     def writable(self) -> bool:
-        """True while this handle holds a usable append session."""
         return not self._closed and self._session is not None and self._session.usable
 
     @property
     def fencing_token(self) -> int | None:
-        """The token of the append session held (None without one)."""
         return self._session.token if self._session is not None else None
 
     async def refresh(self) -> None:
-        """Re-read start and next offsets from the metadata plane."""
         tail, start = await asyncio.gather(self.storage.tail(self.stream_id), self.storage.start(self.stream_id))
         self._start = start
         if not self.writable:

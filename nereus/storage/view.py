@@ -20,6 +20,12 @@ async def stream_id(meta: MetadataStore, name: str) -> int | None:
     return records.decode(rec.value)["id"] if rec is not None else None
 
 
+async def stream_name(meta: MetadataStore, sid: int) -> str | None:
+    """The name of stream ``sid``; None if it does not exist (or was deleted)."""
+    rec = await meta.get(records.meta_key(sid), partition_key=records.stream_partition(sid))
+    return records.decode(rec.value)["name"] if rec is not None else None
+
+
 async def stream_names(meta: MetadataStore) -> AsyncIterator[str]:
     """Every stream's name, in key order."""
     lo, hi = records.names_range()

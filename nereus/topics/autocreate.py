@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 from .partitioned import MAX_PARTITIONS
-from .policies import policies_key
+from ..ledger.policies import policies_key
 
 NON_PARTITIONED = "non-partitioned"
 PARTITIONED = "partitioned"

@@ -18,11 +18,11 @@ import base64
 import logging
 import struct
 
-from ..kafka.codec.batch import InvalidBatch
-from ..kafka.codec.records import Record, build_batch, decode_records
+from ..codec.kafka.batch import InvalidBatch
+from ..codec.kafka.records import Record, build_batch, decode_records
 from ..ledger.entry import HEADER_SIZE, EntryFormat, decode_entry
-from ..pulsar.codec import encode_entry, entry_messages, pb, split_entry
-from ..pulsar.codec.errors import PulsarCodecError
+from ..codec.pulsar import encode_entry, entry_messages, pb, split_entry
+from ..codec.pulsar.errors import PulsarCodecError
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from typing import Callable
 
 from ..ledger.entry import EntryFormat, EntryFormatError, decode_entry
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
-from ..pulsar.codec import split_entry
-from ..pulsar.codec.errors import PulsarCodecError
-from ..storage import StreamHandle
+from ..codec.pulsar import split_entry
+from ..codec.pulsar.errors import PulsarCodecError
+from ..storage import Stream
 from ..storage.records import stream_partition
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class Dedup:
         self._snapshot_version: int | None = None  # EXPECT_ABSENT once known absent
         self._snapshotting: asyncio.Task | None = None
 
-    async def restore(self, handle: StreamHandle) -> None:
+    async def restore(self, handle: Stream) -> None:
         """Bring the state up to the stream's committed end (snapshot, then replay)."""
         if self._covered < 0:
             rec = await self.meta.get(snapshot_key(self.stream_id), partition_key=stream_partition(self.stream_id))

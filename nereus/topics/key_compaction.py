@@ -28,24 +28,25 @@ import base64
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from ..kafka.codec.batch import HEADER_SIZE as KAFKA_HEADER_SIZE, NO_COMPRESSION, InvalidBatch, parse_header
-from ..kafka.codec.batch_scan import scan as kafka_scan
-from ..kafka.codec.inflate import decompress as kafka_decompress
-from ..kafka.codec.records import decode_records
+from ..codec.kafka.batch import HEADER_SIZE as KAFKA_HEADER_SIZE, NO_COMPRESSION, InvalidBatch, parse_header
+from ..codec.kafka.batch_scan import scan as kafka_scan
+from ..codec.kafka.inflate import decompress as kafka_decompress
+from ..codec.kafka.records import decode_records
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry, encode_entry as encode_stored
-from ..pulsar.codec.batch_scan import scan
-from ..pulsar.codec import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
+from ..codec.pulsar.batch_scan import scan
+from ..codec.pulsar import (BatchBuilder, MalformedBatch, compress, decompress, encode_entry, entry_messages, pb,
                             split_entry)
 from ..storage import columns, key_view, records
-from ..storage.compaction import CompactionConflict, lease
+from ..storage.compaction_lease import lease
 from ..storage.api import FetchedEntry
-from ..storage.errors import StorageError
+from ..storage.errors import CompactionConflict, StorageError
 from ..storage.key_view import KEY_SCHEMA, EntryKeys, KeyView
 from ..tasks import spawn
 from . import key_log
@@ -335,16 +336,55 @@ class CompactionStatus:
         return {"status": self.status, "lastError": self.last_error or ""}
 
 
+class StableView(Protocol):
+    """What a build needs to know of a stream's transactions below its committed end."""
+
+    lso: int  # the last stable offset: no record at or past it is built into a view
+
+    def aborted(self, start: int, end: int) -> Sequence[object]:
+        """The aborted transactions overlapping ``[start, end)`` (empty: none)."""
+
+    def is_aborted(self, pid: int, offset: int) -> bool:
+        """Whether ``offset`` was written by producer ``pid`` in a transaction that aborted."""
+
+
+#: ``stable_end(stream_id, end)``: the stream's transactions below ``end``, its committed end read
+#: just before (the transactions layer answers: ``StreamTransactions.read_view``).
+StableEnd = Callable[[int, int], Awaitable[StableView]]
+
+
+@dataclass(frozen=True, slots=True)
+class AllStable:
+    """A stream without transactions: every record below its end is stable, none aborted."""
+
+    lso: int
+
+    def aborted(self, start: int, end: int) -> Sequence[object]:
+        return ()
+
+    def is_aborted(self, pid: int, offset: int) -> bool:
+        return False
+
+
+async def all_stable(stream_id: int, end: int) -> StableView:
+    """The ``StableEnd`` of a broker that serves no transactions."""
+    return AllStable(end)
+
+
 class KeyCompactor:
     """Builds key-compacted views of topics, in the background, one build per topic at a time."""
 
     def __init__(self, storage, *, owner: str, on_built: Callable[[int], None] | None = None,
-                 before_build: Callable[[str], Awaitable[None]] | None = None) -> None:
+                 before_build: Callable[[str], Awaitable[None]] | None = None,
+                 stable_end: StableEnd = all_stable) -> None:
         """``on_built(stream_id)`` after each view switched in (drops this broker's cached copy);
-        ``before_build(topic)`` before a build reads the topic's key log (writes what is pending)."""
+        ``before_build(topic)`` before a build reads the topic's key log (writes what is pending);
+        ``stable_end``: where a build stops and which records it leaves out (a broker that serves
+        transactions sets the transactions layer's here)."""
         self.storage = storage
         self.on_built = on_built
         self.before_build = before_build
+        self.stable_end = stable_end
         self.meta = storage.meta
         self.owner = owner
         self.statuses: dict[str, CompactionStatus] = {}
@@ -387,11 +427,9 @@ class KeyCompactor:
         """Build the view of ``topic`` up to its committed end now, or with ``min_lag_ms``
         (Kafka's ``min.compaction.lag.ms``) up to the first slice committed less than that
         long ago (raises CompactionConflict)."""
-        from ..transactions.stream_index import read_view  # the transactions layer builds on this one
-
         sid = await self.storage.stream_id(topic)
         tail = await self.storage.tail(sid)
-        txns = await read_view(self.meta, sid, tail.next)  # after the tail: the LSO is at most it
+        txns = await self.stable_end(sid, tail.next)  # after the tail: the LSO is at most it
         horizon, size = tail.next, tail.size
         cutoff = int(time.time() * 1000) - min_lag_ms if min_lag_ms > 0 else None
         if cutoff is not None or txns.lso < tail.next:
@@ -496,5 +534,6 @@ class KeyViews:
         self._views.pop(stream_id, None)
 
 
-__all__ = ["CompactionConflict", "CompactionRunning", "CompactionStatus", "KeyCompactor", "KeyViews", "entries_keys", "entry_keys", "shrink_entries", "shrink_entry",
+__all__ = ["AllStable", "CompactionConflict", "CompactionRunning", "CompactionStatus", "KeyCompactor", "StableEnd",
+           "StableView", "all_stable", "KeyViews", "entries_keys", "entry_keys", "shrink_entries", "shrink_entry",
            "ERROR", "NOT_RUN", "RUNNING", "SUCCESS"]

@@ -43,7 +43,7 @@ from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..meta import cas
 from .avro_resolution import can_read
-from .policies import policies_key, topic_policies_key
+from ..ledger.policies import policies_key, topic_policies_key
 
 SCHEMAS_ROOT = "/nereus/pulsar/schemas"
 DEFAULT_STRATEGY = "FULL"

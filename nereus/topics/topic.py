@@ -25,12 +25,12 @@ import time
 from typing import Awaitable, Callable
 
 from ..ledger.naming import TopicName
-from ..storage import StreamFenced, StreamHandle, key_view
+from ..storage import Stream, StreamFenced, key_view
 from ..tasks import unless
 from .dedup import Dedup
 from .key_compaction import entries_keys
 from .key_log import KeyRecorder
-from .policies import policies_key, topic_policies_key
+from ..ledger.policies import policies_key, topic_policies_key
 from .throttle import dispatch_limit, publish_limit
 from .time_marks import TimeMarks
 from .traffic import TopicTraffic
@@ -58,7 +58,7 @@ class TopicUnloaded(StreamFenced):
 class Topic:
     """The broker-side state of one stream that every protocol shares."""
 
-    def __init__(self, registry, name: TopicName, handle: StreamHandle) -> None:
+    def __init__(self, registry, name: TopicName, handle: Stream) -> None:
         self.registry = registry
         self.meta = registry.meta
         self.name = name
@@ -66,7 +66,7 @@ class Topic:
         self.stream_id = handle.stream_id
         self.dedup = Dedup(registry.meta, handle.stream_id)
         self.time_marks = TimeMarks(registry.meta, handle)
-        self.key_log = KeyRecorder(handle.storage, handle.stream_id, entries_keys,
+        self.key_log = KeyRecorder(registry.storage, handle.stream_id, entries_keys,
                                    session_token=lambda: self.handle.fencing_token)
         self.attachments: dict[str, object] = {}
         self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols

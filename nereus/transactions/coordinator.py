@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 from ..meta import EXPECT_ABSENT, MetadataStore, NotificationType, UnexpectedVersion, cas
 from ..meta.cas import ReadAgain
-from ..storage import records as stream_records
+from ..storage import view as stream_view
 from ..tasks import spawn
 from .errors import (ConcurrentTransactions, InvalidProducerIdMapping, InvalidTransactionTimeout, InvalidTxnState,
                      ProducerFenced, TransactionNotFound)
@@ -516,12 +516,10 @@ class TransactionCoordinator:
         for item in await self.stream_txns.open_transactions():
             if now - item.modified_ms < self.stale_open_grace_ms:
                 continue
-            stored = await self.meta.get(stream_records.meta_key(item.stream_id),
-                                         partition_key=stream_records.stream_partition(item.stream_id))
-            if stored is None:  # the stream was deleted
+            name = await stream_view.stream_name(self.meta, item.stream_id)
+            if name is None:  # the stream was deleted
                 await self.stream_txns.forget_stream(item.stream_id)
                 continue
-            name = stream_records.decode(stored.value)["name"]
             rec = await self.find_by_pid(item.pid)
             current = rec is not None and rec.producer_id == item.pid
             if current and (rec.state.prepared or rec.state == S.PREPARE_EPOCH_FENCE

@@ -16,9 +16,7 @@ import time
 import weakref
 from typing import Awaitable, Callable, Protocol
 
-import crc32c
-
-from ..kafka.codec.records import Record, encode_record
+from ..codec.kafka.records import Record, build_batch
 from ..ledger.entry import EntryFlags, EntryFormat, EntryHeader
 from ..ledger.naming import TopicName
 from ..topics.placement import NotOwner
@@ -28,9 +26,6 @@ from .stream_index import StreamTransactions
 log = logging.getLogger(__name__)
 
 ABORT, COMMIT = 0, 1  # Kafka's control record types
-CONTROL_ATTRIBUTES = 0x10 | 0x20  # transactional | control
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC_START = 21
 MARKER_FLAGS = EntryFlags.TRANSACTIONAL | EntryFlags.CONTROL | EntryFlags.BATCHED
 
 GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
@@ -53,11 +48,7 @@ def control_batch(pid: int, epoch: int, commit: bool, *, timestamp_ms: int, coor
     """A Kafka control batch (magic v2) holding one COMMIT or ABORT marker record."""
     record = Record(0, timestamp_ms, struct.pack(">hh", 0, COMMIT if commit else ABORT),
                     struct.pack(">hi", 0, coordinator_epoch))
-    body = encode_record(record, timestamp_ms)
-    head = bytearray(_BATCH_HEADER.pack(0, _BATCH_HEADER.size - 12 + len(body), -1, 2, 0, CONTROL_ATTRIBUTES, 0,
-                                        timestamp_ms, timestamp_ms, pid, epoch, -1, 1))
-    struct.pack_into(">I", head, 17, crc32c.crc32c(bytes(head[_CRC_START:]) + body))
-    return bytes(head) + body
+    return build_batch([record], producer_id=pid, producer_epoch=epoch, control=True)
 
 
 def marker_entry(pid: int, epoch: int, commit: bool, *, timestamp_ms: int) -> bytes:

@@ -236,6 +236,11 @@ class StreamTransactions:
         """The stream's last stable offset and aborted ranges (cached)."""
         return TxnView(await self.index(stream_id), high_watermark)
 
+    async def read_view(self, stream_id: int, high_watermark: int) -> TxnView:
+        """``view`` from an uncached read (read ``high_watermark`` BEFORE calling): what a
+        key-compaction build stops at (``topics.key_compaction.StableEnd``)."""
+        return await read_view(self.meta, stream_id, high_watermark)
+
     async def index(self, stream_id: int) -> StreamIndex:
         cached = self._cache.get(stream_id)
         if cached is not None:

@@ -14,7 +14,7 @@ import pulsar
 import pytest
 
 from nereus.auth.tokens import create_token
-from nereus.pulsar.codec import pb, wrap
+from nereus.codec.pulsar import pb, wrap
 from tests.pulsar_broker.rawclient import RawClient
 from tests.standalone_process import Standalone
 

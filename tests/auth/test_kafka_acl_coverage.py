@@ -15,7 +15,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from nereus.kafka.codec import make, nested
+from nereus.codec.kafka import make, nested
 from tests.auth import test_kafka_acls
 from tests.auth.test_kafka_acls import _acl, _admin, _conf, _consume, _produce, _stored, _wait
 from tests.kafka.raw import RawKafka

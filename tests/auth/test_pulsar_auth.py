@@ -16,7 +16,7 @@ import pytest
 
 from nereus.auth.htpasswd import apr1
 from nereus.auth.tokens import create_secret_key, create_token
-from nereus.pulsar.codec import FrameDecoder, encode_command, pb, type_name, wrap
+from nereus.codec.pulsar import FrameDecoder, encode_command, pb, type_name, wrap
 from tests.standalone_process import Standalone
 
 NEREUS = [sys.executable, "-m", "nereus.cli"]

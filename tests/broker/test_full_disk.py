@@ -14,7 +14,7 @@ import pulsar
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka.records import Record, build_batch
 from tests.kafka.raw import RawKafka
 from tests.standalone_process import Standalone
 

@@ -6,7 +6,7 @@ import logging
 import ssl
 
 from nereus import wrong_port
-from nereus.pulsar.codec import encode_command, pb, wrap
+from nereus.codec.pulsar import encode_command, pb, wrap
 
 
 def _client_hello() -> bytes:

@@ -17,7 +17,7 @@ import requests
 
 from nereus.broker.cluster.ring import HashRing
 from nereus.kafka.server.routing import coordinator_key
-from nereus.pulsar.codec import pb, type_name, wrap
+from nereus.codec.pulsar import pb, type_name, wrap
 from tests.kafka.raw import RawKafka
 from tests.pulsar_broker.rawclient import RawClient
 

@@ -236,8 +236,8 @@ def test_every_readme_block_runs_as_written_in_order(clone):
 
 
 def test_every_data_source_option_is_documented():
-    read = re.compile(r'_(?:option|required|flag|positive)\(\w+, "(\w+)"')
-    sources = ("spark.py", "streaming.py", "sink.py")
+    read = re.compile(r'(?<![\w.])(?:option|required|flag|positive)\(\w+, "(\w+)"')
+    sources = ("options.py", "spark.py", "streaming.py", "sink.py")
     options = {name for source in sources
                for name in read.findall((CHECKOUT / "nereus" / "lakehouse" / source).read_text())}
     assert {"metadata", "topic", "startingTimestamp", "serviceUrl"} <= options

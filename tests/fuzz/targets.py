@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_writer
 
-from nereus.kafka.codec import InvalidBatch, MalformedRequest, decode_request, peek_head, split_batches, supported
-from nereus.kafka.codec.protocol import request_schema
-from nereus.kafka.codec.records import Record, build_batch, decode_records
-from nereus.pulsar.codec import (FrameDecoder, PulsarCodecError, compress, encode_command, encode_payload_command,
+from nereus.codec.kafka import InvalidBatch, MalformedRequest, decode_request, peek_head, split_batches, supported
+from nereus.codec.kafka.protocol import request_schema
+from nereus.codec.kafka.records import Record, build_batch, decode_records
+from nereus.codec.pulsar import (FrameDecoder, PulsarCodecError, compress, encode_command, encode_payload_command,
                                  entry_messages, pb, split_entry, wrap)
-from nereus.pulsar.codec.batch import build_batch as build_pulsar_batch
+from nereus.codec.pulsar.batch import build_batch as build_pulsar_batch
 from nereus.storage import compacted_format, wal_format
 from nereus.storage.errors import CorruptObject
 

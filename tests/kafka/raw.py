@@ -12,7 +12,7 @@ from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from nereus.kafka.codec import make, nested
+from nereus.codec.kafka import make, nested
 
 
 class RawKafka:

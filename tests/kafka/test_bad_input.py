@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka.records import Record, build_batch
 
 from .raw import RawKafka
 

@@ -9,8 +9,8 @@ from confluent_kafka import Consumer, Producer
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from nereus.kafka.codec import make, nested
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka import make, nested
+from nereus.codec.kafka.records import Record, build_batch
 from tests.kafka.raw import RawKafka
 
 EXACT, DEFAULT, ANY = 0, 1, 2

@@ -17,9 +17,9 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from nereus.kafka.codec import make, nested
-from nereus.kafka.codec.protocol import request_schema
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka import make, nested
+from nereus.codec.kafka.protocol import request_schema
+from nereus.codec.kafka.records import Record, build_batch
 from nereus.kafka.server import KafkaService, data
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store

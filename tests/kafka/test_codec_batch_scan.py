@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nereus.kafka.codec.batch import GZIP, HEADER_SIZE, LZ4, NO_COMPRESSION, SNAPPY, ZSTD, InvalidBatch, parse_header
-from nereus.kafka.codec.batch_scan import scan
-from nereus.kafka.codec.inflate import decompress
-from nereus.kafka.codec.records import Record, _put_varint, build_batch, decode_records
+from nereus.codec.kafka.batch import GZIP, HEADER_SIZE, LZ4, NO_COMPRESSION, SNAPPY, ZSTD, InvalidBatch, parse_header
+from nereus.codec.kafka.batch_scan import scan
+from nereus.codec.kafka.inflate import decompress
+from nereus.codec.kafka.records import Record, _put_varint, build_batch, decode_records
 from nereus.ledger.entry import EntryFormat, EntryHeader, encode_entry
 from nereus.storage.api import FetchedEntry
 from nereus.topics.key_compaction import _keys_table, entries_keys, entry_keys

@@ -15,9 +15,9 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
-from nereus.kafka.codec import MalformedRequest, decode_request
-from nereus.kafka.codec.bounds import check_frame
-from nereus.kafka.codec.protocol import SUPPORTED, request_schema
+from nereus.codec.kafka import MalformedRequest, decode_request
+from nereus.codec.kafka.bounds import check_frame
+from nereus.codec.kafka.protocol import SUPPORTED, request_schema
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
@@ -72,7 +72,7 @@ def test_counts_beyond_the_frame_are_refused_without_allocating(name):
     # allocate for the claimed count (the process aborts); checked first, it is refused.
     code = ("import resource, sys\n"
             "resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))\n"
-            "from nereus.kafka.codec import MalformedRequest, decode_request\n"
+            "from nereus.codec.kafka import MalformedRequest, decode_request\n"
             "try:\n"
             f"    decode_request({HUGE_COUNTS[name]!r})\n"
             "except MalformedRequest as exc:\n"

@@ -64,7 +64,7 @@ def test_server_side_assignment_revokes_only_what_moves_and_commits_with_member_
 def _beat(raw: RawKafka, group: str, member: str, epoch: int, topic: str | None = None, owned=None):
     from kio.index import load_request_schema
 
-    from nereus.kafka.codec import make, nested
+    from nereus.codec.kafka import make, nested
 
     cls = load_request_schema(68, 0)
     tps = None if owned is None else tuple(
@@ -82,7 +82,7 @@ def _owned(resp) -> dict:
 def _commit(raw: RawKafka, version: int, group: str, member: str, epoch: int, topic: str):
     from kio.index import load_request_schema
 
-    from nereus.kafka.codec import make, nested
+    from nereus.codec.kafka import make, nested
 
     cls = load_request_schema(8, version)
     part = make(nested(cls, "OffsetCommitRequestPartition"), partition_index=0, committed_offset=1,
@@ -138,7 +138,7 @@ def _fetch_v9(raw: RawKafka, groups):
     """OffsetFetch v9: ``groups`` as (group id, member id, member epoch, topic); each group's (error, offsets)."""
     from kio.index import load_request_schema
 
-    from nereus.kafka.codec import make, nested
+    from nereus.codec.kafka import make, nested
 
     cls = load_request_schema(9, 9)
     wanted = tuple(make(nested(cls, "OffsetFetchRequestGroup"), group_id=g, member_id=m, member_epoch=e,

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nereus.kafka.codec.batch import GZIP, LZ4, SNAPPY, ZSTD, InvalidBatch
-from nereus.kafka.codec.inflate import RecordsTooLarge, check_decompressed, decompress, decompressed_bound
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka.batch import GZIP, LZ4, SNAPPY, ZSTD, InvalidBatch
+from nereus.codec.kafka.inflate import RecordsTooLarge, check_decompressed, decompress, decompressed_bound
+from nereus.codec.kafka.records import Record, build_batch
 
 from .raw import RawKafka
 

@@ -16,7 +16,7 @@ from kafka.admin import NewPartitions as PyNewPartitions
 from kafka.admin import NewTopic as PyNewTopic
 from kafka.errors import InvalidReplicationAssignmentError
 
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka.records import Record, build_batch
 
 from .raw import RawKafka
 
@@ -224,7 +224,7 @@ def test_describe_configs_documents_what_is_ignored(broker, topic):
         raw.metadata([topic])  # auto-created
         from kio.index import load_request_schema
 
-        from nereus.kafka.codec import make, nested
+        from nereus.codec.kafka import make, nested
         cls = load_request_schema(32, 4)
         resource = make(nested(cls, "DescribeConfigsResource"), resource_type=2, resource_name=topic,
                         configuration_keys=("message.format.version", "message.downconversion.enable"))

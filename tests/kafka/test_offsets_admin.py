@@ -6,8 +6,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from nereus.kafka.codec import make, nested
-from nereus.kafka.codec.protocol import request_schema
+from nereus.codec.kafka import make, nested
+from nereus.codec.kafka.protocol import request_schema
 
 from .raw import RawKafka
 

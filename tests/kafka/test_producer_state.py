@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nereus.kafka.codec.batch import BatchHeader
+from nereus.codec.kafka.batch import BatchHeader
 from nereus.kafka.server.producer_state import (DUPLICATE, EXPIRATION_SECONDS, INVALID_EPOCH, MAX_PRODUCERS, NONE,
                                                 OUT_OF_ORDER, ProducerStates)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from nereus.kafka.codec import make, nested
+from nereus.codec.kafka import make, nested
 
 from .raw import RawKafka
 from .test_share_groups_wire import ACCEPT, Member, join, produce, topic_id_of

@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from nereus.kafka.codec import make, nested
+from nereus.codec.kafka import make, nested
 
 from .conftest import wait_until
 from .raw import RawKafka

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nereus.kafka.codec import split_batches
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka import split_batches
+from nereus.codec.kafka.records import Record, build_batch
 from nereus.kafka.server import KafkaService, data
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store

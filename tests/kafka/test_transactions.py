@@ -13,7 +13,7 @@ from confluent_kafka import IsolationLevel
 
 from kio.index import load_request_schema
 
-from nereus.kafka.codec import make, nested
+from nereus.codec.kafka import make, nested
 from tests.kafka.conftest import wait_until
 from tests.kafka.raw import RawKafka
 

@@ -17,8 +17,8 @@ from confluent_kafka import Producer
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from nereus.kafka.codec import nested
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka import nested
+from nereus.codec.kafka.records import Record, build_batch
 
 from .raw import RawKafka
 from .test_clients import _consume_confluent

@@ -29,7 +29,7 @@ from nereus.lakehouse import compaction, sbt, table_format  # noqa: E402
 from nereus.lakehouse.spark import SCHEMA  # noqa: E402
 from nereus.lakehouse.streaming import NereusStreamReader  # noqa: E402
 from nereus.meta import connect  # noqa: E402
-from nereus.storage import gc, records  # noqa: E402
+from nereus.storage import collector, records  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
 from tests.standalone_process import admin as _admin  # noqa: E402
 
@@ -444,7 +444,7 @@ async def _collector_view(metadata: str, keys: set[str]) -> tuple[dict[str, int]
             rec = await meta.get(records.gc_free_key(key))
             if rec is not None:
                 markers[key] = rec.version.modified_timestamp
-        clock = await meta.get(gc.CLOCK_KEY)
+        clock = await meta.get(collector.CLOCK_KEY)
         return markers, (clock.version.version_id if clock else -1), (clock.version.modified_timestamp if clock else 0)
     finally:
         await meta.close()

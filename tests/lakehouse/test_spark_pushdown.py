@@ -19,7 +19,8 @@ pulsar = pytest.importorskip("pulsar")
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan  # noqa: E402
 
 from nereus.lakehouse import compaction, pruning  # noqa: E402
-from nereus.lakehouse.spark import SCHEMA, NereusPushdownReader, NereusRange  # noqa: E402
+from nereus.lakehouse.read_tasks import NereusRange  # noqa: E402
+from nereus.lakehouse.spark import SCHEMA, NereusPushdownReader  # noqa: E402
 from nereus.meta import connect  # noqa: E402
 from nereus.objstore import open_object_store  # noqa: E402
 from nereus.storage import view  # noqa: E402

@@ -6,11 +6,11 @@ from __future__ import annotations
 import struct
 from datetime import datetime, timezone
 
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka.records import Record, build_batch
 from nereus.lakehouse import rows, table_format
 from nereus.ledger.entry import EntryFlags, EntryFormat, EntryHeader, encode_entry
-from nereus.pulsar.codec import PulsarApi_pb2 as pb
-from nereus.pulsar.codec import batch as pulsar_batch
+from nereus.codec.pulsar import PulsarApi_pb2 as pb
+from nereus.codec.pulsar import batch as pulsar_batch
 from nereus.storage import compacted_format
 
 

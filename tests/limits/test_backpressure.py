@@ -10,8 +10,8 @@ import psutil
 import pytest
 from kio.index import load_request_schema
 
-from nereus.kafka.codec import make, nested
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka import make, nested
+from nereus.codec.kafka.records import Record, build_batch
 from tests.kafka.raw import RawKafka
 from tests.standalone_process import Standalone
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nereus.pulsar.codec import encode_command, pb, wrap
+from nereus.codec.pulsar import encode_command, pb, wrap
 from tests.standalone_process import Standalone
 
 LIMIT = 3

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from nereus.pulsar.codec import encode_command, pb, wrap
+from nereus.codec.pulsar import encode_command, pb, wrap
 from tests.standalone_process import Standalone
 
 pulsar = pytest.importorskip("pulsar")

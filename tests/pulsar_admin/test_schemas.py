@@ -113,7 +113,7 @@ def test_rest_post_delete_and_errors(admin, client, topic, pulsar):
 
 def test_get_schema_commands_on_the_wire(admin, standalone, topic):
     """GET_SCHEMA / GET_OR_CREATE_SCHEMA, which the Java client's AUTO schemas use."""
-    from nereus.pulsar.codec import pb, wrap
+    from nereus.codec.pulsar import pb, wrap
     from tests.pulsar_broker.rawclient import RawClient
 
     raw = RawClient(standalone.pulsar_port)
@@ -142,7 +142,7 @@ def test_key_value_schemas_are_checked_part_by_part(standalone):
     properties) is checked key against key and value against value (FULL by default)."""
     import struct
 
-    from nereus.pulsar.codec import pb, wrap
+    from nereus.codec.pulsar import pb, wrap
     from tests.pulsar_broker.rawclient import RawClient
 
     topic = f"persistent://public/default/kv-{uuid.uuid4().hex[:8]}"

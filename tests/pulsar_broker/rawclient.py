@@ -1,10 +1,10 @@
-"""A minimal blocking Pulsar client built on nereus.pulsar.codec, to send what real clients never would."""
+"""A minimal blocking Pulsar client built on nereus.codec.pulsar, to send what real clients never would."""
 
 from __future__ import annotations
 
 import socket
 
-from nereus.pulsar.codec import FrameDecoder, encode_command, encode_payload_command, pb, type_name, wrap
+from nereus.codec.pulsar import FrameDecoder, encode_command, encode_payload_command, pb, type_name, wrap
 
 
 class RawClient:

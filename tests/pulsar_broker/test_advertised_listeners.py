@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from nereus.pulsar.codec import pb, wrap
+from nereus.codec.pulsar import pb, wrap
 from tests.cutting_proxy import CuttingProxy
 from tests.pulsar_broker.rawclient import RawClient
 from tests.standalone_process import Standalone, free_port

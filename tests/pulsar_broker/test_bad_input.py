@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from nereus.pulsar.codec import pb, wrap
+from nereus.codec.pulsar import pb, wrap
 
 from .conftest import receive_all
 from .rawclient import RawClient

@@ -1,7 +1,7 @@
 """Fixtures for the Pulsar codec tests.
 
 ``FakeBroker`` is a tiny asyncio TCP server that speaks only through
-nereus.pulsar.codec: it decodes what a real client sends and answers with
+nereus.codec.pulsar: it decodes what a real client sends and answers with
 frames our encoders build. It exists so the official ``pulsar-client``
 (C++ core) can check our codec; it is not a broker.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from nereus.pulsar.codec import FrameDecoder, encode_command, pb, type_name, wrap
+from nereus.codec.pulsar import FrameDecoder, encode_command, pb, type_name, wrap
 
 SERVER_PROTOCOL_VERSION = 21
 

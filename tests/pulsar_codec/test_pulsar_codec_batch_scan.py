@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nereus.pulsar.codec import BatchBuilder, MalformedBatch, iter_batch, pb
-from nereus.pulsar.codec.batch_scan import UnsupportedLayout, scan
+from nereus.codec.pulsar import BatchBuilder, MalformedBatch, iter_batch, pb
+from nereus.codec.pulsar.batch_scan import UnsupportedLayout, scan
 
 single_meta = st.builds(
     lambda key, props, seq, event, null, null_key, b64, order: pb.SingleMessageMetadata(

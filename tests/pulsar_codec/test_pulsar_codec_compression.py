@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nereus.pulsar.codec import DecompressionFailed, UnsupportedCompression, compress, decompress, pb
+from nereus.codec.pulsar import DecompressionFailed, UnsupportedCompression, compress, decompress, pb
 
 CODECS = [pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY]
 data = st.one_of(st.binary(max_size=2000), st.binary(max_size=20).map(lambda b: b * 50))

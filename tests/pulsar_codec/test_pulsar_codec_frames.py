@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nereus.pulsar.codec import (
+from nereus.codec.pulsar import (
     ChecksumMismatch,
     CorruptStream,
     FrameDecoder,

@@ -1,7 +1,7 @@
 """Differential tests: the official pulsar-client (C++ core) against our codec.
 
 The client talks to FakeBroker (conftest.py), which only understands what
-nereus.pulsar.codec decodes and only says what it encodes. If a field
+nereus.codec.pulsar decodes and only says what it encodes. If a field
 number, the frame layout, the checksum or a compression format were wrong,
 the client would not get past the handshake or would reject our frames.
 """
@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from nereus.pulsar.codec import (
+from nereus.codec.pulsar import (
     BatchBuilder,
     compress,
     decompress,

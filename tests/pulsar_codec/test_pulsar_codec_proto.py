@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from nereus.pulsar.codec import body, pb, type_name, wrap
+from nereus.codec.pulsar import body, pb, type_name, wrap
 
-CODEC_DIR = pathlib.Path(__file__).resolve().parents[2] / "nereus" / "pulsar" / "codec"
+CODEC_DIR = pathlib.Path(__file__).resolve().parents[2] / "nereus" / "codec" / "pulsar"
 
 # A sample of wire facts (field numbers / enum values) that clients depend on;
 # a typo in PulsarApi.proto would break compatibility silently.
@@ -145,13 +145,13 @@ def test_wrap_and_body():
 def test_generated_code_is_fresh(tmp_path):
     pytest.importorskip("grpc_tools")
     root = CODEC_DIR.parents[2]
-    rel = "nereus/pulsar/codec/PulsarApi.proto"
+    rel = "nereus/codec/pulsar/PulsarApi.proto"
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}", f"--python_out={tmp_path}", f"{root}/{rel}"],
         check=True,
     )
     fresh = (tmp_path / rel).with_name("PulsarApi_pb2.py").read_text()
-    assert fresh == (CODEC_DIR / "PulsarApi_pb2.py").read_text(), "run nereus/pulsar/codec/regen.sh"
+    assert fresh == (CODEC_DIR / "PulsarApi_pb2.py").read_text(), "run nereus/codec/pulsar/regen.sh"
 
 
 def test_codec_does_no_io():

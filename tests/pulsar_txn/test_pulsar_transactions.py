@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from nereus.pulsar.codec import pb
+from nereus.codec.pulsar import pb
 from tests.pulsar_txn.txn_client import ServerError, TxnClient
 from tests.standalone_process import Standalone, admin
 from tests.waiting import wait_until

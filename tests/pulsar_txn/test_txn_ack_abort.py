@@ -27,7 +27,7 @@ import uuid
 
 import pytest
 
-from nereus.pulsar.codec import pb
+from nereus.codec.pulsar import pb
 from tests.waiting import wait_until
 
 SINGLE_ACTIVE = [pb.CommandSubscribe.Exclusive, pb.CommandSubscribe.Failover]

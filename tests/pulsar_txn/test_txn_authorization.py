@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from nereus.auth.tokens import create_token
-from nereus.pulsar.codec import pb
+from nereus.codec.pulsar import pb
 from tests.pulsar_txn.txn_client import ServerError, TxnClient
 from tests.standalone_process import Standalone
 

@@ -1,4 +1,4 @@
-"""A small blocking Pulsar client with transactions, built on nereus.pulsar.codec.
+"""A small blocking Pulsar client with transactions, built on nereus.codec.pulsar.
 
 The official Python client has no transaction API, so tests drive the transaction
 commands with this one, in the order the official Java client sends them:
@@ -14,7 +14,7 @@ import socket
 import time
 from collections import deque
 
-from nereus.pulsar.codec import FrameDecoder, encode_command, encode_payload_command, pb, type_name, wrap
+from nereus.codec.pulsar import FrameDecoder, encode_command, encode_payload_command, pb, type_name, wrap
 
 TC_ASSIGN_TOPIC = "persistent://pulsar/system/transaction_coordinator_assign"
 

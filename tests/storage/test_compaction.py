@@ -14,9 +14,10 @@ import pyarrow as pa
 import pytest
 
 from nereus.storage import compacted_format, compaction, records
-from nereus.storage.compaction import CompactionConflict
-from nereus.storage.errors import CorruptObject
-from nereus.storage.gc import GarbageCollector, pin, unpin
+from nereus.storage.collector import GarbageCollector
+from nereus.storage.compaction_lease import lease
+from nereus.storage.errors import CompactionConflict, CorruptObject
+from nereus.storage.gc import pin, unpin
 from nereus.storage.records import Tail
 
 
@@ -236,11 +237,11 @@ async def test_corrupt_compacted_object_is_detected():
 async def test_one_compactor_per_stream(meta, objects, storage):
     a, expected = await fill(storage, "l", 16)
     (job,) = await compaction.plan(meta, a.stream_id)
-    async with compaction.lease(meta, a.stream_id, "someone-else"):
+    async with lease(meta, a.stream_id, "someone-else"):
         with pytest.raises(CompactionConflict, match="being compacted by someone-else"):
-            async with compaction.lease(meta, a.stream_id, "me"):
+            async with lease(meta, a.stream_id, "me"):
                 pass
-    async with compaction.lease(meta, a.stream_id, "me"):
+    async with lease(meta, a.stream_id, "me"):
         await compaction.compact(meta, objects, storage.reader, job, encode)
     assert await read_all(a) == expected
 
@@ -253,7 +254,7 @@ async def test_work_orphaned_by_a_lost_lease_never_switches(meta, objects, stora
     assert not any(e.compacted for g in await index_of(meta, a.stream_id) for e in g)
     await collect_all(meta, objects)
     assert stored(objects) == await referenced(meta, [a.stream_id])
-    async with compaction.lease(meta, a.stream_id, "job-2"):
+    async with lease(meta, a.stream_id, "job-2"):
         await compaction.compact(meta, objects, storage.reader, job, encode, lease_owner="job-2")
     assert await read_all(a) == expected
 

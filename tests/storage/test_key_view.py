@@ -10,8 +10,9 @@ import pytest
 
 from nereus.storage import gc, key_view, records
 from nereus.storage.api import FetchedEntry
-from nereus.storage.compaction import CompactionConflict, lease
-from nereus.storage.gc import GarbageCollector
+from nereus.storage.compaction_lease import lease
+from nereus.storage.errors import CompactionConflict
+from nereus.storage.collector import GarbageCollector
 
 
 def extract(base: int, data: memoryview):

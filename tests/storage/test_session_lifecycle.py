@@ -7,7 +7,7 @@ import time
 import pytest
 
 from nereus.storage import AppendSessionLost, StreamFenced, StreamStorage, compaction, gc, session
-from nereus.storage.gc import GarbageCollector
+from nereus.storage.collector import TOMBSTONE, GarbageCollector
 
 from .conftest import FAST
 
@@ -167,7 +167,7 @@ async def test_a_stalled_object_put_cannot_land_after_the_collector_resolved_its
     await collector.collect()
     await collector.collect()
     assert await read_all(reader) == [b"a", b"b"]
-    assert not [k for k in objects.inner.keys() if await objects.get(k) == gc.TOMBSTONE]
+    assert not [k for k in objects.inner.keys() if await objects.get(k) == TOMBSTONE]
 
 
 async def test_a_writer_whose_clock_lags_does_not_look_dead(meta, objects, storage, monkeypatch):

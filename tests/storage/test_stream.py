@@ -9,7 +9,7 @@ import pytest
 from nereus.objstore import open_object_store
 from nereus.storage import (AppendSessionLost, CorruptObject, InvalidAppend, InvalidStreamName, OffsetOutOfRange, StreamExists,
                             StreamNotFound, StreamStorage)
-from nereus.storage.gc import GarbageCollector
+from nereus.storage.collector import GarbageCollector
 
 from .conftest import FAST
 

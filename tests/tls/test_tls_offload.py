@@ -26,7 +26,7 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, A
     ResourceType
 from kio.index import load_request_schema
 
-from nereus.kafka.codec import make, nested
+from nereus.codec.kafka import make, nested
 from tests.kafka.raw import RawKafka
 from tests.standalone_process import free_port
 from tests.waiting import wait_until

@@ -12,7 +12,10 @@ from nereus.topics.dedup import Dedup, snapshot_key
 
 
 class FakeHandle:
-    """Just what ``Dedup.restore`` asks of a stream handle (an empty stream)."""
+    """Just what ``Dedup.restore`` asks of a stream handle (an empty stream, read only)."""
+
+    writable = False
+    fencing_token = None
 
     async def refresh(self) -> None:
         pass

@@ -9,9 +9,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from nereus.kafka.codec.records import Record, build_batch as kafka_batch
+from nereus.codec.kafka.records import Record, build_batch as kafka_batch
 from nereus.ledger.entry import EntryFlags, EntryFormat, EntryHeader, encode_entry as stored
-from nereus.pulsar.codec import BatchBuilder, MalformedBatch, compress, encode_entry, pb
+from nereus.codec.pulsar import BatchBuilder, MalformedBatch, compress, encode_entry, pb
 from nereus.storage.api import FetchedEntry
 from nereus.storage.key_view import KEY_SCHEMA
 from nereus.topics import key_compaction
@@ -119,7 +119,7 @@ def test_a_broken_batch_is_reported():
 
 def messages_of(data) -> list[tuple[bytes, bytes]]:
     from nereus.ledger.entry import decode_entry
-    from nereus.pulsar.codec import entry_messages, split_entry
+    from nereus.codec.pulsar import entry_messages, split_entry
 
     meta, payload = split_entry(decode_entry(data)[1])
     return [(m.metadata.SerializePartialToString(), bytes(m.payload)) for m in entry_messages(meta, payload)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from nereus.kafka.codec.records import Record, build_batch
+from nereus.codec.kafka.records import Record, build_batch
 from nereus.ledger.entry import EntryFormat, EntryHeader, encode_entry
 from nereus.ledger.naming import TopicName
 from nereus.meta import open_engine
@@ -14,7 +14,7 @@ from nereus.objstore import open_object_store
 from nereus.storage import key_view
 from nereus.topics import key_log
 from nereus.topics.key_compaction import KeyCompactor, entries_keys
-from nereus.topics.policies import topic_policies_key
+from nereus.ledger.policies import topic_policies_key
 from tests.broker.test_cluster_ownership import Broker, _ring, wait_for
 
 

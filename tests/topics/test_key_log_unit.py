@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nereus.kafka.codec.records import Record, build_batch, decode_records
+from nereus.codec.kafka.records import Record, build_batch, decode_records
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.ledger.entry import EntryFormat, EntryHeader, encode_entry

@@ -52,6 +52,7 @@ async def broker_parts(objects_url: str = "memory://"):
     storage = StreamStorage(meta, objects, node_id="n")
     registry = TopicRegistry(storage, meta, idle_seconds=60)
     stream_txns = StreamTransactions(meta)
+    registry.key_compactor.stable_end = stream_txns.read_view
     clock = Clock()
     participants = BrokerParticipants(registry, stream_txns, clock=clock)
     coordinator = TransactionCoordinator(meta, ProducerIds(meta), participants, clock=clock, stream_txns=stream_txns)

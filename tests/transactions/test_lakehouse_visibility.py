@@ -14,7 +14,7 @@ import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nereus.kafka.codec.records import Record, build_batch, decode_records
+from nereus.codec.kafka.records import Record, build_batch, decode_records
 from nereus.lakehouse import compaction as lake_compaction
 from nereus.lakehouse import rows
 from nereus.ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import InvalidRequest, MetadataStore, UnexpectedVersion, cas
-from ...topics.policies import POLICIES_ROOT, TENANTS_ROOT, policies_key, tenant_key
+from ...ledger.policies import POLICIES_ROOT, TENANTS_ROOT, policies_key, tenant_key
 from ...pulsar.server.topics import partitions_of
 from ...storage import StreamNotFound, StreamStorage
 from ...topics import NotOwner

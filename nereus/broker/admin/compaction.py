@@ -30,7 +30,7 @@ from aiohttp import web
 from ...ledger.naming import TopicName
 from ...storage import key_view
 from ...topics.key_compaction import ERROR, NOT_RUN, RUNNING, SUCCESS, CompactionRunning
-from ...topics.policies import policies_key, topic_policies_key
+from ...ledger.policies import policies_key, topic_policies_key
 from . import topic_policies
 from .common import (AdminContext, AdminError, body, context, no_content, partitions, require_namespace,
                      stream_exists, topic_name, update_record)

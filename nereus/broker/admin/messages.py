@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 
 from aiohttp import web
 
-from ...pulsar.codec.compression import decompress
-from ...pulsar.codec.errors import DecompressionFailed, UnsupportedCompression
+from ...codec.pulsar.compression import decompress
+from ...codec.pulsar.errors import DecompressionFailed, UnsupportedCompression
 from ...pulsar.server import entries, positions
 from ...storage import OffsetOutOfRange
 from .common import AdminError, context, partitions, require_topic, topic_name

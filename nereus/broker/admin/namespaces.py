@@ -22,7 +22,7 @@ from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
 from ...topics.autocreate import OVERRIDE_FIELD
-from ...topics.policies import policies_key
+from ...ledger.policies import policies_key
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
 from .namespace_body import REPLICATION_FIELD, auto_creation, policies_from_body

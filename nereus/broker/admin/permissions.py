@@ -23,7 +23,7 @@ from aiohttp import web
 
 from ...auth.authorization import AUTH_FIELD, InvalidActions, auth_policies, base_topic, validate_actions
 from ...ledger.naming import InvalidTopicName, TopicName
-from ...topics.policies import policies_key
+from ...ledger.policies import policies_key
 from .common import AdminError, body, context, no_content, require_namespace, require_tenant, update_record
 
 

@@ -19,7 +19,7 @@ import json
 from aiohttp import web
 
 from ...pulsar.server.topics import refresh_policies
-from ...topics.policies import policies_key, topic_policies_key
+from ...ledger.policies import policies_key, topic_policies_key
 from .common import DEFAULT_CLUSTER, AdminError, body, context, flag, no_content, require_namespace, require_tenant, \
     update_record
 from .topic_policies import require_policy_topic, set_policy

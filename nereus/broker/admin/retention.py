@@ -34,7 +34,7 @@ from urllib.parse import unquote
 from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...ledger.naming import TopicName
-from ...topics.policies import POLICIES_ROOT, topic_policies_key, topic_policies_prefix
+from ...ledger.policies import POLICIES_ROOT, topic_policies_key, topic_policies_prefix
 from ...topics.topic_configs import all_topic_configs, read_topic_configs
 from ...storage import OffsetOutOfRange, StorageError, StreamNotFound, key_view
 from ...storage.retention import RetentionPolicy, enforce

@@ -1,7 +1,7 @@
 """Topic-level policies: ``/admin/v2/persistent/{tenant}/{namespace}/{topic}/retention`` (GET, POST, DELETE)
 and ``.../schemaCompatibilityStrategy`` (GET, PUT, DELETE; read by the schema registry).
 
-Stored as one JSON record per topic (``nereus.topics.policies.topic_policies_key``)
+Stored as one JSON record per topic (``nereus.ledger.policies.topic_policies_key``)
 shaped like Pulsar's ``TopicPolicies``. Set on a partitioned topic, a policy applies
 to each partition. A topic's retention overrides its namespace's in enforcement
 (``retention.py``). ``GET ...?applied=true`` answers the policy in force: the topic's,
@@ -18,7 +18,7 @@ from aiohttp import web
 from ...meta import UnexpectedVersion, cas
 from ...tasks import spawn
 from ...topics import partitions_of, schemas
-from ...topics.policies import topic_policies_key, topic_policies_prefix
+from ...ledger.policies import topic_policies_key, topic_policies_prefix
 from . import retention
 from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, flag, namespace_policies,
                      no_content, require_namespace, stream_exists, topic_name)

@@ -1,4 +1,4 @@
-"""L4: the cluster of stateless brokers (registry, routing ring, ownership, leases)."""
+"""The cluster of stateless brokers (registry, routing ring, ownership, leases)."""
 
 from .membership import ACTIVE, DRAINING, BrokerRecord, Membership, node_id_for
 from .ownership import ClusterPlacement, owner_key

@@ -23,7 +23,7 @@ import avro.io
 import avro.schema
 
 from ...ledger.entry import EntryFlags, decode_entry
-from ...pulsar.codec import PulsarCodecError, entry_messages, split_entry
+from ...codec.pulsar import PulsarCodecError, entry_messages, split_entry
 from ...storage.api import FetchedEntry
 from ...topics.convert import ConversionError, key_from_pulsar, pulsar_body
 from ...topics.schemas import SchemaInfo, version_from_bytes

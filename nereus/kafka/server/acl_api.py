@@ -8,20 +8,18 @@ topics' tenant, or an ACL granting it.
 
 from __future__ import annotations
 
-import datetime
 import logging
 
 from kio.schema.errors import ErrorCode
 
 from ...auth import kafka_acls
 from ...auth.kafka_acls import ALTER, CLUSTER, CREATE, DESCRIBE, IDEMPOTENT_WRITE, TOPIC, Binding, InvalidAcl
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 
 log = logging.getLogger(__name__)
 
 CLUSTER_NAME = "kafka-cluster"
-NO_THROTTLE = datetime.timedelta(0)
 _DISABLED = "No Authorizer is configured (authorizationEnabled=false)"
 
 

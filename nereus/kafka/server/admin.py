@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import ALTER, DELETE, TOPIC
 from ...topics.topic_configs import replica_layouts
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api, config_defs, routing
 from .catalog import TopicError, valid_name
 from .cluster import ZERO_UUID

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import uuid
 
@@ -12,14 +11,13 @@ from kio.schema.errors import ErrorCode
 from ...auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from ...topics.topic_configs import ReplicaLayout, replica_layouts
 from ...transactions.producer_ids import PRODUCER_ID_BLOCK, PRODUCER_ID_KEY, ProducerIds  # noqa: F401 (moved)
-from ..codec import make, nested
-from ..codec.protocol import SUPPORTED, response_schema
-from . import acl_api, routing
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import SUPPORTED, response_schema
+from . import acl_api, routing, txn_api
 from .catalog import valid_name
 
 log = logging.getLogger(__name__)
 
-NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648
 
@@ -189,8 +187,7 @@ async def handle_find_coordinator(conn, head, req):
 async def handle_init_producer_id(conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     if req.transactional_id is not None:
-        from .txn_api import init_transactional_producer
-        return await init_transactional_producer(conn, head, req)
+        return await txn_api.init_transactional_producer(conn, head, req)
     if not await acl_api.may_write_idempotently(conn):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
                     producer_id=-1, producer_epoch=-1)

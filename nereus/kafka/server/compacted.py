@@ -14,7 +14,7 @@ key on such topics, INVALID_RECORD, as Kafka does: ``data.py``.)
 from __future__ import annotations
 
 from ...storage import FetchResult, OffsetOutOfRange
-from ..codec.records import build_batch, decode_records
+from ...codec.kafka.records import build_batch, decode_records
 
 
 async def is_compacted(service, topic: str) -> bool:

@@ -17,11 +17,10 @@ from typing import Callable
 from kio.schema.errors import ErrorCode
 
 from ...topics import topic_configs as store
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from ...auth import kafka_acls as acls
 from . import acl_api, config_defs as defs, routing
-from .cluster import NO_THROTTLE as _NO_THROTTLE
 from .config_defs import ConfigError
 
 log = logging.getLogger(__name__)
@@ -172,7 +171,7 @@ async def handle_describe_configs(conn, head, req):
                                 config_type=d.type_id, documentation=d.doc if with_docs else None))
         results.append(make(result_cls, error_code=code, error_message=message, resource_type=res.resource_type,
                             resource_name=res.resource_name, configs=tuple(entries)))
-    return make(cls, throttle_time=_NO_THROTTLE, results=tuple(results))
+    return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
 def _broker_name(service, name: str) -> str:
@@ -303,7 +302,7 @@ async def handle_alter_configs(conn, head, req):
             code, message = ErrorCode(exc.code), str(exc)
         out.append(make(nested(cls, "AlterConfigsResourceResponse"), error_code=code, error_message=message,
                         resource_type=res.resource_type, resource_name=res.resource_name))
-    return make(cls, throttle_time=_NO_THROTTLE, responses=tuple(out))
+    return make(cls, throttle_time=NO_THROTTLE, responses=tuple(out))
 
 
 async def handle_incremental_alter_configs(conn, head, req):
@@ -325,7 +324,7 @@ async def handle_incremental_alter_configs(conn, head, req):
             code, message = ErrorCode(exc.code), str(exc)
         out.append(make(nested(cls, "AlterConfigsResourceResponse"), error_code=code, error_message=message,
                         resource_type=res.resource_type, resource_name=res.resource_name))
-    return make(cls, throttle_time=_NO_THROTTLE, responses=tuple(out))
+    return make(cls, throttle_time=NO_THROTTLE, responses=tuple(out))
 
 __all__ = ["ConfigRequestError", "TopicConfigs", "handle_alter_configs", "handle_describe_configs",
            "handle_incremental_alter_configs", "validate_topic_configs"]

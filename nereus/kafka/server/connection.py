@@ -21,8 +21,8 @@ from collections import deque
 from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
 from ...tls import peer_cert_cn
 from ...wrong_port import opens_tls_handshake, report_tls_on_plaintext
-from ..codec import MalformedRequest, decode_request, encode_response, peek_head, supported
-from ..codec.protocol import API_VERSIONS
+from ...codec.kafka import MalformedRequest, decode_request, encode_response, peek_head, supported
+from ...codec.kafka.protocol import API_VERSIONS
 from .handlers import HANDLERS, api_versions_response
 from .metrics import RequestTimer
 from .quotas import REQUEST, with_throttle

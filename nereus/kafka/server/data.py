@@ -23,16 +23,15 @@ from ...auth.kafka_acls import DELETE, DESCRIBE, READ, TOPIC, TRANSACTIONAL_ID, 
 from ...ledger.entry import decode_entry
 from ...storage import StorageError, StreamFenced, time_index
 from ...tasks import unless
-from ..codec import InvalidBatch, UnsupportedMagic, make, nested, split_batches
-from ..codec.batch import HEADER_SIZE, with_log_append_time
-from ..codec.inflate import check_decompressed
-from ..codec.protocol import response_schema
-from ..codec.records import decode_records
+from ...codec.kafka import NO_THROTTLE, InvalidBatch, UnsupportedMagic, make, nested, split_batches
+from ...codec.kafka.batch import HEADER_SIZE, with_log_append_time
+from ...codec.kafka.inflate import check_decompressed
+from ...codec.kafka.protocol import response_schema
+from ...codec.kafka.records import decode_records
 from ...topics.convert import ConversionError
 from ...topics.traffic import KAFKA_READS
 from . import acl_api, compacted, record_checks, txn_data
 from .record_checks import RecordErrors
-from .cluster import NO_THROTTLE
 from .errors import kafka_error
 from .quotas import FETCH, PRODUCE, throttle_time
 from .partition import DUPLICATE, NONE

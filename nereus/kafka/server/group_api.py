@@ -14,10 +14,9 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import CLUSTER, DELETE, DESCRIBE, GROUP, READ, TOPIC
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api, share_offsets, txn_offsets
-from .cluster import NO_THROTTLE
 from .groups import GroupError, JoinResult
 from .routing import coordinates, is_coordinator
 

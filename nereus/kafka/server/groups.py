@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from ..codec.consumer_protocol import subscribed_topics
+from ...codec.kafka.consumer_protocol import subscribed_topics
 from .consumer_group import ConsumerGroupState, HeartbeatAnswer
 
 log = logging.getLogger(__name__)

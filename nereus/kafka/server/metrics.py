@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from ... import scraped
 from ...scraped import RefreshedCollector
 from ...storage import view
-from ..codec.protocol import SUPPORTED
+from ...codec.kafka.protocol import SUPPORTED
 from . import routing
 from .store import OFFSETS_ROOT
 

@@ -17,7 +17,7 @@ import logging
 from ...topics.convert import kafka_batch
 from ...ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
 from ...storage import FetchedEntry
-from ..codec.batch import BatchHeader
+from ...codec.kafka.batch import BatchHeader
 from .producer_state import DUPLICATE, INVALID_EPOCH, NONE, OUT_OF_ORDER, ProducerState, ProducerStates
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict, deque
 from typing import Callable
 
-from ..codec.batch import BatchHeader
+from ...codec.kafka.batch import BatchHeader
 
 KEEP_BATCHES = 5  # Kafka caches this many batches per producer for duplicate detection
 EXPIRATION_SECONDS = 86_400.0  # Kafka's producer.id.expiration.ms default: one day

@@ -39,10 +39,9 @@ from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import ALTER_CONFIGS, CLUSTER, DESCRIBE_CONFIGS
 from ...topics.throttle import TokenBucket
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api
-from .cluster import NO_THROTTLE
 from .quota_store import IP, KEYS, Entity
 
 PRODUCE, FETCH = "producer_byte_rate", "consumer_byte_rate"

@@ -9,10 +9,9 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import ALTER, CLUSTER, DESCRIBE
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api
-from .cluster import NO_THROTTLE
 from .sasl import SaslFailed
 from .sasl_scram import MAX_ITERATIONS, MECHANISM_IDS, MECHANISM_NAMES, MIN_ITERATIONS, credential_from_salted
 

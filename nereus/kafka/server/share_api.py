@@ -18,11 +18,10 @@ from ...ledger.entry import EntryFlags, EntryFormatError, decode_entry
 from ...ledger.errors import CursorFenced
 from ...storage import OffsetOutOfRange, StorageError
 from ...topics.convert import ConversionError
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from ...auth.kafka_acls import DESCRIBE, GROUP, READ, TOPIC
 from . import acl_api, routing
-from .cluster import NO_THROTTLE
 from .errors import kafka_error
 from .share_group import ASSIGNOR, LEAVE, ShareGroupState, ShareHeartbeatAnswer
 from .share_groups import next_epoch

@@ -21,10 +21,9 @@ from kio.schema.errors import ErrorCode
 from ...auth.kafka_acls import DELETE, DESCRIBE, GROUP, READ, TOPIC
 from ...ledger.cursor import Cursor
 from ...storage import StorageError
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api
-from .cluster import NO_THROTTLE
 from .routing import coordinates
 from .share_partition import STATE_PROPERTY
 

@@ -21,10 +21,9 @@ from kio.schema.errors import ErrorCode
 from ...auth.kafka_acls import CLUSTER, DESCRIBE, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from ...transactions import errors as txn_errors
 from ...transactions.records import kafka_key as key_of  # the coordinator record key of a transactional id
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api, routing
-from .cluster import NO_THROTTLE
 
 log = logging.getLogger(__name__)
 

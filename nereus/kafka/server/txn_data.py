@@ -26,7 +26,7 @@ import crc32c
 from kio.schema.errors import ErrorCode
 
 from ...ledger.entry import EntryFlags, EntryFormat, decode_entry
-from ..codec.batch import TRANSACTIONAL_MASK, parse_header
+from ...codec.kafka.batch import TRANSACTIONAL_MASK, parse_header
 from ...transactions import errors as txn_errors
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,8 @@ from kio.serial import entity_reader, entity_writer
 from ...tasks import wait_for
 from ...topics.placement import BrokerAddress
 from ...transactions.errors import MarkerNotWritten
-from ..codec import make, nested
-from ..codec.protocol import request_schema, response_schema
+from ...codec.kafka import make, nested
+from ...codec.kafka.protocol import request_schema, response_schema
 from .catalog import Catalog
 
 log = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ from kio.schema.errors import ErrorCode
 
 from ...auth.kafka_acls import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from ...meta import cas
-from ..codec import make, nested
-from ..codec.protocol import response_schema
+from ...transactions.records import kafka_key
+from ...codec.kafka import NO_THROTTLE, make, nested
+from ...codec.kafka.protocol import response_schema
 from . import acl_api
-from .cluster import NO_THROTTLE
 from .groups import GroupError
 from .routing import coordinates
 
@@ -122,9 +122,7 @@ async def handle_txn_offset_commit(conn, head, req):
 
 async def _check_producer(service, req, version: int) -> ErrorCode:
     """The producer is the transactional id's current one and added the group (AddOffsetsToTxn)."""
-    from .txn_api import key_of
-
-    record = await service.transactions.describe(key_of(req.transactional_id))
+    record = await service.transactions.describe(kafka_key(req.transactional_id))
     if record is None or record.producer_id != req.producer_id:
         return ErrorCode.invalid_producer_id_mapping
     if record.producer_epoch != req.producer_epoch:

@@ -21,18 +21,15 @@ import re
 import shutil
 import tempfile
 import weakref
-from typing import TYPE_CHECKING
 
 from ..api import Comparison
 from ..errors import InvalidRequest, MetadataClosed, NamespaceNotFound
 from ..keys import shard_index
+from .client import EmbeddedMetadataStore
 from .notify import NotificationHub
 from .sessions import Clock, Sweeper
 from .shard import Shard
 from .store import CLOSE_SESSION, GET
-
-if TYPE_CHECKING:
-    from .client import EmbeddedMetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -145,10 +142,8 @@ class Engine:
         return ns
 
     def client(self, namespace: str = DEFAULT_NAMESPACE, *, identity: str | None = None,
-               session_timeout: float = 15.0) -> "EmbeddedMetadataStore":
+               session_timeout: float = 15.0) -> EmbeddedMetadataStore:
         """A ``MetadataStore`` on ``namespace`` (created on demand unless disabled)."""
-        from .client import EmbeddedMetadataStore
-
         return EmbeddedMetadataStore(self, self.namespace(namespace), identity=identity,
                                      session_timeout=session_timeout)
 

@@ -35,15 +35,13 @@ import lmdb
 
 from ..api import Comparison, Notification, NotificationType, PutResult, Record, Version
 from ..errors import InvalidRequest, MetadataError, SessionNotFound, UnexpectedVersion
-from ..keys import decode_key, encode_key
+from ..keys import MAX_ENCODED_KEY, decode_key, encode_key
 
 log = logging.getLogger(__name__)
 
 # Opcodes; an operation is a tuple (opcode, future_or_None, *args).
 PUT, DELETE, DELETE_RANGE, GET, LIST, CREATE_SESSION, CLOSE_SESSION, GET_INDEX, LIST_INDEX = range(9)
 
-#: LMDB's key limit is 511 bytes; eph keys add an 8-byte session id prefix.
-MAX_ENCODED_KEY = 500
 _MAX_SEQ = 2**64 - 1
 
 # version id, modifications count, created ms, modified ms, session id (0 = none),
@@ -68,11 +66,6 @@ def _record(ekey: bytes, raw: bytes, include_value: bool) -> Record:
             off += 2 + _U16.unpack_from(raw, off)[0]
         value = raw[off:]
     return Record(decode_key(ekey), value, Version(vid, mods, ctime, mtime, sid or None, ident))
-
-
-def index_key(name: str, secondary_key: str) -> bytes:
-    """The idx database key of an index entry (its value is the primary key)."""
-    return name.encode() + b"\x00" + encode_key(secondary_key)
 
 
 def _pack_record(vid: int, mods: int, ctime: int, mtime: int, sid: int, identb: bytes,
@@ -183,7 +176,7 @@ class ShardStore:
 
     # ------------------------------------------------------------ operations
     def _put(self, txn, now, notes, effects, key, ekey, value, expected, sid, ident, deltas, indexes=()):
-        """``indexes``: the idx keys (``index_key``) of the record's index entries."""
+        """``indexes``: the idx keys (``keys.index_key``) of the record's index entries."""
         if deltas:
             key = self._sequence_key(txn, key, deltas)
             ekey = encode_key(key)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 
 log = logging.getLogger(__name__)
 

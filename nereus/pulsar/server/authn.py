@@ -18,7 +18,7 @@ import time
 
 from ...auth import AuthenticationFailed
 from ...tls import peer_cert_cn
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from .existence import require_namespace
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import asyncio
 import logging
 import time
 
-from ..codec import FrameDecoder, PulsarCodecError, encode_command, encode_entry_command, pb, type_name, wrap
-from ..codec.frames import FRAME_HEADROOM
+from ...codec.pulsar import FrameDecoder, PulsarCodecError, encode_command, encode_entry_command, pb, type_name, wrap
+from ...codec.pulsar.frames import FRAME_HEADROOM
 from . import authn, consumers, lookup, metrics, producers, transactions
 from .errors import ProtocolViolation
 from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip

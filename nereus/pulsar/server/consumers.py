@@ -13,7 +13,7 @@ import logging
 from ...ledger.subscription import ConsumerBusy, ConsumerSlot, SubType
 from ...topics import NotOwner
 from ...topics.rates import RateMeter
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from . import positions, schemas, txn_acks
 from .authn import denial
 from .existence import TopicMissing, refused_here, usable_topic

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 from ...topics.convert import pulsar_body
 from ...ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
 from ...ledger.subscription import sticky_hash
-from ..codec import Frame, MalformedBatch, iter_batch, pb
+from ...codec.pulsar import Frame, MalformedBatch, iter_batch, pb
 
 _U32 = struct.Struct(">I")
 NONE_KEY = b"NONE_KEY"  # what Pulsar hashes for messages without a key

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...meta.errors import MetadataError
 from ...storage import StorageError, StreamFenced, StreamNotFound
-from ..codec import pb
+from ...codec.pulsar import pb
 
 
 class ProtocolViolation(Exception):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...ledger.naming import TopicName
 from ...storage import StreamNotFound
 from ...topics import NotOwner, create_partitioned_topic, partitions_of
-from ..codec import pb
+from ...codec.pulsar import pb
 from ...topics.autocreate import AutoCreation, in_force, namespace_policies
 from .errors import pulsar_error
 

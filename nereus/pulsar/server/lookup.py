@@ -15,7 +15,7 @@ import re
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...topics import NotOwner, UnknownListener
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from . import schemas, transactions
 from .authn import denial
 from .errors import pulsar_error

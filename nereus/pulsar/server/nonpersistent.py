@@ -22,7 +22,7 @@ from ...ledger.subscription import Subscription, SubType
 from ...storage.api import AppendResult
 from ...topics.rates import RateMeter
 from ...topics.traffic import TopicTraffic
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from . import entries
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ class _NoDedup:
 
 class _MemoryHandle:
     """What producers and consumers ask of a stream handle: nothing is readable, ever."""
+
+    writable = False
+    fencing_token = None
 
     def __init__(self) -> None:
         self.end = 0

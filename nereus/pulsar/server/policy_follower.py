@@ -13,7 +13,7 @@ import logging
 
 from ...meta import Notification, NotificationType
 from ...tasks import spawn
-from ...topics.policies import POLICIES_ROOT, TOPIC_POLICIES_ROOT
+from ...ledger.policies import POLICIES_ROOT, TOPIC_POLICIES_ROOT
 from .topics import refresh_policies
 
 log = logging.getLogger(__name__)

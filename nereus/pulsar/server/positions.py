@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...ledger.entry import EntryFlags
 from ...storage import OffsetOutOfRange
-from ..codec import pb
+from ...codec.pulsar import pb
 from . import entries, visibility
 from .view_floor import view_floor
 

@@ -17,7 +17,7 @@ from collections import deque
 from ...storage import StreamFenced
 from ...topics import NotOwner
 from ...topics.rates import RateMeter
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from . import access, entries, metrics, schemas, txn_sends
 from .authn import denial
 from .errors import ProtocolViolation, pulsar_error

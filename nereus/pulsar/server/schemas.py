@@ -6,11 +6,11 @@ The registry itself (versions, compatibility) is protocol-neutral:
 
 from __future__ import annotations
 
-from ...topics.policies import POLICIES_ROOT, policies_key  # noqa: F401 (re-exported)
+from ...ledger.policies import POLICIES_ROOT, policies_key  # noqa: F401 (re-exported)
 from ...topics.schemas import (DEFAULT_STRATEGY, STRATEGIES, IncompatibleSchema, InvalidSchema,  # noqa: F401
                                SchemaInfo, check, check_for_consumer, delete, get, history, is_compatible, live,
                                put_if_absent, schema_key, strategy_of, version_bytes, version_from_bytes)
-from ..codec import pb
+from ...codec.pulsar import pb
 
 # Pulsar's SchemaType names for the protocol's Schema.Type names (the rest: CamelCase -> SNAKE_CASE).
 _RENAMED = {"Bool": "BOOLEAN", "KeyValue": "KEY_VALUE", "LocalDate": "LOCAL_DATE", "LocalTime": "LOCAL_TIME",

@@ -17,8 +17,8 @@ from ...meta import MetadataStore
 from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
 from ...topics import TopicRegistry
-from ...topics.policies import ensure_default_namespace
-from ..codec import DEFAULT_MAX_MESSAGE_SIZE
+from ...ledger.policies import ensure_default_namespace
+from ...codec.pulsar import DEFAULT_MAX_MESSAGE_SIZE
 from . import metrics
 from .nonpersistent import NonPersistentTopic
 from .topics import ATTACHMENT, PulsarTopic

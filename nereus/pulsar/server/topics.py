@@ -22,7 +22,7 @@ from ...storage.records import stream_partition
 from ...topics import Topic
 from ...topics import (PARTITIONED_ROOT, create_partitioned_topic, list_partitioned_topics,  # noqa: F401
                        partitioned_key, partitions_of)
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from . import metrics, pending_acks
 from .dispatcher import Dispatcher
 

@@ -22,7 +22,7 @@ import logging
 
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...transactions import errors as txn_errors
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 
 from ...transactions import errors as txn_errors
 from ...transactions.records import TxnState
-from ..codec import pb, wrap
+from ...codec.pulsar import pb, wrap
 from . import pending_acks, positions
 from .transactions import TC_COUNT, error_code, not_owner, txn_key
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from ...transactions import errors as txn_errors
-from ..codec import pb
+from ...codec.pulsar import pb
 from .transactions import TC_COUNT
 
 

@@ -7,17 +7,13 @@ produce/fetch path never does.
 from __future__ import annotations
 
 import gzip
-import struct
 from dataclasses import dataclass, field
 
 import cramjam
-import crc32c
 
-from .batch import (CRC_START, GZIP, HEADER_SIZE, LZ4, NO_COMPRESSION, SNAPPY, ZSTD, BatchHeader, InvalidBatch,
-                    parse_header)
+from .batch import (CONTROL_MASK, GZIP, HEADER_SIZE, LZ4, NO_COMPRESSION, SNAPPY, TRANSACTIONAL_MASK, ZSTD, BatchHeader,
+                    InvalidBatch, encode_batch, parse_header)
 from .inflate import MAX_DECOMPRESSED, decompress
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 @dataclass(slots=True)
@@ -137,19 +133,23 @@ def encode_record(record: Record, base_timestamp: int) -> bytes:
 
 
 def build_batch(records: list[Record], *, base_offset: int = 0, producer_id: int = -1, producer_epoch: int = -1,
-                base_sequence: int = -1, codec: int = NO_COMPRESSION, leader_epoch: int = -1) -> bytes:
-    """A record batch v2 holding ``records`` (offset deltas must be 0..n-1)."""
+                base_sequence: int = -1, codec: int = NO_COMPRESSION, leader_epoch: int = -1,
+                transactional: bool = False, control: bool = False) -> bytes:
+    """A record batch v2 holding ``records`` (offset deltas must be 0..n-1).
+
+    ``control``: a control batch (its records are transaction markers), transactional
+    as well, as Kafka writes them.
+    """
     if not records:
         raise ValueError("a batch needs at least one record")
     base_ts = min(r.timestamp for r in records)
     max_ts = max(r.timestamp for r in records)
     body = compress(codec, b"".join(encode_record(r, base_ts) for r in records))
-    last_delta = max(r.offset_delta for r in records)
-    head = bytearray(_HEADER.pack(base_offset, HEADER_SIZE - 12 + len(body), leader_epoch, 2, 0, codec, last_delta,
-                                  base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records)))
-    crc = crc32c.crc32c(bytes(head[CRC_START:]) + body)
-    struct.pack_into(">I", head, 17, crc)
-    return bytes(head) + body
+    attributes = codec | (TRANSACTIONAL_MASK if transactional or control else 0) | (CONTROL_MASK if control else 0)
+    return encode_batch(body, attributes=attributes, last_offset_delta=max(r.offset_delta for r in records),
+                        base_timestamp=base_ts, max_timestamp=max_ts, record_count=len(records),
+                        base_offset=base_offset, leader_epoch=leader_epoch, producer_id=producer_id,
+                        producer_epoch=producer_epoch, base_sequence=base_sequence)
 
 
 __all__ = ["Record", "build_batch", "compress", "decode_records", "decompress"]

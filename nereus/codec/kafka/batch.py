@@ -122,6 +122,18 @@ def split_batches(records: bytes | memoryview) -> list[tuple[BatchHeader, memory
     return out
 
 
+def encode_batch(body: bytes, *, attributes: int, last_offset_delta: int, base_timestamp: int, max_timestamp: int,
+                 record_count: int, base_offset: int = 0, leader_epoch: int = -1, producer_id: int = -1,
+                 producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """A whole batch: the header over ``body`` (the encoded records, compressed as ``attributes``
+    says), with its batch length and CRC-32C filled in."""
+    head = bytearray(_HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), leader_epoch, 2, 0, attributes,
+                                  last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
+                                  base_sequence, record_count))
+    _CRC.pack_into(head, CRC_START - 4, crc32c.crc32c(bytes(head[CRC_START:]) + body))
+    return bytes(head) + body
+
+
 def with_base_offset(batch: bytes | memoryview, base_offset: int, leader_epoch: int | None = None) -> bytearray:
     """A copy of the batch with its base offset (and leader epoch) set as served."""
     out = bytearray(batch)
@@ -148,4 +160,5 @@ def with_log_append_time(batch: bytes | memoryview, append_time_ms: int) -> tupl
 
 
 __all__ = ["BatchHeader", "CONTROL_MASK", "GZIP", "HEADER_SIZE", "InvalidBatch", "LZ4", "NO_COMPRESSION", "SNAPPY",
-           "UnsupportedMagic", "ZSTD", "parse_header", "split_batches", "with_base_offset", "with_log_append_time"]
+           "TRANSACTIONAL_MASK", "UnsupportedMagic", "ZSTD", "encode_batch", "parse_header", "split_batches",
+           "with_base_offset", "with_log_append_time"]

@@ -17,7 +17,7 @@ Modules: ``frames`` (layout, Frame, encoders), ``decoder`` (FrameDecoder),
 ``PulsarApi_pb2`` is generated from ``PulsarApi.proto`` and checked in, so
 only ``protobuf`` is needed at run time. To regenerate (``dev`` extra)::
 
-    PYTHON=.venv/bin/python sh nereus/pulsar/codec/regen.sh
+    PYTHON=.venv/bin/python sh nereus/codec/pulsar/regen.sh
 """
 
 from . import PulsarApi_pb2 as pb

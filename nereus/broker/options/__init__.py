@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 import click
 
-from ..auth.providers import split_list
+from ...auth.providers import split_list
 
 STANDALONE = "standalone"
 BROKER = "broker"
@@ -79,7 +79,7 @@ def _millis(text: str) -> float:
 
 
 def _mechanisms(text: str) -> str:
-    from ..kafka.server.sasl import parse_mechanisms
+    from ...kafka.server.sasl import parse_mechanisms
 
     return ",".join(parse_mechanisms(text))
 

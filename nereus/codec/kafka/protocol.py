@@ -8,6 +8,7 @@ response header is always v0 (clients parse it before knowing our versions).
 
 from __future__ import annotations
 
+import datetime
 import functools
 import io
 import struct
@@ -84,6 +85,8 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     92: ("DeleteShareGroupOffsets", 0, 0),
 }
 API_VERSIONS = 18
+#: A response's ``throttle_time`` when the request was not throttled.
+NO_THROTTLE = datetime.timedelta(0)
 
 
 class MalformedRequest(ValueError):
@@ -191,5 +194,5 @@ def has(obj_or_cls, name: str) -> bool:
     return name in _field_names(cls)
 
 
-__all__ = ["API_VERSIONS", "MalformedRequest", "RequestHead", "SUPPORTED", "decode_request", "encode_response",
+__all__ = ["API_VERSIONS", "MalformedRequest", "NO_THROTTLE", "RequestHead", "SUPPORTED", "decode_request", "encode_response",
            "has", "make", "module_of", "nested", "peek_head", "request_schema", "response_schema", "supported"]

@@ -1,5 +1,7 @@
-"""Policies in the metadata plane (written by the admin API).
+"""Tenants and policies in the metadata plane: their keys (written by the admin API; read by
+the topic layer, authorization and both protocols).
 
+- Tenants: ``/nereus/pulsar/tenants/{tenant}`` (admin roles, allowed clusters).
 - Namespace policies: ``/nereus/pulsar/namespaces/{tenant}/{namespace}``, Pulsar's ``Policies`` subset.
 - Topic policies: ``/nereus/pulsar/topic-policies/{tenant}/{namespace}/{topic}``, Pulsar's ``TopicPolicies``
   subset; set on a partitioned topic's name they apply to each of its partitions, and they

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 class PulsarCodecError(Exception):
-    """Root of every error raised by nereus.pulsar.codec."""
+    """Root of every error raised by nereus.codec.pulsar."""
 
     fatal = False
 
