@@ -380,13 +380,14 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
 
 
 def freeze_startup_objects() -> None:
-    """Put what start-up loaded out of the cyclic collector's way (once, in a server process).
+    """Put what the imports loaded out of the cyclic collector's way (once, in a server process,
+    before it listens: the collection first stalls the loop).
 
-    Modules, classes and the Kafka schemas (~100k objects) live as long as the process; left
-    in the oldest generation, every full collection walks them all, a pause of tens to
-    hundreds of ms for whatever request is being served. Frozen, a full collection walks
-    only what serving made since. Not for processes that start brokers again and again
-    (tests): what is alive at a freeze is never collected afterwards.
+    Modules, classes and schemas (~100k objects) live as long as the process; left in the
+    oldest generation, every full collection walks them all, a pause of tens to hundreds of
+    ms for whatever request is being served. Frozen, a full collection walks only what
+    serving made since. Not for processes that start brokers again and again (tests): what
+    is alive at a freeze is never collected afterwards.
     """
     gc.collect()
     gc.freeze()

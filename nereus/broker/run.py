@@ -66,6 +66,7 @@ async def _close(stack: contextlib.AsyncExitStack) -> None:
 async def run_broker(metadata_url: str, objects_url: str, options: BrokerOptions, *, session_timeout: float = 10.0,
                      metadata_timeout: float = 30.0, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM; then hand the topics over (drain) and stop."""
+    freeze_startup_objects()
     stop = asyncio.Event()
     install_stop_signals(stop)
     objects = open_object_store(objects_url)
@@ -80,7 +81,6 @@ async def run_broker(metadata_url: str, objects_url: str, options: BrokerOptions
             return
         with contextlib.suppress(MetadataError):  # a check only: the broker serves either way
             await warn_if_joining_a_standalone(meta, metadata_url)
-        freeze_startup_objects()
         if ready is not None:
             ready.set()
         await stop.wait()

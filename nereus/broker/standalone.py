@@ -70,6 +70,7 @@ async def until_stopped(start, stop: asyncio.Event):
 
 async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly."""
+    freeze_startup_objects()
     config.data_dir.mkdir(parents=True, exist_ok=True)
     objects_url = config.object_store or (config.data_dir / "objects").resolve().as_uri()
     stop = asyncio.Event()
@@ -106,7 +107,6 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
         for child in children:
             child.add_done_callback(_child_done)
             stack.push_async_callback(_cancel_and_wait, child)
-        freeze_startup_objects()
         log.info("nereus standalone ready: http=%s:%d pulsar=%d kafka=%d oxia=%d data=%s objects=%s brokers=%d",
                  options.bind, node.http_port, node.pulsar.port, node.kafka.port, oxia.port, config.data_dir,
                  objects_url, config.brokers)
