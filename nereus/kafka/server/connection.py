@@ -65,6 +65,7 @@ class KafkaConnection(asyncio.Protocol):
         self.clock = time.monotonic  # of the mutes (injectable)
         self._budget = service.limits.budget  # the broker's pending bytes over all connections
         self._budget_released = False
+        self._flush_soon = False  # a _flush is scheduled for the end of this loop turn
 
     # -- transport callbacks --------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -303,7 +304,11 @@ class KafkaConnection(asyncio.Protocol):
             timer.failed()
         else:
             timer.done(fut.result())
-        self._flush()
+        # The answers that are ready by the end of this loop turn go out in one write: a WAL
+        # flush completes the produce requests of every connection at once.
+        if not self._flush_soon:
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _slot(self, head, fut) -> tuple:
         """The response slot of the request being dispatched, carrying its size until written."""
@@ -347,31 +352,44 @@ class KafkaConnection(asyncio.Protocol):
         self._flush()
 
     def _flush(self) -> None:
-        while self._responses:
-            head, fut, size = self._responses[0]
-            if not fut.done():
-                return
-            self._responses.popleft()
-            self._unpend(size)
-            self._wake.set()  # a place for the next request
-            if fut.cancelled():
-                continue
-            exc = fut.exception()  # always retrieved, also once the connection is closed
-            if exc is not None:
-                log.error("kafka: %s request from %s failed", head.api_key, self.peer, exc_info=exc)
-                self.close()
-                return
-            if self.closed:
-                continue
-            body = fut.result()
-            if isinstance(body, _RawToken):
-                if body.token is None:
+        """Write the answers ready at the head of the queue, in request order, in one write."""
+        self._flush_soon = False
+        out: list[bytes] = []
+        try:
+            while self._responses:
+                head, fut, size = self._responses[0]
+                if not fut.done():
+                    return
+                self._responses.popleft()
+                self._unpend(size)
+                self._wake.set()  # a place for the next request
+                if fut.cancelled():
+                    continue
+                exc = fut.exception()  # always retrieved, also once the connection is closed
+                if exc is not None:
+                    log.error("kafka: %s request from %s failed", head.api_key, self.peer, exc_info=exc)
+                    self._write(out)
                     self.close()
                     return
-                self.transport.write(_SIZE.pack(len(body.token)) + body.token)
-            elif body is not None:
-                self.transport.write(encode_response(head, body))
+                if self.closed:
+                    continue
+                body = fut.result()
+                if isinstance(body, _RawToken):
+                    if body.token is None:
+                        self._write(out)
+                        self.close()
+                        return
+                    out.append(_SIZE.pack(len(body.token)) + body.token)
+                elif body is not None:
+                    out.append(encode_response(head, body))
+        finally:
+            self._write(out)
         self._maybe_resume()
+
+    def _write(self, out: list[bytes]) -> None:
+        if out and not self.closed:
+            self.transport.writelines(out)
+            out.clear()
 
 
 class _RawToken:

@@ -14,6 +14,7 @@ coordinates, so the series of a cluster do not repeat.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -61,16 +62,27 @@ def error_names(body) -> set[str]:
     stack = [body]
     while stack:
         obj = stack.pop()
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if f.name == "error_code":
+        for name in _field_names(type(obj)):
+            value = getattr(obj, name)
+            if name == "error_code":
                 if value:
                     found.add(_error_name(value))
             elif isinstance(value, tuple):
-                stack.extend(v for v in value if dataclasses.is_dataclass(v))
-            elif dataclasses.is_dataclass(value):
+                stack.extend(v for v in value if _is_dataclass(type(v)))
+            elif _is_dataclass(type(value)):
                 stack.append(value)
     return found
+
+
+# Looked up once per class: every response is walked.
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@functools.cache
+def _is_dataclass(cls: type) -> bool:
+    return dataclasses.is_dataclass(cls)
 
 
 def _error_name(code) -> str:
@@ -83,23 +95,30 @@ def _error_name(code) -> str:
 class RequestTimer:
     """Counts one request and, once its response is ready, its latency and errors."""
 
-    __slots__ = ("api", "started")
+    __slots__ = ("api", "seconds", "started")
 
     def __init__(self, api_key: int) -> None:
-        self.api = api_name(api_key)
+        self.api, count, self.seconds = _per_api(api_key)
         self.started = time.monotonic()
-        REQUESTS.labels(self.api).inc()
+        count.inc()
 
     def done(self, body) -> None:
-        REQUEST_SECONDS.labels(self.api).observe(time.monotonic() - self.started)
-        if body is not None and dataclasses.is_dataclass(body):
+        self.seconds.observe(time.monotonic() - self.started)
+        if body is not None and _is_dataclass(type(body)):
             for name in error_names(body):
                 REQUEST_ERRORS.labels(self.api, name).inc()
 
     def failed(self) -> None:
         """The handler raised: the connection closes without a response."""
-        REQUEST_SECONDS.labels(self.api).observe(time.monotonic() - self.started)
+        self.seconds.observe(time.monotonic() - self.started)
         REQUEST_ERRORS.labels(self.api, "UNKNOWN_SERVER_ERROR").inc()
+
+
+@functools.cache
+def _per_api(api_key: int) -> tuple:
+    """(API name, its request counter, its latency histogram): labelled once per API, not per request."""
+    api = api_name(api_key)
+    return api, REQUESTS.labels(api), REQUEST_SECONDS.labels(api)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
