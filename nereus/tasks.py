@@ -54,13 +54,17 @@ async def unless(work, stop: asyncio.Future | asyncio.Event) -> tuple[bool, obje
     retrieved there (nobody waits for it any more). ``stop`` itself is left alone.
     """
     work = asyncio.ensure_future(work)
-    stopped = stop.is_set() if isinstance(stop, asyncio.Event) else stop.done()
-    if not work.done() and not stopped:
-        waiter = asyncio.ensure_future(stop.wait()) if isinstance(stop, asyncio.Event) else asyncio.shield(stop)
-        try:
-            await asyncio.wait((work, waiter), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
+    if isinstance(stop, asyncio.Event):
+        if not work.done() and not stop.is_set():
+            waiter = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait((work, waiter), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+    elif not work.done() and not stop.done():
+        # asyncio.wait neither cancels nor consumes what it waits for: ``stop`` needs no shield
+        # (and a future costs no task, which matters on paths such as every Kafka produce).
+        await asyncio.wait((work, stop), return_when=asyncio.FIRST_COMPLETED)
     if work.done():
         return True, work.result()
     work.add_done_callback(lambda f: f.cancelled() or f.exception())

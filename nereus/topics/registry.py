@@ -140,7 +140,7 @@ class TopicRegistry:
     def unload_soon(self, topic: Topic, reason: str, *, abandon: bool = False) -> None:
         """Unload ``topic`` in the background (from callbacks that cannot wait)."""
         if abandon:
-            topic.abandoned.set()
+            topic.abandon()
         if topic.closed or str(topic.name) in self._unloading:
             return
         task = asyncio.ensure_future(self.unload(topic, reason, abandon=abandon))
@@ -159,7 +159,7 @@ class TopicRegistry:
         on appends in flight are told at once (``Topic.abandoned``) instead of after the flush.
         """
         if abandon:
-            topic.abandoned.set()
+            topic.abandon()
         key = str(topic.name)
         pending = self._unloading.get(key)
         if pending is not None:

@@ -71,11 +71,12 @@ class Topic:
         self.attachments: dict[str, object] = {}
         self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols
         self.closed = False
-        # Set when the broker drops the topic without finishing its writes (its metadata session
-        # was lost): appends in flight will not be answered here, their waiters stop waiting.
-        self.abandoned = asyncio.Event()
-        self.last_active = time.monotonic()
         self._loop = asyncio.get_running_loop()
+        # Done when the broker drops the topic without finishing its writes (its metadata session
+        # was lost, see ``abandon``): appends in flight will not be answered here, their waiters
+        # stop waiting. A future, not an event: waiting for it or an append needs no task.
+        self.abandoned: asyncio.Future = self._loop.create_future()
+        self.last_active = time.monotonic()
         self._writer_lock = asyncio.Lock()
         self._append_listeners: list[Callable[[], None]] = []
         self._unload_listeners: list[Callable[[str], Awaitable[None] | None]] = []
@@ -126,6 +127,11 @@ class Topic:
     def on_append(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each committed append (wakes readers of this broker)."""
         self._append_listeners.append(listener)
+
+    def abandon(self) -> None:
+        """Tell whoever waits on this topic's appends that they will not be answered here."""
+        if not self.abandoned.done():
+            self.abandoned.set_result(None)
 
     def on_unload(self, listener: Callable[[str], Awaitable[None] | None]) -> None:
         """Call ``listener(reason)`` when the topic unloads (drop clients, close state)."""
