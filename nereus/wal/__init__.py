@@ -6,6 +6,7 @@ names it was reserved in. A writer sends each flush to several replicas through
 ``WalReplicaClient``s and acknowledges once enough of them have it on disk.
 """
 
+from .client import WalReplicaClient
 from .errors import (
     BlockFenced,
     EntryNotFound,
@@ -15,6 +16,7 @@ from .errors import (
     WalError,
     WalFull,
 )
+from .server import WalServer
 from .store import WalStore
 
 __all__ = [
@@ -25,5 +27,7 @@ __all__ = [
     "WalCorrupt",
     "WalError",
     "WalFull",
+    "WalReplicaClient",
+    "WalServer",
     "WalStore",
 ]
