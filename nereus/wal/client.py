@@ -114,12 +114,20 @@ class WalReplicaClient:
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(self._open())
             self._connecting.add_done_callback(self._connected)
-        return await asyncio.shield(self._connecting)
+        connecting = self._connecting
+        try:
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            if connecting.cancelled() and not asyncio.current_task().cancelling():
+                raise ReplicaUnavailable(f"{self!r} was closed while connecting") from None
+            raise
 
     def _connected(self, task: asyncio.Task) -> None:
         self._connecting = None
         if not task.cancelled() and task.exception() is None:
             self._connection = task.result()
+            if self._closed:
+                self._break(self._connection, "the client was closed")
 
     async def _open(self) -> _Connection:
         try:

@@ -147,3 +147,16 @@ async def test_over_tls(store, tmp_path):
     assert await client.read("k") == b"secret" * 10_000
     await client.close()
     await server.close()
+
+
+async def test_metrics_show_what_the_replica_holds(server, clients, store):
+    from prometheus_client import REGISTRY
+
+    fsyncs = REGISTRY.get_sample_value("nereus_wal_fsync_seconds_count") or 0
+    appends = REGISTRY.get_sample_value("nereus_wal_append_seconds_count") or 0
+    await clients[0].append("b", "k", b"x")
+    assert REGISTRY.get_sample_value("nereus_wal_fsync_seconds_count") > fsyncs
+    assert REGISTRY.get_sample_value("nereus_wal_append_seconds_count") == appends + 1
+    assert REGISTRY.get_sample_value("nereus_wal_held_entries") >= store.held_entries() == 1
+    assert REGISTRY.get_sample_value("nereus_wal_held_blocks") >= 1
+    assert REGISTRY.get_sample_value("nereus_wal_held_bytes") >= store.used_bytes() > 0
