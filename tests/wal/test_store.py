@@ -91,18 +91,27 @@ def last_record(path) -> records.Record:
     return records.scan(path.read_bytes()).records[-1]
 
 
-async def test_torn_tail_is_ignored_and_overwritten(tmp_path):
-    store = await WalStore.open(tmp_path)
-    for i in range(10):
+async def appended(directory, count: int) -> tuple[object, list[records.Record]]:
+    """Entries k0.. k{count - 1} of block b in a closed store: its one segment and the records in it."""
+    store = await WalStore.open(directory)
+    for i in range(count):
         await store.append("b", f"k{i}", payload(f"k{i}"))
     await store.close()
-    (path,) = [tmp_path / name for name in segment_files(tmp_path)]
-    end = last_record(path).end
+    (path,) = [directory / name for name in segment_files(directory)]
+    return path, records.scan(path.read_bytes()).records
+
+
+def overwrite(path, position: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(data)
+
+
+async def test_torn_tail_is_ignored_and_overwritten(tmp_path):
+    path, written = await appended(tmp_path, 10)
     # a crash in the middle of a write: a whole header, part of the data, then nothing
     torn = records.encode_head(records.ENTRY, b"b", b"torn", 1000, records.data_crc([payload("torn")]))
-    with open(path, "r+b") as f:
-        f.seek(end)
-        f.write(torn + payload("torn")[:300])
+    overwrite(path, written[-1].end, torn + payload("torn")[:300])
 
     store = await WalStore.open(tmp_path)
     assert [store.holds(f"k{i}") for i in range(10)] == [True] * 10
@@ -117,15 +126,8 @@ async def test_torn_tail_is_ignored_and_overwritten(tmp_path):
 
 
 async def test_a_garbled_last_record_is_a_torn_tail(tmp_path):
-    store = await WalStore.open(tmp_path)
-    for i in range(3):
-        await store.append("b", f"k{i}", payload(f"k{i}"))
-    await store.close()
-    (path,) = [tmp_path / name for name in segment_files(tmp_path)]
-    last = last_record(path)
-    with open(path, "r+b") as f:
-        f.seek(last.data_position + 10)
-        f.write(b"\xff\xfe")
+    path, written = await appended(tmp_path, 3)
+    overwrite(path, written[-1].data_position + 10, b"\xff\xfe")
     store = await WalStore.open(tmp_path)
     assert [store.holds(f"k{i}") for i in range(3)] == [True, True, False]
     await store.append("b", "k2", payload("k2"))  # the writer's retry
@@ -134,15 +136,8 @@ async def test_a_garbled_last_record_is_a_torn_tail(tmp_path):
 
 
 async def test_corruption_mid_segment_is_reported_not_taken_for_the_end(tmp_path, caplog):
-    store = await WalStore.open(tmp_path)
-    for i in range(5):
-        await store.append("b", f"k{i}", payload(f"k{i}"))
-    await store.close()
-    (path,) = [tmp_path / name for name in segment_files(tmp_path)]
-    damaged = records.scan(path.read_bytes()).records[2]
-    with open(path, "r+b") as f:
-        f.seek(damaged.data_position + 500)
-        f.write(b"\x00\x01\x02")
+    path, written = await appended(tmp_path, 5)
+    overwrite(path, written[2].data_position + 500, b"\x00\x01\x02")
     store = await WalStore.open(tmp_path)
     assert "fails its checksum" in caplog.text
     assert [store.holds(f"k{i}") for i in range(5)] == [True, True, False, True, True]
@@ -153,15 +148,8 @@ async def test_corruption_mid_segment_is_reported_not_taken_for_the_end(tmp_path
 
 
 async def test_a_damaged_header_mid_segment_skips_to_the_next_record(tmp_path, caplog):
-    store = await WalStore.open(tmp_path)
-    for i in range(4):
-        await store.append("b", f"k{i}", payload(f"k{i}"))
-    await store.close()
-    (path,) = [tmp_path / name for name in segment_files(tmp_path)]
-    damaged = records.scan(path.read_bytes()).records[1]
-    with open(path, "r+b") as f:
-        f.seek(damaged.position)
-        f.write(b"XXXX")
+    path, written = await appended(tmp_path, 4)
+    overwrite(path, written[1].position, b"XXXX")
     store = await WalStore.open(tmp_path)
     assert "hold no valid record" in caplog.text
     assert [store.holds(f"k{i}") for i in range(4)] == [True, False, True, True]
@@ -172,10 +160,7 @@ async def test_a_bad_read_is_caught_by_the_checksum(tmp_path):
     store = await WalStore.open(tmp_path)
     await store.append("b", "k", payload("k"))
     (path,) = [tmp_path / name for name in segment_files(tmp_path)]
-    position = last_record(path).data_position
-    with open(path, "r+b") as f:  # rot after the store checked it on open
-        f.seek(position)
-        f.write(b"rot")
+    overwrite(path, last_record(path).data_position, b"rot")  # rot after the store checked it on open
     assert await store.read("k", 10, 20) == payload("k")[10:20]  # a part is not checked
     with pytest.raises(WalCorrupt):
         await store.read("k")
