@@ -25,12 +25,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import crc32c
 
 from . import metrics, records, segments
 from .errors import BlockFenced, EntryNotFound, WalCorrupt, WalError, WalFull
 from .index import Index
 from .records import DROP, ENTRY, FENCE
+from .queued import QueuedRecord, read_checked, write_batch
 from .segments import SegmentFile
 
 log = logging.getLogger(__name__)
@@ -42,52 +42,6 @@ CONTROL_SEGMENT_BYTES = 1 << 20
 _INLINE_CRC_BYTES = 64 << 10
 
 Data = bytes | bytearray | memoryview
-
-
-class _Op:
-    """One record queued for the writer."""
-
-    __slots__ = ("type", "block", "key", "names", "chunks", "length", "crc", "future", "segment", "position")
-
-    def __init__(self, rtype: int, block: str, key: str, chunks: list[memoryview], length: int) -> None:
-        self.type = rtype
-        self.block = block
-        self.key = key
-        self.names = (block.encode(), key.encode())
-        self.chunks = chunks
-        self.length = length
-        self.crc = 0
-        # Callers wait through a shield: a caller that gives up never cancels the record (it
-        # is written all the same), and whoever waits for it next still learns how it went.
-        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.future.add_done_callback(lambda f: f.exception())
-        self.segment: SegmentFile | None = None
-        self.position = 0
-
-    @property
-    def size(self) -> int:
-        return records.record_size(*self.names, self.length)
-
-    @property
-    def data_position(self) -> int:
-        return self.position + self.size - self.length
-
-    def buffers(self) -> list:
-        """Header and data, checksummed (in the writer's thread)."""
-        self.crc = records.data_crc(self.chunks)
-        return [records.encode_head(self.type, *self.names, self.length, self.crc), *self.chunks]
-
-
-def _write(runs: list[tuple[SegmentFile, int, list[_Op]]]) -> list[float]:
-    return segments.write_and_sync([(segment, position, [b for op in ops for b in op.buffers()])
-                                    for segment, position, ops in runs])
-
-
-def _read(fd: int, position: int, length: int, crc: int | None) -> bytes:
-    data = segments.read(fd, position, length)
-    if crc is not None and crc32c.crc32c(data) != crc:
-        raise WalCorrupt(f"checksum mismatch reading {length} bytes at {position}")
-    return data
 
 
 class WalStore:
@@ -106,12 +60,12 @@ class WalStore:
         self._lock_fd: int | None = None
         self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="wal-write")
         self._read_pool = ThreadPoolExecutor(4, thread_name_prefix="wal-read")
-        self._queue: list[_Op] = []
+        self._queue: list[QueuedRecord] = []
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._queued_bytes = 0
-        self._pending: dict[str, _Op] = {}  # entries queued or in flight, by key
-        self._closing_blocks: dict[str, _Op] = {}  # FENCE or DROP queued or in flight, by block
+        self._pending: dict[str, QueuedRecord] = {}  # entries queued or in flight, by key
+        self._closing_blocks: dict[str, QueuedRecord] = {}  # FENCE or DROP queued or in flight, by block
         self._reads: set[asyncio.Future] = set()
         self._writer: asyncio.Task | None = None
         self._collect_due = True
@@ -197,7 +151,7 @@ class WalStore:
         if held is not None:
             await self._check_same(held, block, key, chunks, length)
             return
-        op = _Op(ENTRY, block, key, chunks, length)
+        op = QueuedRecord(ENTRY, block, key, chunks, length)
         self._pending[key] = op
         self._enqueue(op)
         await asyncio.shield(op.future)
@@ -219,7 +173,7 @@ class WalStore:
         crc = entry.crc if (start, end) == (0, entry.length) else None
         segment.readers += 1
         reading = asyncio.get_running_loop().run_in_executor(
-            self._read_pool, _read, segment.fd, entry.position + start, end - start, crc)
+            self._read_pool, read_checked, segment.fd, entry.position + start, end - start, crc)
         self._reads.add(reading)
         try:
             return await reading
@@ -303,18 +257,18 @@ class WalStore:
     def _blocked(self, block: str) -> bool:
         return block in self._closing_blocks or self._index.closed(block)
 
-    def _enqueue(self, op: _Op) -> None:
+    def _enqueue(self, op: QueuedRecord) -> None:
         self._queue.append(op)
         self._queued_bytes += op.length
         self._wake.set()
 
-    def _enqueue_control(self, rtype: int, block: str) -> _Op:
-        op = _Op(rtype, block, "", [], 0)
+    def _enqueue_control(self, rtype: int, block: str) -> QueuedRecord:
+        op = QueuedRecord(rtype, block, "", [], 0)
         self._closing_blocks[block] = op
         self._enqueue(op)
         return op
 
-    def _settle(self, op: _Op, failure: BaseException | None = None) -> None:
+    def _settle(self, op: QueuedRecord, failure: BaseException | None = None) -> None:
         if self._pending.get(op.key) is op:
             del self._pending[op.key]
         if self._closing_blocks.get(op.block) is op:
@@ -354,12 +308,12 @@ class WalStore:
                 for op in dropped:
                     self._settle(op)
 
-    async def _commit(self, batch: list[_Op]) -> list[_Op]:
+    async def _commit(self, batch: list[QueuedRecord]) -> list[QueuedRecord]:
         """Write ``batch`` in order with one ``fdatasync`` per segment written, then apply it.
 
         Settles every record but the DROPs written, which it returns.
         """
-        runs: list[tuple[SegmentFile, int, list[_Op]]] = []
+        runs: list[tuple[SegmentFile, int, list[QueuedRecord]]] = []
         for op in batch:
             if self._failure is not None:
                 self._settle(op, self._failure)
@@ -385,7 +339,7 @@ class WalStore:
         if not placed:
             return []
         try:
-            timings = await asyncio.get_running_loop().run_in_executor(self._writer_pool, _write, runs)
+            timings = await asyncio.get_running_loop().run_in_executor(self._writer_pool, write_batch, runs)
         except Exception as exc:
             self._poison(exc)
             for op in placed:
@@ -423,7 +377,7 @@ class WalStore:
         self._collect_due = False
         loop = asyncio.get_running_loop()
         for seq in self._index.deletable(self._active.seq if self._active else None):
-            carried = [_Op(rtype, block, "", [], 0) for rtype, block in self._index.carry(seq)]
+            carried = [QueuedRecord(rtype, block, "", [], 0) for rtype, block in self._index.carry(seq)]
             if carried:
                 for op in await self._commit(carried):
                     self._settle(op)
