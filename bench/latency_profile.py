@@ -4,7 +4,7 @@ The S3 store is a moto server behind the delaying proxy of ``tests/delayed_s3.py
 request waits a lognormal draw fitted to published S3 Standard p50/p99; sources there),
 both in processes of their own. For each store, a ``nereus standalone`` (``--brokers N``
 broker processes) takes 1 KiB messages on one topic, sent open loop at ``--rate``
-msgs/s for ``--seconds`` by:
+msgs/s for ``--seconds`` (the first ``--warmup`` seconds left out of the figures) by:
 
 * ``pulsar``: pulsar-client, batching 1 ms (as ``pulsar_e2e.py``'s latency run);
 * ``kafka-linger0`` / ``kafka-linger5``: confluent-kafka, acks=all, linger.ms 0 / 5.
@@ -135,7 +135,7 @@ def _kafka_consumer(bootstrap: str, topic: str, total: int, conn) -> None:
 
 
 def _measure(consumer_target, consumer_args: tuple, total: int, produce: Callable[[], tuple[float, float, array]],
-             rate: int) -> dict[str, float]:
+             rate: int, warmup: float) -> dict[str, float]:
     """Start the consumer process, run ``produce`` (returns start, achieved rate, ack times), collect."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
@@ -153,18 +153,19 @@ def _measure(consumer_target, consumer_args: tuple, total: int, produce: Callabl
         consumer.join(30)
         if consumer.is_alive():
             consumer.kill()
-    publish = [(a - (start + i / rate)) * 1000 for i, a in enumerate(acked) if a]
-    e2e = [(g - (start + i / rate)) * 1000 for i, g in enumerate(got) if g]
+    first = int(warmup * rate)  # the client's and the topic's start-up stay out of the figures
+    publish = [(a - (start + i / rate)) * 1000 for i, a in enumerate(acked) if a and i >= first]
+    e2e = [(g - (start + i / rate)) * 1000 for i, g in enumerate(got) if g and i >= first]
     if not publish:
         raise RuntimeError("no message was acknowledged")
-    return {"rate": achieved, "acked": len(publish) / total, "received": len(e2e) / total,
+    return {"rate": achieved, "acked": len(publish) / (total - first), "received": len(e2e) / (total - first),
             "pub_p50": percentile(publish, 0.5), "pub_p99": percentile(publish, 0.99),
             "pub_p999": percentile(publish, 0.999),
             "e2e_p50": percentile(e2e, 0.5) if e2e else float("nan"),
             "e2e_p99": percentile(e2e, 0.99) if e2e else float("nan")}
 
 
-def pulsar_case(url: str, topic: str, rate: int, seconds: float) -> dict[str, float]:
+def pulsar_case(url: str, topic: str, rate: int, seconds: float, warmup: float) -> dict[str, float]:
     total = int(rate * seconds)
 
     def produce() -> tuple[float, float, array]:
@@ -194,10 +195,11 @@ def pulsar_case(url: str, topic: str, rate: int, seconds: float) -> dict[str, fl
             raise RuntimeError(f"{len(failures)} sends failed, first: {failures[0]}")
         return start, achieved, acked
 
-    return _measure(_pulsar_consumer, (url, topic), total, produce, rate)
+    return _measure(_pulsar_consumer, (url, topic), total, produce, rate, warmup)
 
 
-def kafka_case(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: int) -> dict[str, float]:
+def kafka_case(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: int,
+               warmup: float) -> dict[str, float]:
     total = int(rate * seconds)
 
     def produce() -> tuple[float, float, array]:
@@ -225,7 +227,7 @@ def kafka_case(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms:
             raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
         return start, achieved, acked
 
-    return _measure(_kafka_consumer, (bootstrap, topic), total, produce, rate)
+    return _measure(_kafka_consumer, (bootstrap, topic), total, produce, rate, warmup)
 
 
 def store_requests(records: list[dict]) -> dict[str, float]:
@@ -258,9 +260,11 @@ def run_store(store: str, args, workdir: Path, s3: DelayedS3 | None) -> dict[str
                 create_topic(bootstrap, topic, 1)
             first = s3.stats(1 << 62)["count"] if s3 is not None else 0
             if client == "pulsar":
-                figures = pulsar_case(url, f"persistent://public/default/{topic}", args.rate, args.seconds)
+                figures = pulsar_case(url, f"persistent://public/default/{topic}", args.rate, args.seconds,
+                                      args.warmup)
             else:
-                figures = kafka_case(bootstrap, topic, args.rate, args.seconds, int(client.rsplit("linger", 1)[1]))
+                figures = kafka_case(bootstrap, topic, args.rate, args.seconds, int(client.rsplit("linger", 1)[1]),
+                                     args.warmup)
             if s3 is not None:
                 figures.update(store_requests(s3.stats(first)["records"]))
             results[client] = figures
@@ -289,6 +293,7 @@ def table(results: dict[str, dict[str, dict[str, float]]]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="sending time per case")
+    parser.add_argument("--warmup", type=float, default=1.0, help="first seconds of each case left out of the figures")
     parser.add_argument("--rate", type=int, default=10_000, help="msgs/s, open loop")
     parser.add_argument("--brokers", type=int, default=1, help="broker processes of the standalone")
     parser.add_argument("--stores", default="file,s3", help="comma-separated: file, s3 (delayed)")
@@ -319,7 +324,8 @@ def main() -> None:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"\n{args.rate:,} msgs/s of {SIZE} B for {args.seconds:g} s per case, {args.brokers} broker(s), "
+    print(f"\n{args.rate:,} msgs/s of {SIZE} B for {args.seconds:g} s per case (the first {args.warmup:g} s left "
+          f"out), {args.brokers} broker(s), "
           f"profile {args.profile}, S3 latency scale {args.latency_scale:g}; latencies in ms")
     print("\n".join(table(results)))
     pairs = {f"{store}_{client}_{k}": v for store, by_client in results.items()
