@@ -41,7 +41,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.moto_server import BUCKET, CREDENTIALS, MotoServer
+from tests.moto_server import BUCKET, CREDENTIALS, MotoServer, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS_PATH = "/__delays__"
@@ -331,12 +331,7 @@ class DelayedS3:
 
     def stop(self) -> None:
         if self.proxy is not None:
-            self.proxy.terminate()
-            try:
-                self.proxy.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proxy.kill()
-                self.proxy.wait()
+            terminate(self.proxy)
             self.proxy.stdout.close()
             self.proxy = None
         self.moto.stop()
