@@ -46,6 +46,11 @@ from tests.moto_server import BUCKET, CREDENTIALS, MotoServer, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS_PATH = "/__delays__"
+#: ``POST /__outage__?on=1`` (``on=0`` ends it): every S3 request answers 503 meanwhile, as S3 does when
+#: it cannot serve (clients retry with back-off, then give up).
+OUTAGE_PATH = "/__outage__"
+_UNAVAILABLE = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>ServiceUnavailable</Code>"
+                b"<Message>Service is unable to handle request.</Message></Error>")
 Z99 = 2.326  # the standard normal distribution's 99th percentile
 
 
@@ -178,6 +183,8 @@ class DelayProxy:
         # comparable across processes on Linux.
         self.records: list[tuple] = []
         self.connections = 0
+        self.outage = False
+        self.refused = 0  # requests answered 503 during an outage
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -190,11 +197,22 @@ class DelayProxy:
                 if target.startswith(STATS_PATH):
                     self._answer_stats(writer, target)
                     continue
+                if target.startswith(OUTAGE_PATH):
+                    await _read_body(reader, headers)
+                    self.outage = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query).get("on") == ["1"]
+                    writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+                    continue
                 if _has_token(headers, "expect", "100-continue"):
                     # Answered here: moto then never sees a request that waits for it.
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                     head = _rewrite_head(head, {"expect"}, [])
                 body = await _read_body(reader, headers)
+                if self.outage:
+                    self.refused += 1
+                    writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(_UNAVAILABLE) + _UNAVAILABLE)
+                    await writer.drain()
+                    continue
                 received = time.monotonic()
                 kind = request_kind(method, target)
                 delay_ms = self.delays.next_ms(kind)
@@ -251,6 +269,7 @@ class DelayProxy:
         fields = ("kind", "method", "status", "delay_ms", "upstream_ms", "received", "forwarded")
         body = json.dumps({
             "count": len(self.records), "connections": self.connections, "scale": self.delays.scale,
+            "outage": self.outage, "refused": self.refused,
             "latencies": {k: [v.p50_ms, v.p99_ms] for k, v in self.delays.latencies.items()},
             "records": [dict(zip(fields, r)) for r in self.records[start:]],
         }).encode()
@@ -329,6 +348,12 @@ class DelayedS3:
         """The proxy's records of requests from the ``start``-th on, with its totals."""
         with urllib.request.urlopen(f"{self.endpoint}{STATS_PATH}?from={start}", timeout=30) as response:
             return json.loads(response.read())
+
+    def outage(self, on: bool) -> None:
+        """Make the store answer every request with 503 (``on``) or serve again."""
+        request = urllib.request.Request(f"{self.endpoint}{OUTAGE_PATH}?on={int(on)}", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
 
     def stop(self) -> None:
         if self.proxy is not None:
