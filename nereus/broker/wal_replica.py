@@ -49,9 +49,12 @@ def replica_id(directory: Path) -> str:
 
 
 def default_durability(profile: str, ensemble: int, write_quorum: int, ack_quorum: int) -> Durability:
-    """The broker's durability for namespaces without a persistence policy."""
+    """The broker's durability for namespaces without a persistence policy (the quorums matter to
+    the replicated profile only). Raises ValueError with the reason."""
     if profile == "local":
         return Durability.local()
+    if profile == "object":
+        return Durability()
     return Durability(profile, ensemble, write_quorum, ack_quorum)
 
 

@@ -42,7 +42,6 @@ into the next flush, up to ``max_buffered_bytes`` (then appends wait: back-press
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
