@@ -20,7 +20,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from nereus.codec.kafka import make, nested
 from nereus.codec.kafka.protocol import request_schema
 from nereus.codec.kafka.records import Record, build_batch
-from nereus.kafka.server import KafkaService, data
+from nereus.kafka.server import KafkaService
+from nereus.kafka.server.data import data
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.storage import StreamStorage

@@ -6,7 +6,8 @@ import pytest
 
 from nereus.codec.kafka import split_batches
 from nereus.codec.kafka.records import Record, build_batch
-from nereus.kafka.server import KafkaService, data
+from nereus.kafka.server import KafkaService
+from nereus.kafka.server.data import data
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.storage import StreamStorage, time_index

@@ -19,18 +19,21 @@ from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
 from ...topics.partitioned import MAX_PARTITIONS
-from . import metrics, routing, txn_markers, txn_offsets
-from .catalog import Catalog
-from .cluster import ProducerIds
-from .configs import TopicConfigs
-from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
-from .sasl import SaslSettings
-from .quota_store import QuotaStore
-from .quotas import ConnectionRates, Throttles
-from .sasl_store import ScramStore
-from .share_groups import ShareGroups
-from .store import Coordinator
-from .txn_data import TxnSignals
+from ...transactions.producer_ids import ProducerIds
+from .catalog import routing
+from .groups import txn_offsets
+from .txn import markers as txn_markers
+from .wire import metrics
+from .catalog.catalog import Catalog
+from .admin.configs_api import TopicConfigs
+from .catalog.producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
+from .security.sasl import SaslSettings
+from .security.quota_store import QuotaStore
+from .security.quotas import ConnectionRates, Throttles
+from .security.scram_store import ScramStore
+from .share.groups import ShareGroups
+from .groups.coordinator import Coordinator
+from .txn.data_path import TxnSignals
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ class KafkaService:
 
         ``plaintext=False``: no PLAINTEXT listener (``port`` stays 0); ``add_listener`` adds the others.
         """
-        from .connection import KafkaConnection
+        from .wire.connection import KafkaConnection
 
         self.cluster_id = await self._cluster_id()
         self.coordinator.start()
@@ -126,7 +129,7 @@ class KafkaService:
         Accepts connections from ``serve()`` on.
         """
         from ...tls_offload.pool import tls_server
-        from .connection import KafkaConnection
+        from .wire.connection import KafkaConnection
 
         if protocol.startswith("SASL_") and self.sasl is None:
             raise ValueError(f"a {protocol} listener needs SASL settings")
