@@ -1,4 +1,4 @@
-"""ApiVersions, Metadata, DescribeCluster, DescribeConfigs, FindCoordinator, InitProducerId."""
+"""Metadata, DescribeCluster and FindCoordinator: the topics, brokers and coordinators clients route by."""
 
 from __future__ import annotations
 
@@ -10,50 +10,33 @@ from kio.schema.errors import ErrorCode
 
 from ....auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from ....topics.topic_configs import ReplicaLayout, replica_layouts
-from ....transactions.producer_ids import PRODUCER_ID_BLOCK, PRODUCER_ID_KEY, ProducerIds  # noqa: F401 (moved)
 from ....codec.kafka import NO_THROTTLE, make, nested
-from ....codec.kafka.protocol import SUPPORTED, response_schema
-from ..catalog import routing
-from ..security import acl_api
-from ..txn import txn_api
+from ....codec.kafka.protocol import response_schema
+from ..catalog.routing import NO_LEADER, Routing, gather_bounded
+from ..security import access
 from ..catalog.catalog import valid_name
+from .context import AdminContext
 
 log = logging.getLogger(__name__)
 
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648
 
-def api_versions_response(head):
-    """ApiVersions v0 with UNSUPPORTED_VERSION (for versions we do not speak)."""
-    cls = response_schema(18, 0)
-    keys = tuple(nested(cls, "ApiVersion")(api_key=k, min_version=lo, max_version=hi)
-                 for k, (_, lo, hi) in sorted(SUPPORTED.items()))
-    return head, cls(error_code=ErrorCode.unsupported_version, api_keys=keys)
-
-
-def handle_api_versions(conn, head, req):
-    cls = response_schema(head.api_key, head.api_version)
-    keys = tuple(nested(cls, "ApiVersion")(api_key=k, min_version=lo, max_version=hi)
-                 for k, (_, lo, hi) in sorted(SUPPORTED.items()))
-    return make(cls, error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
-
-
-def _brokers(cls, name: str, service, also=(), protocol: str = "PLAINTEXT") -> tuple[tuple, int]:
+def _brokers(cls, name: str, routing: Routing, also=(), protocol: str = "PLAINTEXT") -> tuple[tuple, int]:
     """The live brokers (and the leaders ``also`` named) as ``name`` entries of ``cls``, and the controller id.
 
     Their addresses are those of the listener (``protocol``) the client came by.
     """
-    live = routing.brokers(service, protocol=protocol)
+    live = routing.brokers(protocol=protocol)
     # No broker is special here; Kafka clients only need some live broker's id (admin requests go there).
     controller = live[0].node_id if live else -1
     bcls = nested(cls, name)
     return tuple(make(bcls, node_id=b.node_id, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in (routing.brokers(service, also, protocol) if also else live)), controller
+                 for b in (routing.brokers(also, protocol) if also else live)), controller
 
 
-async def handle_metadata(conn, head, req):
-    service = conn.service
-    catalog = service.catalog
+async def handle_metadata(ctx: AdminContext, conn, head, req):
+    catalog, routing = ctx.catalog, ctx.routing
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     auto_create = getattr(req, "allow_auto_topic_creation", True)
@@ -61,11 +44,11 @@ async def handle_metadata(conn, head, req):
     denied: set[str] = set()  # named topics the principal may not describe (their names are still answered)
     if req.topics is None:  # as Kafka: the topics the principal may not describe are left out
         wanted = [(name, count) for name, count in sorted((await catalog.list_topics()).items())
-                  if await acl_api.allowed(conn, TOPIC, name, DESCRIBE)]
+                  if await access.allowed(conn, TOPIC, name, DESCRIBE)]
     else:
         wanted = []
         for t in req.topics:
-            if t.name and not await acl_api.allowed(conn, TOPIC, t.name, DESCRIBE):
+            if t.name and not await access.allowed(conn, TOPIC, t.name, DESCRIBE):
                 denied.add(t.name)
                 wanted.append((t.name, None))
                 continue
@@ -77,26 +60,26 @@ async def handle_metadata(conn, head, req):
                     continue
                 t = make(type(t), name=name, topic_id=t.topic_id)
             count = await catalog.partition_count(t.name) if t.name else None
-            if count is None and auto_create and valid_name(t.name) and service.auto_create \
-                    and await acl_api.may_create(conn, t.name):
+            if count is None and auto_create and valid_name(t.name) and ctx.limits.auto_create \
+                    and await access.may_create(conn, t.name):
                 try:
-                    await catalog.create(t.name, service.default_partitions)
+                    await catalog.create(t.name, ctx.limits.default_partitions)
                 except Exception as exc:  # a concurrent creation is fine
                     log.debug("auto-create of %s: %s", t.name, exc)
                 count = await catalog.partition_count(t.name)
             wanted.append((t.name, count))
     # Every partition's leader and epoch are metadata reads: all of them at once.
     known = [(name, count) for name, count in wanted if count is not None]
-    streams = list(zip((n for n, _ in known), await routing.gather_bounded(lambda t: catalog.streams(*t), known)))
+    streams = list(zip((n for n, _ in known), await gather_bounded(lambda t: catalog.streams(*t), known)))
     flat = [stream for _, names in streams for stream in names]
 
     async def describe(stream):
-        return await asyncio.gather(routing.leader(service, str(stream)), catalog.leader_epoch(stream))
+        return await asyncio.gather(routing.leader(str(stream)), catalog.leader_epoch(stream))
 
-    described = iter(await routing.gather_bounded(describe, flat))
+    described = iter(await gather_bounded(describe, flat))
     partitions = {name: [next(described) for _ in names] for name, names in streams}
-    layouts = await replica_layouts(service.meta, [name for name, _ in known])
-    live = [b.node_id for b in routing.brokers(service)]
+    layouts = await replica_layouts(ctx.meta, [name for name, _ in known])
+    live = [b.node_id for b in routing.brokers()]
     topics = []
     for index, (name, count) in enumerate(wanted):
         if index in asked_ids:  # named by an id no topic has
@@ -118,10 +101,10 @@ async def handle_metadata(conn, head, req):
         for index, (leader, epoch) in enumerate(partitions[name]):
             if leader is None:  # clients refresh metadata and try again
                 parts.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=index,
-                                  leader_id=routing.NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
+                                  leader_id=NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
                                   offline_replicas=()))
                 continue
-            node = routing.node_id(service, leader)
+            node = routing.node_id(leader)
             replicas, isr, offline = _replicas(node, live, layouts.get(name, ReplicaLayout()), index)
             parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
                               leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline))
@@ -129,8 +112,8 @@ async def handle_metadata(conn, head, req):
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
                            is_internal=False, partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
     leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
-    brokers, controller = _brokers(cls, "MetadataResponseBroker", service, also=leaders, protocol=conn.protocol)
-    return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
+    brokers, controller = _brokers(cls, "MetadataResponseBroker", routing, also=leaders, protocol=conn.protocol)
+    return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=routing.local.cluster_id,
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 
 
@@ -153,18 +136,17 @@ def _replicas(leader: int, live: list[int], layout: ReplicaLayout, index: int) -
     return replicas, replicas, ()
 
 
-def handle_describe_cluster(conn, head, req):
-    service = conn.service
+def handle_describe_cluster(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    brokers, controller = _brokers(cls, "DescribeClusterBroker", service, protocol=conn.protocol)
+    brokers, controller = _brokers(cls, "DescribeClusterBroker", ctx.routing, protocol=conn.protocol)
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
-                cluster_id=service.cluster_id, controller_id=controller, brokers=brokers,
+                cluster_id=ctx.routing.local.cluster_id, controller_id=controller, brokers=brokers,
                 cluster_authorized_operations=NO_OPERATIONS)
 
 
-async def handle_find_coordinator(conn, head, req):
+async def handle_find_coordinator(ctx: AdminContext, conn, head, req):
     """A group's (key type 0) or transactional id's (1) coordinator: the ring's broker for it."""
-    service = conn.service
+    routing = ctx.routing
     cls = response_schema(head.api_key, head.api_version)
     key_type = getattr(req, "key_type", 0)
 
@@ -172,11 +154,11 @@ async def handle_find_coordinator(conn, head, req):
         if key_type not in (0, 1):
             return dict(error_code=ErrorCode.invalid_request, error_message=f"unknown coordinator type {key_type}",
                         node_id=-1, host="", port=-1)
-        if key_type == 1 and not await acl_api.allowed(conn, TRANSACTIONAL_ID, key, DESCRIBE):
+        if key_type == 1 and not await access.allowed(conn, TRANSACTIONAL_ID, key, DESCRIBE):
             return dict(error_code=ErrorCode.transactional_id_authorization_failed, error_message=None,
                         node_id=-1, host="", port=-1)
-        where = routing.coordinator(service, key) if key_type == 0 else routing.txn_coordinator(service, key)
-        broker = routing.kafka_broker(service, where, conn.protocol)
+        where = routing.coordinator(key) if key_type == 0 else routing.txn_coordinator(key)
+        broker = routing.kafka_broker(where, conn.protocol)
         return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host,
                     port=broker.port)
 
@@ -186,20 +168,4 @@ async def handle_find_coordinator(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, **await answer(req.key))
 
 
-async def handle_init_producer_id(conn, head, req):
-    cls = response_schema(head.api_key, head.api_version)
-    if req.transactional_id is not None:
-        return await txn_api.init_transactional_producer(conn, head, req)
-    if not await acl_api.may_write_idempotently(conn):
-        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
-                    producer_id=-1, producer_epoch=-1)
-    pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
-    if pid >= 0 and 0 <= epoch < 32766:
-        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=pid,
-                    producer_epoch=epoch + 1)  # KIP-360: bump the epoch of a known producer
-    pid = await conn.service.producer_ids.allocate()
-    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=pid, producer_epoch=0)
-
-
-__all__ = ["ProducerIds", "api_versions_response", "handle_api_versions", "handle_describe_cluster",
-           "handle_find_coordinator", "handle_init_producer_id", "handle_metadata"]
+__all__ = ["ZERO_UUID", "handle_describe_cluster", "handle_find_coordinator", "handle_metadata"]

@@ -1,17 +1,12 @@
 """Topic, broker and group configs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
 
-What is set lives in the metadata plane (``nereus.topics.topic_configs``: one record
-per topic, one per broker resource, changed by CAS). ``TopicConfigs`` resolves what
-is in force (``config_defs``) and keeps it for ``CACHE_SECONDS``, so a change made
-through another broker takes effect here within that time; a change made here
-takes effect at once. Listeners hear of every topic whose configs changed (the
-broker applies retention at once).
+What is set lives in the metadata plane (``nereus.topics.topic_configs``); what is in
+force, cached, is the catalog's ``TopicConfigs``, told here of each change.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable
 
 from kio.schema.errors import ErrorCode
@@ -20,13 +15,13 @@ from ....topics import topic_configs as store
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
 from ....auth import kafka_acls as acls
-from ..catalog import config_defs as defs, routing
-from ..security import acl_api
+from ..catalog import config_defs as defs
+from ..security import access
 from ..catalog.config_defs import ConfigError
+from .context import AdminContext
 
 log = logging.getLogger(__name__)
 
-CACHE_SECONDS = 1.0
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 TABLES = {TOPIC: (defs.TOPIC_DEFS, "topic"), BROKER: (defs.BROKER_DEFS, "broker"), GROUP: (defs.GROUP_DEFS, "group")}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -53,85 +48,8 @@ def validate_topic_configs(pairs) -> dict[str, str]:
     return out
 
 
-class TopicConfigs:
-    """The configs in force on this broker, for topics and for itself."""
-
-    def __init__(self, service) -> None:
-        self.service = service
-        self.listeners: list[Callable[[str], object]] = []
-        self._topics: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
-        self._groups: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
-        self._layers: tuple[float, list] | None = None
-
-    def static(self) -> dict[str, str]:
-        """The broker configs its options set (Kafka's ``STATIC_BROKER_CONFIG``)."""
-        s = self.service
-        return {"message.max.bytes": str(s.max_message_bytes), "num.partitions": str(s.default_partitions),
-                "auto.create.topics.enable": str(s.auto_create).lower(), "node.id": str(s.node_id),
-                "broker.id": str(s.node_id)}
-
-    async def broker_layers(self) -> list[tuple[int, dict[str, str]]]:
-        now = time.monotonic()
-        if self._layers is not None and now - self._layers[0] < CACHE_SECONDS:
-            return self._layers[1]
-        meta = self.service.meta
-        own = await store.read_broker_configs(meta, str(self.service.node_id))
-        cluster = await store.read_broker_configs(meta, "")
-        layers = [(defs.DYNAMIC_BROKER_CONFIG, own), (defs.DYNAMIC_DEFAULT_BROKER_CONFIG, cluster),
-                  (defs.STATIC_BROKER_CONFIG, self.static())]
-        self._layers = (now, layers)
-        return layers
-
-    async def topic(self, topic: str) -> dict[str, defs.Resolved]:
-        """Every topic config of ``topic`` as in force now."""
-        now = time.monotonic()
-        cached = self._topics.get(topic)
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
-            return cached[1]
-        resolved = defs.resolve_topic(await store.read_topic_configs(self.service.meta, topic),
-                                      await self.broker_layers())
-        if len(self._topics) > 10_000:
-            self._topics.clear()
-        self._topics[topic] = (now, resolved)
-        return resolved
-
-    async def group(self, group_id: str) -> dict[str, defs.Resolved]:
-        """Every group config of ``group_id`` as in force now (cached like a topic's)."""
-        now = time.monotonic()
-        cached = self._groups.get(group_id)
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
-            return cached[1]
-        resolved = defs.resolve_group(await store.read_group_configs(self.service.meta, group_id),
-                                      await self.broker_layers())
-        if len(self._groups) > 10_000:
-            self._groups.clear()
-        self._groups[group_id] = (now, resolved)
-        return resolved
-
-    def group_changed(self, group_id: str) -> None:
-        self._groups.pop(group_id, None)
-
-    async def value(self, topic: str, name: str) -> str:
-        return (await self.topic(topic))[name].value
-
-    def changed(self, topic: str | None) -> None:
-        """Forget what was cached (``None``: a broker config, every topic) and tell the listeners."""
-        if topic is None:
-            self._topics.clear()
-            self._groups.clear()
-            self._layers = None
-        else:
-            self._topics.pop(topic, None)
-        for listener in self.listeners:
-            try:
-                listener(topic)
-            except Exception:
-                log.exception("kafka: a config listener failed")
-
-
 # -- DescribeConfigs ---------------------------------------------------------------------
-async def handle_describe_configs(conn, head, req):
-    service = conn.service
+async def handle_describe_configs(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     result_cls, entry_cls = nested(cls, "DescribeConfigsResult"), nested(cls, "DescribeConfigsResourceResult")
     synonym_cls = nested(cls, "DescribeConfigsSynonym")
@@ -144,15 +62,15 @@ async def handle_describe_configs(conn, head, req):
             if res.resource_type in (TOPIC, BROKER, BROKER_LOGGER, GROUP):  # before existence, as Kafka
                 await _check_alter(conn, res.resource_type, res.resource_name, acls.DESCRIBE_CONFIGS)
             if res.resource_type == TOPIC:
-                if await service.catalog.partition_count(res.resource_name) is None:
+                if await ctx.catalog.partition_count(res.resource_name) is None:
                     raise ConfigRequestError(ErrorCode.unknown_topic_or_partition,
                                              f"topic {res.resource_name!r} does not exist")
-                resolved, table = await service.configs.topic(res.resource_name), defs.TOPIC_DEFS
+                resolved, table = await ctx.configs.topic(res.resource_name), defs.TOPIC_DEFS
             elif res.resource_type == BROKER:
-                _broker_name(service, res.resource_name)
-                resolved, table = defs.resolve_broker(await service.configs.broker_layers()), defs.BROKER_DEFS
+                _broker_name(ctx, res.resource_name)
+                resolved, table = defs.resolve_broker(await ctx.configs.broker_layers()), defs.BROKER_DEFS
             elif res.resource_type == GROUP:
-                resolved, table = await service.configs.group(res.resource_name), defs.GROUP_DEFS
+                resolved, table = await ctx.configs.group(res.resource_name), defs.GROUP_DEFS
             else:
                 raise ConfigRequestError(ErrorCode.invalid_request,
                                          f"resource type {res.resource_type} is not supported")
@@ -175,9 +93,10 @@ async def handle_describe_configs(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def _broker_name(service, name: str) -> str:
+def _broker_name(ctx: AdminContext, name: str) -> str:
     """The broker resource's name if this cluster has it ("": the cluster-wide default)."""
-    if name == "" or name in {str(b.node_id) for b in routing.brokers(service)} or name == str(service.node_id):
+    routing = ctx.routing
+    if name == "" or name in {str(b.node_id) for b in routing.brokers()} or name == str(routing.local.node_id):
         return name
     raise ConfigRequestError(ErrorCode.invalid_request, f"unknown broker {name!r}")
 
@@ -242,45 +161,44 @@ async def _check_alter(conn, resource_type: int, name: str, operation: int = acl
     target, code = {TOPIC: (acls.TOPIC, ErrorCode.topic_authorization_failed),
                     GROUP: (acls.GROUP, ErrorCode.group_authorization_failed)}.get(
         resource_type, (acls.CLUSTER, ErrorCode.cluster_authorization_failed))
-    if not await acl_api.allowed(conn, target, name if target != acls.CLUSTER else acl_api.CLUSTER_NAME,
+    if not await access.allowed(conn, target, name if target != acls.CLUSTER else access.CLUSTER_NAME,
                                  operation):
         raise ConfigRequestError(code, "Authorization failed.")
 
 
-async def _alter(service, resource_type: int, name: str, change, validate_only: bool, broker_names) -> None:
+async def _alter(ctx: AdminContext, resource_type: int, name: str, change, validate_only: bool, broker_names) -> None:
     if resource_type == TOPIC:
-        if await service.catalog.partition_count(name) is None:
+        if await ctx.catalog.partition_count(name) is None:
             raise ConfigRequestError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        current = await store.read_topic_configs(service.meta, name)
+        current = await store.read_topic_configs(ctx.meta, name)
         change(dict(current))  # validates the outcome
         if not validate_only:
-            await store.update_topic_configs(service.meta, name, change)
+            await store.update_topic_configs(ctx.meta, name, change)
             log.info("kafka: configs of topic %s changed", name)
-            service.configs.changed(name)
+            ctx.configs.changed(name)
     elif resource_type == BROKER:
-        _broker_name(service, name)
+        _broker_name(ctx, name)
         _check_broker(broker_names)
-        current = await store.read_broker_configs(service.meta, name)
+        current = await store.read_broker_configs(ctx.meta, name)
         change(dict(current))
         if not validate_only:
-            await store.update_broker_configs(service.meta, name, change)
+            await store.update_broker_configs(ctx.meta, name, change)
             log.info("kafka: dynamic configs of broker %r changed", name)
-            service.configs.changed(None)
+            ctx.configs.changed(None)
     elif resource_type == GROUP:
         if not name:
             raise ConfigRequestError(ErrorCode.invalid_request, "the group id is empty")
-        change(dict(await store.read_group_configs(service.meta, name)))
+        change(dict(await store.read_group_configs(ctx.meta, name)))
         if not validate_only:
-            await store.update_group_configs(service.meta, name, change)
+            await store.update_group_configs(ctx.meta, name, change)
             log.info("kafka: configs of group %s changed", name)
-            service.configs.group_changed(name)
+            ctx.configs.group_changed(name)
     else:
         raise ConfigRequestError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
 
 
-async def handle_alter_configs(conn, head, req):
+async def handle_alter_configs(ctx: AdminContext, conn, head, req):
     """Replace semantics: the configs given are all that stay set on the resource."""
-    service = conn.service
     cls = response_schema(head.api_key, head.api_version)
     out = []
     for res in req.resources:
@@ -297,7 +215,7 @@ async def handle_alter_configs(conn, head, req):
                 _check_broker(given)
             wanted = _validated(table, kind, given) if res.resource_type in TABLES else {}
             await _check_alter(conn, res.resource_type, res.resource_name)
-            await _alter(service, res.resource_type, res.resource_name, lambda _old: dict(wanted),
+            await _alter(ctx, res.resource_type, res.resource_name, lambda _old: dict(wanted),
                          req.validate_only, given)
         except ConfigRequestError as exc:
             code, message = ErrorCode(exc.code), str(exc)
@@ -306,8 +224,7 @@ async def handle_alter_configs(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, responses=tuple(out))
 
 
-async def handle_incremental_alter_configs(conn, head, req):
-    service = conn.service
+async def handle_incremental_alter_configs(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     out = []
     for res in req.resources:
@@ -319,7 +236,7 @@ async def handle_incremental_alter_configs(conn, head, req):
                 _check_broker({n: v for n, _, v in ops})
             change = _incremental(table, kind, ops) if res.resource_type in TABLES else None
             await _check_alter(conn, res.resource_type, res.resource_name)
-            await _alter(service, res.resource_type, res.resource_name, change, req.validate_only,
+            await _alter(ctx, res.resource_type, res.resource_name, change, req.validate_only,
                          {n: v for n, _, v in ops})
         except ConfigRequestError as exc:
             code, message = ErrorCode(exc.code), str(exc)
@@ -327,5 +244,5 @@ async def handle_incremental_alter_configs(conn, head, req):
                         resource_type=res.resource_type, resource_name=res.resource_name))
     return make(cls, throttle_time=NO_THROTTLE, responses=tuple(out))
 
-__all__ = ["ConfigRequestError", "TopicConfigs", "handle_alter_configs", "handle_describe_configs",
+__all__ = ["ConfigRequestError", "handle_alter_configs", "handle_describe_configs",
            "handle_incremental_alter_configs", "validate_topic_configs"]

@@ -15,11 +15,12 @@ from ....auth.kafka_acls import ALTER, DELETE, TOPIC
 from ....topics.topic_configs import replica_layouts
 from ....codec.kafka import make, nested
 from ....codec.kafka.protocol import response_schema
-from ..catalog import config_defs, routing
-from ..security import acl_api
+from ..catalog import config_defs
+from ..security import access
 from ..catalog.catalog import TopicError, valid_name
 from .cluster_api import ZERO_UUID
 from .configs_api import ConfigRequestError, validate_topic_configs
+from .context import AdminContext, TopicLimits
 from ..security.quotas import MUTATION, throttle_time
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,13 @@ class _Mutations:
     As Kafka's controller mutation quota: a strict request (new versions) is throttled only when
     one of its topics was refused; an older one whenever its mutations leave the client over."""
 
-    def __init__(self, conn, head) -> None:
-        self.conn, self.head = conn, head
+    def __init__(self, throttles, conn, head) -> None:
+        self.throttles, self.conn, self.head = throttles, conn, head
         self.strict = head.api_version >= _STRICT_SINCE[head.api_key]
         self.violated = False
 
     def _owed(self) -> int:
-        return self.conn.service.throttles.owed(MUTATION, self.conn.principal, self.head.client_id)
+        return self.throttles.owed(MUTATION, self.conn.principal, self.head.client_id)
 
     def admit(self) -> None:
         """Refuse the next topic when the client is already over its quota (strict versions only)."""
@@ -58,7 +59,7 @@ class _Mutations:
 
     def record(self, partitions: int) -> None:
         if partitions > 0:
-            owed = self.conn.service.throttles.record(MUTATION, self.conn.principal, self.head.client_id, partitions)
+            owed = self.throttles.record(MUTATION, self.conn.principal, self.head.client_id, partitions)
             self.violated |= not self.strict and owed > 0
 
     def throttle_time(self):
@@ -69,13 +70,13 @@ class _Mutations:
         return throttle_time(ms)
 
 
-async def _mutations(conn, head) -> _Mutations:
-    await conn.service.quotas.current()
-    return _Mutations(conn, head)
+async def _mutations(ctx: AdminContext, conn, head) -> _Mutations:
+    await ctx.throttles.refresh()
+    return _Mutations(ctx.throttles, conn, head)
 
 
-def _over_limit(service) -> str:
-    return (f"Number of partitions must be at most {service.max_partitions} "
+def _over_limit(limits: TopicLimits) -> str:
+    return (f"Number of partitions must be at most {limits.max_partitions} "
             "(the broker's maxNumPartitionsPerPartitionedTopic).")
 
 
@@ -102,7 +103,7 @@ def _note_durability(factor: int | None) -> None:
                  factor)
 
 
-def _check_replicas(service, where: str, ids, live: set[int]) -> list[int]:
+def _check_replicas(limits: TopicLimits, where: str, ids, live: set[int]) -> list[int]:
     """``ids`` as a replica list, or INVALID_REPLICA_ASSIGNMENT naming what is wrong with it."""
     ids = list(ids)
     if not ids:
@@ -113,20 +114,21 @@ def _check_replicas(service, where: str, ids, live: set[int]) -> list[int]:
     if unknown:
         raise _Refused(ErrorCode.invalid_replica_assignment,
                        f"{where}: the assignment includes broker(s) {unknown}, but no such broker is registered")
-    if len(ids) > service.max_replication_factor:
+    if len(ids) > limits.max_replication_factor:
         raise _Refused(ErrorCode.invalid_replica_assignment,
                        f"{where}: {len(ids)} replicas is more than the broker's maximum replication factor "
-                       f"({service.max_replication_factor})")
+                       f"({limits.max_replication_factor})")
     return ids
 
 
-def _layout(service, topic) -> _Layout:
+def _layout(ctx: AdminContext, topic) -> _Layout:
     """The layout a CreateTopics entry asks for, or _Refused as Kafka refuses it.
 
     Storage is replicated by the object store and any broker serves any partition, so a
     replication factor is accepted whatever the number of brokers, and only reported.
     """
-    live = {b.node_id for b in routing.brokers(service)}
+    limits = ctx.limits
+    live = {b.node_id for b in ctx.routing.brokers()}
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
             raise _Refused(ErrorCode.invalid_request, "Both numPartitions or replicationFactor and replicasAssignments "
@@ -134,54 +136,53 @@ def _layout(service, topic) -> _Layout:
         indexes = sorted(a.partition_index for a in topic.assignments)
         if indexes != list(range(len(indexes))):
             raise _Refused(ErrorCode.invalid_replica_assignment, "Partitions should be consecutive and start from 0")
-        if len(indexes) > service.max_partitions:
-            raise _Refused(ErrorCode.invalid_partitions, _over_limit(service))
-        assigned = {a.partition_index: _check_replicas(service, f"partition {a.partition_index}", a.broker_ids, live)
+        if len(indexes) > limits.max_partitions:
+            raise _Refused(ErrorCode.invalid_partitions, _over_limit(limits))
+        assigned = {a.partition_index: _check_replicas(limits, f"partition {a.partition_index}", a.broker_ids, live)
                     for a in topic.assignments}
         if len({len(ids) for ids in assigned.values()}) != 1:
             raise _Refused(ErrorCode.invalid_replica_assignment, "All partitions should have the same number of replicas")
         return _Layout(len(indexes), len(assigned[0]), assigned)
     if topic.num_partitions == 0 or topic.num_partitions < -1:
         raise _Refused(ErrorCode.invalid_partitions, "Number of partitions was set to an invalid non-positive value.")
-    if topic.num_partitions > service.max_partitions:
-        raise _Refused(ErrorCode.invalid_partitions, _over_limit(service))
+    if topic.num_partitions > limits.max_partitions:
+        raise _Refused(ErrorCode.invalid_partitions, _over_limit(limits))
     if topic.replication_factor == 0 or topic.replication_factor < -1:
         raise _Refused(ErrorCode.invalid_replication_factor,
                        "Replication factor must be larger than 0, or -1 to use the default value.")
-    if topic.replication_factor > service.max_replication_factor:
+    if topic.replication_factor > limits.max_replication_factor:
         raise _Refused(ErrorCode.invalid_replication_factor,
                        f"Replication factor {topic.replication_factor} is more than the broker's maximum "
-                       f"({service.max_replication_factor}, --max-replication-factor).")
-    count = topic.num_partitions if topic.num_partitions > 0 else service.default_partitions
+                       f"({limits.max_replication_factor}, --max-replication-factor).")
+    count = topic.num_partitions if topic.num_partitions > 0 else limits.default_partitions
     return _Layout(count, None if topic.replication_factor == -1 else topic.replication_factor, {})
 
 
-async def handle_create_topics(conn, head, req):
-    service = conn.service
+async def handle_create_topics(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     config_cls = nested(cls, "CreatableTopicConfigs") if head.api_version >= 5 else None
-    quota = await _mutations(conn, head)
+    quota = await _mutations(ctx, conn, head)
     results = []
     for topic in req.topics:
         code, message, count, factor, configs = ErrorCode.none, None, -1, -1, ()
         try:
-            if not await acl_api.may_create(conn, topic.name):
+            if not await access.may_create(conn, topic.name):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-            layout = _layout(service, topic)
+            layout = _layout(ctx, topic)
             count, rf = layout.partitions, layout.factor
             given = validate_topic_configs((c.name, c.value) for c in topic.configs)
             if req.validate_only:
                 if not valid_name(topic.name):
                     raise TopicError(17, f"invalid topic name {topic.name!r}")
-                if await service.catalog.partition_count(topic.name) is not None:
+                if await ctx.catalog.partition_count(topic.name) is not None:
                     raise TopicError(36, f"Topic '{topic.name}' already exists.")
             else:
                 quota.admit()
-                await service.catalog.create(topic.name, count, given, rf, layout.assigned)
+                await ctx.catalog.create(topic.name, count, given, rf, layout.assigned)
                 quota.record(count)
                 _note_durability(rf)
-            factor = rf if rf is not None else len(routing.brokers(service))
-            layers = await service.configs.broker_layers()
+            factor = rf if rf is not None else len(ctx.routing.brokers())
+            layers = await ctx.configs.broker_layers()
             configs = () if config_cls is None else tuple(make(config_cls, name=r.name, value=r.value, read_only=False, config_source=r.source,
                                  is_sensitive=False)
                             for r in sorted(config_defs.resolve_topic(given, layers).values(), key=lambda r: r.name))
@@ -193,21 +194,20 @@ async def handle_create_topics(conn, head, req):
     return make(cls, throttle_time=quota.throttle_time(), topics=tuple(results))
 
 
-async def handle_delete_topics(conn, head, req):
-    service = conn.service
+async def handle_delete_topics(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     names = [t.name for t in req.topics] if hasattr(req, "topics") else list(req.topic_names)
-    quota = await _mutations(conn, head)
+    quota = await _mutations(ctx, conn, head)
     results = []
     for name in names:
         code, message = ErrorCode.none, None
         try:
-            if not await acl_api.allowed(conn, TOPIC, name, DELETE):
+            if not await access.allowed(conn, TOPIC, name, DELETE):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-            partitions = await service.catalog.partition_count(name)
+            partitions = await ctx.catalog.partition_count(name)
             if partitions is not None:
                 quota.admit()
-            await service.catalog.delete(name)
+            await ctx.catalog.delete(name)
             quota.record(partitions or 0)
         except TopicError as exc:
             code, message = ErrorCode(exc.code), str(exc)
@@ -216,24 +216,23 @@ async def handle_delete_topics(conn, head, req):
     return make(cls, throttle_time=quota.throttle_time(), responses=tuple(results))
 
 
-async def handle_create_partitions(conn, head, req):
-    service = conn.service
+async def handle_create_partitions(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    quota = await _mutations(conn, head)
+    quota = await _mutations(ctx, conn, head)
     results = []
     for topic in req.topics:
         code, message = ErrorCode.none, None
         try:
-            if not await acl_api.allowed(conn, TOPIC, topic.name, ALTER):
+            if not await access.allowed(conn, TOPIC, topic.name, ALTER):
                 raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-            if topic.count > service.max_partitions:
-                raise TopicError(ErrorCode.invalid_partitions, _over_limit(service))
-            before = await service.catalog.partition_count(topic.name)
-            assigned = await _new_assignments(service, topic, before)
+            if topic.count > ctx.limits.max_partitions:
+                raise TopicError(ErrorCode.invalid_partitions, _over_limit(ctx.limits))
+            before = await ctx.catalog.partition_count(topic.name)
+            assigned = await _new_assignments(ctx, topic, before)
             if not req.validate_only:
                 if before is not None and topic.count > before:
                     quota.admit()
-                await service.catalog.add_partitions(topic.name, topic.count, assigned)
+                await ctx.catalog.add_partitions(topic.name, topic.count, assigned)
                 quota.record(topic.count - (before or topic.count))
         except (TopicError, _Refused) as exc:
             code, message = ErrorCode(exc.code), str(exc)
@@ -242,7 +241,7 @@ async def handle_create_partitions(conn, head, req):
     return make(cls, throttle_time=quota.throttle_time(), results=tuple(results))
 
 
-async def _new_assignments(service, topic, before: int | None) -> dict[int, list[int]]:
+async def _new_assignments(ctx: AdminContext, topic, before: int | None) -> dict[int, list[int]]:
     """The replica lists a CreatePartitions entry assigns to the new partitions (index -> ids)."""
     if not topic.assignments or before is None or topic.count <= before:
         return {}  # the count's own checks answer (unknown topic, not an increase)
@@ -251,10 +250,10 @@ async def _new_assignments(service, topic, before: int | None) -> dict[int, list
         raise _Refused(ErrorCode.invalid_replica_assignment,
                        f"Increasing the number of partitions by {added} but {len(topic.assignments)} assignments "
                        "provided.")
-    live = {b.node_id for b in routing.brokers(service)}
-    assigned = {before + i: _check_replicas(service, f"partition {before + i}", a.broker_ids, live)
+    live = {b.node_id for b in ctx.routing.brokers()}
+    assigned = {before + i: _check_replicas(ctx.limits, f"partition {before + i}", a.broker_ids, live)
                 for i, a in enumerate(topic.assignments)}
-    layout = (await replica_layouts(service.meta, [topic.name]))[topic.name]
+    layout = (await replica_layouts(ctx.meta, [topic.name]))[topic.name]
     sizes = {len(ids) for ids in assigned.values()}
     expected = len(next(iter(layout.assigned.values()))) if layout.assigned else layout.factor
     if len(sizes) != 1 or expected is not None and sizes != {expected}:

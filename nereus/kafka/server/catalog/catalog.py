@@ -49,11 +49,12 @@ def pulsar_name(topic: str) -> TopicName:
 class Catalog:
     """Partition counts, partition objects, topic creation and deletion."""
 
-    def __init__(self, service) -> None:
-        self.service = service
-        self.meta = service.meta
-        self.storage = service.storage
-        self.registry = service.registry
+    def __init__(self, meta, storage, registry, configs, *, producer_options: dict | None = None) -> None:
+        self.meta = meta
+        self.storage = storage
+        self.registry = registry
+        self.configs = configs  # TopicConfigs: told of topics created and deleted
+        self.producer_options = producer_options or {}  # of each partition's ProducerStates
         self._names_by_id: dict[uuid.UUID, str] = {}
         self._writing: dict[tuple[str, int], Partition] = {}  # see partition_to_write
 
@@ -125,7 +126,8 @@ class Catalog:
             core = await self.registry.get(name)
             part = core.attachments.get(ATTACHMENT)
             if part is None:
-                part = Partition(self.service, topic, index, core)
+                part = Partition(core, topic, index, storage=self.storage, meta=self.meta,
+                                 producer_options=self.producer_options)
                 core.attachments[ATTACHMENT] = part
                 part.loading = asyncio.ensure_future(part.load())
             try:
@@ -227,7 +229,7 @@ class Catalog:
         await self._create_streams(topic, 0, partitions)
         # Whatever a topic of this name had set before it was deleted elsewhere goes with it.
         await replace_topic_configs(self.meta, topic, configs or {}, replication_factor, replicas)
-        self.service.configs.changed(topic)
+        self.configs.changed(topic)
         log.info("kafka: topic %s created with %d partition(s)", topic, partitions)
 
     async def add_partitions(self, topic: str, total: int, replicas: dict[int, list[int]] | None = None) -> None:
@@ -276,7 +278,7 @@ class Catalog:
         if partitioned:
             await self.meta.delete(partitioned_key(name))
         await delete_topic_configs(self.meta, topic)
-        self.service.configs.changed(topic)
+        self.configs.changed(topic)
         log.info("kafka: topic %s deleted", topic)
 
 

@@ -28,14 +28,15 @@ ATTACHMENT = "kafka"
 
 
 class Partition:
-    def __init__(self, service, topic: str, index: int, core) -> None:
-        self.service = service
+    def __init__(self, core, topic: str, index: int, *, storage, meta, producer_options: dict) -> None:
+        self.storage = storage
+        self.meta = meta  # of the stream's time index
         self.name = topic
         self.index = index
         self.topic = core
         self.handle = core.handle
         self.leader_epoch = 0
-        self.producers = ProducerStates(**service.producer_state_options)
+        self.producers = ProducerStates(**producer_options)
         # Transactions begun here: pid -> epoch, as of the stream index's generation (see txn_data.begin_batch)
         self.txn_open: dict[int, int] = {}
         self.txn_generation = -1
@@ -49,7 +50,7 @@ class Partition:
         self.closed = True
 
     async def load(self) -> None:
-        tail = await self.service.storage.tail(self.handle.stream_id)
+        tail = await self.storage.tail(self.handle.stream_id)
         self.leader_epoch = tail.token
         token = self.handle.fencing_token
         await self._restore_producers()

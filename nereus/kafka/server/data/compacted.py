@@ -8,7 +8,7 @@ by retention (``broker.admin.retention``): the view still serves them, and the l
 start offset is then the view's first record. With ``compact,delete`` retention
 applies to the view too: it is served from the stream's start offset only, so a key
 whose latest record is past retention is gone, as Kafka deletes old segments. (Produce refuses records without a
-key on such topics, INVALID_RECORD, as Kafka does: ``data.py``.)
+key on such topics, INVALID_RECORD, as Kafka does: ``produce.py``.)
 """
 
 from __future__ import annotations
@@ -17,20 +17,21 @@ from ....storage import FetchResult, OffsetOutOfRange
 from ....codec.kafka.records import build_batch, decode_records
 
 
-async def is_compacted(service, topic: str) -> bool:
-    return "compact" in (await service.configs.value(topic, "cleanup.policy")).split(",")
+async def is_compacted(configs, topic: str) -> bool:
+    """``compact`` is in the topic's cleanup policy (``configs``: the catalog's TopicConfigs)."""
+    return "compact" in (await configs.value(topic, "cleanup.policy")).split(",")
 
 
-async def deletes(service, topic: str) -> bool:
+async def deletes(configs, topic: str) -> bool:
     """``delete`` is in the topic's cleanup policy (retention applies to the view too)."""
-    return "delete" in (await service.configs.value(topic, "cleanup.policy")).split(",")
+    return "delete" in (await configs.value(topic, "cleanup.policy")).split(",")
 
 
-async def log_start(service, topic: str, part) -> int:
+async def log_start(configs, topic: str, part) -> int:
     """The partition's log start offset: on a compact-only topic whose raw records below
     the view's horizon were released, the view's first record (the view still serves it)."""
     start = part.handle.start_offset()
-    if not await is_compacted(service, topic) or await deletes(service, topic):
+    if not await is_compacted(configs, topic) or await deletes(configs, topic):
         return start
     view = await part.topic.registry.key_views.get(part.handle.stream_id)
     if not view.entries or start == 0:

@@ -15,10 +15,10 @@ from kio.schema.errors import ErrorCode
 from ....auth.kafka_acls import DESCRIBE, GROUP, READ
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
-from ..security import acl_api
+from ..security import access
 from .consumer_group import HeartbeatAnswer
+from .context import GroupContext
 from .group import GroupError
-from ..catalog.routing import coordinates
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +32,20 @@ async def _partition_counts(catalog, topics) -> dict[str, int]:
     return counts
 
 
-async def handle_consumer_group_heartbeat(conn, head, req):
-    service = conn.service
+async def handle_consumer_group_heartbeat(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    catalog = service.catalog
+    catalog = ctx.catalog
 
     def reply(answer: HeartbeatAnswer, assignment=None):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(answer.error), error_message=answer.message,
-                    member_id=answer.member_id, member_epoch=answer.epoch, heartbeat_interval=datetime.timedelta(seconds=service.consumer_heartbeat_interval),
+                    member_id=answer.member_id, member_epoch=answer.epoch, heartbeat_interval=datetime.timedelta(seconds=ctx.heartbeat_interval),
                     assignment=assignment)
 
     if not req.group_id:
         return reply(HeartbeatAnswer(ErrorCode.invalid_request.value, message="the group id is empty"))
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return reply(HeartbeatAnswer(ErrorCode.group_authorization_failed.value))
-    if not coordinates(service, req.group_id):
+    if not ctx.coordinator.coordinates(req.group_id):
         return reply(HeartbeatAnswer(ErrorCode.not_coordinator.value))
     if req.member_epoch == 0 and req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
         return reply(HeartbeatAnswer(ErrorCode.invalid_request.value, message="a joining member must subscribe"))
@@ -59,7 +58,7 @@ async def handle_consumer_group_heartbeat(conn, head, req):
             return reply(HeartbeatAnswer(ErrorCode.invalid_regular_expression.value, message=str(exc)))
         topics = sorted({*(topics or ()), *(t for t in await catalog.list_topics() if pattern.fullmatch(t))})
     try:
-        group = await service.coordinator.group(req.group_id)
+        group = await ctx.coordinator.group(req.group_id)
         wanted = set(topics or ()) | (group.consumer.subscribed if group.consumer is not None else set())
         member = group.consumer_members.get(req.member_id)
         if member is not None and topics is None:
@@ -71,7 +70,7 @@ async def handle_consumer_group_heartbeat(conn, head, req):
             owned = {names[tp.topic_id]: frozenset(tp.partitions) for tp in req.topic_partitions
                      if tp.topic_id in names}
         fut = group.consumer_heartbeat(
-            service.coordinator.clock(), member_id=req.member_id, epoch=req.member_epoch,
+            ctx.coordinator.clock(), member_id=req.member_id, epoch=req.member_epoch,
             instance_id=req.instance_id, rack_id=req.rack_id, client_id=head.client_id or "",
             client_host=conn.peer.rsplit(":", 1)[0], rebalance_timeout=req.rebalance_timeout.total_seconds(),
             topics=topics, assignor=req.server_assignor, owned=owned, partitions=counts)
@@ -92,14 +91,13 @@ async def handle_consumer_group_heartbeat(conn, head, req):
     return wait()
 
 
-async def handle_consumer_group_describe(conn, head, req):
-    service = conn.service
+async def handle_consumer_group_describe(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     gcls, mcls = nested(cls, "DescribedGroup"), nested(cls, "Member")
     acls, tcls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
 
     async def assignment(tp):
-        rows = [make(tcls, topic_id=await service.catalog.topic_id(t), topic_name=t, partitions=tuple(sorted(ps)))
+        rows = [make(tcls, topic_id=await ctx.catalog.topic_id(t), topic_name=t, partitions=tuple(sorted(ps)))
                 for t, ps in sorted(tp.items()) if ps]
         return make(acls, topic_partitions=tuple(rows))
 
@@ -107,11 +105,11 @@ async def handle_consumer_group_describe(conn, head, req):
     for group_id in req.group_ids:
         error, group = ErrorCode.none, None
         try:
-            if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+            if not await access.allowed(conn, GROUP, group_id, DESCRIBE):
                 raise GroupError(ErrorCode.group_authorization_failed.value)
-            if not coordinates(service, group_id):
+            if not ctx.coordinator.coordinates(group_id):
                 raise GroupError(ErrorCode.not_coordinator.value)
-            group = await service.coordinator.group(group_id, create=False)
+            group = await ctx.coordinator.group(group_id, create=False)
             if group is None or group.consumer is None or (group.members and not group.is_consumer):
                 error = ErrorCode.group_id_not_found
         except GroupError as exc:

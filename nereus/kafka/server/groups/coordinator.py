@@ -182,6 +182,20 @@ class Coordinator:
         task.add_done_callback(reap)
         return task
 
+    def is_coordinator(self, group_id: str) -> bool:
+        return self.serves is None or self.serves(group_id)
+
+    def coordinates(self, group_id: str) -> bool:
+        """True if this broker is the group's coordinator; if not, its copy of the group is dropped.
+
+        A group the ring moved away is reloaded from metadata if it ever comes back, so
+        this broker never answers from a copy another coordinator has changed since.
+        """
+        if self.is_coordinator(group_id):
+            return True
+        self.release(group_id, "the ring moved its coordinator to another broker")
+        return False
+
     # -- the groups held --------------------------------------------------------------------
     async def group(self, group_id: str, create: bool = True) -> Group | None:
         """The group (loaded from metadata on first use); None if absent and not ``create``.

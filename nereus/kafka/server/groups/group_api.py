@@ -17,17 +17,17 @@ from ....auth.kafka_acls import CLUSTER, DELETE, DESCRIBE, GROUP, READ, TOPIC
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
 from . import txn_offsets
-from ..security import acl_api
+from ..security import access
 from ..share import offsets_api as share_offsets
+from .context import GroupContext
 from .group import GroupError, JoinResult
-from ..catalog.routing import coordinates, is_coordinator
 
 log = logging.getLogger(__name__)
 
 MIN_SESSION, MAX_SESSION = 1.0, 1800.0
 
 
-async def handle_join_group(conn, head, req):
+async def handle_join_group(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
 
     def reply(result: JoinResult):
@@ -43,14 +43,14 @@ async def handle_join_group(conn, head, req):
     rebalance = getattr(req, "rebalance_timeout", req.session_timeout).total_seconds()
     if not req.group_id:
         return reply(JoinResult(ErrorCode.invalid_group_id.value, member_id=req.member_id))
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return reply(JoinResult(ErrorCode.group_authorization_failed.value, member_id=req.member_id))
-    if not coordinates(conn.service, req.group_id):
+    if not ctx.coordinator.coordinates(req.group_id):
         return reply(JoinResult(ErrorCode.not_coordinator.value, member_id=req.member_id))
     if not MIN_SESSION <= session <= MAX_SESSION:
         return reply(JoinResult(ErrorCode.invalid_session_timeout.value, member_id=req.member_id))
     try:
-        group = await conn.service.coordinator.group(req.group_id)
+        group = await ctx.coordinator.group(req.group_id)
         fut = group.join(req.member_id, head.client_id or "", conn.peer.rsplit(":", 1)[0], session,
                          rebalance if rebalance > 0 else session, req.protocol_type,
                          [(p.name, bytes(p.metadata)) for p in req.protocols],
@@ -64,7 +64,7 @@ async def handle_join_group(conn, head, req):
     return wait()
 
 
-async def handle_sync_group(conn, head, req):
+async def handle_sync_group(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
 
     def reply(code, assignment=b"", group=None):
@@ -72,12 +72,12 @@ async def handle_sync_group(conn, head, req):
                     protocol_type=group.protocol_type if group else None,
                     protocol_name=group.protocol if group else None, assignment=assignment)
 
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return reply(ErrorCode.group_authorization_failed.value)
-    if not coordinates(conn.service, req.group_id):
+    if not ctx.coordinator.coordinates(req.group_id):
         return reply(ErrorCode.not_coordinator.value)
     try:
-        group = await conn.service.coordinator.group(req.group_id, create=False)
+        group = await ctx.coordinator.group(req.group_id, create=False)
         if group is None:
             return reply(ErrorCode.unknown_member_id.value)
         fut = group.sync(req.member_id, req.generation_id,
@@ -93,15 +93,15 @@ async def handle_sync_group(conn, head, req):
     return wait()
 
 
-async def handle_heartbeat(conn, head, req):
+async def handle_heartbeat(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     code = ErrorCode.unknown_member_id.value
     try:
-        if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+        if not await access.allowed(conn, GROUP, req.group_id, READ):
             raise GroupError(ErrorCode.group_authorization_failed.value)
-        if not coordinates(conn.service, req.group_id):
+        if not ctx.coordinator.coordinates(req.group_id):
             raise GroupError(ErrorCode.not_coordinator.value)
-        group = await conn.service.coordinator.group(req.group_id, create=False)
+        group = await ctx.coordinator.group(req.group_id, create=False)
         if group is not None:
             code = group.heartbeat(req.member_id, req.generation_id, getattr(req, "group_instance_id", None))
     except GroupError as exc:
@@ -109,17 +109,17 @@ async def handle_heartbeat(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(code))
 
 
-async def handle_leave_group(conn, head, req):
+async def handle_leave_group(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     ids = ([(m.member_id, m.group_instance_id) for m in req.members] if hasattr(req, "members")
            else [(req.member_id, None)])
     # one top-level error, as Kafka answers it
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed, members=())
-    if not coordinates(conn.service, req.group_id):
+    if not ctx.coordinator.coordinates(req.group_id):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.not_coordinator, members=())
     try:
-        group = await conn.service.coordinator.group(req.group_id, create=False)
+        group = await ctx.coordinator.group(req.group_id, create=False)
         codes = [group.leave(mid, iid) if group is not None else ErrorCode.unknown_member_id.value for mid, iid in ids]
     except GroupError as exc:
         codes = [exc.code] * len(ids)
@@ -129,15 +129,14 @@ async def handle_leave_group(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(top), members=members)
 
 
-async def handle_offset_commit(conn, head, req):
-    service = conn.service
-    coordinator = service.coordinator
+async def handle_offset_commit(ctx: GroupContext, conn, head, req):
+    coordinator = ctx.coordinator
     cls = response_schema(head.api_key, head.api_version)
     generation = getattr(req, "generation_id_or_member_epoch", getattr(req, "generation_id", -1))
     group, code = None, ErrorCode.invalid_group_id.value
-    if req.group_id and not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if req.group_id and not await access.allowed(conn, GROUP, req.group_id, READ):
         code = ErrorCode.group_authorization_failed.value
-    elif req.group_id and not coordinates(service, req.group_id):
+    elif req.group_id and not coordinator.coordinates(req.group_id):
         code = ErrorCode.not_coordinator.value
     elif req.group_id:
         try:
@@ -150,8 +149,8 @@ async def handle_offset_commit(conn, head, req):
     topics = []
     for topic in req.topics:
         parts = []
-        count = await service.catalog.partition_count(topic.name)
-        readable = code != 0 or await acl_api.allowed(conn, TOPIC, topic.name, READ)
+        count = await ctx.catalog.partition_count(topic.name)
+        readable = code != 0 or await access.allowed(conn, TOPIC, topic.name, READ)
         for p in topic.partitions:
             pcode = code
             if pcode == 0 and not readable:
@@ -192,25 +191,24 @@ async def handle_offset_commit(conn, head, req):
     return wait()
 
 
-async def _fetch_group(conn, group_id: str, topics, require_stable: bool, member_id: str | None = None,
+async def _fetch_group(ctx: GroupContext, conn, group_id: str, topics, require_stable: bool, member_id: str | None = None,
                        member_epoch: int = -1) -> tuple[ErrorCode, dict[str, list[tuple]]]:
     """One group's OffsetFetch: its error, and (index, offset, leader epoch, metadata, code) per topic."""
-    service = conn.service
-    if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+    if not await access.allowed(conn, GROUP, group_id, DESCRIBE):
         return ErrorCode.group_authorization_failed, {}
-    if not coordinates(service, group_id):
+    if not ctx.coordinator.coordinates(group_id):
         return ErrorCode.not_coordinator, {}
     if member_id or member_epoch >= 0:  # v9+: a consumer-protocol member fetches at its epoch
         try:
-            group = await service.coordinator.group(group_id, create=False)
+            group = await ctx.coordinator.group(group_id, create=False)
         except GroupError as exc:
             return ErrorCode(exc.code), {}
         code = group.check_fetch(member_id, member_epoch) if group is not None else 0
         if code:
             return ErrorCode(code), {}
-    committed = await service.coordinator.fetch_offsets(group_id)
+    committed = await ctx.coordinator.fetch_offsets(group_id)
     # KIP-447: a consumer asking for stable offsets waits while a transaction holds one pending
-    unstable = await txn_offsets.unstable_partitions(service.meta, group_id) if require_stable else set()
+    unstable = await txn_offsets.unstable_partitions(ctx.meta, group_id) if require_stable else set()
     if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
@@ -231,14 +229,14 @@ async def _fetch_group(conn, group_id: str, topics, require_stable: bool, member
     return ErrorCode.none, out
 
 
-async def handle_offset_fetch(conn, head, req):
+async def handle_offset_fetch(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     if head.api_version >= 8:  # batched: several groups, each with its own error (and member, v9+)
         gcls, tcls, pcls = (nested(cls, n) for n in ("OffsetFetchResponseGroup", "OffsetFetchResponseTopics",
                                                       "OffsetFetchResponsePartitions"))
         groups = []
         for g in req.groups:
-            error, found = await _fetch_group(conn, g.group_id, g.topics, req.require_stable,
+            error, found = await _fetch_group(ctx, conn, g.group_id, g.topics, req.require_stable,
                                               getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
             topics = tuple(make(tcls, name=name, partitions=tuple(
                 make(pcls, partition_index=i, committed_offset=o, committed_leader_epoch=e, metadata=m,
@@ -246,7 +244,7 @@ async def handle_offset_fetch(conn, head, req):
             groups.append(make(gcls, group_id=g.group_id, topics=topics, error_code=error))
         return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
     tcls, pcls = nested(cls, "OffsetFetchResponseTopic"), nested(cls, "OffsetFetchResponsePartition")
-    error, found = await _fetch_group(conn, req.group_id, req.topics, getattr(req, "require_stable", False))
+    error, found = await _fetch_group(ctx, conn, req.group_id, req.topics, getattr(req, "require_stable", False))
     if error != ErrorCode.none and head.api_version < 2:
         # v1 has no top-level error: each asked partition gets it
         found = {t.name: [(i, -1, -1, "", error) for i in t.partition_indexes] for t in req.topics or ()}
@@ -256,17 +254,17 @@ async def handle_offset_fetch(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
-async def handle_describe_groups(conn, head, req):
+async def handle_describe_groups(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     gcls, mcls = nested(cls, "DescribedGroup"), nested(cls, "DescribedGroupMember")
     out = []
     for group_id in req.groups:
         try:
-            if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+            if not await access.allowed(conn, GROUP, group_id, DESCRIBE):
                 raise GroupError(ErrorCode.group_authorization_failed.value)
-            if not coordinates(conn.service, group_id):
+            if not ctx.coordinator.coordinates(group_id):
                 raise GroupError(ErrorCode.not_coordinator.value)
-            group = await conn.service.coordinator.group(group_id, create=False)
+            group = await ctx.coordinator.group(group_id, create=False)
         except GroupError as exc:
             out.append(make(gcls, error_code=ErrorCode(exc.code), group_id=group_id, group_state="", protocol_type="",
                             protocol_data="", members=(), authorized_operations=-2147483648))
@@ -284,44 +282,44 @@ async def handle_describe_groups(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, groups=tuple(out))
 
 
-async def handle_list_groups(conn, head, req):
+async def handle_list_groups(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     states = set(getattr(req, "states_filter", ()) or ())
     # As Kafka: DESCRIBE on the cluster lists every group, otherwise those the principal may DESCRIBE.
-    every = await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, DESCRIBE)
+    every = await access.allowed(conn, CLUSTER, access.CLUSTER_NAME, DESCRIBE)
 
     async def visible(group_id: str) -> bool:
-        return every or await acl_api.allowed(conn, GROUP, group_id, DESCRIBE)
+        return every or await access.allowed(conn, GROUP, group_id, DESCRIBE)
 
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
     # Each broker lists the groups it coordinates; clients ask every broker and merge.
-    groups = [g for g in await conn.service.coordinator.list_groups()
+    groups = [g for g in await ctx.coordinator.list_groups()
               if (not states or g.state in states) and (not types or g.group_type.lower() in types)
-              and is_coordinator(conn.service, g.group_id) and await visible(g.group_id)]
+              and ctx.coordinator.is_coordinator(g.group_id) and await visible(g.group_id)]
     listed = tuple(make(nested(cls, "ListedGroup"), group_id=g.group_id, protocol_type=g.protocol_type or "consumer",
                         group_state=g.state, group_type=g.group_type) for g in groups)
     if not types or "share" in types:  # share groups (KIP-932): stored, and loaded ones with their members
-        shares = conn.service.share_groups
+        shares = ctx.share.shares
         share_states = {gid: "Empty" for gid in await shares.stored()}
         share_states.update({gid: g.state for gid, g in shares.groups.items()})
         listed += tuple([make(nested(cls, "ListedGroup"), group_id=gid, protocol_type="share", group_state=state,
                               group_type="share")
                          for gid, state in sorted(share_states.items())
-                         if (not states or state in states) and is_coordinator(conn.service, gid)
+                         if (not states or state in states) and ctx.coordinator.is_coordinator(gid)
                          and await visible(gid)])
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=listed)
 
 
-async def handle_delete_groups(conn, head, req):
+async def handle_delete_groups(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     results = []
     for group_id in req.groups_names:
-        if not await acl_api.allowed(conn, GROUP, group_id, DELETE):
+        if not await access.allowed(conn, GROUP, group_id, DELETE):
             code = ErrorCode.group_authorization_failed.value
-        elif coordinates(conn.service, group_id):
-            code = await conn.service.coordinator.delete_group(group_id)
+        elif ctx.coordinator.coordinates(group_id):
+            code = await ctx.coordinator.delete_group(group_id)
             if code == ErrorCode.group_id_not_found.value:  # a share group's state is its subscriptions
-                shared = await share_offsets.delete_share_group(conn.service, group_id)
+                shared = await share_offsets.delete_share_group(ctx.share, group_id)
                 code = code if shared is None else shared
         else:
             code = ErrorCode.not_coordinator.value

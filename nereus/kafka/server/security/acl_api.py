@@ -1,7 +1,7 @@
-"""CreateAcls, DescribeAcls, DeleteAcls, and the check the other handlers make (``allowed``).
+"""CreateAcls, DescribeAcls, DeleteAcls (the check the other handlers make is ``access.allowed``).
 
 Without ``authorizationEnabled`` the ACL calls answer SECURITY_DISABLED, as a Kafka
-broker without an authorizer does, and every operation is allowed. Managing ACLs (and
+broker without an authorizer does. Managing ACLs (and
 SCRAM credentials) needs ALTER on the cluster: a superuser, an admin of the Kafka
 topics' tenant, or an ACL granting it.
 """
@@ -13,58 +13,29 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from ....auth import kafka_acls
-from ....auth.kafka_acls import ALTER, CLUSTER, CREATE, DESCRIBE, IDEMPOTENT_WRITE, TOPIC, Binding, InvalidAcl
+from ....auth.kafka_acls import ALTER, CLUSTER, DESCRIBE, Binding, InvalidAcl
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
+from .access import CLUSTER_NAME, allowed
+from .context import SecurityContext
 
 log = logging.getLogger(__name__)
 
-CLUSTER_NAME = "kafka-cluster"
 _DISABLED = "No Authorizer is configured (authorizationEnabled=false)"
-
-
-def _host(conn) -> str:
-    return conn.peer.rsplit(":", 1)[0] if ":" in conn.peer else conn.peer
-
-
-async def allowed(conn, resource_type: int, name: str, operation: int) -> bool:
-    """May this connection's principal do ``operation`` on the resource (always, without authorization)?"""
-    authorizer = conn.service.authorizer
-    if authorizer is None:
-        return True
-    ok = await authorizer.kafka_allowed(conn.principal, _host(conn), resource_type, name, operation)
-    if not ok:
-        log.info("kafka: User:%s from %s refused operation %d on resource %d %s", conn.principal, conn.peer,
-                 operation, resource_type, name)
-    return ok
-
-
-async def may_create(conn, topic: str) -> bool:
-    """CREATE on the topic or on the cluster (a Pulsar produce grant counts, as a Pulsar producer creates)."""
-    return await allowed(conn, TOPIC, topic, CREATE) or await allowed(conn, CLUSTER, CLUSTER_NAME, CREATE)
-
-
-async def may_write_idempotently(conn) -> bool:
-    """IDEMPOTENT_WRITE on the cluster, or WRITE on some topic: what Kafka asks of InitProducerId without a
-    transactional id."""
-    authorizer = conn.service.authorizer
-    if authorizer is None or await allowed(conn, CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE):
-        return True
-    return await authorizer.kafka_writes_some_topic(conn.principal, _host(conn))
 
 
 def _response(head, **values):
     return make(response_schema(head.api_key, head.api_version), throttle_time=NO_THROTTLE, **values)
 
 
-async def handle_create_acls(conn, head, req):
+async def handle_create_acls(ctx: SecurityContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     result_cls = nested(cls, "AclCreationResult")
 
     def result(code, message=None):
         return make(result_cls, error_code=code, error_message=message)
 
-    if conn.service.authorizer is None:
+    if conn.authorizer is None:
         return _response(head, results=tuple(result(ErrorCode.security_disabled, _DISABLED) for _ in req.creations))
     if not await allowed(conn, CLUSTER, CLUSTER_NAME, ALTER):
         return _response(head, results=tuple(result(ErrorCode.cluster_authorization_failed)
@@ -82,7 +53,7 @@ async def handle_create_acls(conn, head, req):
         valid.append(binding)
         results.append(result(ErrorCode.none))
     if valid:
-        await kafka_acls.update(conn.service.meta,
+        await kafka_acls.update(ctx.meta,
                                 lambda current: (current + [b for b in dict.fromkeys(valid) if b not in current], []))
     return _response(head, results=tuple(results))
 
@@ -92,17 +63,17 @@ def _filter_args(f) -> tuple:
             f.host_filter, int(f.operation), int(f.permission_type))
 
 
-async def handle_describe_acls(conn, head, req):
+async def handle_describe_acls(ctx: SecurityContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     resource_cls, acl_cls = nested(cls, "DescribeAclsResource"), nested(cls, "AclDescription")
-    if conn.service.authorizer is None:
+    if conn.authorizer is None:
         return _response(head, error_code=ErrorCode.security_disabled, error_message=_DISABLED, resources=())
     if not await allowed(conn, CLUSTER, CLUSTER_NAME, DESCRIBE):
         return _response(head, error_code=ErrorCode.cluster_authorization_failed,
                          error_message="Cluster authorization failed", resources=())
     args = _filter_args(req)
     grouped: dict[tuple, list[Binding]] = {}
-    for binding in await kafka_acls.load(conn.service.meta):
+    for binding in await kafka_acls.load(ctx.meta):
         if kafka_acls.filter_matches(binding, *args):
             grouped.setdefault((binding.resource_type, binding.resource_name, binding.pattern_type), []).append(binding)
     resources = tuple(
@@ -113,11 +84,11 @@ async def handle_describe_acls(conn, head, req):
     return _response(head, error_code=ErrorCode.none, error_message=None, resources=resources)
 
 
-async def handle_delete_acls(conn, head, req):
+async def handle_delete_acls(ctx: SecurityContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     result_cls, match_cls = nested(cls, "DeleteAclsFilterResult"), nested(cls, "DeleteAclsMatchingAcl")
-    if conn.service.authorizer is None or not await allowed(conn, CLUSTER, CLUSTER_NAME, ALTER):
-        code = ErrorCode.security_disabled if conn.service.authorizer is None \
+    if conn.authorizer is None or not await allowed(conn, CLUSTER, CLUSTER_NAME, ALTER):
+        code = ErrorCode.security_disabled if conn.authorizer is None \
             else ErrorCode.cluster_authorization_failed
         return _response(head, filter_results=tuple(make(result_cls, error_code=code, error_message=None,
                                                          matching_acls=()) for _ in req.filters))
@@ -128,7 +99,7 @@ async def handle_delete_acls(conn, head, req):
         gone = {b for group in matched for b in group}
         return [b for b in current if b not in gone], matched
 
-    matched = await kafka_acls.update(conn.service.meta, change)
+    matched = await kafka_acls.update(ctx.meta, change)
     results = tuple(
         make(result_cls, error_code=ErrorCode.none, error_message=None,
              matching_acls=tuple(make(match_cls, error_code=ErrorCode.none, error_message=None,
@@ -140,4 +111,4 @@ async def handle_delete_acls(conn, head, req):
     return _response(head, filter_results=results)
 
 
-__all__ = ["allowed", "may_create", "may_write_idempotently", "handle_create_acls", "handle_delete_acls", "handle_describe_acls"]
+__all__ = ["handle_create_acls", "handle_delete_acls", "handle_describe_acls"]

@@ -1,4 +1,4 @@
-"""Client quotas: DescribeClientQuotas (48), AlterClientQuotas (49), and their enforcement.
+"""Client quotas: their enforcement (the admin APIs are ``quota_api.py``).
 
 Every quota is a token bucket (``nereus.topics.throttle``) per (user, client id), or
 per IP address for connections, enforced as a Kafka broker does:
@@ -35,14 +35,8 @@ import dataclasses
 import datetime
 import time
 
-from kio.schema.errors import ErrorCode
-
-from ....auth.kafka_acls import ALTER_CONFIGS, CLUSTER, DESCRIBE_CONFIGS
 from ....topics.throttle import TokenBucket
-from ....codec.kafka import NO_THROTTLE, make, nested
-from ....codec.kafka.protocol import response_schema
-from . import acl_api
-from .quota_store import IP, KEYS, Entity
+from ....codec.kafka import NO_THROTTLE
 
 PRODUCE, FETCH = "producer_byte_rate", "consumer_byte_rate"
 REQUEST, MUTATION = "request_percentage", "controller_mutation_rate"
@@ -58,7 +52,6 @@ _MAX_THROTTLE_SECONDS = {REQUEST: 1.0}
 _BURST_SECONDS = {MUTATION: 11.0}
 #: throttle_time_ms is an int32 on the wire; a tiny mutation rate's debt may be longer.
 _MAX_THROTTLE_MS = 2**31 - 1
-EXACT, DEFAULT, ANY = 0, 1, 2  # DescribeClientQuotas match types
 _MAX_IDLE_BUCKETS = 1024
 
 
@@ -107,6 +100,19 @@ class Throttles:
         """The throttle time in ms still owed, without counting anything."""
         bucket = self._bucket(key, user, client_id)
         return _ms(bucket.delay()) if bucket is not None else 0
+
+    async def refresh(self) -> None:
+        """Read the stored quotas again if this broker's copy is stale."""
+        await self.store.current()
+
+    async def charge(self, conn, key: str, client_id: str | None, amount: float) -> int:
+        """Count ``amount`` against the client's ``key`` quota; the throttle time in ms, for which
+        ``conn`` is muted (0: within the quota, or none)."""
+        await self.store.current()
+        ms = self.record(key, conn.principal, client_id, amount)
+        if ms:
+            conn.mute(ms)
+        return ms
 
 
 class ConnectionRates:
@@ -168,92 +174,4 @@ def throttle_time(ms: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=ms) if ms else NO_THROTTLE
 
 
-# -- the admin APIs ----------------------------------------------------------------------------
-def _entity(parts) -> Entity:
-    """The request's entity checked; ValueError with Kafka's message when it is not valid."""
-    entity = {}
-    for part in parts:
-        if part.entity_type not in KEYS:
-            raise ValueError(f"Unknown entity type: {part.entity_type}")
-        if part.entity_type in entity:
-            raise ValueError(f"Duplicate entity type: {part.entity_type}")
-        entity[part.entity_type] = part.entity_name
-    if not entity:
-        raise ValueError("Invalid empty client quota entity")
-    if IP in entity and len(entity) > 1:
-        raise ValueError("Invalid quota entity combination: ip cannot be combined with other entity types")
-    return tuple(sorted(entity.items()))
-
-
-def _ops(entity: Entity, ops) -> list[tuple[str, float | None]]:
-    allowed = set.intersection(*(KEYS[t] for t, _ in entity))
-    out = []
-    for op in ops:
-        if op.key not in allowed:
-            raise ValueError(f"Invalid configuration key {op.key}")
-        if not op.remove and not op.value > 0:
-            raise ValueError(f"Invalid value {op.value} for {op.key}: it must be > 0")
-        out.append((op.key, None if op.remove else float(op.value)))
-    return out
-
-
-async def handle_alter_client_quotas(conn, head, req):
-    cls = response_schema(head.api_key, head.api_version)
-    entry_cls, entity_cls = nested(cls, "EntryData"), nested(cls, "EntityData")
-    allowed = await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, ALTER_CONFIGS)
-    results = []
-    for entry in req.entries:
-        code, message = ErrorCode.none, None
-        try:
-            if not allowed:
-                code, message = ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
-            else:
-                entity = _entity(entry.entity)
-                ops = _ops(entity, entry.ops)
-                if not req.validate_only:
-                    await conn.service.quotas.alter(entity, ops)
-        except ValueError as exc:
-            code, message = ErrorCode.invalid_request, str(exc)
-        results.append(make(entry_cls, error_code=code, error_message=message, entity=tuple(
-            make(entity_cls, entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity)))
-    return make(cls, throttle_time=NO_THROTTLE, entries=tuple(results))
-
-
-def _matches(entity: Entity, components, strict: bool) -> bool:
-    names = dict(entity)
-    for c in components:
-        if c.entity_type not in names:
-            return False
-        name = names[c.entity_type]
-        if (c.match_type == EXACT and name != c.match) or (c.match_type == DEFAULT and name is not None) \
-                or (c.match_type == ANY and name is None):
-            return False
-    return not strict or len(names) == len(components)
-
-
-async def handle_describe_client_quotas(conn, head, req):
-    cls = response_schema(head.api_key, head.api_version)
-    entry_cls, entity_cls, value_cls = nested(cls, "EntryData"), nested(cls, "EntityData"), nested(cls, "ValueData")
-
-    def error(code, message):
-        return make(cls, throttle_time=NO_THROTTLE, error_code=code, error_message=message, entries=None)
-
-    if not await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, DESCRIBE_CONFIGS):
-        return error(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
-    seen = set()
-    for c in req.components:
-        if c.entity_type not in KEYS or c.entity_type in seen or c.match_type not in (EXACT, DEFAULT, ANY) \
-                or (c.match_type == EXACT) != (c.match is not None):
-            return error(ErrorCode.invalid_request, f"Invalid quota filter component for entity type {c.entity_type}")
-        seen.add(c.entity_type)
-    entries = []
-    for entity, quotas in sorted((await conn.service.quotas.load()).items(), key=lambda kv: str(kv[0])):
-        if quotas and _matches(entity, req.components, req.strict):
-            entries.append(make(entry_cls, entity=tuple(make(entity_cls, entity_type=t, entity_name=n)
-                                                        for t, n in entity),
-                                values=tuple(make(value_cls, key=k, value=v) for k, v in sorted(quotas.items()))))
-    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, entries=tuple(entries))
-
-
-__all__ = ["ConnectionRates", "FETCH", "MUTATION", "PRODUCE", "REQUEST", "Throttles", "with_throttle", "handle_alter_client_quotas", "handle_describe_client_quotas",
-           "throttle_time"]
+__all__ = ["ConnectionRates", "FETCH", "MUTATION", "PRODUCE", "REQUEST", "Throttles", "throttle_time", "with_throttle"]

@@ -92,7 +92,7 @@ class _Plain:
         if password.startswith("token:") and self.session.settings.tokens is not None:
             self.session.accept_token(password[len("token:"):])
             return b"", True
-        creds = await self.session.service.scram.get(user)
+        creds = await self.session.scram.get(user)
         if not any(check_password(mech, cred, password) for mech, cred in creds.items()):
             raise SaslFailed(f"Authentication failed: Invalid username or password for {user}")
         self.session.principal = user
@@ -111,7 +111,7 @@ class _Scram:
         try:
             if self.round == 1:
                 user = self.server.client_first(token)
-                credential = (await self.session.service.scram.get(user)).get(self.mechanism)
+                credential = (await self.session.scram.get(user)).get(self.mechanism)
                 if credential is None:
                     raise SaslFailed(f"Authentication failed during authentication due to invalid credentials "
                                      f"with SASL mechanism {self.mechanism}")
@@ -150,8 +150,8 @@ class _OAuthBearer:
 class SaslSession:
     """The SASL state of one connection (see the module rules)."""
 
-    def __init__(self, service, settings: SaslSettings) -> None:
-        self.service = service
+    def __init__(self, scram, settings: SaslSettings) -> None:
+        self.scram = scram  # ScramStore: the users' credentials (PLAIN checks them too)
         self.settings = settings
         self.mechanism: str | None = None
         self.raw_tokens = False  # after a v0 handshake: the next frames are bare SASL tokens

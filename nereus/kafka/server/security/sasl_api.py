@@ -11,7 +11,8 @@ from kio.schema.errors import ErrorCode
 from ....auth.kafka_acls import ALTER, CLUSTER, DESCRIBE
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
-from . import acl_api
+from . import access
+from .context import SecurityContext
 from .sasl import SaslFailed
 from .scram import MAX_ITERATIONS, MECHANISM_IDS, MECHANISM_NAMES, MIN_ITERATIONS, credential_from_salted
 
@@ -22,7 +23,7 @@ def _response(head, **values):
     return make(response_schema(head.api_key, head.api_version), **values)
 
 
-def handle_sasl_handshake(conn, head, request):
+def handle_sasl_handshake(ctx: SecurityContext, conn, head, request):
     sasl = conn.sasl
     if sasl is None or sasl.in_exchange:  # a PLAINTEXT listener, or a second handshake mid-exchange
         return _response(head, error_code=ErrorCode.illegal_sasl_state, mechanisms=())
@@ -31,7 +32,7 @@ def handle_sasl_handshake(conn, head, request):
     return _response(head, error_code=ErrorCode.none, mechanisms=sasl.settings.mechanisms)
 
 
-async def handle_sasl_authenticate(conn, head, request):
+async def handle_sasl_authenticate(ctx: SecurityContext, conn, head, request):
     sasl = conn.sasl
     if sasl is None or not sasl.in_exchange:
         return _response(head, error_code=ErrorCode.illegal_sasl_state, auth_bytes=b"",
@@ -57,13 +58,13 @@ async def raw_token(conn, token: bytes) -> bytes | None:
         return None
 
 
-async def handle_describe_user_scram_credentials(conn, head, request):
+async def handle_describe_user_scram_credentials(ctx: SecurityContext, conn, head, request):
     rcls = response_schema(head.api_key, head.api_version)
-    if not await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, DESCRIBE):
+    if not await access.allowed(conn, CLUSTER, access.CLUSTER_NAME, DESCRIBE):
         return make(rcls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
                      error_message="Cluster authorization failed", results=())
     result_cls, info_cls = nested(rcls, "DescribeUserScramCredentialsResult"), nested(rcls, "CredentialInfo")
-    store = conn.service.scram
+    store = ctx.scram
     results = []
     if request.users is None or len(request.users) == 0:  # every user with a credential
         for user, creds in sorted((await store.users()).items()):
@@ -108,15 +109,15 @@ def _check_alteration(change, upsert: bool) -> tuple[int, str] | None:
     return None
 
 
-async def handle_alter_user_scram_credentials(conn, head, request):
+async def handle_alter_user_scram_credentials(ctx: SecurityContext, conn, head, request):
     rcls = response_schema(head.api_key, head.api_version)
     result_cls = nested(rcls, "AlterUserScramCredentialsResult")
-    if not await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, ALTER):  # as Kafka: ALTER on the cluster
+    if not await access.allowed(conn, CLUSTER, access.CLUSTER_NAME, ALTER):  # as Kafka: ALTER on the cluster
         users = dict.fromkeys(c.name for c in list(request.deletions) + list(request.upsertions))
         return make(rcls, throttle_time=NO_THROTTLE, results=tuple(
             make(result_cls, user=user, error_code=ErrorCode.cluster_authorization_failed, error_message=None)
             for user in users))
-    store = conn.service.scram
+    store = ctx.scram
     changes = [(d, False) for d in request.deletions] + [(u, True) for u in request.upsertions]
     errors: dict[str, tuple[int, str]] = {}
     seen: set[tuple[str, int]] = set()

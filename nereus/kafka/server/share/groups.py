@@ -68,8 +68,10 @@ class ShareSettings:
 class ShareGroups:
     """Share groups as seen by one broker."""
 
-    def __init__(self, service, clock=time.monotonic) -> None:
-        self.service = service
+    def __init__(self, meta, storage, configs, clock=time.monotonic) -> None:
+        self.meta = meta
+        self.storage = storage
+        self.configs = configs  # TopicConfigs: the share settings of each group and of the broker
         self.clock = clock
         self.groups: dict[str, ShareGroupState] = {}
         self.partitions: dict[tuple[str, str, int], tuple[int, SharePartition]] = {}  # -> (stream id, state)
@@ -87,27 +89,27 @@ class ShareGroups:
         """Make sure ``group_id`` has its share-group record (before it gets state anywhere)."""
         if group_id in self._recorded:
             return
-        await self.service.meta.put(share_group_key(group_id), b"{}")
+        await self.meta.put(share_group_key(group_id), b"{}")
         self._recorded.add(group_id)
 
     async def forget(self, group_id: str) -> None:
         """The share group was deleted: drop its record."""
         self._recorded.discard(group_id)
-        await self.service.meta.delete(share_group_key(group_id))
+        await self.meta.delete(share_group_key(group_id))
 
     async def stored(self) -> list[str]:
         """Every share group with a record, loaded here or not."""
         return [unquote(key[len(SHARE_GROUPS_ROOT):])
-                async for key in self.service.meta.list(SHARE_GROUPS_ROOT, SHARE_GROUPS_ROOT + _END)]
+                async for key in self.meta.list(SHARE_GROUPS_ROOT, SHARE_GROUPS_ROOT + _END)]
 
     async def known(self, group_id: str) -> bool:
         if group_id in self.groups or group_id in self._recorded:
             return True
-        return await self.service.meta.get(share_group_key(group_id), include_value=False) is not None
+        return await self.meta.get(share_group_key(group_id), include_value=False) is not None
 
     # -- settings and wake-ups ------------------------------------------------------------------
     async def settings(self, group_id: str) -> ShareSettings:
-        configs = self.service.configs
+        configs = self.configs
         broker = defs.resolve_broker(await configs.broker_layers())
         group = await configs.group(group_id)
         return ShareSettings(int(group["share.record.lock.duration.ms"].value) / 1000,
@@ -174,9 +176,9 @@ class ShareGroups:
             if held is None or held[0] != stream_id or held[1].cursor.fenced:
                 await self.record(group_id)
                 cursor, created = await Cursor.open(
-                    self.service.meta, stream_id, group_id,
+                    self.meta, stream_id, group_id,
                     initial=part.handle.start_offset() if settings.from_earliest else part.handle.next_offset(),
-                    properties={"kafka.share.group": group_id}, objects=self.service.storage.objects)
+                    properties={"kafka.share.group": group_id}, objects=self.storage.objects)
                 if created:
                     log.info("kafka: share group %s subscribed to %s-%d at offset %d", group_id, topic, part.index,
                              cursor.acks.acked_below)

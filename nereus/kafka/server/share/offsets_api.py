@@ -23,8 +23,8 @@ from ....ledger.cursor import Cursor
 from ....storage import StorageError
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
-from ..security import acl_api
-from ..catalog.routing import coordinates
+from ..security import access
+from .context import ShareContext
 from .partition import STATE_PROPERTY
 
 log = logging.getLogger(__name__)
@@ -32,86 +32,85 @@ log = logging.getLogger(__name__)
 SHARE_GROUP_PROPERTY = "kafka.share.group"
 
 
-async def _stream_id(service, topic: str, partition: int) -> int | None:
-    name = await service.catalog.stream_name(topic, partition)
+async def _stream_id(ctx: ShareContext, topic: str, partition: int) -> int | None:
+    name = await ctx.catalog.stream_name(topic, partition)
     if name is None:
         return None
     try:
-        return await service.storage.stream_id(str(name))
+        return await ctx.storage.stream_id(str(name))
     except StorageError:
         return None
 
 
-async def _cursor(service, group_id: str, stream_id: int) -> Cursor | None:
-    cursor = await Cursor.load(service.meta, stream_id, group_id, objects=service.storage.objects)
+async def _cursor(ctx: ShareContext, group_id: str, stream_id: int) -> Cursor | None:
+    cursor = await Cursor.load(ctx.meta, stream_id, group_id, objects=ctx.storage.objects)
     if cursor is None or cursor.properties.get(SHARE_GROUP_PROPERTY) != group_id:
         return None  # absent, or a Pulsar subscription of that name
     return cursor
 
 
-async def group_partitions(service, group_id: str) -> dict[str, list[int]]:
+async def group_partitions(ctx: ShareContext, group_id: str) -> dict[str, list[int]]:
     """The topic partitions the share group has state on."""
     out: dict[str, list[int]] = {}
-    for topic, count in sorted((await service.catalog.list_topics()).items()):
+    for topic, count in sorted((await ctx.catalog.list_topics()).items()):
         for partition in range(count):
-            sid = await _stream_id(service, topic, partition)
-            if sid is not None and await _cursor(service, group_id, sid) is not None:
+            sid = await _stream_id(ctx, topic, partition)
+            if sid is not None and await _cursor(ctx, group_id, sid) is not None:
                 out.setdefault(topic, []).append(partition)
     return out
 
 
-def _members(service, group_id: str) -> int:
-    group = service.share_groups.groups.get(group_id)
+def _members(ctx: ShareContext, group_id: str) -> int:
+    group = ctx.shares.groups.get(group_id)
     return len(group.members) if group is not None else 0
 
 
-def _forget_loaded(service, group_id: str, topic: str, partition: int) -> None:
-    service.share_groups.partitions.pop((group_id, topic, partition), None)
+def _forget_loaded(ctx: ShareContext, group_id: str, topic: str, partition: int) -> None:
+    ctx.shares.partitions.pop((group_id, topic, partition), None)
 
 
-async def _group_error(conn, group_id: str, operation) -> ErrorCode:
+async def _group_error(ctx: ShareContext, conn, group_id: str, operation) -> ErrorCode:
     if not group_id:
         return ErrorCode.invalid_group_id
-    if not await acl_api.allowed(conn, GROUP, group_id, operation):
+    if not await access.allowed(conn, GROUP, group_id, operation):
         return ErrorCode.group_authorization_failed
-    if not coordinates(conn.service, group_id):
+    if not ctx.coordinates(group_id):
         return ErrorCode.not_coordinator
     return ErrorCode.none
 
 
-async def handle_describe_share_group_offsets(conn, head, req):
-    service = conn.service
+async def handle_describe_share_group_offsets(ctx: ShareContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     gcls, tcls, pcls = (nested(cls, n) for n in ("DescribeShareGroupOffsetsResponseGroup",
                                                   "DescribeShareGroupOffsetsResponseTopic",
                                                   "DescribeShareGroupOffsetsResponsePartition"))
     groups = []
     for g in req.groups:
-        error = await _group_error(conn, g.group_id, DESCRIBE)
+        error = await _group_error(ctx, conn, g.group_id, DESCRIBE)
         if error != ErrorCode.none:
             groups.append(make(gcls, group_id=g.group_id, topics=(), error_code=error, error_message=None))
             continue
         if g.topics is None:
-            wanted = await group_partitions(service, g.group_id)
+            wanted = await group_partitions(ctx, g.group_id)
         else:
             wanted = {t.topic_name: list(t.partitions) for t in g.topics}
         topics = []
         for topic, partitions in wanted.items():
-            topic_id = await service.catalog.topic_id(topic)
-            allowed = await acl_api.allowed(conn, TOPIC, topic, DESCRIBE)
+            topic_id = await ctx.catalog.topic_id(topic)
+            allowed = await access.allowed(conn, TOPIC, topic, DESCRIBE)
             rows = []
             for partition in partitions:
                 offset, lag, code = -1, -1, ErrorCode.none
-                sid = await _stream_id(service, topic, partition) if allowed else None
+                sid = await _stream_id(ctx, topic, partition) if allowed else None
                 if not allowed:
                     code = ErrorCode.topic_authorization_failed
                 elif sid is None:
                     code = ErrorCode.unknown_topic_or_partition
                 else:
-                    cursor = await _cursor(service, g.group_id, sid)
+                    cursor = await _cursor(ctx, g.group_id, sid)
                     if cursor is not None:
                         offset = cursor.acks.acked_below
-                        end = (await service.storage.tail(sid)).next
+                        end = (await ctx.storage.tail(sid)).next
                         lag = max(0, end - offset - cursor.acks.acked_count_between(offset, end))
                 rows.append(make(pcls, partition_index=partition, start_offset=offset, leader_epoch=0, lag=lag,
                                  error_code=code, error_message=None))
@@ -121,22 +120,21 @@ async def handle_describe_share_group_offsets(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
-async def handle_alter_share_group_offsets(conn, head, req):
-    service = conn.service
+async def handle_alter_share_group_offsets(ctx: ShareContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     tcls, pcls = nested(cls, "AlterShareGroupOffsetsResponseTopic"), nested(cls, "AlterShareGroupOffsetsResponsePartition")
-    error = await _group_error(conn, req.group_id, READ)
-    if error == ErrorCode.none and _members(service, req.group_id):
+    error = await _group_error(ctx, conn, req.group_id, READ)
+    if error == ErrorCode.none and _members(ctx, req.group_id):
         error = ErrorCode.non_empty_group
     if error != ErrorCode.none:
         return make(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=None, responses=())
     responses = []
     for t in req.topics:
-        allowed = await acl_api.allowed(conn, TOPIC, t.topic_name, READ)
+        allowed = await access.allowed(conn, TOPIC, t.topic_name, READ)
         rows = []
         for p in t.partitions:
             code = ErrorCode.none
-            sid = await _stream_id(service, t.topic_name, p.partition_index) if allowed else None
+            sid = await _stream_id(ctx, t.topic_name, p.partition_index) if allowed else None
             if not allowed:
                 code = ErrorCode.topic_authorization_failed
             elif sid is None:
@@ -144,72 +142,71 @@ async def handle_alter_share_group_offsets(conn, head, req):
             elif p.start_offset < 0:
                 code = ErrorCode.invalid_request
             else:
-                tail = await service.storage.tail(sid)
-                start = await service.storage.start(sid)
+                tail = await ctx.storage.tail(sid)
+                start = await ctx.storage.start(sid)
                 offset = min(max(p.start_offset, start), tail.next)
-                await service.share_groups.record(req.group_id)
-                cursor, _ = await Cursor.open(service.meta, sid, req.group_id, initial=offset,
+                await ctx.shares.record(req.group_id)
+                cursor, _ = await Cursor.open(ctx.meta, sid, req.group_id, initial=offset,
                                               properties={SHARE_GROUP_PROPERTY: req.group_id},
-                                              objects=service.storage.objects)
+                                              objects=ctx.storage.objects)
                 cursor.reset(offset)
                 cursor.set_property(STATE_PROPERTY, None)  # the acquired window started elsewhere
                 await cursor.persist()
-                _forget_loaded(service, req.group_id, t.topic_name, p.partition_index)
+                _forget_loaded(ctx, req.group_id, t.topic_name, p.partition_index)
                 log.info("kafka: share group %s starts %s-%d at %d", req.group_id, t.topic_name, p.partition_index,
                          offset)
             rows.append(make(pcls, partition_index=p.partition_index, error_code=code, error_message=None))
-        responses.append(make(tcls, topic_name=t.topic_name, topic_id=await service.catalog.topic_id(t.topic_name),
+        responses.append(make(tcls, topic_name=t.topic_name, topic_id=await ctx.catalog.topic_id(t.topic_name),
                               partitions=tuple(rows)))
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 responses=tuple(responses))
 
 
-async def delete_partitions(service, group_id: str, topic: str) -> ErrorCode:
+async def delete_partitions(ctx: ShareContext, group_id: str, topic: str) -> ErrorCode:
     """Drop the share group's state on every partition of ``topic``."""
-    count = await service.catalog.partition_count(topic)
+    count = await ctx.catalog.partition_count(topic)
     if count is None:
         return ErrorCode.unknown_topic_or_partition
     for partition in range(count):
-        sid = await _stream_id(service, topic, partition)
-        cursor = await _cursor(service, group_id, sid) if sid is not None else None
+        sid = await _stream_id(ctx, topic, partition)
+        cursor = await _cursor(ctx, group_id, sid) if sid is not None else None
         if cursor is not None:
             await cursor.delete()
-        _forget_loaded(service, group_id, topic, partition)
+        _forget_loaded(ctx, group_id, topic, partition)
     return ErrorCode.none
 
 
-async def handle_delete_share_group_offsets(conn, head, req):
-    service = conn.service
+async def handle_delete_share_group_offsets(ctx: ShareContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     tcls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
-    error = await _group_error(conn, req.group_id, DELETE)
-    if error == ErrorCode.none and _members(service, req.group_id):
+    error = await _group_error(ctx, conn, req.group_id, DELETE)
+    if error == ErrorCode.none and _members(ctx, req.group_id):
         error = ErrorCode.non_empty_group
     if error != ErrorCode.none:
         return make(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=None, responses=())
     responses = []
     for t in req.topics:
         code = ErrorCode.topic_authorization_failed
-        if await acl_api.allowed(conn, TOPIC, t.topic_name, READ):
-            code = await delete_partitions(service, req.group_id, t.topic_name)
-        responses.append(make(tcls, topic_name=t.topic_name, topic_id=await service.catalog.topic_id(t.topic_name),
+        if await access.allowed(conn, TOPIC, t.topic_name, READ):
+            code = await delete_partitions(ctx, req.group_id, t.topic_name)
+        responses.append(make(tcls, topic_name=t.topic_name, topic_id=await ctx.catalog.topic_id(t.topic_name),
                               error_code=code, error_message=None))
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 responses=tuple(responses))
 
 
-async def delete_share_group(service, group_id: str) -> int | None:
+async def delete_share_group(ctx: ShareContext, group_id: str) -> int | None:
     """DeleteGroups of a share group: its error code, or None if ``group_id`` names no share group."""
-    members = _members(service, group_id)
-    partitions = await group_partitions(service, group_id)
-    if not members and not partitions and not await service.share_groups.known(group_id):
+    members = _members(ctx, group_id)
+    partitions = await group_partitions(ctx, group_id)
+    if not members and not partitions and not await ctx.shares.known(group_id):
         return None
     if members:
         return ErrorCode.non_empty_group.value
     for topic in partitions:
-        await delete_partitions(service, group_id, topic)
-    service.share_groups.groups.pop(group_id, None)
-    await service.share_groups.forget(group_id)
+        await delete_partitions(ctx, group_id, topic)
+    ctx.shares.groups.pop(group_id, None)
+    await ctx.shares.forget(group_id)
     log.info("kafka: share group %s deleted", group_id)
     return ErrorCode.none.value
 

@@ -21,10 +21,10 @@ from ....topics.convert import ConversionError
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
 from ....auth.kafka_acls import DESCRIBE, GROUP, READ, TOPIC
-from ..catalog import routing
-from ..security import acl_api
+from ..security import access
 from ..catalog.errors import kafka_error
 from .group import ASSIGNOR, LEAVE, ShareGroupState, ShareHeartbeatAnswer
+from .context import ShareContext
 from .groups import next_epoch
 from .partition import RENEW, InvalidRecordState
 
@@ -37,9 +37,8 @@ CLOSE_SESSION, OPEN_SESSION = -1, 0
 
 
 # -- membership ----------------------------------------------------------------------------------
-async def handle_share_group_heartbeat(conn, head, req):
-    service = conn.service
-    shares = service.share_groups
+async def handle_share_group_heartbeat(ctx: ShareContext, conn, head, req):
+    shares = ctx.shares
     cls = response_schema(head.api_key, head.api_version)
 
     def reply(answer: ShareHeartbeatAnswer, assignment=None):
@@ -49,13 +48,13 @@ async def handle_share_group_heartbeat(conn, head, req):
 
     if not req.group_id:
         return reply(ShareHeartbeatAnswer(ErrorCode.invalid_request.value, message="the group id is empty"))
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return reply(ShareHeartbeatAnswer(ErrorCode.group_authorization_failed.value))
-    hidden = [t for t in req.subscribed_topic_names or () if not await acl_api.allowed(conn, TOPIC, t, DESCRIBE)]
+    hidden = [t for t in req.subscribed_topic_names or () if not await access.allowed(conn, TOPIC, t, DESCRIBE)]
     if hidden:
         return reply(ShareHeartbeatAnswer(ErrorCode.topic_authorization_failed.value,
                                           message=f"Topic authorization failed for {', '.join(sorted(hidden))}"))
-    if not routing.coordinates(service, req.group_id):
+    if not ctx.coordinates(req.group_id):
         return reply(ShareHeartbeatAnswer(ErrorCode.not_coordinator.value))
     if req.member_epoch == 0:  # a member joins: the group is stored from now on
         await shares.record(req.group_id)
@@ -64,7 +63,7 @@ async def handle_share_group_heartbeat(conn, head, req):
     wanted = set(topics or ()) | group.subscribed
     counts = {}
     for topic in wanted:
-        count = await service.catalog.partition_count(topic)
+        count = await ctx.catalog.partition_count(topic)
         if count is not None:
             counts[topic] = count
     before = set(group.members)
@@ -80,26 +79,25 @@ async def handle_share_group_heartbeat(conn, head, req):
     assignment = None
     if answer.assignment is not None:
         tcls = nested(cls, "TopicPartitions")
-        rows = [make(tcls, topic_id=await service.catalog.topic_id(t), partitions=tuple(sorted(ps)))
+        rows = [make(tcls, topic_id=await ctx.catalog.topic_id(t), partitions=tuple(sorted(ps)))
                 for t, ps in sorted(answer.assignment.items()) if ps]
         assignment = make(nested(cls, "Assignment"), topic_partitions=tuple(rows))
     return reply(answer, assignment)
 
 
-async def handle_share_group_describe(conn, head, req):
-    service = conn.service
+async def handle_share_group_describe(ctx: ShareContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     gcls, mcls = nested(cls, "DescribedGroup"), nested(cls, "Member")
     acls, tcls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
     out = []
     for group_id in req.group_ids:
-        group = service.share_groups.groups.get(group_id)
+        group = ctx.shares.groups.get(group_id)
         error = ErrorCode.none
-        if not await acl_api.allowed(conn, GROUP, group_id, DESCRIBE):
+        if not await access.allowed(conn, GROUP, group_id, DESCRIBE):
             error = ErrorCode.group_authorization_failed
-        elif not routing.coordinates(service, group_id):
+        elif not ctx.coordinates(group_id):
             error = ErrorCode.not_coordinator
-        elif group is None and await service.share_groups.known(group_id):
+        elif group is None and await ctx.shares.known(group_id):
             group = ShareGroupState(group_id)  # stored, no member back yet: Empty
         elif group is None:
             error = ErrorCode.group_id_not_found
@@ -111,7 +109,7 @@ async def handle_share_group_describe(conn, head, req):
         group.expire(time.monotonic())
         members = []
         for m in group.members.values():
-            rows = [make(tcls, topic_id=await service.catalog.topic_id(t), topic_name=t, partitions=tuple(sorted(ps)))
+            rows = [make(tcls, topic_id=await ctx.catalog.topic_id(t), topic_name=t, partitions=tuple(sorted(ps)))
                     for t, ps in sorted(m.assigned.items()) if ps]
             members.append(make(mcls, member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.epoch,
                                 client_id=m.client_id, client_host=m.client_host,
@@ -151,15 +149,15 @@ async def _names(catalog, topic_ids) -> dict:
 async def _refused(conn, names: dict) -> set:
     """The topic ids (of ``names``) the principal may not READ."""
     return {topic_id for topic_id, name in names.items()
-            if name is not None and not await acl_api.allowed(conn, TOPIC, name, READ)}
+            if name is not None and not await access.allowed(conn, TOPIC, name, READ)}
 
 
-async def _acknowledge(service, group_id: str, member_id: str, names: dict, topics, settings,
+async def _acknowledge(ctx: ShareContext, group_id: str, member_id: str, names: dict, topics, settings,
                        refused: set = frozenset(), renew: bool = False) -> dict:
     """Apply acknowledgement batches; returns {(topic id, partition): error code} for each partition acked.
 
     ``renew``: the request's ``is_renew_ack`` (RENEW types are refused without it)."""
-    shares = service.share_groups
+    shares = ctx.shares
     results, touched = {}, []
     for t in topics:
         for p in t.partitions:
@@ -170,7 +168,7 @@ async def _acknowledge(service, group_id: str, member_id: str, names: dict, topi
                 results[key] = ErrorCode.topic_authorization_failed
                 continue
             name = names.get(t.topic_id)
-            part = await service.catalog.partition(name, p.partition_index) if name else None
+            part = await ctx.catalog.partition(name, p.partition_index) if name else None
             if part is None:
                 results[key] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -204,22 +202,21 @@ async def _acknowledge(service, group_id: str, member_id: str, names: dict, topi
     return results
 
 
-def _leader(service, part) -> dict:
-    return {"leader_id": service.node_id, "leader_epoch": part.leader_epoch if part is not None else -1}
+def _leader(ctx: ShareContext, part) -> dict:
+    return {"leader_id": ctx.routing.local.node_id, "leader_epoch": part.leader_epoch if part is not None else -1}
 
 
-def _endpoints(conn, cls) -> tuple:
+def _endpoints(ctx: ShareContext, conn, cls) -> tuple:
     """This broker's endpoint on the listener the client came in on (SSL clients get the SSL port)."""
-    service, ecls = conn.service, nested(cls, "NodeEndpoint")
+    ecls, node_id = nested(cls, "NodeEndpoint"), ctx.routing.local.node_id
     protocol = getattr(conn, "protocol", "PLAINTEXT")
     return tuple(make(ecls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in routing.brokers(service, protocol=protocol) if b.node_id == service.node_id)
+                 for b in ctx.routing.brokers(protocol=protocol) if b.node_id == node_id)
 
 
 # -- ShareFetch ----------------------------------------------------------------------------------
-async def handle_share_fetch(conn, head, req):
-    service = conn.service
-    shares = service.share_groups
+async def handle_share_fetch(ctx: ShareContext, conn, head, req):
+    shares = ctx.shares
     cls = response_schema(head.api_key, head.api_version)
     settings = await shares.settings(req.group_id)
     lock_ms = datetime.timedelta(seconds=settings.lock_seconds)
@@ -230,7 +227,7 @@ async def handle_share_fetch(conn, head, req):
 
     if not req.group_id or not req.member_id:
         return fail(ErrorCode.invalid_request, "group id and member id are required")
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return fail(ErrorCode.group_authorization_failed, "Group authorization failed.")
     has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
     if req.share_session_epoch == OPEN_SESSION and has_acks:
@@ -238,10 +235,10 @@ async def handle_share_fetch(conn, head, req):
     session, error = _session(shares, req)
     if error != ErrorCode.none:
         return fail(error)
-    names = await _names(service.catalog, [t.topic_id for t in (*req.topics, *req.forgotten_topics_data)])
+    names = await _names(ctx.catalog, [t.topic_id for t in (*req.topics, *req.forgotten_topics_data)])
     refused = await _refused(conn, names)
     renew = getattr(req, "is_renew_ack", False)
-    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings, refused, renew)
+    acked = await _acknowledge(ctx, req.group_id, req.member_id, names, req.topics, settings, refused, renew)
     requested = {(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions}
     if req.share_session_epoch == CLOSE_SESSION:
         shares.close_session(req.group_id, req.member_id)
@@ -255,16 +252,16 @@ async def handle_share_fetch(conn, head, req):
                 session.partitions.discard((t.topic_id, index))
         session.partitions |= requested
         fetch_from = sorted(session.partitions)
-    return _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms, refused)
+    return _fetch_loop(ctx, conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms, refused)
 
 
-async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms, refused):
-    service = conn.service
-    shares = service.share_groups
+async def _fetch_loop(ctx: ShareContext, conn, cls, req, settings, names, fetch_from, requested, acked, lock_ms,
+                      refused):
+    shares = ctx.shares
     later = {}
     for topic_id, _ in fetch_from:
         if topic_id not in names:
-            names[topic_id] = later[topic_id] = await service.catalog.topic_name(topic_id)
+            names[topic_id] = later[topic_id] = await ctx.catalog.topic_name(topic_id)
     refused = refused | await _refused(conn, later)
     deadline = time.monotonic() + req.max_wait.total_seconds()
     max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
@@ -279,7 +276,7 @@ async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, ac
                 acquiring.append(None)
                 continue
             name = names.get(topic_id)
-            part = await service.catalog.partition(name, index) if name else None
+            part = await ctx.catalog.partition(name, index) if name else None
             if part is None:
                 out[(topic_id, index)] = (ErrorCode.unknown_topic_or_partition, None, b"", ())
                 acquiring.append(None)
@@ -297,7 +294,7 @@ async def _fetch_loop(conn, cls, req, settings, names, fetch_from, requested, ac
         if got:
             await _save_acquired(shares, [sp for sp, (_, _, _, ranges) in zip(acquiring, out.values()) if ranges])
         if got or remaining <= 0 or not waits or budget <= 0:
-            return _fetch_response(conn, cls, out, requested, acked, lock_ms)
+            return _fetch_response(ctx, conn, cls, out, requested, acked, lock_ms)
         deadlines = [d for _, sp in waits if (d := sp.next_deadline()) is not None]
         timeout = min([remaining, *(max(d - time.monotonic(), 0.0) for d in deadlines)])
         tasks = [asyncio.ensure_future(part.handle.wait_for(part.handle.next_offset(), timeout))
@@ -376,8 +373,7 @@ def _is_control(entry) -> bool:
         return False
 
 
-def _fetch_response(conn, cls, out: dict, requested: set, acked: dict, lock_ms):
-    service = conn.service
+def _fetch_response(ctx: ShareContext, conn, cls, out: dict, requested: set, acked: dict, lock_ms):
     pcls, acls = nested(cls, "PartitionData"), nested(cls, "AcquiredRecords")
     lcls = nested(cls, "LeaderIdAndEpoch")
     by_topic: dict = {}
@@ -388,19 +384,18 @@ def _fetch_response(conn, cls, out: dict, requested: set, acked: dict, lock_ms):
         by_topic.setdefault(key[0], []).append(make(
             pcls, partition_index=key[1], error_code=code, error_message=None,
             acknowledge_error_code=acked.get(key, ErrorCode.none), acknowledge_error_message=None,
-            current_leader=make(lcls, **_leader(service, part)), records=records,
+            current_leader=make(lcls, **_leader(ctx, part)), records=records,
             acquired_records=tuple(make(acls, first_offset=a, last_offset=b, delivery_count=c) for a, b, c in ranges)))
     tcls = nested(cls, "ShareFetchableTopicResponse")
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 acquisition_lock_timeout=lock_ms,
                 responses=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                node_endpoints=_endpoints(conn, cls))
+                node_endpoints=_endpoints(ctx, conn, cls))
 
 
 # -- ShareAcknowledge ------------------------------------------------------------------------------
-async def handle_share_acknowledge(conn, head, req):
-    service = conn.service
-    shares = service.share_groups
+async def handle_share_acknowledge(ctx: ShareContext, conn, head, req):
+    shares = ctx.shares
     cls = response_schema(head.api_key, head.api_version)
 
     def fail(code: ErrorCode, message: str | None = None):
@@ -409,7 +404,7 @@ async def handle_share_acknowledge(conn, head, req):
 
     if not req.group_id or not req.member_id:
         return fail(ErrorCode.invalid_request, "group id and member id are required")
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return fail(ErrorCode.group_authorization_failed, "Group authorization failed.")
     if req.share_session_epoch == OPEN_SESSION:
         return fail(ErrorCode.invalid_share_session_epoch, "ShareAcknowledge cannot open a share session")
@@ -417,8 +412,8 @@ async def handle_share_acknowledge(conn, head, req):
     if error != ErrorCode.none:
         return fail(error)
     settings = await shares.settings(req.group_id)
-    names = await _names(service.catalog, [t.topic_id for t in req.topics])
-    acked = await _acknowledge(service, req.group_id, req.member_id, names, req.topics, settings,
+    names = await _names(ctx.catalog, [t.topic_id for t in req.topics])
+    acked = await _acknowledge(ctx, req.group_id, req.member_id, names, req.topics, settings,
                                await _refused(conn, names), getattr(req, "is_renew_ack", False))
     if req.share_session_epoch == CLOSE_SESSION:
         shares.close_session(req.group_id, req.member_id)
@@ -427,11 +422,11 @@ async def handle_share_acknowledge(conn, head, req):
     for (topic_id, index), code in sorted(acked.items()):
         by_topic.setdefault(topic_id, []).append(make(
             pcls, partition_index=index, error_code=code, error_message=None,
-            current_leader=make(lcls, leader_id=service.node_id, leader_epoch=-1)))
+            current_leader=make(lcls, leader_id=ctx.routing.local.node_id, leader_epoch=-1)))
     tcls = nested(cls, "ShareAcknowledgeTopicResponse")
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 responses=tuple(make(tcls, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-                node_endpoints=_endpoints(conn, cls),
+                node_endpoints=_endpoints(ctx, conn, cls),
                 acquisition_lock_timeout=datetime.timedelta(seconds=settings.lock_seconds))  # v2
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from typing import TYPE_CHECKING
 
 import crc32c
 
@@ -28,6 +29,9 @@ from kio.schema.errors import ErrorCode
 from ....ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ....codec.kafka.batch import TRANSACTIONAL_MASK, parse_header
 from ....transactions import errors as txn_errors
+
+if TYPE_CHECKING:
+    from .context import Transactions
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +73,16 @@ class TxnSignals:
                 del self._waiters[stream_id]
 
 
-async def begin_batch(service, part, batch) -> tuple[ErrorCode, str | None]:
+async def begin_batch(txns: Transactions, part, batch) -> tuple[ErrorCode, str | None]:
     """(error code, message) for a transactional batch; NONE: it may be appended."""
     pid, epoch = batch.producer_id, batch.producer_epoch
     if pid < 0 or batch.base_sequence < 0:
         return ErrorCode.invalid_record, "a transactional batch needs a producer id and sequence"
-    coordinator, streams = service.transactions, service.stream_txns
+    coordinator, streams = txns.coordinator, txns.streams
     if coordinator is None or streams is None:
         return ErrorCode.coordinator_not_available, "transactions are not enabled on this broker"
     stream_id = part.handle.stream_id
-    generation = service.txn_signals.generation(stream_id)
+    generation = txns.signals.generation(stream_id)
     if part.txn_generation != generation and part.txn_open:
         # The stream's index changed (a transaction began or ended): keep what is still open at the same epoch
         index = await streams.index(stream_id)
@@ -100,37 +104,38 @@ async def begin_batch(service, part, batch) -> tuple[ErrorCode, str | None]:
         log.warning("kafka: transactional produce to %s: %s", stream, exc)
         return ErrorCode.coordinator_not_available, str(exc)
     part.txn_open[pid] = epoch
-    part.txn_generation = service.txn_signals.generation(stream_id)  # this begin's own change
+    part.txn_generation = txns.signals.generation(stream_id)  # this begin's own change
     return ErrorCode.none, None
 
 
-async def begin_request(service, req) -> None:
+async def begin_request(txns: Transactions, catalog, req) -> None:
     """Begin the transactions of a Produce request's partitions all at once, before its appends.
 
     The appends (one partition after the other, in order) then find them begun; a
     partition whose check fails here is checked again, and answered, by its append.
     """
-    jobs = [_begin_partition(service, topic.name, pdata) for topic in req.topic_data for pdata in topic.partition_data]
+    jobs = [_begin_partition(txns, catalog, topic.name, pdata)
+            for topic in req.topic_data for pdata in topic.partition_data]
     if len(jobs) > 1:
         await asyncio.gather(*jobs, return_exceptions=True)
 
 
-async def _begin_partition(service, topic: str, pdata) -> None:
+async def _begin_partition(txns: Transactions, catalog, topic: str, pdata) -> None:
     if not pdata.records:
         return
     batch = parse_header(pdata.records)
     if not batch.transactional or batch.control:
         return
-    part = await service.catalog.partition(topic, pdata.index)
+    part = await catalog.partition(topic, pdata.index)
     if part is not None:
-        await begin_batch(service, part, batch)
+        await begin_batch(txns, part, batch)
 
 
-async def view(service, part, high_watermark: int):
+async def view(txns: Transactions, part, high_watermark: int):
     """The stream's transaction view (None: transactions are not enabled)."""
-    if service.stream_txns is None:
+    if txns.streams is None:
         return None
-    return await service.stream_txns.view(part.handle.stream_id, high_watermark)
+    return await txns.streams.view(part.handle.stream_id, high_watermark)
 
 
 def aborted_pulsar_entry(entry, txns) -> bool:

@@ -1,5 +1,5 @@
 """Transaction requests: InitProducerId (transactional), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-WriteTxnMarkers, DescribeTransactions, ListTransactions and DescribeProducers.
+WriteTxnMarkers, DescribeTransactions and ListTransactions.
 
 The protocol-neutral coordinator (``nereus.transactions``) keeps the state; these
 handlers map the Kafka requests onto it and its errors onto Kafka codes. A
@@ -23,8 +23,8 @@ from ....transactions import errors as txn_errors
 from ....transactions.records import kafka_key as key_of  # the coordinator record key of a transactional id
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
-from ..catalog import routing
-from ..security import acl_api
+from ..security import access
+from .context import TxnContext
 
 log = logging.getLogger(__name__)
 
@@ -48,72 +48,68 @@ def error_code(exc: Exception, version_fenced: bool = True) -> ErrorCode:
     return ErrorCode.coordinator_not_available
 
 
-async def _refusal(conn, transactional_id: str, operation: int = WRITE) -> ErrorCode | None:
+async def _refusal(ctx: TxnContext, conn, transactional_id: str, operation: int = WRITE) -> ErrorCode | None:
     """The error a transactional id's request gets before reaching the coordinator, or None."""
     if not transactional_id:
         return ErrorCode.invalid_request
-    if not await acl_api.allowed(conn, TRANSACTIONAL_ID, transactional_id, operation):
+    if not await access.allowed(conn, TRANSACTIONAL_ID, transactional_id, operation):
         return ErrorCode.transactional_id_authorization_failed
-    if not routing.is_txn_coordinator(conn.service, transactional_id):
+    if not ctx.routing.is_txn_coordinator(transactional_id):
         return ErrorCode.not_coordinator
-    if conn.service.transactions is None:
+    if not ctx.txns.enabled:
         return ErrorCode.coordinator_not_available
     return None
 
 
-def _coordinator(conn):
-    return conn.service.transactions
-
-
-async def _settled(conn, key: str, call):
+async def _settled(ctx: TxnContext, key: str, call):
     """``call()``; if the previous transaction is still completing here, once more after it completed."""
     try:
         return await call()
     except txn_errors.ConcurrentTransactions:
-        await _coordinator(conn).settle(key, SETTLE_SECONDS)
+        await ctx.txns.coordinator.settle(key, SETTLE_SECONDS)
         return await call()
 
 
-async def init_transactional_producer(conn, head, req):
+async def init_transactional_producer(ctx: TxnContext, conn, head, req):
     """InitProducerId with a transactional id: a new producer id, or the next epoch of the id's one."""
     cls = response_schema(head.api_key, head.api_version)
 
     def reply(code, pid=-1, epoch=-1):
         return make(cls, throttle_time=NO_THROTTLE, error_code=code, producer_id=pid, producer_epoch=epoch)
 
-    refused = await _refusal(conn, req.transactional_id)
+    refused = await _refusal(ctx, conn, req.transactional_id)
     if refused is not None:
         return reply(refused)
     timeout_ms = int(req.transaction_timeout.total_seconds() * 1000) if req.transaction_timeout else DEFAULT_TIMEOUT_MS
     try:
-        pid, epoch = await _coordinator(conn).init_producer(
+        pid, epoch = await ctx.txns.coordinator.init_producer(
             req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1))
     except Exception as exc:
         return reply(error_code(exc, head.api_version >= 4))
     return reply(ErrorCode.none, pid, epoch)
 
 
-async def _stream_names(service, topics) -> dict[tuple[str, int], str | None]:
+async def _stream_names(catalog, topics) -> dict[tuple[str, int], str | None]:
     """(topic, index) -> the partition's stream name; None for a partition that does not exist."""
     out = {}
     for name, indexes in topics:
-        count = await service.catalog.partition_count(name)
-        streams = await service.catalog.streams(name, count) if count is not None else []
+        count = await catalog.partition_count(name)
+        streams = await catalog.streams(name, count) if count is not None else []
         for index in indexes:
             out[(name, index)] = str(streams[index]) if 0 <= index < len(streams) else None
     return out
 
 
-async def _add_partitions(conn, tid: str, pid: int, epoch: int, topics, fenced_code: bool) -> dict:
+async def _add_partitions(ctx: TxnContext, conn, tid: str, pid: int, epoch: int, topics, fenced_code: bool) -> dict:
     """(topic, index) -> error code of adding them to the transaction (all or none are added)."""
     wanted = [(t.name, tuple(t.partitions)) for t in topics]
     codes: dict[tuple[str, int], ErrorCode] = {}
-    refused = await _refusal(conn, tid)
+    refused = await _refusal(ctx, conn, tid)
     if refused is None:
         for name, indexes in wanted:
-            if not await acl_api.allowed(conn, TOPIC, name, WRITE):
+            if not await access.allowed(conn, TOPIC, name, WRITE):
                 codes.update({(name, i): ErrorCode.topic_authorization_failed for i in indexes})
-    names = await _stream_names(conn.service, wanted) if refused is None else {}
+    names = await _stream_names(ctx.catalog, wanted) if refused is None else {}
     for tp, stream in names.items():
         if stream is None and tp not in codes:
             codes[tp] = ErrorCode.unknown_topic_or_partition
@@ -122,7 +118,7 @@ async def _add_partitions(conn, tid: str, pid: int, epoch: int, topics, fenced_c
         # Kafka adds all or nothing: the partitions without their own error were not attempted
         return {tp: refused or codes.get(tp, ErrorCode.operation_not_attempted) for tp in everything}
     try:
-        await _settled(conn, key_of(tid), lambda: _coordinator(conn).add_partitions(
+        await _settled(ctx, key_of(tid), lambda: ctx.txns.coordinator.add_partitions(
             key_of(tid), pid, epoch, sorted(set(names.values()))))
         code = ErrorCode.none
     except Exception as exc:
@@ -139,92 +135,91 @@ def _topic_results(cls, codes: dict) -> tuple:
                  for name, rows in by_topic.items())
 
 
-async def handle_add_partitions_to_txn(conn, head, req):
+async def handle_add_partitions_to_txn(ctx: TxnContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     if head.api_version <= 3:
-        codes = await _add_partitions(conn, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+        codes = await _add_partitions(ctx, conn, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                       req.v3_and_below_producer_epoch, req.v3_and_below_topics, head.api_version >= 2)
         return make(cls, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=_topic_results(cls, codes))
     # v4+: the batched form brokers send; verify_only asks whether the partitions are in the transaction
-    if not await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, CLUSTER_ACTION):
+    if not await access.allowed(conn, CLUSTER, access.CLUSTER_NAME, CLUSTER_ACTION):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
                     results_by_transaction=())
     results = []
     for txn in req.transactions:
         if txn.verify_only:
-            codes = await _verify_partitions(conn, txn)
+            codes = await _verify_partitions(ctx, txn)
         else:
-            codes = await _add_partitions(conn, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+            codes = await _add_partitions(ctx, conn, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
                                           True)
         results.append(make(nested(cls, "AddPartitionsToTxnResult"), transactional_id=txn.transactional_id,
                             topic_results=_topic_results(cls, codes)))
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results_by_transaction=tuple(results))
 
 
-async def _verify_partitions(conn, txn) -> dict:
+async def _verify_partitions(ctx: TxnContext, txn) -> dict:
     wanted = [(t.name, tuple(t.partitions)) for t in txn.topics]
-    names = await _stream_names(conn.service, wanted)
+    names = await _stream_names(ctx.catalog, wanted)
     codes = {}
     for tp, stream in names.items():
         if stream is None:
             codes[tp] = ErrorCode.unknown_topic_or_partition
             continue
         try:
-            await _coordinator(conn).verify(txn.producer_id, txn.producer_epoch, stream)
+            await ctx.txns.coordinator.verify(txn.producer_id, txn.producer_epoch, stream)
             codes[tp] = ErrorCode.none
         except Exception as exc:
             codes[tp] = error_code(exc)
     return codes
 
 
-async def handle_add_offsets_to_txn(conn, head, req):
+async def handle_add_offsets_to_txn(ctx: TxnContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
 
     def reply(code):
         return make(cls, throttle_time=NO_THROTTLE, error_code=code)
 
-    refused = await _refusal(conn, req.transactional_id)
+    refused = await _refusal(ctx, conn, req.transactional_id)
     if refused is not None:
         return reply(refused)
-    if not await acl_api.allowed(conn, GROUP, req.group_id, READ):
+    if not await access.allowed(conn, GROUP, req.group_id, READ):
         return reply(ErrorCode.group_authorization_failed)
     try:
         key = key_of(req.transactional_id)
-        await _settled(conn, key, lambda: _coordinator(conn).add_groups(key, req.producer_id, req.producer_epoch,
+        await _settled(ctx, key, lambda: ctx.txns.coordinator.add_groups(key, req.producer_id, req.producer_epoch,
                                                                         req.group_id))
     except Exception as exc:
         return reply(error_code(exc, head.api_version >= 2))
     return reply(ErrorCode.none)
 
 
-async def handle_end_txn(conn, head, req):
+async def handle_end_txn(ctx: TxnContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
 
     def reply(code):
         return make(cls, throttle_time=NO_THROTTLE, error_code=code, producer_id=-1, producer_epoch=-1)
 
-    refused = await _refusal(conn, req.transactional_id)
+    refused = await _refusal(ctx, conn, req.transactional_id)
     if refused is not None:
         return reply(refused)
     try:
         # answered at the decision; the markers follow (the next transaction's first request waits for them)
-        await _coordinator(conn).end(key_of(req.transactional_id), req.producer_id, req.producer_epoch, req.committed,
+        await ctx.txns.coordinator.end(key_of(req.transactional_id), req.producer_id, req.producer_epoch, req.committed,
                                      wait=False)
     except Exception as exc:
         return reply(error_code(exc, head.api_version >= 2))
     return reply(ErrorCode.none)
 
 
-async def handle_write_txn_markers(conn, head, req):
+async def handle_write_txn_markers(ctx: TxnContext, conn, head, req):
     """Markers a coordinator on another broker asks this partition leader to write (broker to broker)."""
     cls = response_schema(head.api_key, head.api_version)
-    allowed = await acl_api.allowed(conn, CLUSTER, acl_api.CLUSTER_NAME, CLUSTER_ACTION)
-    service = conn.service
+    allowed = await access.allowed(conn, CLUSTER, access.CLUSTER_NAME, CLUSTER_ACTION)
     results = []
     for marker in req.markers:
         topics = []
         for topic in marker.topics:
-            names = await _stream_names(service, [(topic.name, tuple(topic.partition_indexes))])
+            names = await _stream_names(ctx.catalog, [(topic.name, tuple(topic.partition_indexes))])
             rows = []
             for index in topic.partition_indexes:
                 stream = names[(topic.name, index)]
@@ -232,11 +227,11 @@ async def handle_write_txn_markers(conn, head, req):
                     code = ErrorCode.cluster_authorization_failed
                 elif stream is None:
                     code = ErrorCode.unknown_topic_or_partition
-                elif service.transactions is None:
+                elif not ctx.txns.enabled:
                     code = ErrorCode.coordinator_not_available
                 else:
                     try:
-                        await service.txn_participants.complete_partition(
+                        await ctx.txns.participants.complete_partition(
                             stream, marker.producer_id, marker.producer_epoch, marker.transaction_result,
                             forward=False)
                         code = ErrorCode.none
@@ -262,17 +257,17 @@ def _state_name(record) -> str:
     return STATE_NAMES.get(state, state)
 
 
-async def _topic_data(service, partitions: list[str]) -> dict[str, list[int]]:
+def _topic_data(catalog, partitions: list[str]) -> dict[str, list[int]]:
     """Stream names -> {Kafka topic: [indexes]} (streams of other namespaces are left out)."""
     out: dict[str, list[int]] = {}
     for stream in partitions:
-        found = service.catalog.kafka_partition(stream)
+        found = catalog.kafka_partition(stream)
         if found is not None:
             out.setdefault(found[0], []).append(found[1])
     return out
 
 
-async def handle_describe_transactions(conn, head, req):
+async def handle_describe_transactions(ctx: TxnContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     scls = nested(cls, "TransactionState")
     out = []
@@ -282,19 +277,19 @@ async def handle_describe_transactions(conn, head, req):
                         transaction_timeout=datetime.timedelta(0),
                         transaction_start_time=datetime.datetime.fromtimestamp(0, datetime.timezone.utc),
                         producer_id=-1, producer_epoch=-1, topics=())
-        refused = await _refusal(conn, tid, DESCRIBE)
+        refused = await _refusal(ctx, conn, tid, DESCRIBE)
         if refused is not None:
             out.append(empty(refused))
             continue
         try:
-            record = await _coordinator(conn).describe(key_of(tid))
+            record = await ctx.txns.coordinator.describe(key_of(tid))
         except Exception as exc:
             out.append(empty(error_code(exc)))
             continue
         if record is None:
             out.append(empty(ErrorCode.transactional_id_not_found))
             continue
-        topics = await _topic_data(conn.service, list(record.partitions))
+        topics = _topic_data(ctx.catalog, list(record.partitions))
         started = datetime.datetime.fromtimestamp(record.start_ms / 1000 if record.start_ms and record.start_ms > 0
                                                   else 0, datetime.timezone.utc)
         out.append(make(scls, error_code=ErrorCode.none, transactional_id=tid, transaction_state=_state_name(record),
@@ -306,20 +301,18 @@ async def handle_describe_transactions(conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, transaction_states=tuple(out))
 
 
-async def handle_list_transactions(conn, head, req):
+async def handle_list_transactions(ctx: TxnContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    service = conn.service
     known = {v: k for k, v in STATE_NAMES.items()}
     wanted = [known[s] for s in req.state_filters if s in known]
     unknown = tuple(s for s in req.state_filters if s not in known)
-    if service.transactions is None:
+    if not ctx.txns.enabled:
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
                     unknown_state_filters=unknown, transaction_states=())
     if req.state_filters and not wanted:
         records = []
     else:
-        records = await service.transactions.list(states=tuple(wanted),
-                                                              pids=tuple(req.producer_id_filters))
+        records = await ctx.txns.coordinator.list(states=tuple(wanted), pids=tuple(req.producer_id_filters))
     pattern = getattr(req, "transactional_id_pattern", None)
     min_age = getattr(req, "duration_filter", -1)
     now_ms = int(time.time() * 1000)
@@ -328,56 +321,18 @@ async def handle_list_transactions(conn, head, req):
         if not record.key.startswith("kafka:"):
             continue  # a Pulsar transaction has no transactional id
         tid = record.key[len("kafka:"):]
-        if not routing.is_txn_coordinator(service, tid):
+        if not ctx.routing.is_txn_coordinator(tid):
             continue  # each broker lists the ids it coordinates; clients ask every broker
         if pattern and not _matches(pattern, tid):
             continue
         if min_age is not None and min_age >= 0 and (not record.start_ms or now_ms - record.start_ms < min_age):
             continue
-        if not await acl_api.allowed(conn, TRANSACTIONAL_ID, tid, DESCRIBE):
+        if not await access.allowed(conn, TRANSACTIONAL_ID, tid, DESCRIBE):
             continue
         rows.append(make(nested(cls, "TransactionState"), transactional_id=tid, producer_id=record.producer_id,
                          transaction_state=_state_name(record)))
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, unknown_state_filters=unknown,
                 transaction_states=tuple(rows))
-
-
-async def handle_describe_producers(conn, head, req):
-    """The producers a partition knows (idempotent and transactional), with the first offset of an open transaction."""
-    service = conn.service
-    cls = response_schema(head.api_key, head.api_version)
-    pcls, scls = nested(cls, "PartitionResponse"), nested(cls, "ProducerState")
-    topics = []
-    for topic in req.topics:
-        readable = await acl_api.allowed(conn, TOPIC, topic.name, READ)
-        rows = []
-        for index in topic.partition_indexes:
-            part = await service.catalog.partition(topic.name, index) if readable else None
-            if part is None:
-                code = ErrorCode.topic_authorization_failed if not readable else ErrorCode.unknown_topic_or_partition
-                rows.append(make(pcls, partition_index=index, error_code=code, error_message=None, active_producers=()))
-                continue
-            rows.append(make(pcls, partition_index=index, error_code=ErrorCode.none, error_message=None,
-                             active_producers=tuple(make(scls, **p) for p in await _producers(service, part))))
-        topics.append(make(nested(cls, "TopicResponse"), name=topic.name, partitions=tuple(rows)))
-    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
-
-
-async def _producers(service, part) -> list[dict]:
-    opened = {}
-    if service.stream_txns is not None:
-        index = await service.stream_txns.index(part.handle.stream_id)
-        opened = {pid: (first, epoch) for pid, (first, epoch) in index.open.items()}
-    wall_ms, now = time.time() * 1000, part.producers.clock()
-    out = {}
-    for pid, state in part.producers.items():
-        out[pid] = dict(producer_id=pid, producer_epoch=state.epoch, last_sequence=state.last_sequence,
-                        last_timestamp=int(wall_ms - (now - state.last_used) * 1000), coordinator_epoch=-1,
-                        current_txn_start_offset=opened.get(pid, (-1, -1))[0])
-    for pid, (first, epoch) in opened.items():
-        out.setdefault(pid, dict(producer_id=pid, producer_epoch=epoch, last_sequence=-1, last_timestamp=-1,
-                                 coordinator_epoch=-1, current_txn_start_offset=first))
-    return [out[pid] for pid in sorted(out)]
 
 
 def _matches(pattern: str, value: str) -> bool:
@@ -387,7 +342,6 @@ def _matches(pattern: str, value: str) -> bool:
         return False
 
 
-__all__ = ["error_code", "handle_add_offsets_to_txn", "handle_add_partitions_to_txn", "handle_describe_producers",
-           "handle_describe_transactions",
+__all__ = ["error_code", "handle_add_offsets_to_txn", "handle_add_partitions_to_txn", "handle_describe_transactions",
            "handle_end_txn", "handle_list_transactions", "handle_write_txn_markers", "init_transactional_producer",
            "key_of"]

@@ -6,7 +6,9 @@ may return an awaitable for the part that waits (durable appends, long polls).
 Responses are written strictly in request order, as Kafka clients require.
 Undecodable or oversized frames, and requests for unknown API keys or versions
 (other than ApiVersions), close the connection; the broker carries on. On a SASL
-listener, ``sasl.py`` decides what is served before authentication.
+listener, ``security/sasl.py`` decides what is served before authentication.
+Handlers (``dispatch.py``) get the connection for its client: principal, peer,
+listener, mutes.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from ....tls import peer_cert_cn
 from ....wrong_port import opens_tls_handshake, report_tls_on_plaintext
 from ....codec.kafka import MalformedRequest, decode_request, encode_response, peek_head, supported
 from ....codec.kafka.protocol import API_VERSIONS
-from .dispatch import HANDLERS, api_versions_response
-from .metrics import RequestTimer
 from ..security.quotas import REQUEST, with_throttle
 from ..security.sasl import SaslSession
 from ..security.sasl_api import raw_token
+from .metrics import RequestTimer
+from .versions import api_versions_response
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, service, *, protocol: str = "PLAINTEXT") -> None:
         self.service = service
         self.protocol = protocol  # the security protocol of the listener the client came by
-        self.sasl = SaslSession(service, service.sasl) if protocol.startswith("SASL_") else None
+        self.sasl = SaslSession(service.scram, service.sasl) if protocol.startswith("SASL_") else None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.peer_cert_cn: str | None = None  # the verified client certificate's CN (SSL listeners)
@@ -160,6 +162,11 @@ class KafkaConnection(asyncio.Protocol):
             return self.peer_cert_cn or self.service.anonymous_role
         return self.sasl.principal if self.sasl.authenticated else None
 
+    @property
+    def authorizer(self):
+        """The broker's authorizer of this client's requests (None: authorization disabled)."""
+        return self.service.authorizer
+
     def _raw_tokens(self) -> bool:
         return self.sasl is not None and self.sasl.raw_tokens
 
@@ -250,7 +257,7 @@ class KafkaConnection(asyncio.Protocol):
         timer = RequestTimer(head.api_key)
         started = time.perf_counter()
         try:
-            result = HANDLERS[head.api_key](self, head, request)
+            result = self.service.handlers[head.api_key](self, head, request)
             if inspect.isawaitable(result):
                 result = await result
         except Exception:
@@ -275,11 +282,7 @@ class KafkaConnection(asyncio.Protocol):
         time in ms it causes, for which the connection is muted (0: within it, or none)."""
         if head.api_key in _BEFORE_AUTHENTICATION:
             return 0
-        await self.service.quotas.current()
-        ms = self.service.throttles.record(REQUEST, self.principal, head.client_id, seconds * 1000)
-        if ms:
-            self.mute(ms)
-        return ms
+        return await self.service.throttles.charge(self, REQUEST, head.client_id, seconds * 1000)
 
     @staticmethod
     def _throttled(result, ms: int):
