@@ -39,45 +39,9 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
     catalog, routing = ctx.catalog, ctx.routing
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
-    auto_create = getattr(req, "allow_auto_topic_creation", True)
-    asked_ids: dict[int, object] = {}  # index in wanted -> the topic id a request named (and we did not find)
-    denied: set[str] = set()  # named topics the principal may not describe (their names are still answered)
-    if req.topics is None:  # as Kafka: the topics the principal may not describe are left out
-        wanted = [(name, count) for name, count in sorted((await catalog.list_topics()).items())
-                  if await access.allowed(conn, TOPIC, name, DESCRIBE)]
-    else:
-        wanted = []
-        for t in req.topics:
-            if t.name and not await access.allowed(conn, TOPIC, t.name, DESCRIBE):
-                denied.add(t.name)
-                wanted.append((t.name, None))
-                continue
-            if not t.name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
-                name = await catalog.topic_name(t.topic_id)
-                if name is None:
-                    asked_ids[len(wanted)] = t.topic_id
-                    wanted.append(("", None))
-                    continue
-                t = make(type(t), name=name, topic_id=t.topic_id)
-            count = await catalog.partition_count(t.name) if t.name else None
-            if count is None and auto_create and valid_name(t.name) and ctx.limits.auto_create \
-                    and await access.may_create(conn, t.name):
-                try:
-                    await catalog.create(t.name, ctx.limits.default_partitions)
-                except Exception as exc:  # a concurrent creation is fine
-                    log.debug("auto-create of %s: %s", t.name, exc)
-                count = await catalog.partition_count(t.name)
-            wanted.append((t.name, count))
-    # Every partition's leader and epoch are metadata reads: all of them at once.
+    wanted, asked_ids, denied = await _wanted(ctx, conn, req)
     known = [(name, count) for name, count in wanted if count is not None]
-    streams = list(zip((n for n, _ in known), await gather_bounded(lambda t: catalog.streams(*t), known)))
-    flat = [stream for _, names in streams for stream in names]
-
-    async def describe(stream):
-        return await asyncio.gather(routing.leader(str(stream)), catalog.leader_epoch(stream))
-
-    described = iter(await gather_bounded(describe, flat))
-    partitions = {name: [next(described) for _ in names] for name, names in streams}
+    streams, partitions = await _leaders(ctx, known)
     layouts = await replica_layouts(ctx.meta, [name for name, _ in known])
     live = [b.node_id for b in routing.brokers()]
     topics = []
@@ -97,24 +61,82 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
             topics.append(make(topic_cls, error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
                                partitions=(), topic_authorized_operations=NO_OPERATIONS))
             continue
-        parts = []
-        for index, (leader, epoch) in enumerate(partitions[name]):
-            if leader is None:  # clients refresh metadata and try again
-                parts.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=index,
-                                  leader_id=NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
-                                  offline_replicas=()))
-                continue
-            node = routing.node_id(leader)
-            replicas, isr, offline = _replicas(node, live, layouts.get(name, ReplicaLayout()), index)
-            parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
-                              leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline))
+        parts = _partitions(part_cls, routing, partitions[name], live, layouts.get(name, ReplicaLayout()))
         topic_id = await catalog.topic_id(name) if head.api_version >= 10 else None
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
-                           is_internal=False, partitions=tuple(parts), topic_authorized_operations=NO_OPERATIONS))
+                           is_internal=False, partitions=parts, topic_authorized_operations=NO_OPERATIONS))
     leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
     brokers, controller = _brokers(cls, "MetadataResponseBroker", routing, also=leaders, protocol=conn.protocol)
     return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=routing.local.cluster_id,
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
+
+
+async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str]]:
+    """The topics a Metadata request asks about, each with its partition count (None: not there, or
+    not to be described), auto-created where asked and allowed; the topic ids named that no topic has
+    (by their index among the topics); the named topics the principal may not describe."""
+    catalog = ctx.catalog
+    auto_create = getattr(req, "allow_auto_topic_creation", True)
+    asked_ids: dict[int, object] = {}
+    denied: set[str] = set()  # their names are still answered
+    if req.topics is None:  # as Kafka: the topics the principal may not describe are left out
+        wanted = [(name, count) for name, count in sorted((await catalog.list_topics()).items())
+                  if await access.allowed(conn, TOPIC, name, DESCRIBE)]
+        return wanted, asked_ids, denied
+    wanted = []
+    for t in req.topics:
+        if t.name and not await access.allowed(conn, TOPIC, t.name, DESCRIBE):
+            denied.add(t.name)
+            wanted.append((t.name, None))
+            continue
+        if not t.name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
+            name = await catalog.topic_name(t.topic_id)
+            if name is None:
+                asked_ids[len(wanted)] = t.topic_id
+                wanted.append(("", None))
+                continue
+            t = make(type(t), name=name, topic_id=t.topic_id)
+        count = await catalog.partition_count(t.name) if t.name else None
+        if count is None and auto_create and valid_name(t.name) and ctx.limits.auto_create \
+                and await access.may_create(conn, t.name):
+            try:
+                await catalog.create(t.name, ctx.limits.default_partitions)
+            except Exception as exc:  # a concurrent creation is fine
+                log.debug("auto-create of %s: %s", t.name, exc)
+            count = await catalog.partition_count(t.name)
+        wanted.append((t.name, count))
+    return wanted, asked_ids, denied
+
+
+async def _leaders(ctx: AdminContext, known: list[tuple[str, int]]) -> tuple[list, dict[str, list]]:
+    """(topic, its streams) of each known topic, and (leader or None, leader epoch) of its partitions.
+
+    Every partition's leader and epoch are metadata reads: all of them at once."""
+    catalog = ctx.catalog
+    streams = list(zip((n for n, _ in known), await gather_bounded(lambda t: catalog.streams(*t), known)))
+    flat = [stream for _, names in streams for stream in names]
+
+    async def describe(stream):
+        return await asyncio.gather(ctx.routing.leader(str(stream)), catalog.leader_epoch(stream))
+
+    described = iter(await gather_bounded(describe, flat))
+    return streams, {name: [next(described) for _ in names] for name, names in streams}
+
+
+def _partitions(part_cls, routing: Routing, leaders: list, live: list[int], layout: ReplicaLayout) -> tuple:
+    """A topic's partitions as Metadata answers them, from (leader or None, leader epoch) of each."""
+    parts = []
+    for index, (leader, epoch) in enumerate(leaders):
+        if leader is None:  # clients refresh metadata and try again
+            parts.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=index,
+                              leader_id=NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
+                              offline_replicas=()))
+            continue
+        node = routing.node_id(leader)
+        replicas, isr, offline = _replicas(node, live, layout, index)
+        parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
+                          leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline))
+    return tuple(parts)
 
 
 def _replicas(leader: int, live: list[int], layout: ReplicaLayout, index: int) -> tuple[tuple[int, ...], ...]:

@@ -1,7 +1,7 @@
 """CreateTopics, DeleteTopics, CreatePartitions (topics are Pulsar partitioned topics).
 
 Each partition created or deleted counts against the client's ``controller_mutation_rate``
-quota (``quotas.py``).
+quota (``security/quotas.py``).
 """
 
 from __future__ import annotations

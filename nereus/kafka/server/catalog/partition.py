@@ -37,7 +37,7 @@ class Partition:
         self.handle = core.handle
         self.leader_epoch = 0
         self.producers = ProducerStates(**producer_options)
-        # Transactions begun here: pid -> epoch, as of the stream index's generation (see txn_data.begin_batch)
+        # Transactions begun here: pid -> epoch, as of the stream index's generation (txn/data_path.begin_batch)
         self.txn_open: dict[int, int] = {}
         self.txn_generation = -1
         self.closed = False

@@ -12,13 +12,13 @@ import re
 
 from kio.schema.errors import ErrorCode
 
-from ....auth.kafka_acls import DESCRIBE, GROUP, READ
+from ....auth.kafka_acls import GROUP, READ
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
 from ..security import access
 from .consumer_group import HeartbeatAnswer
 from .context import GroupContext
-from .group import GroupError
+from .members import GroupError
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +105,7 @@ async def handle_consumer_group_describe(ctx: GroupContext, conn, head, req):
     for group_id in req.group_ids:
         error, group = ErrorCode.none, None
         try:
-            if not await access.allowed(conn, GROUP, group_id, DESCRIBE):
-                raise GroupError(ErrorCode.group_authorization_failed.value)
-            if not ctx.coordinator.coordinates(group_id):
-                raise GroupError(ErrorCode.not_coordinator.value)
-            group = await ctx.coordinator.group(group_id, create=False)
+            group = await ctx.group_to_describe(conn, group_id)
             if group is None or group.consumer is None or (group.members and not group.is_consumer):
                 error = ErrorCode.group_id_not_found
         except GroupError as exc:

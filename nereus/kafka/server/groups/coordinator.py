@@ -1,9 +1,8 @@
 """The group coordinator: groups and committed offsets in metadata, written only conditionally.
 
-Records: ``/nereus/kafka/groups/{group}`` holds a group's state (``groups.py``);
-``/nereus/kafka/offsets/{group}/{topic}:{partition:010d}`` ->
-``{"offset", "epoch", "metadata", "ts"}`` its committed offsets (names URL-quoted;
-one level below the group so its offsets are one range in key order).
+Records: ``/nereus/kafka/groups/{group}`` holds a group's state (``group.py``); its
+committed offsets are records of their own (``offsets.py``, which also says how a
+commit is validated and written).
 
 Several brokers share one metadata plane, and for a moment two of them may each
 believe they coordinate a group (their views of the ring differ, or a broker
@@ -20,23 +19,6 @@ broker took the group over: this broker drops its copy, answers the pending join
 and syncs NOT_COORDINATOR (clients look the coordinator up again and rejoin) and
 reloads the group from metadata on its next request, as Kafka does for a
 coordinator that lost a group.
-
-Offset commits. The coordinator validates member and generation against the group
-it holds and waits until that group state is durable. For a member's commit it
-then re-reads the group record's version: if another broker wrote the group, the
-generation just validated may be stale, so the group is dropped and the commit
-answered NOT_COORDINATOR (a window between this read and the offset write remains;
-Oxia has no multi-key transactions). Each offset is written with the version this
-broker knows (read first if it never saw the record). An offset write that loses
-a race does not overwrite blindly: the group record is re-read; if it changed, the
-group is dropped and the partition answered NOT_COORDINATOR (the client retries
-against the current group). If it did not, this broker still holds the group's
-current generation and the commit was validated against it, so the offset is
-re-read, the value it replaces is logged, and the write is retried once with that
-version; losing again answers NOT_COORDINATOR. A broker writes one commit request
-of a group at a time, in arrival order, so its own commits never race each other.
-A commit is acknowledged only after its write; other failures answer
-COORDINATOR_NOT_AVAILABLE (retriable).
 
 Coordination. With several brokers, each group has one coordinator (the ring's
 broker for it, asked through ``serves``); a broker drops its copy of a group the
@@ -62,16 +44,17 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
-from ....meta import EXPECT_ABSENT, PutOp, UnexpectedVersion
+from ....meta import EXPECT_ABSENT, UnexpectedVersion
 from ....storage.records import subtree_ranges
-from .group import (CONSUMER_SESSION_TIMEOUT, COORDINATOR_NOT_AVAILABLE, DEAD, EMPTY, GROUPS_ROOT, NONE, NOT_COORDINATOR, Group,
-                     GroupError, group_key)
+from .group import Group
+from .offsets import OFFSETS_ROOT, OffsetCommits, group_prefix
+from .members import (CONSUMER_SESSION_TIMEOUT, COORDINATOR_NOT_AVAILABLE, DEAD, EMPTY, GROUPS_ROOT, NONE,
+                      NOT_COORDINATOR, GroupError, GroupLost, group_key)
 
 log = logging.getLogger(__name__)
 
-OFFSETS_ROOT = "/nereus/kafka/offsets/"
 EXPIRY_INTERVAL = 0.5
 IDLE_SECONDS = 300.0  # an unused empty group stays loaded this long
 MAX_GROUPS = 10_000  # groups held in memory before idle ones are dropped at once
@@ -79,18 +62,6 @@ MAX_GROUP_SIZE = 10_000  # members of one group (Kafka's group.max.size)
 RETRY_BACKOFF = (0.05, 5.0)  # first and longest wait between attempts of a failed group write
 GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP = 69, 68
 _END = "\U0010ffff"
-
-
-def _group_prefix(group_id: str) -> str:
-    return OFFSETS_ROOT + quote(group_id, safe="") + "/"
-
-
-def offset_key(group_id: str, topic: str, partition: int) -> str:
-    return f"{_group_prefix(group_id)}{quote(topic, safe='')}:{partition:010d}"
-
-
-class GroupLost(Exception):
-    """Another broker wrote the group since this one last read or wrote it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +97,7 @@ class GroupRecord:
                 and not self.commits.locked())
 
 
-class Coordinator:
+class Coordinator(OffsetCommits):
     """Loads groups on first use, persists them with conditional writes, expires sessions and idle groups.
 
     ``clock`` (monotonic seconds) drives sessions and idleness; tests pass their own.
@@ -416,7 +387,7 @@ class Coordinator:
             group = await self.group(group_id, create=False)
         except GroupError as exc:
             return exc.code
-        prefix = _group_prefix(group_id)
+        prefix = group_prefix(group_id)
         offsets = [rec async for rec in self.meta.range_scan(prefix, prefix + _END)]
         if group is None and not offsets:
             return GROUP_ID_NOT_FOUND
@@ -447,82 +418,5 @@ class Coordinator:
                 return NOT_COORDINATOR
         return NONE
 
-    # -- offsets ----------------------------------------------------------------------------
-    async def commit_offsets(self, group: Group, offsets: dict[tuple[str, int], tuple[int, int, str | None]],
-                             *, member_commit: bool) -> dict[tuple[str, int], int]:
-        """Write validated commits ``(topic, partition) -> (offset, leader epoch, metadata)``.
 
-        Returns the Kafka error code of each partition (NONE once durable).
-        """
-        rec = group.record
-        tps = list(offsets)
-        async with rec.commits:
-            try:
-                await self.durable(group)
-                if member_commit and not await self._still_owned(group):
-                    return dict.fromkeys(tps, NOT_COORDINATOR)
-                await self._learn_offset_versions(group, [tp for tp in tps if tp not in rec.offsets])
-            except GroupLost:
-                return dict.fromkeys(tps, NOT_COORDINATOR)
-            now_ms = int(time.time() * 1000)
-            values = {tp: json.dumps({"offset": o, "epoch": e, "metadata": m, "ts": now_ms}).encode()
-                      for tp, (o, e, m) in offsets.items()}
-            codes, conflicts = self._outcomes(group, tps, await self._put_offsets(group, tps, values))
-            if conflicts:
-                codes.update(await self._after_conflict(group, conflicts, values))
-            return codes
-
-    async def _put_offsets(self, group: Group, tps: list, values: dict) -> list:
-        ops = [PutOp(offset_key(group.group_id, t, p), values[(t, p)], expected_version_id=group.record.offsets[(t, p)])
-               for t, p in tps]
-        return await self.meta.put_many(ops)
-
-    def _outcomes(self, group: Group, tps: list, results: list) -> tuple[dict, list]:
-        codes, conflicts = {}, []
-        for tp, result in zip(tps, results):
-            if isinstance(result, UnexpectedVersion):
-                conflicts.append(tp)
-            elif isinstance(result, Exception):
-                log.warning("kafka group %s: committing %s-%d failed: %s", group.group_id, tp[0], tp[1], result)
-                group.record.offsets.pop(tp, None)  # unknown whether it was written: read it next time
-                codes[tp] = COORDINATOR_NOT_AVAILABLE
-            else:
-                group.record.offsets[tp] = result.version.version_id
-                codes[tp] = NONE
-        return codes, conflicts
-
-    async def _after_conflict(self, group: Group, tps: list, values: dict) -> dict:
-        """Offsets written elsewhere since this broker saw them: retry once if the group is still ours."""
-        if not await self._still_owned(group):
-            return dict.fromkeys(tps, NOT_COORDINATOR)
-        current = await self._learn_offset_versions(group, tps)
-        for tp in tps:
-            log.warning("kafka group %s: the offset of %s-%d was committed elsewhere (%s); this broker holds "
-                        "the group's current state, so its commit replaces it", group.group_id, tp[0], tp[1],
-                        current.get(tp))
-        codes, conflicts = self._outcomes(group, tps, await self._put_offsets(group, tps, values))
-        for tp in conflicts:
-            group.record.offsets.pop(tp, None)
-            codes[tp] = NOT_COORDINATOR
-        return codes
-
-    async def _learn_offset_versions(self, group: Group, tps: list) -> dict:
-        """Read the offset records of ``tps``: remembers their versions, returns their values."""
-        records = await asyncio.gather(*(self.meta.get(offset_key(group.group_id, t, p)) for t, p in tps))
-        values = {}
-        for tp, rec in zip(tps, records):
-            group.record.offsets[tp] = EXPECT_ABSENT if rec is None else rec.version.version_id
-            values[tp] = None if rec is None else json.loads(rec.value)
-        return values
-
-    async def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], dict]:
-        """Every committed offset of the group: ``(topic, partition) -> {"offset", "epoch", "metadata", "ts"}``."""
-        prefix = _group_prefix(group_id)
-        out = {}
-        async for rec in self.meta.range_scan(prefix, prefix + _END):
-            topic, partition = rec.key[len(prefix):].rsplit(":", 1)
-            out[(unquote(topic), int(partition))] = json.loads(rec.value)
-        return out
-
-
-__all__ = ["Coordinator", "GroupListing", "GroupLost", "GroupRecord", "OFFSETS_ROOT", "offset_key"]
+__all__ = ["Coordinator", "GroupListing", "GroupRecord"]

@@ -9,8 +9,8 @@ the assignments. The group (generation, members, assignments) is written to
 answers), when it becomes Stable (before the SyncGroup answers) and when it becomes
 Empty, so a restarted broker recognises the members' next heartbeats and never
 hands out a generation twice; committed offsets are separate records
-(``store.py``, which also owns the conditional writes and what happens when
-another broker wrote the group first).
+(``offsets.py``). The coordinator (``coordinator.py``) owns the conditional writes and
+what happens when another broker wrote the group first.
 
 Time comes from the coordinator's ``clock`` (monotonic seconds), so tests can
 move it instead of sleeping.
@@ -19,88 +19,17 @@ move it instead of sleeping.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
-from urllib.parse import quote
 
-from ....codec.kafka.consumer_protocol import subscribed_topics
 from .consumer_group import ConsumerGroupState, HeartbeatAnswer
+from .members import (COMPLETING, COORDINATOR_NOT_AVAILABLE, DEAD, EMPTY, FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND,
+                      GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, INITIAL_REBALANCE_DELAY, NONE,
+                      NOT_COORDINATOR, PREPARING, REBALANCE_IN_PROGRESS, STABLE, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER,
+                      UNSUPPORTED_VERSION, GroupError, JoinResult, Member, same_subscription)
 
 log = logging.getLogger(__name__)
-
-GROUPS_ROOT = "/nereus/kafka/groups/"
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
-INITIAL_REBALANCE_DELAY = 0.3  # lets consumers started together land in one generation
-
-# Kafka error codes used here
-NONE, ILLEGAL_GENERATION, INCONSISTENT_PROTOCOL, UNKNOWN_MEMBER = 0, 22, 23, 25
-INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS, NOT_COORDINATOR = 26, 27, 16
-COORDINATOR_NOT_AVAILABLE, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID = 15, 81, 82
-GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH, UNSUPPORTED_VERSION = 69, 113, 35
-CONSUMER_SESSION_TIMEOUT = 45.0  # Kafka's group.consumer.session.timeout.ms default
-
-
-class GroupError(Exception):
-    """A group request refused with a Kafka error code."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-@dataclass
-class Member:
-    member_id: str
-    client_id: str
-    client_host: str
-    session_timeout: float
-    rebalance_timeout: float
-    protocols: list[tuple[str, bytes]]
-    instance_id: str | None = None
-    assignment: bytes = b""
-    last_seen: float = 0.0
-    join: asyncio.Future | None = None
-    sync: asyncio.Future | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next((m for name, m in self.protocols if name == protocol), b"")
-
-    def to_json(self) -> dict:
-        return {"id": self.member_id, "client": self.client_id, "host": self.client_host,
-                "session": self.session_timeout, "rebalance": self.rebalance_timeout, "instance": self.instance_id,
-                "protocols": [[n, base64.b64encode(m).decode()] for n, m in self.protocols],
-                "assignment": base64.b64encode(self.assignment).decode()}
-
-    @classmethod
-    def from_json(cls, v: dict) -> "Member":
-        return cls(v["id"], v["client"], v["host"], v["session"], v["rebalance"],
-                   [(n, base64.b64decode(m)) for n, m in v["protocols"]], v.get("instance"),
-                   base64.b64decode(v["assignment"]))
-
-
-@dataclass
-class JoinResult:
-    error: int
-    generation: int = -1
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str = ""
-    member_id: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-    skip_assignment: bool = False
-
-
-def _same_subscription(new: bytes, old: bytes) -> bool:
-    """Same topics subscribed (owned partitions and user data may differ after a restart)."""
-    topics = subscribed_topics(new)
-    return new == old or (topics is not None and topics == subscribed_topics(old))
-
-
-def group_key(group_id: str) -> str:
-    return GROUPS_ROOT + quote(group_id, safe="")
 
 
 class Group:
@@ -109,7 +38,7 @@ class Group:
     def __init__(self, coordinator, group_id: str, record) -> None:
         self.coordinator = coordinator
         self.group_id = group_id
-        self.record = record  # store.GroupRecord: versions and pending writes of this group
+        self.record = record  # coordinator.GroupRecord: versions and pending writes of this group
         self.state = EMPTY
         self.generation = 0
         self.protocol_type: str | None = None
@@ -229,7 +158,7 @@ class Group:
         log.info("kafka group %s: static member %s rejoined as %s", self.group_id, old.instance_id, new_id)
         fut = asyncio.get_running_loop().create_future()
         unchanged = (self._choose_protocol() == self.protocol
-                     and _same_subscription(member.metadata_for(self.protocol), old.metadata_for(self.protocol)))
+                     and same_subscription(member.metadata_for(self.protocol), old.metadata_for(self.protocol)))
         if self.state == STABLE and unchanged:
             self._answer_when_durable([(fut, self._join_result(new_id, skip_assignment=True))],
                                       lambda code: JoinResult(code))
@@ -530,5 +459,4 @@ class Group:
             m.last_seen = now  # give members a full session to come back after a restart
 
 
-__all__ = ["COMPLETING", "DEAD", "EMPTY", "GROUPS_ROOT", "Group", "GroupError", "JoinResult", "Member", "PREPARING",
-           "STABLE", "group_key"]
+__all__ = ["Group"]

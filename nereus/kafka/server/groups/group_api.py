@@ -20,7 +20,7 @@ from . import txn_offsets
 from ..security import access
 from ..share import offsets_api as share_offsets
 from .context import GroupContext
-from .group import GroupError, JoinResult
+from .members import GroupError, JoinResult
 
 log = logging.getLogger(__name__)
 
@@ -260,11 +260,7 @@ async def handle_describe_groups(ctx: GroupContext, conn, head, req):
     out = []
     for group_id in req.groups:
         try:
-            if not await access.allowed(conn, GROUP, group_id, DESCRIBE):
-                raise GroupError(ErrorCode.group_authorization_failed.value)
-            if not ctx.coordinator.coordinates(group_id):
-                raise GroupError(ErrorCode.not_coordinator.value)
-            group = await ctx.coordinator.group(group_id, create=False)
+            group = await ctx.group_to_describe(conn, group_id)
         except GroupError as exc:
             out.append(make(gcls, error_code=ErrorCode(exc.code), group_id=group_id, group_state="", protocol_type="",
                             protocol_data="", members=(), authorized_operations=-2147483648))

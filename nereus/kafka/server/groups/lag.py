@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from .... import scraped
 from ....scraped import RefreshedCollector
 from ....storage import view
-from .coordinator import OFFSETS_ROOT
+from .offsets import OFFSETS_ROOT
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ Rules:
   heartbeat, which also carries its new assignment (none when it did not change).
 - Assignment (the ``simple`` assignor): every member is assigned every partition of the
   topics it subscribes to. Several members may fetch one partition: its records are
-  shared out by acquisition (``share_partition.py``), not by assignment.
+  shared out by acquisition (``partition.py``), not by assignment.
 - A member not heard from for the session timeout leaves the group.
 - Membership lives in the coordinator's memory only: after a restart members get
   UNKNOWN_MEMBER_ID and join again, which costs nothing here (no revocation).

@@ -3,7 +3,7 @@
 A share group on topic T is a durable subscription on each partition's stream, named
 after the group (the group id itself), so Pulsar's admin lists it with its backlog and
 retention keeps what it has not acknowledged. Kafka acknowledgements are individual
-acks on that cursor (``share_partition.py``); the cursor is persisted before an
+acks on that cursor (``partition.py``); the cursor is persisted before an
 acknowledgement is answered. The share-partitions of a partition live on the broker
 serving it, memberships on the group's coordinator.
 

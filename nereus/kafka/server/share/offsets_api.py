@@ -2,7 +2,7 @@
 DeleteShareGroupOffsets, and DeleteGroups of a share group.
 
 A share group's state on a partition is the durable cursor named after the group on
-that partition's stream (``share_groups.py``): its start offset (SPSO) is what the
+that partition's stream (``groups.py``): its start offset (SPSO) is what the
 cursor acknowledged below. Altering sets the cursor there (everything below counts as
 delivered, nothing above); deleting drops the cursor, so the next member starts
 afresh (``share.auto.offset.reset``). Both need the group empty, as Kafka's do, and

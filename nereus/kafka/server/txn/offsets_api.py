@@ -17,7 +17,7 @@ from ....transactions.records import kafka_key
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
 from ..groups import txn_offsets
-from ..groups.group import GroupError
+from ..groups.members import GroupError
 from ..security import access
 from .context import Transactions, TxnContext
 

@@ -17,7 +17,7 @@ from ..groups import consumer_api, group_api
 from ..groups.context import GroupContext
 from ..security import acl_api, quota_api, sasl_api
 from ..security.context import SecurityContext
-from ..share import offsets_api as share_offsets, share_api
+from ..share import fetch_api as share_fetch, offsets_api as share_offsets, share_api
 from ..share.context import ShareContext
 from ..txn import offsets_api as txn_offsets, producers, txn_api
 from ..txn.context import TxnContext
@@ -74,8 +74,8 @@ def handlers(*, admin: AdminContext, data: DataContext, txn: TxnContext, groups:
         69: partial(consumer_api.handle_consumer_group_describe, groups),
         76: partial(share_api.handle_share_group_heartbeat, share),
         77: partial(share_api.handle_share_group_describe, share),
-        78: partial(share_api.handle_share_fetch, share),
-        79: partial(share_api.handle_share_acknowledge, share),
+        78: partial(share_fetch.handle_share_fetch, share),
+        79: partial(share_fetch.handle_share_acknowledge, share),
         90: partial(share_offsets.handle_describe_share_group_offsets, share),
         91: partial(share_offsets.handle_alter_share_group_offsets, share),
         92: partial(share_offsets.handle_delete_share_group_offsets, share),
