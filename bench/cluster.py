@@ -477,12 +477,13 @@ def _active_brokers(oxia_port: int) -> list[str]:
     return asyncio.run(names())
 
 
-def start_standalone(workdir: Path, brokers: int) -> tuple[subprocess.Popen, dict[str, int], list[str]]:
+def start_standalone(workdir: Path, brokers: int,
+                     extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict[str, int], list[str]]:
     taken: set[int] = set()
     ports = {n: _free_port_run(brokers, taken) for n in ("http", "pulsar", "kafka")}
     ports["oxia"] = _free_port_run(1, taken)
     args = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone", "--data-dir",
-            str(workdir / "nereus"), "--brokers", str(brokers), "--compaction-interval", "0"]
+            str(workdir / "nereus"), "--brokers", str(brokers), "--compaction-interval", "0", *extra_args]
     for name, port in ports.items():
         args += [f"--{name}-port", str(port)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(workdir / "nereus.log", "ab"), cwd=ROOT)

@@ -205,6 +205,13 @@ def _options_of(kwargs: dict):
     if kwargs["consumer_group_heartbeat_interval"] >= kwargs["consumer_group_session_timeout"]:
         raise click.UsageError("--consumer-group-heartbeat-interval (group.consumer.heartbeat.interval.ms) must be "
                                "below --consumer-group-session-timeout (group.consumer.session.timeout.ms)")
+    if kwargs["wal_profile"] == "replicated" and not (
+            kwargs["wal_ensemble"] >= kwargs["wal_write_quorum"] >= kwargs["wal_ack_quorum"]):
+        raise click.UsageError("the replicated WAL profile needs --wal-ensemble (managedLedgerDefaultEnsembleSize) >= "
+                               "--wal-write-quorum (managedLedgerDefaultWriteQuorum) >= --wal-ack-quorum "
+                               "(managedLedgerDefaultAckQuorum)")
+    if kwargs["wal_profile"] == "local" and "metadata" in kwargs and kwargs["wal_dir"] is None:
+        raise click.UsageError("the local WAL profile needs --wal-dir (walDir): the broker's WAL replica")
     fields = broker_fields(kwargs)
     fields.update(authentication=_auth_settings(AuthSettings(**fields["authentication"])),
                   tls=_tls_of(TlsOptions(**fields["tls"]), kwargs), sasl=_sasl_settings(kwargs),

@@ -60,13 +60,18 @@ class MotoServer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
         self.proc = None
+
+
+def terminate(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM, and SIGKILL if the process is still there after ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def serve_for_session(log_path: Path):

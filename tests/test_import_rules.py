@@ -27,7 +27,7 @@ PACKAGE = ROOT / "nereus"
 #: ARCHITECTURE.md shows the same table (``test_architecture_shows_the_floors``).
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("tasks", "lanes", "scraped", "file_urls", "net_limits", "tls", "wrong_port", "lifeline"),
-    ("meta", "objstore", "codec", "http_limits", "tls_offload", "admin_cli"),
+    ("meta", "objstore", "wal", "codec", "http_limits", "tls_offload", "admin_cli"),
     ("storage",),
     ("ledger",),
     ("auth", "topics"),

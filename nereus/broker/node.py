@@ -31,7 +31,7 @@ from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
 from ..pulsar.server.policy_follower import follow_policies
 from ..transactions import BrokerParticipants, StreamTransactions, TransactionCoordinator
-from ..storage import GarbageCollector, StreamStorage
+from ..storage import GarbageCollector, StorageOptions, StreamStorage, WalOptions
 from ..storage import metrics as storage_metrics
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
 from ..topics.autocreate import AutoCreation
@@ -43,6 +43,7 @@ from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
 from .http import add_https, attach_admin, start_http
 from .listeners import AdvertisedListener
+from .wal_replica import ClusterWalDirectory, LocalWal, default_durability
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,14 @@ class BrokerOptions:
     gc_interval: float = 30.0
     gc_grace: float = 60.0
     gc_pending_timeout: float = 60.0
+    wal_profile: str = "object"  # where namespaces without a persistence policy keep acknowledged writes
+    wal_dir: Path | None = None  # this broker's WAL replica (None: it holds none)
+    wal_port: int = 0
+    wal_max_bytes: int = 8 << 30
+    wal_max_unuploaded_bytes: int = 1 << 30
+    wal_ensemble: int = 2  # managedLedgerDefaultEnsembleSize
+    wal_write_quorum: int = 2  # managedLedgerDefaultWriteQuorum
+    wal_ack_quorum: int = 2  # managedLedgerDefaultAckQuorum
     compaction_interval: float = 15.0  # 0: no compaction schedule
     compaction_max_age: float = 15.0
     compaction_min_bytes: int = 8 << 20
@@ -237,7 +246,22 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     internal = next((li for li in options.advertised_listeners
                      if li.name == (options.internal_listener or options.advertised_listeners[0].name)), None)
     host = internal.host if internal is not None else advertised(options.bind, options.advertised_address)
-    storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}")
+    local_wal = None
+    if options.wal_dir is not None:
+        local_wal = await bind_listener("wal", options.bind, options.wal_port,
+                                        LocalWal.start(options.wal_dir, options.bind, options.wal_port,
+                                                       max_bytes=options.wal_max_bytes))
+        stack.push_async_callback(local_wal.close)
+    elif options.wal_profile == "local":
+        raise ValueError("the local WAL profile needs a WAL directory (--wal-dir)")
+    directory = ClusterWalDirectory(local_wal.replica_id if local_wal else None, local_wal.store if local_wal else None,
+                                    zone=options.zone)
+    stack.push_async_callback(directory.close)
+    durability = default_durability(options.wal_profile, options.wal_ensemble, options.wal_write_quorum,
+                                    options.wal_ack_quorum)
+    storage_options = StorageOptions(wal=WalOptions(max_unuploaded_bytes=options.wal_max_unuploaded_bytes))
+    storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}",
+                            options=storage_options, directory=directory, durability=durability)
     stack.push_async_callback(storage.close)
     authenticator = Authenticator(options.authentication) if options.authentication.enabled else None
     authorizer = Authorizer(meta, options.authentication.super_user_roles,
@@ -322,8 +346,11 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                             pulsar_tls_url=pulsar.service_url_tls,
                             https_url=f"https://{host}:{https_port}" if https_port is not None else "",
                             kafka_listeners=tuple((p, port) for p, port in kafka.listener_ports.items()
-                                                  if p != "PLAINTEXT"))
+                                                  if p != "PLAINTEXT"),
+                            wal_replica=local_wal.replica_id if local_wal else "",
+                            wal_address=f"{host}:{local_wal.server.port}" if local_wal else "")
     membership = Membership(meta, address)
+    directory.membership = membership
     follow_policies(pulsar, membership)  # policy changes made through other brokers
     # Share-group offsets altered or deleted through another broker (the group's coordinator).
     membership.on_note(STREAMS_PREFIX, kafka.share_groups.note_cursor)
@@ -349,7 +376,9 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(storage_metrics.unregister_progress, progress)
     holder = name
     collector = GarbageCollector(meta, objects, grace_seconds=options.gc_grace,
-                                 pending_timeout_seconds=options.gc_pending_timeout)
+                                 pending_timeout_seconds=options.gc_pending_timeout, directory=directory)
+    if local_wal is not None:
+        local_wal.start_janitor(meta)
     workers = {"gc": lambda: _gc_loop(collector, options.gc_interval)}
     if options.compaction_interval > 0:
         from .compaction_schedule import CompactionSchedule, run_schedule

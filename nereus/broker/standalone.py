@@ -76,6 +76,8 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
     stop = asyncio.Event()
     install_stop_signals(stop)
     options = config.broker if config.broker.log_dir else replace(config.broker, log_dir=config.data_dir / "logs")
+    if options.wal_dir is None:
+        options = replace(options, wal_dir=config.data_dir / "wal")
     objects = open_object_store(objects_url)  # first: a bad URL fails before anything opens
     async with contextlib.AsyncExitStack() as stack:
         # Unwound in reverse order, also when a listener fails to start (port in use).
@@ -134,7 +136,8 @@ def child_command(index: int, config: StandaloneConfig, metadata_url: str, objec
     given = {**config.given, "log_dir": config.given.get("log_dir") or config.data_dir / "logs"}
     return [sys.executable, "-m", "nereus.cli", "--lifeline-stdin",
             "--log-level", logging.getLevelName(log.getEffectiveLevel()),
-            "broker", "--metadata", metadata_url, "--object-store", objects_url, *child_args(given, index)]
+            "broker", "--metadata", metadata_url, "--object-store", objects_url,
+            "--wal-dir", str(config.data_dir / f"wal-{index}"), *child_args(given, index)]
 
 
 async def _relay_stderr(stream: asyncio.StreamReader) -> str:

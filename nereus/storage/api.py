@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .wal_replicas import Durability
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,7 @@ class Stream(abc.ABC):
 
     stream_id: int
     name: str
+    durability: "Durability"  # where its acknowledged appends live until they are in an object
 
     @abc.abstractmethod
     def start_offset(self) -> int:
@@ -76,6 +81,10 @@ class Stream(abc.ABC):
         AppendSessionLost (a StreamFenced) after an earlier append failed: nothing more
         commits under this session until ``acquire`` is called.
         """
+
+    @abc.abstractmethod
+    async def set_durability(self, durability: "Durability") -> None:
+        """Send later appends to ``durability``'s WAL (the earlier ones commit first)."""
 
     @abc.abstractmethod
     async def fetch(self, start: int, end: int | None = None, max_bytes: int = 1 << 20) -> FetchResult:

@@ -34,11 +34,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from ..meta import MetadataStore, UnexpectedVersion
+from ..wal.errors import WalError
 from ..objstore import ObjectExists, ObjectNotFound, ObjectStore
-from . import compaction, key_view, metrics, records, wal_format
+from . import compaction, key_view, metrics, records, wal_format, wal_locator, wal_replicas
 from .errors import CorruptObject
 from .gc import object_name, seal
 from .records import Tail
+from .wal_replicas import ReplicaDirectory, WalUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +72,13 @@ class GarbageCollector:
 
     def __init__(self, meta: MetadataStore, objects: ObjectStore, *, grace_seconds: float = 60.0,
                  pending_timeout_seconds: float = 60.0, clock: Callable[[], float] | None = None,
-                 resolvers: Mapping[str, MarkerResolver] = RESOLVERS):
+                 resolvers: Mapping[str, MarkerResolver] = RESOLVERS, directory: ReplicaDirectory | None = None):
         """``clock`` (seconds) replaces the metadata plane's clock; for tests only.
         ``resolvers``: the resolver of each kind of pending marker (a kindless marker is a
-        writer's reserved block, resolved here)."""
+        writer's reserved block, resolved here). ``directory``: the WAL replicas, for blocks
+        written to them (without it such blocks are left to a collector that has one)."""
         self.meta = meta
+        self.directory = directory
         self.objects = objects
         self.resolvers = resolvers
         self.grace_ms = int(grace_seconds * 1000)
@@ -115,12 +119,17 @@ class GarbageCollector:
 
         False if the block's writer touched the marker meanwhile (it is alive).
         """
+        wal = value.get("wal")
+        if wal is not None and self.directory is None:
+            return False
         if not value.get("resolving"):
             try:  # the claim: from here on the block is the collector's
                 await self.meta.put(marker.key, records.encode({**value, "resolving": True}),
                                     expected_version_id=marker.version.version_id)
             except UnexpectedVersion:
                 return False
+        if wal is not None and not await self._recover_replicated(marker.key, value):
+            return False
         for seq in range(value["first"], value["first"] + value["count"]):
             name = object_name(value["prefix"], seq)
             record = await self.meta.get(records.object_key(name))
@@ -149,6 +158,42 @@ class GarbageCollector:
                          name, len(committed))
             await seal(self.meta, name, committed)
         await self.meta.delete(marker.key)
+        if wal is not None:
+            for replica_id in wal["ensemble"]:
+                replica = self.directory.replica(replica_id)
+                if replica is not None:
+                    try:
+                        await replica.drop(marker.key)
+                    except Exception as exc:  # its janitor drops it on seeing the marker gone
+                        log.debug("gc: dropping block %s on replica %s failed: %s", marker.key, replica_id, exc)
+        return True
+
+    async def _recover_replicated(self, marker_key: str, value: dict) -> bool:
+        """Fence a dead writer's block on its WAL replicas, then upload every object they hold.
+
+        After the fence no write of the block can be acknowledged any more, and every
+        acknowledged one is on a fenced replica; what is uploaded is then resolved as any
+        object (committed slices sealed, the rest collected). False (try again on a later
+        pass) while too few replicas answer.
+        """
+        wal = value["wal"]
+        try:
+            held = await wal_replicas.fence(self.directory, wal["ensemble"], wal["write"], wal["ack"], marker_key)
+            for name in sorted(held):
+                if not name.startswith(value["prefix"]):
+                    continue
+                block = {**value, "marker": marker_key}
+                data = await wal_replicas.read(self.directory, wal_locator.replicas_of(block, name), name)
+                try:
+                    await metrics.put_object(self.objects, name, data, "wal_upload")
+                except ObjectExists:
+                    pass  # uploaded by its writer already
+        except (WalError, WalUnavailable, OSError) as exc:
+            log.warning("gc: block %s of a dead writer cannot be recovered from its WAL replicas yet: %s",
+                        marker_key, exc)
+            return False
+        if held:
+            log.info("gc: block %s recovered from its WAL replicas: %d object(s) uploaded", marker_key, len(held))
         return True
 
     async def _fence_tail(self, stream_id: int) -> None:
@@ -198,6 +243,8 @@ class GarbageCollector:
         return False
 
     async def _delete(self, object_key: str, marker_key: str, now_ms: int) -> bool:
+        if wal_locator.on_replicas(object_key) and await wal_locator.find_block(self.meta, object_key) is not None:
+            return False  # its upload may still be on its way: deleted once its block is done
         if await self._pinned(object_key, now_ms):
             log.debug("gc: %s is free but pinned; kept", object_key)
             return False  # a table or a job still reads it: keep the free marker, look again later

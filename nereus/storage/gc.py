@@ -42,11 +42,17 @@ def object_name(prefix: str, seq: int) -> str:
     return f"{prefix}{seq:010d}"
 
 
-async def reserve(meta: MetadataStore, prefix: str, first: int, count: int) -> str:
-    """Record that objects ``prefix + [first, first + count)`` may be written; returns the marker key."""
+async def reserve(meta: MetadataStore, prefix: str, first: int, count: int,
+                  extra: dict | None = None) -> tuple[str, int, dict]:
+    """Record that objects ``prefix + [first, first + count)`` may be written.
+
+    ``extra`` joins the marker's value (a block on WAL replicas names them). Returns the
+    marker's key, version and value.
+    """
     marker = records.gc_pending_key(object_name(prefix, first))
-    await meta.put(marker, records.encode({"ts": _now_ms(), "prefix": prefix, "first": first, "count": count}))
-    return marker
+    value = {"ts": _now_ms(), "prefix": prefix, "first": first, "count": count, **(extra or {})}
+    result = await meta.put(marker, records.encode(value))
+    return marker, result.version.version_id, value
 
 
 async def seal(meta: MetadataStore, object_key: str, committed: Iterable[tuple[int, int]]) -> None:

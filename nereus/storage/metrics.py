@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .. import scraped
@@ -47,11 +47,18 @@ OBJECT_PUT_ERRORS = Counter("nereus_storage_object_put_errors", "Object writes t
 FETCHED_BYTES = Counter("nereus_storage_fetched_bytes", "Entry bytes served to readers", ["source"])
 CACHE_HITS = Counter("nereus_storage_cache_hits", "Reads answered by a cache", ["cache"])
 CACHE_MISSES = Counter("nereus_storage_cache_misses", "Reads a cache could not answer", ["cache"])
+WAL_HELD_BYTES = Gauge("nereus_storage_wal_upload_lag_bytes",
+                       "Bytes acknowledged on WAL replicas and not yet in the object store")
+WAL_UPLOAD_SECONDS = Histogram(
+    "nereus_storage_wal_upload_lag_seconds", "Time from an object's acknowledgement on WAL replicas to its upload",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+)
+WAL_REPLICA_READS = Counter("nereus_storage_wal_replica_reads", "Slices read from WAL replicas before their upload")
 GC_DELETED_OBJECTS = Counter("nereus_storage_gc_deleted_objects", "Objects deleted by the garbage collector")
 GC_RECLAIMED_BYTES = Counter("nereus_storage_gc_reclaimed_bytes", "Bytes of the objects the collector deleted")
 
 #: Kinds of objects storage writes; their series exist from the start (rate() needs a zero to start from).
-OBJECT_KINDS = ("wal", "compacted", "tombstone", "cursor_snapshot")
+OBJECT_KINDS = ("wal", "wal_upload", "compacted", "tombstone", "cursor_snapshot")
 for _kind in OBJECT_KINDS:
     for _counter in (OBJECT_PUTS, OBJECT_PUT_BYTES, OBJECT_PUT_ERRORS):
         _counter.labels(_kind)

@@ -5,6 +5,8 @@ range scan starting at the requested offset (the ``idx`` keys are named after ea
 group's last offset, so the first key >= offset is the group that contains it), then fetch the slices they point to concurrently (read-ahead up to
 ``max_bytes``) with one ranged GET each, verify their checksums and cache them.
 Slices not yet in an ``idx`` group are listed in the tail record (``pending``).
+An object acknowledged on WAL replicas and not uploaded yet is read from them
+(``wal_locator``).
 
 After compaction an ``idx`` key may hold one compacted entry (a Parquet object,
 generation > 0) for a run of offsets whose older groups are still being removed:
@@ -19,19 +21,23 @@ import asyncio
 
 from ..meta import MetadataStore
 from ..objstore import ObjectNotFound, ObjectStore
-from . import compacted_format, metrics, records, wal_format
+from ..wal.errors import EntryNotFound
+from . import compacted_format, metrics, records, wal_format, wal_locator
 from .api import FetchedEntry
 from .cache import BlockCache, TailCache
 from .errors import CorruptObject, ObjectMissing, StorageError
 from .records import IndexEntry, Tail
+from .wal_locator import WalLocator
 
 _INLINE_DECODE_BYTES = 1 << 20
 _MAX_READ_AHEAD = 64
 
 
 class StreamReader:
-    def __init__(self, meta: MetadataStore, objects: ObjectStore, tail_cache: TailCache, block_cache: BlockCache):
+    def __init__(self, meta: MetadataStore, objects: ObjectStore, tail_cache: TailCache, block_cache: BlockCache,
+                 locator: WalLocator | None = None):
         self.meta = meta
+        self.locator = locator  # objects on WAL replicas, not uploaded yet
         self.objects = objects
         self.tail_cache = tail_cache
         self.block_cache = block_cache
@@ -121,13 +127,30 @@ class StreamReader:
         """The entries of each given slice (checked), e.g. for compaction."""
         return list(await asyncio.gather(*(self._load(stream_id, e) for e in entries)))
 
+    async def _get(self, entry: IndexEntry) -> bytes:
+        """The slice's bytes from the store or, before its upload, from its WAL replicas."""
+        start, end = entry.position, entry.position + entry.length
+        try:
+            return await self.objects.get(entry.object, start, end)
+        except ObjectNotFound:
+            if self.locator is None or not wal_locator.on_replicas(entry.object):
+                raise
+        try:
+            data = await self.locator.read(entry.object, start, end)
+        except EntryNotFound:
+            data = None  # uploaded and dropped from its replicas meanwhile, or lost: the store decides
+        if data is None:
+            return await self.objects.get(entry.object, start, end)
+        metrics.WAL_REPLICA_READS.inc()
+        return data
+
     async def _load(self, stream_id: int, entry: IndexEntry, fill_cache: bool = True) -> list[tuple[int, memoryview]]:
         key = (entry.object, entry.position)
         block = self.block_cache.get(key)
         if block is not None:
             return block
         try:
-            data = await self.objects.get(entry.object, entry.position, entry.position + entry.length)
+            data = await self._get(entry)
         except ObjectNotFound:
             if entry.fallback:  # a compacted object is missing: read the slices it replaced
                 blocks = await self.load_slices(stream_id, list(entry.fallback))

@@ -26,6 +26,8 @@ from .notifications import TailWatch
 from .reader import StreamReader
 from .records import IndexEntry, Tail
 from .session import AppendSession, acquire
+from .wal_locator import WalLocator
+from .wal_replicas import OBJECT_STORE, Durability, ReplicaDirectory
 from .wal_writer import WalOptions, WalWriter
 from ..tasks import wait_for
 
@@ -50,13 +52,22 @@ class StreamStorage:
     """Creates, opens and deletes streams; one per process."""
 
     def __init__(self, meta: MetadataStore, objects: ObjectStore, *, node_id: str | None = None,
-                 options: StorageOptions = StorageOptions()):
+                 options: StorageOptions = StorageOptions(), directory: ReplicaDirectory | None = None,
+                 durability: Durability = OBJECT_STORE):
+        """``directory``: the WAL replicas this process may write to and read from;
+        ``durability``: where streams' appends go unless opened with another."""
         self.meta = meta
         self.objects = objects
         self.node_id = node_id or uuid.uuid4().hex[:12]
+        self.options = options
+        self.directory = directory
+        self.durability = durability
         self.tail_cache = TailCache(options.tail_cache_bytes)
-        self.reader = StreamReader(meta, objects, self.tail_cache, BlockCache(options.block_cache_bytes))
-        self.writer = WalWriter(meta, objects, node_id=self.node_id, options=options.wal, on_commit=self._committed)
+        self.locator = WalLocator(meta, directory)
+        self.reader = StreamReader(meta, objects, self.tail_cache, BlockCache(options.block_cache_bytes),
+                                   self.locator)
+        self._writers: dict[Durability, WalWriter] = {}
+        self.writer = self.writer_for(durability)
         self._id_lock = asyncio.Lock()
         self._id_next = self._id_end = 0
         # stream id -> {future: offset}: the long-polls waiting for the stream to pass offset
@@ -68,6 +79,21 @@ class StreamStorage:
         # Called as ``listener(stream_id, start)`` after a trim raised a start offset (the
         # transaction layer drops the aborted ranges of trimmed records); failures are logged.
         self.trim_listeners: list[Callable[[int, int], Awaitable[None]]] = []
+
+    def writer_for(self, durability: Durability) -> WalWriter:
+        """The WAL writer of one durability (one per process, made on first use)."""
+        writer = self._writers.get(durability)
+        if writer is None:
+            writer = WalWriter(self.meta, self.objects, node_id=self.node_id, options=self.options.wal,
+                               on_commit=self._committed, durability=durability, directory=self.directory)
+            self._writers[durability] = writer
+            if writer.uploader is not None:
+                self.locator.held.append(writer.uploader.held)
+        return writer
+
+    @property
+    def writers(self) -> list[WalWriter]:
+        return list(self._writers.values())
 
     # -- names ---------------------------------------------------------------------------
     async def create_stream(self, name: str) -> int:
@@ -118,8 +144,11 @@ class StreamStorage:
         lo, hi = records.names_range()
         return [records.name_from_key(k) async for k in self.meta.list(lo, hi)]
 
-    async def open_stream(self, name: str, *, create: bool = False) -> "StreamHandle":
-        """A handle on a stream; its append session is acquired on the first append."""
+    async def open_stream(self, name: str, *, create: bool = False,
+                          durability: Durability | None = None) -> "StreamHandle":
+        """A handle on a stream; its append session is acquired on the first append.
+
+        ``durability``: where its appends go (default: the storage's)."""
         try:
             stream_id = await self.stream_id(name)
         except StreamNotFound:
@@ -129,7 +158,7 @@ class StreamStorage:
                 stream_id = await self.create_stream(name)
             except StreamExists:
                 stream_id = await self.stream_id(name)
-        return StreamHandle(self, stream_id, name)
+        return StreamHandle(self, stream_id, name, durability or self.durability)
 
     async def delete_stream(self, name: str) -> None:
         """Fence any writer, drop the stream's index and release its objects."""
@@ -301,16 +330,19 @@ class StreamStorage:
         for task in reads:
             task.cancel()
         await asyncio.gather(*reads, return_exceptions=True)
-        await self.writer.close()
+        await asyncio.gather(*(writer.close() for writer in self.writers))
 
 
 class StreamHandle(Stream):
     """One stream as seen by this process: appends (with a session) and reads."""
 
-    def __init__(self, storage: StreamStorage, stream_id: int, name: str):
+    def __init__(self, storage: StreamStorage, stream_id: int, name: str, durability: Durability = OBJECT_STORE):
         self.storage = storage
         self.stream_id = stream_id
         self.name = name
+        self.durability = durability
+        self._writer = storage.writer_for(durability)
+        self._switching: asyncio.Future | None = None
         self._session: AppendSession | None = None
         self._acquiring: asyncio.Lock = asyncio.Lock()
         self._start = 0
@@ -363,8 +395,25 @@ class StreamHandle(Stream):
                     self._next = session.next_offset
                     self._session = session
                     self._start = await self.storage.start(self.stream_id)
-        base = await self.storage.writer.append(self._session, entry, record_count)
+        while self._switching is not None:
+            await asyncio.shield(self._switching)
+        base = await self._writer.append(self._session, entry, record_count)
         return AppendResult(base)
+
+    async def set_durability(self, durability: Durability) -> None:
+        """Send later appends to ``durability``'s WAL. Appends wait while the ones made
+        before are flushed: a stream's commits happen in its append order."""
+        if durability == self.durability:
+            return
+        while self._switching is not None:
+            await asyncio.shield(self._switching)
+        self._switching = asyncio.get_running_loop().create_future()
+        try:
+            await self._writer.flush()
+        finally:
+            self.durability, self._writer = durability, self.storage.writer_for(durability)
+            self._switching.set_result(None)
+            self._switching = None
 
     async def fetch(self, start: int, end: int | None = None, max_bytes: int = 1 << 20) -> FetchResult:
         if self._closed:
@@ -436,7 +485,7 @@ class StreamHandle(Stream):
     async def close(self) -> None:
         self._closed = True
         if self._session is not None:
-            await self.storage.writer.flush()
+            await self._writer.flush()
             await self._session.close()
             self._next = self.next_offset()
             # The writer is done here (the stream may move to another broker): its cached tail goes too.

@@ -42,7 +42,6 @@ into the next flush, up to ``max_buffered_bytes`` (then appends wait: back-press
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -51,16 +50,24 @@ from typing import Callable
 from ..meta import MetadataStore
 from ..objstore import ObjectExists, ObjectStore
 from ..tasks import log_failure
-from . import gc, metrics, wal_format
+from ..wal.errors import BlockFenced
+from . import gc, metrics, wal_format, wal_replicas
 from .errors import InvalidAppend, StorageError, StreamFenced
 from .records import IndexEntry
 from .session import AppendSession
+from .wal_blocks import NameBlock, NameBlocks
+from .wal_replicas import OBJECT_STORE, Durability, ReplicaDirectory, WalUnavailable
+from .wal_upload import Uploader
 from .write_health import WriteHealth
 
 log = logging.getLogger(__name__)
 
 #: Encoding and checksumming more than this moves to a worker thread.
 _INLINE_ENCODE_BYTES = 1 << 20
+#: A WAL replica that failed a write is left out of new ensembles for this long.
+_AVOID_FAILED_REPLICA_SECONDS = 30.0
+#: At close, how long uploads may take before the rest is left to the collector.
+_CLOSE_UPLOAD_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,18 +87,13 @@ class WalOptions:
     reservation_ttl: float = 10.0
     #: How often quiet streams' old pending slices are grouped into the offset index.
     idle_group_interval: float = 1.0
-
-
-@dataclass(slots=True)
-class _Reservation:
-    first: int
-    count: int
-    created: float
-    marker: str = ""
-    used: int = 0
-    sealed: int = 0
-    closed: bool = False
-    claimed: bool = False  # the collector took the block for a dead writer's
+    #: On WAL replicas: appends wait while this much is acknowledged but not uploaded yet ...
+    max_unuploaded_bytes: int = 1 << 30
+    #: ... of which up to this much stays in memory for the upload (the rest is read back).
+    upload_memory_bytes: int = 128 << 20
+    upload_concurrency: int = 8
+    #: Blocks whose marker is older than this are touched (the collector's timeout is 60 s).
+    marker_touch_seconds: float = 15.0
 
 
 @dataclass(slots=True)
@@ -109,7 +111,10 @@ class WalWriter:
 
     def __init__(self, meta: MetadataStore, objects: ObjectStore, *, node_id: str,
                  options: WalOptions = WalOptions(), on_commit: CommitListener | None = None,
-                 health: WriteHealth | None = None):
+                 health: WriteHealth | None = None, durability: Durability = OBJECT_STORE,
+                 directory: ReplicaDirectory | None = None):
+        """``durability``: where objects go before the ack (the object store, or WAL
+        replicas from ``directory``, uploaded in the background)."""
         self.meta = meta
         self.objects = objects
         self.node_id = node_id
@@ -120,11 +125,23 @@ class WalWriter:
         self._buffered_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._soon: asyncio.Handle | None = None  # the flush of an idle WAL, one loop turn away
-        self._prefix = f"wal/{int(time.time() * 1000):013d}-{node_id}-"
-        self._next_block = 0
-        self._reservation: _Reservation | None = None
-        self._spare: asyncio.Task | None = None  # the next block, reserved ahead of need
-        self._naming = asyncio.Lock()
+        self.durability = durability
+        self.directory = directory
+        prefix = f"wal/{int(time.time() * 1000):013d}-{node_id}"
+        choose = None
+        if durability.on_replicas:
+            if directory is None:
+                raise StorageError(f"the {durability.profile} WAL profile needs WAL replicas, and none are configured")
+            prefix += f"~{durability.ensemble}.{durability.write_quorum}.{durability.ack_quorum}"
+            choose = self._choose_ensemble
+        self.blocks = NameBlocks(meta, prefix + "-", size=options.reservation_size, ttl=options.reservation_ttl,
+                                 choose=choose, write_quorum=durability.write_quorum,
+                                 ack_quorum=durability.ack_quorum, track=self._track, on_done=self._block_done)
+        self.uploader = Uploader(objects, directory, self.blocks, max_held_bytes=options.max_unuploaded_bytes,
+                                 memory_bytes=options.upload_memory_bytes,
+                                 concurrency=options.upload_concurrency) if durability.on_replicas else None
+        self._replica_writes: set[asyncio.Task] = set()  # the replicas slower than the ack quorum
+        self._avoid: dict[str, float] = {}  # replicas that failed a write lately -> until when new ensembles skip them
         self._last_commit: asyncio.Future | None = None
         self._inflight = 0
         self._flush_wanted = False
@@ -150,6 +167,8 @@ class WalWriter:
         session.check_usable()
         if self._housekeeping is None:
             self._housekeeping = asyncio.ensure_future(self._group_idle_streams())
+        if self.uploader is not None:
+            await self.uploader.room()  # back-pressure: the object store is behind (or down)
         while self._buffered_bytes >= self.options.max_buffered_bytes:
             self._space.clear()  # back-pressure: every flush slot is busy and the buffer is full
             await self._space.wait()
@@ -229,8 +248,9 @@ class WalWriter:
 
     async def _write_and_commit(self, batch: list[_Pending], previous: asyncio.Future | None,
                                 done: asyncio.Future) -> None:
-        key, reservation = await self._next_name()
+        key, block = await self.blocks.next_name()
         committed: list[tuple[int, int]] = []
+        chunks: list = []
         try:
             slices = [(p.session.stream_id, p.entries) for p in batch]
             hints = [p.session.next_offset for p in batch]
@@ -244,19 +264,10 @@ class WalWriter:
             # Small objects travel as one buffer: one C-level join beats handing the
             # store hundreds of small chunks to walk through in Python.
             chunks = encoded.chunks if encoded.size > _INLINE_ENCODE_BYTES else [b"".join(encoded.chunks)]
-            for attempt in range(3):
-                try:
-                    await metrics.put_object(self.objects, key, chunks, "wal")
-                    break
-                except ObjectExists:
-                    # The collector claimed the name (it took this block for a dead
-                    # writer's after a stall): the block is lost; write under a new name.
-                    if attempt == 2:
-                        raise
-                    log.warning("object name %s was claimed by the collector; taking a new block", key)
-                    reservation.claimed = True
-                    self._track(self._seal(key, [], reservation))
-                    key, reservation = await self._next_name()
+            if block.ensemble:
+                key, block = await self._write_replicas(key, block, chunks)
+            else:
+                key, block = await self._put_object(key, block, chunks)
             metrics.WAL_OBJECTS.inc()
             metrics.WAL_OBJECT_BYTES.inc(encoded.size)
             metrics.WAL_FLUSH_BYTES.observe(encoded.size)
@@ -269,59 +280,83 @@ class WalWriter:
             committed = [(p.session.stream_id, r.base) for p, r in zip(batch, results) if isinstance(r, IndexEntry)]
             metrics.FLUSH_SECONDS.observe(time.monotonic() - started)
         finally:
-            # Every reserved name gets sealed, failed ones with no live slice, so
+            # Every name handed out gets sealed, failed ones with no live slice, so
             # the block's marker can go and a half-written object is collected.
-            self._track(self._seal(key, committed, reservation))
+            self._track(self._seal(key, committed, block, chunks))
 
-    async def _next_name(self) -> tuple[str, _Reservation]:
-        async with self._naming:
-            return await self._next_name_locked()
+    async def _put_object(self, key: str, block: NameBlock, chunks: list) -> tuple[str, NameBlock]:
+        for attempt in range(3):
+            try:
+                await metrics.put_object(self.objects, key, chunks, "wal")
+                return key, block
+            except ObjectExists:
+                # The collector claimed the name (it took this block for a dead
+                # writer's after a stall): the block is lost; write under a new name.
+                if attempt == 2:
+                    raise
+                log.warning("object name %s was claimed by the collector; taking a new block", key)
+                block.claimed = True
+                self._track(self._seal(key, [], block))
+                key, block = await self.blocks.next_name()
+        raise AssertionError("unreachable")
 
-    async def _next_name_locked(self) -> tuple[str, _Reservation]:
-        r = self._reservation
-        if r is None or r.used >= r.count or self._expired(r):
-            if r is not None:
-                self._close(r)
-            spare, self._spare = self._spare, None
-            r = await spare if spare is not None else None
-            if r is None or self._expired(r):
-                # A spare that sat unused while the writer was idle is as old as its
-                # marker: the collector may take its block for a dead writer's soon.
-                if r is not None:
-                    self._close(r)
-                r = await self._reserve()
-            self._reservation = r
-        name = gc.object_name(self._prefix, r.first + r.used)
-        r.used += 1
-        half_used = r.used * 2 >= r.count or (time.monotonic() - r.created) * 2 > self.options.reservation_ttl
-        if self._spare is None and half_used:
-            self._spare = asyncio.ensure_future(self._reserve())
-        return name, r
+    async def _write_replicas(self, key: str, block: NameBlock, chunks: list) -> tuple[str, NameBlock]:
+        """Put the object on its write set; a set that cannot take it is left for a new block
+        (a new ensemble without the replicas that failed), up to three times."""
+        for attempt in range(3):
+            replicas = wal_replicas.write_set(block.ensemble, block.write_quorum,
+                                              block.index(int(key[-10:])))
+            try:
+                slow = await wal_replicas.write(self.directory, replicas, block.ack_quorum, block.marker, key,
+                                                chunks, background=self._replica_writes)
+            except (WalUnavailable, BlockFenced) as exc:
+                if attempt == 2:
+                    raise
+                log.warning("WAL object %s: %s; writing it to a new ensemble", key, exc)
+                if isinstance(exc, BlockFenced):
+                    block.claimed = True
+                self._track(self._seal(key, [], block))
+                self._avoid_for_a_while(replicas)
+                key, block = await self.blocks.next_name(avoid=tuple(replicas))
+                continue
+            if slow:  # acknowledged, but under-replicated: the next objects go to a new ensemble
+                self._avoid_for_a_while(slow)
+                if block is self.blocks.current:
+                    self.blocks.close(block)
+            return key, block
+        raise AssertionError("unreachable")
 
-    def _expired(self, r: _Reservation) -> bool:
-        return r.claimed or time.monotonic() - r.created > self.options.reservation_ttl
+    def _avoid_for_a_while(self, replicas) -> None:
+        until = time.monotonic() + _AVOID_FAILED_REPLICA_SECONDS
+        for replica_id in replicas:
+            self._avoid[replica_id] = until
 
-    async def _reserve(self) -> _Reservation:
-        first, count = self._next_block, self.options.reservation_size
-        self._next_block += count
-        r = _Reservation(first, count, time.monotonic())
-        r.marker = await gc.reserve(self.meta, self._prefix, first, count)
-        return r
+    def _choose_ensemble(self, avoid: tuple[str, ...]) -> list[str]:
+        now = time.monotonic()
+        for replica_id in [r for r, until in self._avoid.items() if until < now]:
+            del self._avoid[replica_id]
+        d = self.durability
+        return wal_replicas.choose_ensemble(self.directory, d.ensemble, d.ack_quorum, avoid + tuple(self._avoid))
 
-    def _close(self, r: _Reservation) -> None:
-        r.closed = True
-        if r.sealed == r.used:
-            self._track(self.meta.delete(r.marker))
+    def _block_done(self, block: NameBlock) -> None:
+        """The block's marker is gone: its replicas may forget it."""
+        for replica_id in block.ensemble:
+            replica = self.directory.replica(replica_id) if self.directory is not None else None
+            if replica is not None:
+                self._track(_drop_quietly(replica, block.marker))
 
-    async def _seal(self, key: str, committed: list[tuple[int, int]], r: _Reservation) -> None:
+    async def _seal(self, key: str, committed: list[tuple[int, int]], block: NameBlock,
+                    chunks: list | None = None) -> None:
         try:
             await gc.seal(self.meta, key, committed)
         except Exception:  # the collector resolves the block from its marker instead
             log.warning("could not seal object %s", key, exc_info=True)
             return
-        r.sealed += 1
-        if r.closed and r.sealed == r.used:
-            await self.meta.delete(r.marker)
+        if block.ensemble and committed and chunks:
+            replicas = wal_replicas.write_set(block.ensemble, block.write_quorum, block.index(int(key[-10:])))
+            self.uploader.add(key, block, replicas, chunks)  # done once uploaded
+        else:
+            self.blocks.finished(block)
 
     async def _commit_all(self, batch: list[_Pending], key: str,
                           layouts: list[wal_format.SliceLayout]) -> list[IndexEntry | Exception]:
@@ -377,6 +412,11 @@ class WalWriter:
                 await self.group_idle_streams()
             except Exception:
                 log.exception("grouping the pending slices of quiet streams failed")
+            if self.uploader is not None:
+                try:
+                    await self.blocks.touch_old_markers(self.options.marker_touch_seconds)
+                except Exception as exc:  # tried again next round, well within the collector's timeout
+                    log.warning("touching the markers of blocks waiting for upload failed: %s", exc)
 
     async def group_idle_streams(self) -> None:
         """Write the old pending slices of quiet streams as idx groups (see the session)."""
@@ -429,13 +469,23 @@ class WalWriter:
             self._housekeeping.cancel()
             await asyncio.gather(self._housekeeping, return_exceptions=True)
         await self._drain()
-        if self._reservation is not None:
-            self._close(self._reservation)
-        if self._spare is not None:
-            spare, self._spare = self._spare, None
-            with contextlib.suppress(Exception):
-                self._close(await spare)
+        await self.blocks.close_all()
         await self._drain()
+        if self.uploader is not None:
+            try:
+                await asyncio.wait_for(self.uploader.drain(), _CLOSE_UPLOAD_SECONDS)
+            except asyncio.TimeoutError:
+                log.warning("%d WAL object(s) not uploaded at close; the collector uploads them from the "
+                            "replicas", self.uploader.pending)
+            await self.uploader.close()
+            await asyncio.gather(*self._replica_writes, return_exceptions=True)
+
+
+async def _drop_quietly(replica, block: str) -> None:
+    try:
+        await replica.drop(block)
+    except Exception as exc:  # the replica's own janitor drops it when it sees the marker gone
+        log.debug("dropping block %s on a WAL replica failed: %s", block, exc)
 
 
 def _fail(futures: list[asyncio.Future], exc: Exception) -> None:

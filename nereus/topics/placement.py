@@ -33,6 +33,8 @@ class BrokerAddress:
     https_url: str = ""  # https://host:port, or ""
     # Kafka listeners besides PLAINTEXT (kafka_port): (security protocol, port), e.g. ("SSL", 9093).
     kafka_listeners: tuple[tuple[str, int], ...] = ()
+    wal_replica: str = ""  # the id of this broker's WAL replica ("": it holds none)
+    wal_address: str = ""  # host:port of its WAL replica service
 
     def kafka_port_for(self, protocol: str) -> int:
         """The port of this broker's Kafka listener of ``protocol`` (kafka_port for PLAINTEXT; 0: none)."""

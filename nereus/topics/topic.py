@@ -27,6 +27,7 @@ from typing import Awaitable, Callable
 from ..ledger.naming import TopicName
 from ..storage import Stream, StreamFenced, key_view
 from ..tasks import unless
+from . import persistence
 from .dedup import Dedup
 from .key_compaction import entries_keys
 from .key_log import KeyRecorder
@@ -105,6 +106,11 @@ class Topic:
         if enabled != self.dedup.enabled:
             log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
         self.dedup.enabled = enabled
+        durability = persistence.durability_of(namespace.get(persistence.FIELD), self.registry.storage.durability)
+        if durability != self.handle.durability:
+            log.info("%s: acknowledged writes go to the %s WAL (%d/%d/%d)", self.name, durability.profile,
+                     durability.ensemble, durability.write_quorum, durability.ack_quorum)
+            await self.handle.set_durability(durability)
         base = self.name.base
         rec = await self.meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
         own = json.loads(rec.value) if rec is not None else {}

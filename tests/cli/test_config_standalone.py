@@ -29,7 +29,7 @@ brokerDeduplicationEnabled=false
 maxMessageSize=65536
 defaultNumPartitions=3
 zookeeperServers=localhost:2181
-managedLedgerDefaultEnsembleSize=1
+managedLedgerCacheSizeMB=64
 bookkeeperClientTimeoutInSeconds=30
 someUnknownSetting=1
 webServicePot=1
@@ -77,7 +77,7 @@ def test_a_standalone_takes_its_settings_from_the_file_and_flags_override_it(tmp
     assert f"http=127.0.0.1:{ports['http']}" in log
     ignored = [line for line in log.splitlines() if "ignored" in line]
     assert len(ignored) == 2, ignored  # once each: the keys without use, the likely misspelling
-    for key in ("zookeeperServers", "managedLedgerDefaultEnsembleSize", "bookkeeperClientTimeoutInSeconds",
+    for key in ("zookeeperServers", "managedLedgerCacheSizeMB", "bookkeeperClientTimeoutInSeconds",
                 "someUnknownSetting"):
         assert key in ignored[0]
     assert "webServicePot (did you mean webServicePort?)" in ignored[1]

@@ -54,10 +54,10 @@ def tail(path: Path, lines: int = 60) -> str:
 
 
 def object_node(name: str) -> str:
-    """The writer node id in a WAL object name ``wal/{ms}-{node}-{block...}`` (node is ``{broker}-{pid}``)."""
+    """The writer node id in a WAL object name ``wal/{ms}-{node}[~E.W.A]-{seq}`` (node is ``{broker}-{pid}``)."""
     base = name.rsplit("/", 1)[-1] if "wal/" not in name else name.split("wal/", 1)[1]
     _ms, _, rest = base.partition("-")
-    return rest.rsplit("-", 1)[0]
+    return rest.rsplit("-", 1)[0].split("~", 1)[0]  # "~E.W.A": written to WAL replicas first
 
 
 class Broker:
@@ -100,6 +100,10 @@ class Broker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def wal_dir(self) -> Path:
+        return self.cluster.root / f"wal-{self.name}"
+
     # -- life cycle ---------------------------------------------------------------------
     def launch(self) -> None:
         c = self.cluster
@@ -107,7 +111,7 @@ class Broker:
                 "--zone", self.zone, "--broker-name", self.name, "--session-timeout", str(c.session_timeout),
                 "--compaction-interval", "0", "--pulsar-port", str(self.ports["pulsar"]),
                 "--kafka-port", str(self.ports["kafka"]), "--http-port", str(self.ports["http"]),
-                *c.broker_args]
+                *(["--wal-dir", str(self.wal_dir)] if c.wal else []), *c.broker_args]
         with open(self.log, "ab") as log:
             log.write(f"\n===== launch {time.strftime('%H:%M:%S')} =====\n".encode())
             if self.group is not None:
@@ -177,8 +181,11 @@ class Cluster:
     """``nereus oxia`` + brokers over a shared object store (``file`` or ``s3``)."""
 
     def __init__(self, root: Path, zones: list[str], *, store: str = "file", moto_endpoint: str | None = None,
-                 session_timeout: float = SESSION_TIMEOUT, broker_args: list[str] | None = None) -> None:
+                 session_timeout: float = SESSION_TIMEOUT, broker_args: list[str] | None = None,
+                 wal: bool = False) -> None:
+        """``wal``: each broker keeps a WAL replica in a directory of its own (``wal_dir``)."""
         self.root = Path(root)
+        self.wal = wal
         self.root.mkdir(parents=True, exist_ok=True)
         self.store = store
         self.session_timeout = session_timeout
@@ -360,6 +367,10 @@ class Cluster:
                          "node_id": value["address"]["node_id"], "incarnation": value["incarnation"],
                          "started_ms": value.get("started_ms", 0), "load": value.get("load") or {}}
         return out
+
+    def pending_markers(self) -> dict[str, dict]:
+        """The collector's pending markers (reserved blocks of object names, unfinished writes)."""
+        return {key: json.loads(raw) for key, raw in self.call(self._scan("/nereus/gc/pending/")).items()}
 
     def owners(self) -> dict[str, str]:
         """Topic -> the broker name in its ownership record."""

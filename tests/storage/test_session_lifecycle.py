@@ -188,12 +188,12 @@ async def test_an_idle_spare_reservation_is_not_used_for_a_write(meta, objects, 
     await stream.append(b"0", 1)
     await asyncio.sleep(0.15)  # past half the ttl: the next name reserves a spare block
     await stream.append(b"1", 1)
-    spare = storage.writer._spare
+    spare = storage.writer.blocks.spare
     assert spare is not None
     await spare
     await asyncio.sleep(0.3)  # idle: both the current block and the spare expire
     await stream.append(b"2", 1)
-    assert storage.writer._reservation is not await spare
+    assert storage.writer.blocks.current is not await spare
     await storage.close()
 
 

@@ -21,6 +21,7 @@ from ...auth.authorization import AUTH_FIELD, auth_policies
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
 from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
+from ...topics import persistence
 from ...topics.autocreate import OVERRIDE_FIELD
 from ...ledger.policies import policies_key
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
@@ -139,7 +140,7 @@ def _field_remover(field: str):
     async def remove(request: web.Request) -> web.Response:
         ctx = context(request)
         await _update(ctx, *_names(request), field, None)
-        if field == "deduplicationEnabled":
+        if field in ("deduplicationEnabled", persistence.FIELD):  # loaded topics apply the change at once
             await refresh_policies(ctx.pulsar, *_names(request))
         return no_content()
     return remove
@@ -164,6 +165,18 @@ async def set_deduplication(request: web.Request) -> web.Response:
         raise AdminError(400, "The deduplication policy must be true or false")
     await _update(ctx, *_names(request), "deduplicationEnabled", value)
     await refresh_policies(ctx.pulsar, *_names(request))  # loaded topics apply it at once
+    return no_content()
+
+
+async def set_persistence(request: web.Request) -> web.Response:
+    """Pulsar's persistence policies (ensemble, write and ack quorum) and Nereus' ``walProfile``."""
+    ctx = context(request)
+    try:
+        value = persistence.validate(await body(request))
+    except persistence.InvalidPersistence as exc:
+        raise AdminError(400, str(exc)) from None
+    await _update(ctx, *_names(request), persistence.FIELD, value)
+    await refresh_policies(ctx.pulsar, *_names(request))  # later appends of loaded topics go to the new WAL
     return no_content()
 
 
@@ -246,6 +259,9 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(ns + "/deduplication", _field_getter("deduplicationEnabled"))
     router.add_post(ns + "/deduplication", set_deduplication)
     router.add_delete(ns + "/deduplication", _field_remover("deduplicationEnabled"))
+    router.add_get(ns + "/persistence", _field_getter(persistence.FIELD))
+    router.add_post(ns + "/persistence", set_persistence)
+    router.add_delete(ns + "/persistence", _field_remover(persistence.FIELD))
     router.add_get(ns + "/autoTopicCreation", _field_getter(OVERRIDE_FIELD))
     router.add_post(ns + "/autoTopicCreation", set_auto_creation)
     router.add_delete(ns + "/autoTopicCreation", _field_remover(OVERRIDE_FIELD))

@@ -327,6 +327,30 @@ OPTIONS: tuple[Option, ...] = (
     # would let the collector resolve the names of a live writer.
     Option("--gc-pending-timeout", ("gcPendingTimeoutSeconds",), click.FloatRange(20), 60,
            "Seconds after which an unfinished write (a writer or compactor that died) is resolved (at least 20)."),
+    Option("--wal-profile", ("walProfile",), click.Choice(("object", "replicated", "local")), "object",
+           "Where acknowledged writes of namespaces without a persistence policy live until they are in the "
+           "object store: object (written there before the ack), replicated (the WALs of several brokers' disks, "
+           "managedLedgerDefault* quorums), local (this broker's disk only)."),
+    Option("--wal-dir", ("walDir",), click.Path(file_okay=False, path_type=Path), None, {
+        STANDALONE: "Directory of this broker's WAL replica. Default: DATA_DIR/wal",
+        BROKER: "Directory of this broker's WAL replica (the bookie role; needed by the local profile). "
+                "Without it, this broker holds no WAL replica (its writes may still go to others')."},
+           children=OWN),
+    Option("--wal-port", ("bookiePort",), PORT, 0,
+           "Port of this broker's WAL replica service (0: any free port; brokers find it in the registry).",
+           children=SHIFTED),
+    Option("--wal-max-mb", ("walMaxSizeMB",), click.FloatRange(1), 8192,
+           "Disk space this broker's WAL replica may use; beyond it, writes go to other replicas or fail.",
+           field="wal_max_bytes", to_field=_megabytes),
+    Option("--wal-max-unuploaded-mb", ("walMaxUnuploadedMB",), click.FloatRange(1), 1024,
+           "Acknowledged WAL writes not yet in the object store beyond which producers wait (back-pressure).",
+           field="wal_max_unuploaded_bytes", to_field=_megabytes),
+    Option("--wal-ensemble", ("managedLedgerDefaultEnsembleSize",), click.IntRange(1, 32), 2,
+           "WAL replicas of a block of writes, for namespaces without a persistence policy (replicated profile)."),
+    Option("--wal-write-quorum", ("managedLedgerDefaultWriteQuorum",), click.IntRange(1, 32), 2,
+           "WAL replicas each write goes to (at most the ensemble)."),
+    Option("--wal-ack-quorum", ("managedLedgerDefaultAckQuorum",), click.IntRange(1, 32), 2,
+           "WAL replicas that must have a write on disk before it is acknowledged (at most the write quorum)."),
     Option("--compaction-interval", ("compactionIntervalSeconds",), click.FloatRange(0), 15,
            "Seconds between compaction runs (a Spark worker process; 0: no compaction schedule)."),
     Option("--compaction-max-age", ("compactionMaxAgeSeconds",), click.FloatRange(0), 15,

@@ -1,0 +1,144 @@
+"""``WalServer``: a replica's store served over TCP (optionally TLS) with the replica protocol.
+
+Requests on a connection are pipelined: each is answered as soon as it completes, so
+answers leave in any order (the client matches them by request id). A connection reads no
+further while the appends it has in flight pass ``max_inflight_bytes`` (or their count passes
+``max_inflight_requests``): a fast writer cannot make the replica hold unbounded data. A
+connection that sends bytes that are no frame is closed and logged; the others go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl as ssl_module
+
+from . import metrics
+from .errors import ProtocolError, WalError
+from .protocol import Append, Blocks, Drop, Fence, FrameDecoder, Ping, Read, Request, Response, encode, failure
+from .store import WalStore
+
+log = logging.getLogger(__name__)
+
+_READ_BYTES = 256 << 10
+
+
+class _Connection:
+    def __init__(self, writer: asyncio.StreamWriter, limits: tuple[int, int]) -> None:
+        self.writer = writer
+        self.peer = writer.get_extra_info("peername")
+        self.max_bytes, self.max_requests = limits
+        self.inflight_bytes = 0
+        self.requests: set[asyncio.Task] = set()
+        self.room = asyncio.Event()
+        self.closing = False
+
+    def full(self) -> bool:
+        return self.inflight_bytes > self.max_bytes or len(self.requests) >= self.max_requests
+
+
+class WalServer:
+    """Serves ``store`` on ``host:port`` (port 0: any free port, then read ``port``)."""
+
+    def __init__(self, store: WalStore, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None,
+                 max_inflight_bytes: int = 64 << 20, max_inflight_requests: int = 4096) -> None:
+        self.store = store
+        self.host = host
+        self.port = port
+        self._ssl = ssl
+        self._limits = (max_inflight_bytes, max_inflight_requests)
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task, _Connection] = {}
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self._ssl)
+        self.port = self._server.sockets[0].getsockname()[1]
+        metrics.watch(self.store)
+        log.info("WAL replica of %s listening on %s:%d", self.store.directory, self.host, self.port)
+
+    async def close(self) -> None:
+        """Stop listening and drop every connection (the store stays open: its owner closes it)."""
+        if self._server is not None:
+            self._server.close()
+        for connection in self._connections.values():
+            connection.closing = True
+            connection.writer.close()  # its read loop hears the end of the stream
+            connection.room.set()
+        if self._connections:
+            await asyncio.wait(list(self._connections))
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection(writer, self._limits)
+        task = asyncio.current_task()
+        self._connections[task] = connection
+        decoder = FrameDecoder()
+        try:
+            while data := await reader.read(_READ_BYTES):
+                decoder.receive_data(data)
+                for request in decoder:
+                    if isinstance(request, Response):
+                        raise ProtocolError("a response was sent to the replica")
+                    self._dispatch(connection, request)
+                while connection.full() and not connection.closing:
+                    connection.room.clear()
+                    await connection.room.wait()
+        except ProtocolError as exc:
+            log.warning("WAL replica: closing the connection from %s, which sent a bad frame: %s",
+                        connection.peer, exc)
+        except (ConnectionError, ssl_module.SSLError, OSError) as exc:
+            log.debug("WAL replica: connection from %s failed: %s", connection.peer, exc)
+        finally:
+            del self._connections[task]
+            writer.close()
+            for request in list(connection.requests):
+                request.cancel()  # the store finishes what it was given; nobody hears the answer
+
+    def _dispatch(self, connection: _Connection, request: Request) -> None:
+        size = len(request.data) if isinstance(request, Append) else 0
+        connection.inflight_bytes += size
+        answering = asyncio.ensure_future(self._answer(connection, request))
+        connection.requests.add(answering)
+
+        def done(task: asyncio.Task) -> None:
+            connection.requests.discard(task)
+            connection.inflight_bytes -= size
+            connection.room.set()
+            if not task.cancelled() and task.exception() is not None:
+                log.error("WAL replica: answering %s failed", type(request).__name__, exc_info=task.exception())
+
+        answering.add_done_callback(done)
+
+    async def _answer(self, connection: _Connection, request: Request) -> None:
+        try:
+            response = await self._execute(request)
+        except Exception as exc:  # every failure is an answer; only a store error is expected here
+            if not isinstance(exc, (WalError, OSError)):
+                log.error("WAL replica: %s failed", type(request).__name__, exc_info=exc)
+            response = failure(request.request_id, exc)
+        writer = connection.writer
+        if writer.is_closing():
+            return
+        writer.writelines(encode(response))
+        try:
+            await writer.drain()
+        except ConnectionError:
+            pass  # the read loop hears of it too and ends the connection
+
+    async def _execute(self, request: Request) -> Response:
+        store, request_id = self.store, request.request_id
+        if isinstance(request, Append):
+            await store.append(request.block, request.key, request.data)
+        elif isinstance(request, Read):
+            return Response(request_id, data=await store.read(request.key, request.start, request.end))
+        elif isinstance(request, Fence):
+            return Response(request_id, names=tuple(await store.fence(request.block)))
+        elif isinstance(request, Drop):
+            await store.drop(request.block)
+        elif isinstance(request, Blocks):
+            return Response(request_id, names=tuple(store.blocks()))
+        elif not isinstance(request, Ping):
+            raise TypeError(f"not a request: {request!r}")
+        return Response(request_id)

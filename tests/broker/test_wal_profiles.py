@@ -1,0 +1,135 @@
+"""WAL profiles on a real standalone: the local profile (this broker's disk in front of the
+object store) through kill -9 with nothing uploaded, and namespace persistence policies."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pulsar
+import pytest
+from click.testing import CliRunner
+
+from nereus.cli import main
+from tests.delayed_s3 import DelayedS3
+from tests.standalone_process import Standalone, admin, running
+from tests.waiting import wait_until
+
+FAST_GC = ["--compaction-interval", "0", "--gc-interval", "1", "--gc-pending-timeout", "20"]
+
+
+def _client(node: Standalone) -> pulsar.Client:
+    return pulsar.Client(node.url, operation_timeout_seconds=30, connection_timeout_ms=5000,
+                         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+
+
+def _metric(node: Standalone, name: str) -> float:
+    found = re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", node.metrics(), re.M)
+    return sum(float(v) for v in found)
+
+
+def _read(client: pulsar.Client, topic: str, count: int) -> list[bytes]:
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        return [reader.read_next(30_000).data() for _ in range(count)]
+    finally:
+        reader.close()
+
+
+def test_local_profile_keeps_acknowledged_writes_through_kill_9_while_the_store_is_down(tmp_path: Path):
+    """Acks come from the local WAL while the object store refuses every write; killed, restarted,
+    the broker serves every acknowledged message (Pulsar and Kafka) from its WAL, then uploads them."""
+    from confluent_kafka import Consumer, Producer
+
+    with DelayedS3(tmp_path / "s3", latency_scale=0) as s3:
+        node = Standalone(tmp_path / "data", [*FAST_GC, "--wal-profile", "local",
+                                              "--object-store", s3.store_url("local-wal")])
+        node.start()
+        try:
+            s3.outage(True)
+            client = _client(node)
+            producer = client.create_producer("persistent://public/default/local-wal", batching_enabled=False)
+            sent = [f"p-{i}".encode() for i in range(200)]
+            for value in sent:
+                producer.send(value)
+            client.close()
+            kafka = Producer({"bootstrap.servers": node.bootstrap, "acks": "all", "linger.ms": 0})
+            delivered = []
+            for i in range(100):
+                kafka.produce("local-wal-k", f"k-{i}".encode(),
+                              on_delivery=lambda err, msg: delivered.append(err is None and msg.value()))
+            assert kafka.flush(60) == 0
+            assert delivered == [f"k-{i}".encode() for i in range(100)]
+            assert _metric(node, "nereus_storage_wal_upload_lag_bytes") > 0  # nothing reached the store
+            node.kill()
+            s3.outage(False)
+            node.start()
+
+            client = _client(node)
+            try:
+                assert _read(client, "persistent://public/default/local-wal", 200) == sent
+            finally:
+                client.close()
+            consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g", "auto.offset.reset":
+                                 "earliest", "enable.auto.commit": False})
+            consumer.subscribe(["local-wal-k"])
+            got = []
+            while len(got) < 100:
+                message = consumer.poll(30)
+                assert message is not None, f"only {len(got)} of 100 Kafka records came back"
+                if not message.error():
+                    got.append(message.value())
+            consumer.close()
+            assert got == [f"k-{i}".encode() for i in range(100)]
+            assert _metric(node, "nereus_storage_wal_replica_reads_total") > 0  # served from the WAL
+            # The collector takes the dead incarnation's blocks and uploads them: the WAL empties.
+            wait_until(lambda: _metric(node, "nereus_wal_held_entries") == 0, "the WAL uploaded and dropped",
+                       timeout=120)
+        finally:
+            node.kill()
+
+
+def test_namespace_persistence_policy(tmp_path: Path):
+    """Pulsar's persistence REST and the admin verbs; a policy sends a namespace's writes to the WAL."""
+    with running(tmp_path / "data") as node:
+        base = f"{node.http}/admin/v2/namespaces/public/default/persistence"
+        with urllib.request.urlopen(base, timeout=10) as response:
+            assert response.status == 204  # unset
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            admin(node, "POST", "/namespaces/public/default/persistence",
+                  {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 1})
+        assert bad.value.code == 400 and b"WriteQuorum" in bad.value.read()
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            admin(node, "POST", "/namespaces/public/default/persistence",
+                  {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1,
+                   "walProfile": "disk"})
+        assert bad.value.code == 400
+
+        runner = CliRunner()
+        cli = ["admin", "--url", node.http, "namespaces"]
+        result = runner.invoke(main, [*cli, "set-persistence", "public/default", "-e", "1", "-w", "1", "-a", "1",
+                                      "-p", "local"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        result = runner.invoke(main, [*cli, "get-persistence", "public/default", "--json"], catch_exceptions=False)
+        assert json.loads(result.stdout) == {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1,
+                                             "bookkeeperAckQuorum": 1, "managedLedgerMaxMarkDeleteRate": 0.0,
+                                             "walProfile": "local"}
+
+        topic = f"persistent://public/default/persist-{uuid.uuid4().hex[:8]}"
+        client = _client(node)
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(20):
+                producer.send(b"m%d" % i)
+            wal = node.data_dir / "wal"
+            assert any(wal.glob("*.wal")), "the namespace's writes did not go to the local WAL"
+            assert _read(client, topic, 20) == [b"m%d" % i for i in range(20)]
+        finally:
+            client.close()
+        result = runner.invoke(main, [*cli, "remove-persistence", "public/default"], catch_exceptions=False)
+        assert result.exit_code == 0
+        assert "not set" in runner.invoke(main, [*cli, "get-persistence", "public/default"]).stdout
