@@ -169,7 +169,7 @@ def _sasl_settings(kwargs: dict):
     """The Kafka SASL listeners' settings (None without a SASL listener)."""
     from .auth import AuthConfigError
     from .auth.tokens import TokenValidator
-    from .kafka.server.sasl import SaslSettings, parse_mechanisms
+    from .kafka.server.security.sasl import SaslSettings, parse_mechanisms
 
     if kwargs["kafka_sasl_port"] is None and kwargs["kafka_sasl_ssl_port"] is None:
         return None
@@ -582,7 +582,7 @@ def _metadata_url(metadata: str, trust: str | None, cert: str | None, key: str |
 
 
 async def _with_scram_store(metadata: str, work):
-    from .kafka.server.sasl_store import ScramStore
+    from .kafka.server.security.scram_store import ScramStore
     from .meta import connect
 
     meta = connect(metadata, retry_timeout=10.0)
@@ -602,7 +602,7 @@ async def _with_scram_store(metadata: str, work):
 def kafka_user_set(name: str, mechanisms: tuple[str, ...], password: str, iterations: int, metadata: str,
                    tls_trust_certs_file, tls_cert_file, tls_key_file) -> None:
     """Create or change a user's SCRAM credentials (stored salted and hashed, never the password)."""
-    from .kafka.server.sasl_scram import credential_from_password
+    from .kafka.server.security.scram import credential_from_password
 
     metadata = _metadata_url(metadata, tls_trust_certs_file, tls_cert_file, tls_key_file)
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from kio.schema.errors import ErrorCode
 
-from nereus.kafka.server.catalog import TopicError
-from nereus.kafka.server.errors import kafka_error
+from nereus.kafka.server.catalog.catalog import TopicError
+from nereus.kafka.server.catalog.errors import kafka_error
 from nereus.meta.errors import MetadataError
 from nereus.codec.pulsar import pb
 from nereus.pulsar.server.errors import pulsar_error

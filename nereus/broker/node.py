@@ -22,7 +22,7 @@ from pathlib import Path
 from ..auth import Authenticator, AuthSettings
 from ..auth.authorization import Authorizer
 from ..kafka.server import KafkaService
-from ..kafka.server.share_groups import STREAMS_PREFIX
+from ..kafka.server.share.groups import STREAMS_PREFIX
 from ..meta import MetadataStore
 from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_BYTES_PER_BROKER,
                           DEFAULT_MAX_PENDING_PUBLISH_REQUESTS, PendingBudget,
@@ -111,7 +111,7 @@ class BrokerOptions:
     kafka_ssl_port: int | None = None  # kafkaListeners' SSL://
     kafka_sasl_port: int | None = None  # kafkaListeners' SASL_PLAINTEXT://
     kafka_sasl_ssl_port: int | None = None  # kafkaListeners' SASL_SSL://
-    sasl: object = None  # SaslSettings of the SASL listeners (nereus.kafka.server.sasl)
+    sasl: object = None  # SaslSettings of the SASL listeners (nereus.kafka.server.security.sasl)
     tls: TlsOptions = TlsOptions()  # certificate, key and trust of every TLS listener
     # tlsOffloadProcesses: worker processes that end TLS of the Pulsar and Kafka TLS listeners (0: this process)
     tls_offload_processes: int = 0

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from nereus.broker.cluster.ring import HashRing
-from nereus.kafka.server.routing import coordinator_key
+from nereus.kafka.server.catalog.routing import coordinator_key
 from nereus.codec.pulsar import pb, type_name, wrap
 from tests.kafka.raw import RawKafka
 from tests.pulsar_broker.rawclient import RawClient

@@ -20,7 +20,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from nereus.codec.kafka import make, nested
 from nereus.codec.kafka.protocol import request_schema
 from nereus.codec.kafka.records import Record, build_batch
-from nereus.kafka.server import KafkaService, data
+from nereus.kafka.server import KafkaService
+from nereus.kafka.server.data import fetch as fetch_handler
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.storage import StreamStorage
@@ -117,15 +118,15 @@ async def cluster():
 def fetches(monkeypatch):
     """(node id, record bytes, preferred read replica) of each partition a Fetch answered."""
     served = []
-    original = data._fetch_partition
+    original = fetch_handler._fetch_partition
 
-    async def counting(service, *args, **kwargs):
-        result = await original(service, *args, **kwargs)
+    async def counting(ctx, *args, **kwargs):
+        result = await original(ctx, *args, **kwargs)
         answer = result[0]
-        served.append((service.node_id, len(answer.records or b""), answer.preferred_read_replica))
+        served.append((ctx.routing.local.node_id, len(answer.records or b""), answer.preferred_read_replica))
         return result
 
-    monkeypatch.setattr(data, "_fetch_partition", counting)
+    monkeypatch.setattr(fetch_handler, "_fetch_partition", counting)
     return served
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nereus.kafka.server.consumer_group import FENCED_MEMBER_EPOCH, ConsumerGroupState
+from nereus.kafka.server.groups.consumer_group import FENCED_MEMBER_EPOCH, ConsumerGroupState
 
 
 def _beat(state, member, epoch, owned=None, topics=("t",), instance=None):

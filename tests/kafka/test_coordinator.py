@@ -12,9 +12,10 @@ import logging
 
 import pytest
 
-from nereus.kafka.server.groups import (COMPLETING, EMPTY, GROUP_MAX_SIZE_REACHED, NONE, NOT_COORDINATOR, STABLE,
-                                        GroupError, group_key)
-from nereus.kafka.server.store import Coordinator, offset_key
+from nereus.kafka.server.groups.members import (COMPLETING, EMPTY, GROUP_MAX_SIZE_REACHED, NONE, NOT_COORDINATOR,
+                                                STABLE, GroupError, group_key)
+from nereus.kafka.server.groups.coordinator import Coordinator
+from nereus.kafka.server.groups.offsets import offset_key
 from nereus.meta import MetadataUnavailable
 from nereus.meta.embedded import Engine
 
@@ -190,7 +191,7 @@ async def test_offset_written_elsewhere_is_detected_and_not_blindly_replaced(bro
     # The other broker holds the same (current) generation and commits behind this one's back.
     assert await _commit(b, "g", member, 1, 7) == NONE
     version_after_b = (await a.meta.get(offset_key("g", "t", 0))).version.version_id
-    with caplog.at_level(logging.WARNING, logger="nereus.kafka.server.store"):
+    with caplog.at_level(logging.WARNING, logger="nereus.kafka.server.groups.offsets"):
         # This broker's known version is stale: the write conflicts, the group is checked (still
         # the generation this broker validated against), the offset re-read and the commit retried.
         assert await _commit(a, "g", member, 1, 8) == NONE
@@ -238,7 +239,7 @@ async def test_sync_is_answered_only_after_the_failed_write_is_retried(engine, c
     group = await coord.group("g")
     joined = await done(_join(group))
     meta.gate.clear()
-    with caplog.at_level(logging.WARNING, logger="nereus.kafka.server.store"):
+    with caplog.at_level(logging.WARNING, logger="nereus.kafka.server.groups.coordinator"):
         fut = group.sync(joined.member_id, 1, {joined.member_id: b"a"})
         await until(lambda: meta.puts >= 3)
     assert any("writing its state failed (injected bug)" in r.message for r in caplog.records)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nereus.codec.kafka.batch import BatchHeader
-from nereus.kafka.server.producer_state import (DUPLICATE, EXPIRATION_SECONDS, INVALID_EPOCH, MAX_PRODUCERS, NONE,
+from nereus.kafka.server.catalog.producer_state import (DUPLICATE, EXPIRATION_SECONDS, INVALID_EPOCH, MAX_PRODUCERS, NONE,
                                                 OUT_OF_ORDER, ProducerStates)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from nereus.kafka.server.connection import KafkaConnection
+from nereus.kafka.server.wire.connection import KafkaConnection
 from nereus.net_limits import ConnectionLimits, PendingBudget
 from tests.limits.test_pending_budget import Service, Transport
 

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from nereus.kafka.server.sasl_scram import (ScramError, ScramServer, check_password, credential_from_password,
+from nereus.kafka.server.security.scram import (ScramError, ScramServer, check_password, credential_from_password,
                                             salted_password)
 
 CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"

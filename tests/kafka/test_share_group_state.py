@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nereus.kafka.server.share_group import FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER, ShareGroupState
-from nereus.kafka.server.share_partition import ACCEPT, GAP, REJECT, RELEASE, InvalidRecordState, SharePartition
+from nereus.kafka.server.share.group import FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER, ShareGroupState
+from nereus.kafka.server.share.partition import ACCEPT, GAP, REJECT, RELEASE, InvalidRecordState, SharePartition
 from nereus.ledger.cursor import Cursor
 
 
@@ -109,7 +109,7 @@ def test_offsets_without_a_deliverable_record_are_archived():
 
 
 def test_renew_extends_the_lock_of_held_records_only():
-    from nereus.kafka.server.share_partition import RENEW
+    from nereus.kafka.server.share.partition import RENEW
 
     sp = share_partition(lock=10.0)
     sp.acquire("a", 0, 2, budget=10, now=0)

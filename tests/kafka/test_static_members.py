@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nereus.kafka.server.groups import FENCED_INSTANCE_ID, NONE, PREPARING, STABLE, GroupError
+from nereus.kafka.server.groups.members import FENCED_INSTANCE_ID, NONE, PREPARING, STABLE, GroupError
 
 from .test_coordinator import _coordinator, done, engine  # noqa: F401  (fixture)
 

@@ -6,7 +6,8 @@ import pytest
 
 from nereus.codec.kafka import split_batches
 from nereus.codec.kafka.records import Record, build_batch
-from nereus.kafka.server import KafkaService, data
+from nereus.kafka.server import KafkaService
+from nereus.kafka.server.data import offsets
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.storage import StreamStorage, time_index
@@ -63,10 +64,10 @@ async def test_lookup_reads_one_interval_not_the_stream(service):
     for target_offset in (0, 1, 777, 1500, total - 3):
         reads.clear()
         expected = min(o for o in range(total) if stamp(o) >= stamp(target_offset))
-        assert await data.offset_for_timestamp(part, stamp(target_offset)) == (expected, stamp(expected))
+        assert await offsets.offset_for_timestamp(part, stamp(target_offset)) == (expected, stamp(expected))
         assert reads[0][0] >= target_offset - INTERVAL - PER_BATCH  # started near it, not at 0
     reads.clear()
-    assert await data.offset_for_timestamp(part, stamp(total) + 100) == (-1, -1)
+    assert await offsets.offset_for_timestamp(part, stamp(total) + 100) == (-1, -1)
     assert reads[0][0] >= total - INTERVAL - PER_BATCH
 
 
@@ -114,11 +115,11 @@ async def test_max_timestamp_reads_the_tail_and_one_interval(service):
 
     part.handle.fetch = counting
     batch_end = (spike // PER_BATCH + 1) * PER_BATCH - 1
-    assert await data.max_timestamp(part) == (batch_end, stamp(spike))
+    assert await offsets.max_timestamp(part) == (batch_end, stamp(spike))
     assert min(reads) >= spike - INTERVAL - PER_BATCH  # not from the start of the stream
 
     # newer than the spike, in the tail: found there
     await append(part, total, PER_BATCH, lambda o: BASE_TS + 2 * 10**9 + o)
     reads.clear()
-    assert await data.max_timestamp(part) == (total + PER_BATCH - 1, BASE_TS + 2 * 10**9 + total + PER_BATCH - 1)
+    assert await offsets.max_timestamp(part) == (total + PER_BATCH - 1, BASE_TS + 2 * 10**9 + total + PER_BATCH - 1)
     assert min(reads) >= spike - INTERVAL - PER_BATCH

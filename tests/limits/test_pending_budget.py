@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from nereus.kafka.server.connection import KafkaConnection
-from nereus.kafka.server.quota_store import QuotaStore
-from nereus.kafka.server.quotas import ConnectionRates
+from nereus.kafka.server.wire.connection import KafkaConnection
+from nereus.kafka.server.security.quota_store import QuotaStore
+from nereus.kafka.server.security.quotas import ConnectionRates
 from nereus.meta import connect
 from nereus.net_limits import ConnectionLimits, PendingBudget
 from nereus.pulsar.server.connection import ServerConnection

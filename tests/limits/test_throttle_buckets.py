@@ -54,8 +54,8 @@ def test_pulsar_policies_map_to_limits_and_values_at_or_below_zero_are_off():
 
 
 def test_kafka_quota_precedence_and_throttle_times():
-    from nereus.kafka.server.quota_store import QuotaStore
-    from nereus.kafka.server.quotas import PRODUCE, Throttles
+    from nereus.kafka.server.security.quota_store import QuotaStore
+    from nereus.kafka.server.security.quotas import PRODUCE, Throttles
 
     clock = Clock()
     store = QuotaStore(meta=None, clock=clock)
@@ -109,8 +109,8 @@ def test_a_dispatch_rate_relative_to_the_publish_rate_follows_it():
 
 
 def test_the_request_quota_throttles_a_second_at_most_and_forgets_older_debt():
-    from nereus.kafka.server.quota_store import QuotaStore
-    from nereus.kafka.server.quotas import REQUEST, Throttles
+    from nereus.kafka.server.security.quota_store import QuotaStore
+    from nereus.kafka.server.security.quotas import REQUEST, Throttles
 
     clock = Clock()
     store = QuotaStore(None, clock=clock)

@@ -18,9 +18,9 @@ import struct
 
 from aiohttp import web
 
-from ...kafka.server.catalog import NAMESPACE_PREFIX, pulsar_name
-from ...kafka.server.consumer_group import ConsumerGroupState, ConsumerMember
-from ...kafka.server.groups import EMPTY, Member, group_key
+from ...kafka.server.catalog.catalog import NAMESPACE_PREFIX, pulsar_name
+from ...kafka.server.groups.consumer_group import ConsumerGroupState, ConsumerMember
+from ...kafka.server.groups.members import EMPTY, Member, group_key
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...storage import view
 from ...topics import partitions_of

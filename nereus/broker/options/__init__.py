@@ -79,7 +79,7 @@ def _millis(text: str) -> float:
 
 
 def _mechanisms(text: str) -> str:
-    from ...kafka.server.sasl import parse_mechanisms
+    from ...kafka.server.security.sasl import parse_mechanisms
 
     return ",".join(parse_mechanisms(text))
 

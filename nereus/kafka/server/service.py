@@ -5,8 +5,13 @@ binds the port, ``await stop()`` closes connections and flushes group state.
 Partitions share the Pulsar service's loaded topics, so one stream has one
 append session in this process whichever protocol writes to it. Where the
 cluster is (other brokers, leaders, coordinators, nearest replicas) comes from
-the registry's placement (``routing.py``); alone, this broker is node 0 and
+the registry's placement (``catalog/routing.py``); alone, this broker is node 0 and
 leads every partition.
+
+The handlers are arranged in rooms by concern (``wire``, ``catalog``, ``data``,
+``txn``, ``groups``, ``share``, ``security``, ``admin``); the service builds each
+room's context once, with the collaborators that room uses, and binds the handlers
+to them (``wire/dispatch.py``). Only the connections (``wire``) see the service.
 """
 
 from __future__ import annotations
@@ -19,18 +24,26 @@ from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ...net_limits import ConnectionLimits
 from ...storage import StreamStorage
 from ...topics.partitioned import MAX_PARTITIONS
-from . import metrics, routing, txn_markers, txn_offsets
-from .catalog import Catalog
-from .cluster import ProducerIds
-from .configs import TopicConfigs
-from .producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
-from .sasl import SaslSettings
-from .quota_store import QuotaStore
-from .quotas import ConnectionRates, Throttles
-from .sasl_store import ScramStore
-from .share_groups import ShareGroups
-from .store import Coordinator
-from .txn_data import TxnSignals
+from ...transactions.producer_ids import ProducerIds
+from .admin.context import AdminContext, TopicLimits
+from .catalog.catalog import Catalog
+from .catalog.configs import TopicConfigs
+from .catalog.producer_state import EXPIRATION_SECONDS, MAX_PRODUCERS
+from .catalog.routing import LocalBroker, Routing
+from .data.context import DataContext
+from .groups import lag, txn_offsets
+from .groups.context import GroupContext
+from .groups.coordinator import Coordinator
+from .security.context import SecurityContext
+from .security.quota_store import QuotaStore
+from .security.quotas import ConnectionRates, Throttles
+from .security.sasl import SaslSettings
+from .security.scram_store import ScramStore
+from .share.context import ShareContext
+from .share.groups import ShareGroups
+from .txn import markers as txn_markers
+from .txn.context import Transactions, TxnContext
+from .wire import dispatch
 
 log = logging.getLogger(__name__)
 
@@ -57,56 +70,88 @@ class KafkaService:
         self.registry = registry
         self.host = host
         self.port = port
-        self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
-        self.node_id = node_id
         self.max_request_size = max_request_size
         self.limits = limits or ConnectionLimits(protocol="kafka")  # connections per IP, slow frames
-        self.max_message_bytes = max_message_bytes
-        self.auto_create = auto_create
-        self.default_partitions = default_partitions
-        self.max_partitions = max_partitions  # maxNumPartitionsPerPartitionedTopic in force
-        self.max_replication_factor = max_replication_factor  # any factor up to it is accepted and reported
-        # Idempotent producer state per partition: forgotten after this long idle, and capped in count.
-        self.producer_state_options = {"expiration_seconds": producer_expiration_seconds,
-                                       "max_producers": max_producers_per_partition}
         self.sasl = sasl  # the SASL_PLAINTEXT / SASL_SSL listeners' mechanisms and token check
         self.scram = ScramStore(meta)
         self.quotas = QuotaStore(meta)  # client quotas, enforced through self.throttles
         self.throttles = Throttles(self.quotas)
         # the ip entities' connection_creation_rate, and the broker's max.connection.creation.rate
         self.connection_rates = ConnectionRates(self.quotas, broker_rate=max_connection_creation_rate)
-        self.cluster_id = ""
         self.connections: set = set()
-        self.catalog = Catalog(self)
-        self.configs = TopicConfigs(self)
-        self.share_groups = ShareGroups(self)
-        # KIP-848 consumer groups: told to members (interval) and enforced (session), in seconds
-        self.consumer_heartbeat_interval = consumer_heartbeat_interval
-        self.coordinator = Coordinator(meta, serves=lambda group_id: routing.is_coordinator(self, group_id),
+        # Port of each listener by security protocol (PLAINTEXT: ``port``): what Metadata tells its clients.
+        self.local = LocalBroker(node_id, advertised_host
+                                 or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"))
+        self.listener_ports = self.local.listener_ports
+        self.routing = Routing(registry, self.local)
+        self.configs = TopicConfigs(meta, self.local, max_message_bytes=max_message_bytes,
+                                    default_partitions=default_partitions, auto_create=auto_create)
+        # Idempotent producer state per partition: forgotten after this long idle, and capped in count.
+        self.catalog = Catalog(meta, storage, registry, self.configs, producer_options={
+            "expiration_seconds": producer_expiration_seconds, "max_producers": max_producers_per_partition})
+        self.share_groups = ShareGroups(meta, storage, self.configs)
+        self.coordinator = Coordinator(meta, serves=self.routing.is_coordinator,
                                        consumer_session_timeout=consumer_session_timeout)
         self.producer_ids = ProducerIds(meta)
-        # The broker's transactions (set by the broker; None: not enabled): the coordinator, the stream
-        # transaction index and the participants that write markers
-        self.transactions = None
-        self.stream_txns = None
-        self.txn_participants = None
-        self.txn_signals = TxnSignals()
+        # The broker's transactions, once it enables them (enable_transactions)
+        self.txns = Transactions()
+        self.handlers = self._handlers(TopicLimits(auto_create, default_partitions, max_partitions,
+                                                   max_replication_factor), consumer_heartbeat_interval)
         self._server: asyncio.base_events.Server | None = None
         self._listener_servers: list[asyncio.base_events.Server] = []
-        # Port of each listener by security protocol (PLAINTEXT: ``port``): what Metadata tells its clients.
-        self.listener_ports: dict[str, int] = {}
         self._lag_metrics = None
+
+    def _handlers(self, limits: TopicLimits, heartbeat_interval: float) -> dict:
+        """Each room's context, and the handlers bound to them."""
+        share = ShareContext(self.share_groups, self.catalog, self.routing, self.storage, self.meta,
+                             self.coordinator.coordinates)
+        return dispatch.handlers(
+            admin=AdminContext(self.catalog, self.configs, self.routing, self.meta, self.throttles, limits),
+            data=DataContext(self.catalog, self.configs, self.storage, self.routing, self.throttles, self.txns),
+            txn=TxnContext(self.catalog, self.routing, self.txns, self.coordinator, self.meta, self.producer_ids),
+            groups=GroupContext(self.coordinator, self.catalog, self.meta, share, heartbeat_interval),
+            share=share,
+            security=SecurityContext(self.meta, self.quotas, self.scram))
+
+    @property
+    def node_id(self) -> int:
+        return self.local.node_id
+
+    @node_id.setter
+    def node_id(self, value: int) -> None:  # known once the broker has registered
+        self.local.node_id = value
+
+    @property
+    def cluster_id(self) -> str:
+        return self.local.cluster_id
+
+    @property
+    def advertised_host(self) -> str:
+        return self.local.advertised_host
+
+    @property
+    def transactions(self):
+        """The transaction coordinator (None: transactions are not enabled)."""
+        return self.txns.coordinator
+
+    @property
+    def stream_txns(self):
+        return self.txns.streams
+
+    @property
+    def txn_participants(self):
+        return self.txns.participants
 
     async def start(self, *, serve: bool = True, plaintext: bool = True) -> None:
         """Bind the port; with ``serve=False`` connections wait in the backlog until ``serve()``.
 
         ``plaintext=False``: no PLAINTEXT listener (``port`` stays 0); ``add_listener`` adds the others.
         """
-        from .connection import KafkaConnection
+        from .wire.connection import KafkaConnection
 
-        self.cluster_id = await self._cluster_id()
+        self.local.cluster_id = await self._cluster_id()
         self.coordinator.start()
-        self._lag_metrics = metrics.register(self)
+        self._lag_metrics = lag.register(self.meta, self.catalog, self.routing.is_coordinator)
         if not plaintext:
             self.port = 0
             log.info("kafka: no PLAINTEXT listener (cluster %s)", self.cluster_id)
@@ -126,7 +171,7 @@ class KafkaService:
         Accepts connections from ``serve()`` on.
         """
         from ...tls_offload.pool import tls_server
-        from .connection import KafkaConnection
+        from .wire.connection import KafkaConnection
 
         if protocol.startswith("SASL_") and self.sasl is None:
             raise ValueError(f"a {protocol} listener needs SASL settings")
@@ -147,12 +192,11 @@ class KafkaService:
         """Serve the transactional APIs with ``coordinator`` (nereus.transactions): long polls held
         at a last stable offset wake on changes of ``streams`` (StreamTransactions), and group
         offsets of TxnOffsetCommit are completed for ``participants`` when their transaction ends."""
-        self.transactions = coordinator
-        self.stream_txns = streams
-        self.txn_participants = participants
-        streams.add_listener(self.txn_signals.changed)
+        self.txns.coordinator, self.txns.streams, self.txns.participants = coordinator, streams, participants
+        streams.add_listener(self.txns.signals.changed)
         participants.register_group_completer(
-            lambda group, pid, epoch, commit: txn_offsets.complete_group(self, group, pid, epoch, commit))
+            lambda group, pid, epoch, commit: txn_offsets.complete_group(self.meta, self.coordinator, group, pid,
+                                                                         epoch, commit))
         if self.authorizer is None:
             participants.register_remote_marker_writer(txn_markers.send_marker)
         else:
@@ -184,7 +228,7 @@ class KafkaService:
             conn.close()
         await self.coordinator.stop()
         await self.share_groups.close()
-        await metrics.unregister(self._lag_metrics)
+        await lag.unregister(self._lag_metrics)
         self._lag_metrics = None
         for server in [self._server, *self._listener_servers]:
             if server is not None:

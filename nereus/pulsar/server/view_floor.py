@@ -1,7 +1,7 @@
 """Where retention ends the key view for ``read_compacted`` readers.
 
 On a Kafka topic with ``cleanup.policy=compact,delete`` retention applies to the view
-too, as the Kafka fetch path serves it (``kafka.server.compacted``): view records below
+too, as the Kafka fetch path serves it (``kafka.server.data.compacted``): view records below
 the stream's start offset are gone for Pulsar readers as well. Everywhere else (Pulsar
 topics, compact-only Kafka topics) the view outlives the raw records it replaces.
 """

@@ -1,0 +1,1 @@
+"""Topic administration, configs, and what clients learn of the cluster (Metadata, FindCoordinator)."""

@@ -1,0 +1,193 @@
+"""Metadata, DescribeCluster and FindCoordinator: the topics, brokers and coordinators clients route by."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ....auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
+from ....topics.topic_configs import ReplicaLayout, replica_layouts
+from ....codec.kafka import NO_THROTTLE, make, nested
+from ....codec.kafka.protocol import response_schema
+from ..catalog.routing import NO_LEADER, Routing, gather_bounded
+from ..security import access
+from ..catalog.catalog import valid_name
+from .context import AdminContext
+
+log = logging.getLogger(__name__)
+
+ZERO_UUID = uuid.UUID(int=0)
+NO_OPERATIONS = -2147483648
+
+def _brokers(cls, name: str, routing: Routing, also=(), protocol: str = "PLAINTEXT") -> tuple[tuple, int]:
+    """The live brokers (and the leaders ``also`` named) as ``name`` entries of ``cls``, and the controller id.
+
+    Their addresses are those of the listener (``protocol``) the client came by.
+    """
+    live = routing.brokers(protocol=protocol)
+    # No broker is special here; Kafka clients only need some live broker's id (admin requests go there).
+    controller = live[0].node_id if live else -1
+    bcls = nested(cls, name)
+    return tuple(make(bcls, node_id=b.node_id, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                 for b in (routing.brokers(also, protocol) if also else live)), controller
+
+
+async def handle_metadata(ctx: AdminContext, conn, head, req):
+    catalog, routing = ctx.catalog, ctx.routing
+    cls = response_schema(head.api_key, head.api_version)
+    topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
+    wanted, asked_ids, denied = await _wanted(ctx, conn, req)
+    known = [(name, count) for name, count in wanted if count is not None]
+    streams, partitions = await _leaders(ctx, known)
+    layouts = await replica_layouts(ctx.meta, [name for name, _ in known])
+    live = [b.node_id for b in routing.brokers()]
+    topics = []
+    for index, (name, count) in enumerate(wanted):
+        if index in asked_ids:  # named by an id no topic has
+            topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_id,
+                               name=None if head.api_version >= 12 else "", topic_id=asked_ids[index],
+                               is_internal=False, partitions=(), topic_authorized_operations=NO_OPERATIONS))
+            continue
+        if name in denied:
+            topics.append(make(topic_cls, error_code=ErrorCode.topic_authorization_failed, name=name,
+                               topic_id=ZERO_UUID, is_internal=False, partitions=(),
+                               topic_authorized_operations=NO_OPERATIONS))
+            continue
+        if count is None:
+            code = ErrorCode.invalid_topic_exception if not valid_name(name) else ErrorCode.unknown_topic_or_partition
+            topics.append(make(topic_cls, error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
+                               partitions=(), topic_authorized_operations=NO_OPERATIONS))
+            continue
+        parts = _partitions(part_cls, routing, partitions[name], live, layouts.get(name, ReplicaLayout()))
+        topic_id = await catalog.topic_id(name) if head.api_version >= 10 else None
+        topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
+                           is_internal=False, partitions=parts, topic_authorized_operations=NO_OPERATIONS))
+    leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
+    brokers, controller = _brokers(cls, "MetadataResponseBroker", routing, also=leaders, protocol=conn.protocol)
+    return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=routing.local.cluster_id,
+                controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
+
+
+async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str]]:
+    """The topics a Metadata request asks about, each with its partition count (None: not there, or
+    not to be described), auto-created where asked and allowed; the topic ids named that no topic has
+    (by their index among the topics); the named topics the principal may not describe."""
+    catalog = ctx.catalog
+    auto_create = getattr(req, "allow_auto_topic_creation", True)
+    asked_ids: dict[int, object] = {}
+    denied: set[str] = set()  # their names are still answered
+    if req.topics is None:  # as Kafka: the topics the principal may not describe are left out
+        wanted = [(name, count) for name, count in sorted((await catalog.list_topics()).items())
+                  if await access.allowed(conn, TOPIC, name, DESCRIBE)]
+        return wanted, asked_ids, denied
+    wanted = []
+    for t in req.topics:
+        if t.name and not await access.allowed(conn, TOPIC, t.name, DESCRIBE):
+            denied.add(t.name)
+            wanted.append((t.name, None))
+            continue
+        if not t.name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
+            name = await catalog.topic_name(t.topic_id)
+            if name is None:
+                asked_ids[len(wanted)] = t.topic_id
+                wanted.append(("", None))
+                continue
+            t = make(type(t), name=name, topic_id=t.topic_id)
+        count = await catalog.partition_count(t.name) if t.name else None
+        if count is None and auto_create and valid_name(t.name) and ctx.limits.auto_create \
+                and await access.may_create(conn, t.name):
+            try:
+                await catalog.create(t.name, ctx.limits.default_partitions)
+            except Exception as exc:  # a concurrent creation is fine
+                log.debug("auto-create of %s: %s", t.name, exc)
+            count = await catalog.partition_count(t.name)
+        wanted.append((t.name, count))
+    return wanted, asked_ids, denied
+
+
+async def _leaders(ctx: AdminContext, known: list[tuple[str, int]]) -> tuple[list, dict[str, list]]:
+    """(topic, its streams) of each known topic, and (leader or None, leader epoch) of its partitions.
+
+    Every partition's leader and epoch are metadata reads: all of them at once."""
+    catalog = ctx.catalog
+    streams = list(zip((n for n, _ in known), await gather_bounded(lambda t: catalog.streams(*t), known)))
+    flat = [stream for _, names in streams for stream in names]
+
+    async def describe(stream):
+        return await asyncio.gather(ctx.routing.leader(str(stream)), catalog.leader_epoch(stream))
+
+    described = iter(await gather_bounded(describe, flat))
+    return streams, {name: [next(described) for _ in names] for name, names in streams}
+
+
+def _partitions(part_cls, routing: Routing, leaders: list, live: list[int], layout: ReplicaLayout) -> tuple:
+    """A topic's partitions as Metadata answers them, from (leader or None, leader epoch) of each."""
+    parts = []
+    for index, (leader, epoch) in enumerate(leaders):
+        if leader is None:  # clients refresh metadata and try again
+            parts.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=index,
+                              leader_id=NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
+                              offline_replicas=()))
+            continue
+        node = routing.node_id(leader)
+        replicas, isr, offline = _replicas(node, live, layout, index)
+        parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
+                          leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline))
+    return tuple(parts)
+
+
+def _replicas(leader: int, live: list[int], layout: ReplicaLayout, index: int) -> tuple[tuple[int, ...], ...]:
+    """(replicas, in-sync replicas, offline replicas) of partition ``index`` led by ``leader``.
+
+    Every broker reads the partition from the shared storage and can take it over, so
+    live brokers are its replicas and all of them are in sync: the leader, then others,
+    the replication factor's worth (None: all of them). A replica list a client assigned
+    is answered as assigned (the leader is added first if it is not in it), its brokers
+    that are gone as offline, as Kafka lists them.
+    """
+    assigned = layout.assigned.get(index)
+    if assigned:
+        replicas = assigned if leader in assigned else (leader, *assigned)
+        up = set(live) | {leader}
+        return (replicas, tuple(n for n in replicas if n in up), tuple(n for n in replicas if n not in up))
+    others = [n for n in live if n != leader]
+    replicas = tuple([leader] + others)[:layout.factor or None]
+    return replicas, replicas, ()
+
+
+def handle_describe_cluster(ctx: AdminContext, conn, head, req):
+    cls = response_schema(head.api_key, head.api_version)
+    brokers, controller = _brokers(cls, "DescribeClusterBroker", ctx.routing, protocol=conn.protocol)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
+                cluster_id=ctx.routing.local.cluster_id, controller_id=controller, brokers=brokers,
+                cluster_authorized_operations=NO_OPERATIONS)
+
+
+async def handle_find_coordinator(ctx: AdminContext, conn, head, req):
+    """A group's (key type 0) or transactional id's (1) coordinator: the ring's broker for it."""
+    routing = ctx.routing
+    cls = response_schema(head.api_key, head.api_version)
+    key_type = getattr(req, "key_type", 0)
+
+    async def answer(key: str) -> dict:
+        if key_type not in (0, 1):
+            return dict(error_code=ErrorCode.invalid_request, error_message=f"unknown coordinator type {key_type}",
+                        node_id=-1, host="", port=-1)
+        if key_type == 1 and not await access.allowed(conn, TRANSACTIONAL_ID, key, DESCRIBE):
+            return dict(error_code=ErrorCode.transactional_id_authorization_failed, error_message=None,
+                        node_id=-1, host="", port=-1)
+        where = routing.coordinator(key) if key_type == 0 else routing.txn_coordinator(key)
+        broker = routing.kafka_broker(where, conn.protocol)
+        return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host,
+                    port=broker.port)
+
+    if head.api_version >= 4:
+        coords = tuple([make(nested(cls, "Coordinator"), key=key, **await answer(key)) for key in req.coordinator_keys])
+        return make(cls, throttle_time=NO_THROTTLE, coordinators=coords)
+    return make(cls, throttle_time=NO_THROTTLE, **await answer(req.key))
+
+
+__all__ = ["ZERO_UUID", "handle_describe_cluster", "handle_find_coordinator", "handle_metadata"]

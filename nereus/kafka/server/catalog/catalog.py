@@ -1,0 +1,285 @@
+"""Kafka topics projected onto Pulsar topics and streams.
+
+Kafka topic ``t`` is ``persistent://public/default/t``. A partitioned topic
+(the record Pulsar uses, ``/nereus/pulsar/partitioned/...``) with N partitions
+has Kafka partitions 0..N-1 = its ``-partition-i`` streams; a non-partitioned
+topic (a plain stream) is partition 0. Topics Kafka creates are partitioned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import uuid
+
+from ....ledger.naming import TopicName
+from ....meta import cas
+from ....storage import StreamNotFound
+from ....topics.partitioned import ensure_stream
+from ....topics import create_partitioned_topic, key_log, list_partitioned_topics, partitioned_key, partitions_of
+from ....topics.topic_configs import assign_replicas, delete_topic_configs, replace_topic_configs
+from .partition import ATTACHMENT, Partition
+
+log = logging.getLogger(__name__)
+
+_LEGAL = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+NAMESPACE_PREFIX = "persistent://public/default/"
+_CREATE_CONCURRENCY = 64  # partition streams created at once by CreateTopics / CreatePartitions
+_TOPIC_IDS = uuid.UUID("6e657265-7573-4b61-666b-61546f706963")  # the uuid5 namespace of topic ids
+
+
+class TopicError(Exception):
+    """A topic operation failed with a Kafka error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def valid_name(name: str | None) -> bool:
+    return bool(name) and name not in (".", "..") and bool(_LEGAL.match(name))
+
+
+def pulsar_name(topic: str) -> TopicName:
+    return TopicName("persistent", "public", "default", topic)
+
+
+class Catalog:
+    """Partition counts, partition objects, topic creation and deletion."""
+
+    def __init__(self, meta, storage, registry, configs, *, producer_options: dict | None = None) -> None:
+        self.meta = meta
+        self.storage = storage
+        self.registry = registry
+        self.configs = configs  # TopicConfigs: told of topics created and deleted
+        self.producer_options = producer_options or {}  # of each partition's ProducerStates
+        self._names_by_id: dict[uuid.UUID, str] = {}
+        self._writing: dict[tuple[str, int], Partition] = {}  # see partition_to_write
+
+    async def partition_count(self, topic: str) -> int | None:
+        """Number of partitions, or None if the topic does not exist."""
+        if not valid_name(topic):
+            return None
+        name = pulsar_name(topic)
+        if name.partition_index >= 0:
+            return None  # a partition's own stream is not a Kafka topic
+        count = await partitions_of(self.meta, name)
+        if count:
+            return count
+        try:
+            await self.storage.stream_id(str(name))
+        except StreamNotFound:
+            return None
+        return 1
+
+    async def is_partitioned(self, topic: str) -> bool:
+        return bool(await partitions_of(self.meta, pulsar_name(topic)))
+
+    async def stream_name(self, topic: str, index: int) -> TopicName | None:
+        count = await self.partition_count(topic)
+        if count is None or not 0 <= index < count:
+            return None
+        name = pulsar_name(topic)
+        return name.partition(index) if await self.is_partitioned(topic) else name
+
+    async def streams(self, topic: str, count: int) -> list[TopicName]:
+        """The streams of a topic's ``count`` partitions, in partition order."""
+        name = pulsar_name(topic)
+        return [name.partition(i) for i in range(count)] if await self.is_partitioned(topic) else [name]
+
+    @staticmethod
+    def kafka_partition(stream: str) -> tuple[str, int] | None:
+        """(Kafka topic, partition index) of a stream name; None for a stream outside the Kafka namespace."""
+        if not stream.startswith(NAMESPACE_PREFIX):
+            return None
+        name = TopicName.parse(stream)
+        index = name.partition_index
+        return (name.base.local, index) if index >= 0 else (name.local, 0)
+
+    async def leader_epoch(self, stream: TopicName) -> int:
+        """The partition's leader epoch: the fencing token of its stream's latest append session.
+
+        The token grows at each acquisition, so the epoch grows at each change of
+        owner. The owner knows its own; others read it from the stream's tail (and a
+        partition loaded here for reads serves at least that epoch from now on).
+        """
+        loaded = self.registry.loaded(stream)
+        part = loaded.attachments.get(ATTACHMENT) if loaded is not None else None
+        if part is not None and not part.closed and part.handle.writable:
+            return part.leader_epoch
+        try:
+            token = (await self.storage.tail(await self.storage.stream_id(str(stream)))).token
+        except StreamNotFound:
+            return 0  # created on first use
+        if part is not None:
+            part.leader_epoch = max(part.leader_epoch, token)
+        return token
+
+    async def partition(self, topic: str, index: int) -> Partition | None:
+        """The loaded partition, or None if it does not exist."""
+        name = await self.stream_name(topic, index)
+        if name is None:
+            return None
+        while True:
+            core = await self.registry.get(name)
+            part = core.attachments.get(ATTACHMENT)
+            if part is None:
+                part = Partition(core, topic, index, storage=self.storage, meta=self.meta,
+                                 producer_options=self.producer_options)
+                core.attachments[ATTACHMENT] = part
+                part.loading = asyncio.ensure_future(part.load())
+            try:
+                await asyncio.shield(part.loading)
+            except Exception:
+                if core.attachments.get(ATTACHMENT) is part:
+                    del core.attachments[ATTACHMENT]
+                raise
+            if not part.closed:
+                return part
+
+    async def partition_to_write(self, topic: str, index: int) -> Partition | None:
+        """``partition`` for a produce: from memory, with no metadata read, while this broker holds the
+        partition's append session. That needs no check of the topic's existence: deleting a topic
+        fences its writers first, so an append to a deleted partition fails and the topic unloads."""
+        key = (topic, index)
+        part = self._writing.get(key)
+        if part is not None and not part.closed and part.handle.writable:
+            return part
+        part = await self.partition(topic, index)
+        if part is not None and self._writing.get(key) is not part:
+            self._writing[key] = part
+
+            def forget(_reason: str, part: Partition = part) -> None:
+                if self._writing.get(key) is part:
+                    del self._writing[key]
+            part.topic.on_unload(forget)
+        return part
+
+    async def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (Kafka's topic UUID): stable for its life, new when re-created under the same name.
+
+        Derived from what identifies this incarnation of the topic in metadata (the
+        creation time of its partitioned record, else its stream's id), so every
+        broker computes the same id without storing one.
+        """
+        name = pulsar_name(topic)
+        if not valid_name(topic) or name.partition_index >= 0:
+            return None
+        rec = await self.meta.get(partitioned_key(name))
+        if rec is not None:
+            incarnation = f"p{rec.version.created_timestamp}"
+        else:
+            try:
+                incarnation = f"s{await self.storage.stream_id(str(name))}"
+            except StreamNotFound:
+                return None
+        return uuid.uuid5(_TOPIC_IDS, f"{topic}/{incarnation}")
+
+    async def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, or None (looked up among the topics of public/default).
+
+        Names found are remembered: a client names its topics by id in every fetch and
+        heartbeat, and a scan computes every topic's id. A remembered name is checked
+        again (the topic may have been deleted or re-created under it).
+        """
+        known = self._names_by_id.get(topic_id)
+        if known is not None and await self.topic_id(known) == topic_id:
+            return known
+        found = None
+        for topic in await self.list_topics():
+            tid = await self.topic_id(topic)
+            if tid is not None:
+                self._names_by_id[tid] = topic
+                found = topic if tid == topic_id else found
+        return found
+
+    async def list_topics(self) -> dict[str, int]:
+        """Every topic of public/default with its partition count."""
+        out: dict[str, int] = {}
+        for full in await list_partitioned_topics(self.meta):
+            if full.startswith(NAMESPACE_PREFIX):
+                local = full[len(NAMESPACE_PREFIX):]
+                if valid_name(local):
+                    rec = await self.meta.get(partitioned_key(pulsar_name(local)))
+                    if rec is not None:
+                        out[local] = json.loads(rec.value)["partitions"]
+        for full in await self.storage.list_streams():
+            if not full.startswith(NAMESPACE_PREFIX):
+                continue
+            name = TopicName.parse(full)
+            if name.partition_index >= 0 or name.local in out or not valid_name(name.local):
+                continue
+            out[name.local] = 1
+        return out
+
+    async def create(self, topic: str, partitions: int, configs: dict[str, str] | None = None,
+                     replication_factor: int | None = None, replicas: dict[int, list[int]] | None = None) -> None:
+        """Create a partitioned topic with ``configs`` (validated) set on it, and the replication factor
+        and replica lists a client asked for (reported in Metadata)."""
+        if not valid_name(topic):
+            raise TopicError(17, f"invalid topic name {topic!r}")
+        if partitions < 1:
+            raise TopicError(37, "the number of partitions must be at least 1")
+        if await self.partition_count(topic) is not None:
+            raise TopicError(36, f"topic {topic!r} already exists")
+        if not await create_partitioned_topic(self.meta, pulsar_name(topic), partitions):
+            raise TopicError(36, f"topic {topic!r} already exists")
+        await self._create_streams(topic, 0, partitions)
+        # Whatever a topic of this name had set before it was deleted elsewhere goes with it.
+        await replace_topic_configs(self.meta, topic, configs or {}, replication_factor, replicas)
+        self.configs.changed(topic)
+        log.info("kafka: topic %s created with %d partition(s)", topic, partitions)
+
+    async def add_partitions(self, topic: str, total: int, replicas: dict[int, list[int]] | None = None) -> None:
+        """Grow ``topic`` to ``total`` partitions, the new ones with the replica lists assigned (if any)."""
+        count = await self.partition_count(topic)
+        if count is None:
+            raise TopicError(3, f"topic {topic!r} does not exist")
+        if not await self.is_partitioned(topic):
+            raise TopicError(37, f"{topic!r} is a non-partitioned Pulsar topic")
+        if total <= count:
+            raise TopicError(37, f"topic has {count} partitions; the new count must be larger")
+
+        def grow(old: bytes | None) -> bytes | None:
+            current = json.loads(old)["partitions"] if old else 0
+            return None if current >= total else json.dumps({"partitions": total}).encode()
+
+        if replicas:  # before the partitions appear: Metadata never lists them without their replicas
+            await assign_replicas(self.meta, topic, replicas)
+        await cas.update(self.meta, partitioned_key(pulsar_name(topic)), grow)
+        await self._create_streams(topic, count, total)
+        log.info("kafka: topic %s now has %d partitions", topic, total)
+
+    async def _create_streams(self, topic: str, first: int, end: int) -> None:
+        """The streams of partitions ``first`` .. ``end - 1``: a topic exists, with its partitions, the
+        moment it is created, as one the admin API creates (stats and lookups find every partition)."""
+        name = pulsar_name(topic)
+        for start in range(first, end, _CREATE_CONCURRENCY):
+            await asyncio.gather(*(ensure_stream(self.storage, str(name.partition(i)))
+                                   for i in range(start, min(end, start + _CREATE_CONCURRENCY))))
+
+    async def delete(self, topic: str) -> None:
+        count = await self.partition_count(topic)
+        if count is None:
+            raise TopicError(3, f"topic {topic!r} does not exist")
+        name = pulsar_name(topic)
+        partitioned = await self.is_partitioned(topic)
+        streams = [name.partition(i) for i in range(count)] if partitioned else [name]
+        for stream in streams:
+            loaded = self.registry.loaded(stream)
+            if loaded is not None:
+                await self.registry.unload(loaded, "deleted by a Kafka client")
+            try:
+                await key_log.delete_topic_stream(self.storage, str(stream))
+            except StreamNotFound:
+                pass
+        if partitioned:
+            await self.meta.delete(partitioned_key(name))
+        await delete_topic_configs(self.meta, topic)
+        self.configs.changed(topic)
+        log.info("kafka: topic %s deleted", topic)
+
+
+__all__ = ["Catalog", "TopicError", "pulsar_name", "valid_name"]

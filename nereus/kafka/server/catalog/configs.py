@@ -1,0 +1,102 @@
+"""The topic, group and broker configs in force on this broker.
+
+What is set lives in the metadata plane (``nereus.topics.topic_configs``: one record
+per topic, one per broker resource, changed by CAS). ``TopicConfigs`` resolves what
+is in force (``config_defs``) and keeps it for ``CACHE_SECONDS``, so a change made
+through another broker takes effect here within that time; a change made here
+takes effect at once. Listeners hear of every topic whose configs changed (the
+broker applies retention at once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from ....topics import topic_configs as store
+from . import config_defs as defs
+
+log = logging.getLogger(__name__)
+
+CACHE_SECONDS = 1.0
+
+
+class TopicConfigs:
+    """The configs in force on this broker, for topics and for itself."""
+
+    def __init__(self, meta, local, *, max_message_bytes: int, default_partitions: int, auto_create: bool) -> None:
+        self.meta = meta
+        self.local = local  # routing.LocalBroker: the node id names this broker's own configs
+        self._static = {"message.max.bytes": str(max_message_bytes), "num.partitions": str(default_partitions),
+                        "auto.create.topics.enable": str(auto_create).lower()}
+        self.listeners: list[Callable[[str], object]] = []
+        self._topics: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
+        self._groups: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
+        self._layers: tuple[float, list] | None = None
+
+    def static(self) -> dict[str, str]:
+        """The broker configs its options set (Kafka's ``STATIC_BROKER_CONFIG``)."""
+        node = str(self.local.node_id)
+        return {**self._static, "node.id": node, "broker.id": node}
+
+    async def broker_layers(self) -> list[tuple[int, dict[str, str]]]:
+        now = time.monotonic()
+        if self._layers is not None and now - self._layers[0] < CACHE_SECONDS:
+            return self._layers[1]
+        meta = self.meta
+        own = await store.read_broker_configs(meta, str(self.local.node_id))
+        cluster = await store.read_broker_configs(meta, "")
+        layers = [(defs.DYNAMIC_BROKER_CONFIG, own), (defs.DYNAMIC_DEFAULT_BROKER_CONFIG, cluster),
+                  (defs.STATIC_BROKER_CONFIG, self.static())]
+        self._layers = (now, layers)
+        return layers
+
+    async def topic(self, topic: str) -> dict[str, defs.Resolved]:
+        """Every topic config of ``topic`` as in force now."""
+        now = time.monotonic()
+        cached = self._topics.get(topic)
+        if cached is not None and now - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        resolved = defs.resolve_topic(await store.read_topic_configs(self.meta, topic),
+                                      await self.broker_layers())
+        if len(self._topics) > 10_000:
+            self._topics.clear()
+        self._topics[topic] = (now, resolved)
+        return resolved
+
+    async def group(self, group_id: str) -> dict[str, defs.Resolved]:
+        """Every group config of ``group_id`` as in force now (cached like a topic's)."""
+        now = time.monotonic()
+        cached = self._groups.get(group_id)
+        if cached is not None and now - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        resolved = defs.resolve_group(await store.read_group_configs(self.meta, group_id),
+                                      await self.broker_layers())
+        if len(self._groups) > 10_000:
+            self._groups.clear()
+        self._groups[group_id] = (now, resolved)
+        return resolved
+
+    def group_changed(self, group_id: str) -> None:
+        self._groups.pop(group_id, None)
+
+    async def value(self, topic: str, name: str) -> str:
+        return (await self.topic(topic))[name].value
+
+    def changed(self, topic: str | None) -> None:
+        """Forget what was cached (``None``: a broker config, every topic) and tell the listeners."""
+        if topic is None:
+            self._topics.clear()
+            self._groups.clear()
+            self._layers = None
+        else:
+            self._topics.pop(topic, None)
+        for listener in self.listeners:
+            try:
+                listener(topic)
+            except Exception:
+                log.exception("kafka: a config listener failed")
+
+
+__all__ = ["CACHE_SECONDS", "TopicConfigs"]

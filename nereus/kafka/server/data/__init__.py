@@ -1,0 +1,1 @@
+"""The data path: Produce, Fetch (compacted topics included), ListOffsets, OffsetForLeaderEpoch, DeleteRecords."""

@@ -1,0 +1,1 @@
+"""Authorization (ACLs), authentication (SASL, SCRAM credentials) and client quotas."""
