@@ -49,6 +49,8 @@ CACHE_HITS = Counter("nereus_storage_cache_hits", "Reads answered by a cache", [
 CACHE_MISSES = Counter("nereus_storage_cache_misses", "Reads a cache could not answer", ["cache"])
 WAL_HELD_BYTES = Gauge("nereus_storage_wal_upload_lag_bytes",
                        "Bytes acknowledged on WAL replicas and not yet in the object store")
+WAL_APPENDS_WAITING = Gauge("nereus_storage_wal_appends_waiting",
+                            "Appends waiting because too much is acknowledged on WAL replicas and not uploaded")
 WAL_UPLOAD_SECONDS = Histogram(
     "nereus_storage_wal_upload_lag_seconds", "Time from an object's acknowledgement on WAL replicas to its upload",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),

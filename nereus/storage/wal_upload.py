@@ -91,8 +91,14 @@ class Uploader:
 
     async def room(self) -> None:
         """Wait while ``max_held_bytes`` are waiting for upload (the store is slow or down)."""
-        while not self._room.is_set():
-            await self._room.wait()
+        if self._room.is_set():
+            return
+        metrics.WAL_APPENDS_WAITING.inc()
+        try:
+            while not self._room.is_set():
+                await self._room.wait()
+        finally:
+            metrics.WAL_APPENDS_WAITING.dec()
 
     @property
     def pending(self) -> int:

@@ -6,7 +6,9 @@ Every broker keeps a WAL replica; writes go to 3 of them and are acknowledged at
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -96,3 +98,90 @@ def test_whole_cluster_restarted_with_entries_not_uploaded_serves_them_all(make_
     cluster.wait_for(lambda: not [m for m in cluster.pending_markers().values()
                                   if any(f"-{node}~" in m.get("prefix", "") for node in dead)],
                      120, "every block of the killed writers resolved")
+
+
+def test_the_object_store_down_produce_goes_on_until_the_upload_limit_then_waits(tmp_path):
+    """An S3 outage: acks keep coming from the WAL replicas up to --wal-max-unuploaded-mb, then
+    producers wait; when the store is back, everything is uploaded and every message is read."""
+    import pulsar
+
+    from tests.delayed_s3 import DelayedS3
+
+    from .harness import Cluster
+
+    with DelayedS3(tmp_path / "s3", latency_scale=0) as s3:
+        cluster = Cluster(tmp_path / "cluster", ["a", "b", "c"], store="s3", moto_endpoint=s3.endpoint, wal=True,
+                          broker_args=[*REPLICATED, "--wal-max-unuploaded-mb", "1"])
+        try:
+            cluster.start()
+            topic = f"{PUBLIC}repl-outage"
+            client = pulsar_client(cluster.service_url(), cluster.root, "outage")
+            producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=0,
+                                              max_pending_messages=5000, block_if_queue_full=True)
+            producer.send(b"first")  # loaded and writing before the outage
+            owner = cluster.broker(cluster.owner(topic))
+            s3.outage(True)
+            acked: list[bytes] = []
+            values = [b"%06d" % i + b"x" * 1018 for i in range(2500)]  # 1 KiB each: 2.5 MB in all
+
+            def sent(value):
+                return lambda result, _id: result == pulsar.Result.Ok and acked.append(value)
+
+            for value in values:
+                producer.send_async(value, sent(value))
+            # Acknowledged from the replicas while nothing reaches the store, then back-pressure.
+            cluster.wait_for(lambda: owner_metric(owner, "nereus_storage_wal_appends_waiting") >= 1, 60,
+                             "appends waiting for uploads")
+            assert 0 < len(acked) < len(values)
+            assert owner_metric(owner, "nereus_storage_wal_upload_lag_bytes") >= 1 << 20
+            s3.outage(False)
+            producer.flush()
+            cluster.wait_for(lambda: len(acked) == len(values), 180, "every message acknowledged")
+            producer.close()
+            assert read_all(client, topic) == [b"first", *values]
+            client.close()
+            cluster.wait_for(lambda: owner_metric(owner, "nereus_storage_wal_upload_lag_bytes") == 0, 120,
+                             "everything uploaded")
+        finally:
+            cluster.close()
+
+
+def owner_metric(broker, name: str) -> float:
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"{broker.http_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounting a small tmpfs needs root")
+def test_a_replica_with_a_full_disk_is_left_out_and_nothing_is_lost(tmp_path):
+    """One broker's WAL disk is full (a 1 MB tmpfs: no segment fits): its writes fail, new blocks go to
+    the other two replicas (ack quorum 2), producers never see an error."""
+    from .harness import Cluster
+
+    cluster = Cluster(tmp_path / "cluster", ["a", "b", "c"], wal=True, broker_args=REPLICATED)
+    full = cluster.brokers_list[2].wal_dir
+    full.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(full)], check=True, timeout=30)
+    try:
+        cluster.start()
+        topic = f"{PUBLIC}repl-full"
+        client = pulsar_client(cluster.service_url(), cluster.root, "full")
+        try:
+            load = PulsarLoad(client, topic, "full").start()
+            load.wait_acked(1000, timeout=120)
+            load.stop()
+            assert not load.errors, load.errors[:5]
+        finally:
+            client.close()
+        reader = pulsar_client(cluster.service_url(), cluster.root, "full-read")
+        try:
+            assert_exactly_once(read_all(reader, topic), load.acked, topic)
+        finally:
+            reader.close()
+        assert not any(full.glob("*.wal"))  # nothing ever fitted there
+    finally:
+        cluster.close()
+        subprocess.run(["umount", "-l", str(full)], check=False, timeout=30)
