@@ -32,7 +32,8 @@ import time
 from urllib.parse import quote, unquote
 
 from ...ledger.naming import InvalidTopicName, TopicName
-from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ...meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion, cas
+from ...meta.cas import ReadAgain
 from ...meta.api import Notification, NotificationType
 from ...meta.errors import MetadataError
 from ...tasks import spawn, unless, wait_for
@@ -263,45 +264,48 @@ class ClusterPlacement(Placement):
         return False
 
     async def _claim(self, topic: str, *, force: bool) -> None:
-        while True:
-            releasing = self._releasing.get(topic)
-            if releasing is not None:
-                await asyncio.shield(releasing)
-                force = False  # released on purpose: go where the ring says
-            if topic in self.owned:
-                return
-            if self.draining:
-                raise NotOwner(f"{topic}: broker {self.local.name} is draining", None)
-            if not self._registered.is_set():
-                raise NotOwner(f"{topic}: broker {self.local.name} is registering again", None)
-            pending = self._claiming.get(topic)
-            if pending is None:
-                pending = self._claiming[topic] = asyncio.ensure_future(self._try_claim(topic, force))
-                pending.add_done_callback(lambda _f: self._claiming.pop(topic, None))
-            await asyncio.shield(pending)
+        releasing = self._releasing.get(topic)
+        if releasing is not None:
+            await asyncio.shield(releasing)
+            force = False  # released on purpose: go where the ring says
+        if topic in self.owned:
             return
+        if self.draining:
+            raise NotOwner(f"{topic}: broker {self.local.name} is draining", None)
+        if not self._registered.is_set():
+            raise NotOwner(f"{topic}: broker {self.local.name} is registering again", None)
+        pending = self._claiming.get(topic)
+        if pending is None:
+            pending = self._claiming[topic] = asyncio.ensure_future(self._try_claim(topic, force))
+            pending.add_done_callback(lambda _f: self._claiming.pop(topic, None))
+        await asyncio.shield(pending)
 
     async def _try_claim(self, topic: str, force: bool) -> None:
         key = owner_key(topic)
         epoch = self._epoch
         await self.leader_preferences.load(topic)  # rebalancing keeps it where it is preferred
         value = json.dumps({"broker": self.local.name, "incarnation": self.membership.incarnation}).encode()
-        while True:
+
+        def session_lost() -> NotOwner:
+            return NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
+
+        async def put_owner() -> None:
+            # Retried whenever someone else claimed or released the topic meanwhile.
             if epoch != self._epoch:
-                raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
+                raise session_lost()
             rec = await self.meta.get(key)
             if rec is not None:
                 name, incarnation = _decode(rec.value)
                 if name == self.local.name and incarnation == self.membership.incarnation:
                     if epoch != self._epoch:
-                        continue  # looked at across a session loss: decided again above
+                        raise ReadAgain  # looked at across a session loss: decided again above
                     self.owned[topic] = (rec.version.version_id, time.monotonic())
                     return
                 if name != self.local.name:
                     owner = self.membership.brokers.get(name)
                     if owner is not None and owner.incarnation == incarnation:
                         if _releasing(rec.value) and await self._gone(key, rec.version.version_id, HANDOFF_WAIT):
-                            continue  # handed over just now: claim it
+                            raise ReadAgain  # handed over just now: claim it
                         raise NotOwner(f"{topic} is served by {name}", owner.address)
                     raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that session expires")
                 expected = rec.version.version_id  # our earlier incarnation's record
@@ -311,20 +315,18 @@ class ClusterPlacement(Placement):
                     if preferred.name != self.local.name:
                         raise NotOwner(f"{topic} belongs to {preferred.name}", preferred)
                 expected = EXPECT_ABSENT
-            try:
-                result = await self.meta.put(key, value, expected_version_id=expected, ephemeral=True)
-            except UnexpectedVersion:
-                continue  # someone else claimed or released meanwhile: look again
+            result = await self.meta.put(key, value, expected_version_id=expected, ephemeral=True)
             if epoch != self._epoch:
                 # The session was lost while the put was on its way: the record may now live under
                 # the new session with the old incarnation in it, which every other broker reads as
                 # "owner gone" for as long as this broker lives. Take it back.
                 with contextlib.suppress(UnexpectedVersion, MetadataError):
                     await self.meta.delete(key, expected_version_id=result.version.version_id)
-                raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
+                raise session_lost()
             self.owned[topic] = (result.version.version_id, time.monotonic())
             log.debug("%s: owned by this broker now", topic)
-            return
+
+        await cas.retry(put_owner, exhausted=lambda: NotOwner(f"{topic}: its ownership record keeps changing", None))
 
     # -- releases -------------------------------------------------------------------------
     def _unloaded(self, topic: str) -> None:
