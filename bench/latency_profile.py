@@ -15,10 +15,12 @@ publish = until the producer's ack (p50/p99/p999), end to end = until the consum
 it (p50/p99). On S3 the proxy's records of the same interval give the store's PUT
 p50/p99 (delay + moto's time), so the table can set publish p99 against PUT p99.
 
-``--profile X`` passes ``--wal-profile X`` to the broker unless X is ``object``.
+``--profile X`` runs the brokers with ``--wal-profile X`` (``replicated``: the quorums of ``--quorums``,
+ensemble, write and ack; 3,3,2 by default, which needs ``--brokers 3``).
 
 Usage: .venv/bin/python bench/latency_profile.py [--seconds 10] [--rate 10000] [--brokers 1]
-       [--stores file,s3] [--clients pulsar,kafka-linger0,kafka-linger5] [--latency-scale 1] [--profile object]
+       [--stores file,s3] [--clients pulsar,kafka-linger0,kafka-linger5] [--latency-scale 1]
+       [--profile object|replicated|local] [--quorums 3,3,2]
 The last line is ``key=value`` pairs.
 """
 
@@ -244,7 +246,10 @@ def store_requests(records: list[dict]) -> dict[str, float]:
 
 
 def run_store(store: str, args, workdir: Path, s3: DelayedS3 | None) -> dict[str, dict[str, float]]:
-    extra = [] if args.profile == "object" else ["--wal-profile", args.profile]
+    extra = ["--wal-profile", args.profile]
+    if args.profile == "replicated":
+        ensemble, write, ack = args.quorums.split(",")
+        extra += ["--wal-ensemble", ensemble, "--wal-write-quorum", write, "--wal-ack-quorum", ack]
     if s3 is not None:
         extra += ["--object-store", s3.store_url(f"latency-{uuid.uuid4().hex[:8]}")]
     root = workdir / store
@@ -300,7 +305,9 @@ def main() -> None:
     parser.add_argument("--clients", default=",".join(CLIENTS), help=f"comma-separated of {', '.join(CLIENTS)}")
     parser.add_argument("--latency-scale", type=float, default=1.0, help="multiplies every S3 delay (0: none)")
     parser.add_argument("--seed", type=int, default=0, help="of the S3 delays")
-    parser.add_argument("--profile", default="object", help="the broker's WAL profile")
+    parser.add_argument("--profile", default="object", choices=("object", "replicated", "local"),
+                        help="the brokers' WAL profile")
+    parser.add_argument("--quorums", default="3,3,2", help="ensemble,write,ack of the replicated profile")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args()
     args.clients = [c for c in args.clients.split(",") if c]

@@ -80,7 +80,7 @@ class Cursor:
     async def open(cls, meta: MetadataStore, stream_id: int, name: str, *, initial: int,
                    properties: dict | None = None, objects: ObjectStore | None = None) -> tuple["Cursor", bool]:
         """Load the durable cursor, or create it at ``initial``; returns (cursor, created)."""
-        while True:
+        async def load_or_create() -> tuple[Cursor, bool]:
             loaded = await cls._load(meta, stream_id, name, objects)
             if loaded is not None:
                 return loaded, False
@@ -89,8 +89,10 @@ class Cursor:
             try:
                 await cursor.persist()
             except CursorFenced:  # another broker created it first: use theirs
-                continue
+                raise cas.ReadAgain from None
             return cursor, True
+
+        return await cas.retry(load_or_create)
 
     @classmethod
     async def load(cls, meta: MetadataStore, stream_id: int, name: str,

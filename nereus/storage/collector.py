@@ -33,7 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from ..meta import MetadataStore, UnexpectedVersion
+from ..meta import MetadataStore, UnexpectedVersion, cas
 from ..wal.errors import WalError
 from ..objstore import ObjectExists, ObjectNotFound, ObjectStore
 from . import compaction, key_view, metrics, records, wal_format, wal_locator, wal_replicas
@@ -198,17 +198,10 @@ class GarbageCollector:
 
     async def _fence_tail(self, stream_id: int) -> None:
         """Bump the tail's version without changing it: an in-flight commit then fails."""
-        partition = records.stream_partition(stream_id)
-        while True:
-            current = await self.meta.get(records.tail_key(stream_id), partition_key=partition)
-            if current is None:
-                return  # deleted stream (or never committed): nothing can land
-            try:
-                await self.meta.put(records.tail_key(stream_id), current.value,
-                                    expected_version_id=current.version.version_id, partition_key=partition)
-                return
-            except UnexpectedVersion:
-                continue
+        # The same value written again: an absent tail (deleted stream, or never committed)
+        # stays absent, as nothing can land there.
+        await cas.update(self.meta, records.tail_key(stream_id), lambda old: old,
+                         partition_key=records.stream_partition(stream_id))
 
     async def _committed_slices(self, stream_id: int, hint: int, object_key: str) -> list[tuple[int, int]]:
         """Slices of ``object_key`` in the stream's index, looking from the writer's hint on."""

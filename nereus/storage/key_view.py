@@ -25,24 +25,22 @@ record, under the stream's compaction lease. The object is referenced as the pai
 ``[stream, VIEW_REF]`` in the reference records of ``gc``; the previous view is
 released after the switch. A pending marker (``kind: keyview``) written before the
 object put lets the collector finish or undo the change of a builder that died.
+
+The rows in memory (a build's input, the merge, the Parquet encoding) are
+``key_view_rows.py``; this module reads and switches views through the metadata plane.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import io
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
 from ..objstore import ObjectStore
@@ -50,6 +48,8 @@ from . import columns, gc, metrics, records
 from .api import FetchedEntry
 from .compaction_lease import check_lease
 from .errors import CompactionConflict, CorruptObject, StorageError
+from .key_view_rows import (KEY_SCHEMA, SCHEMA, BuildInput, EntriesKeyExtractor, EntryKeys, EntryShrinker, KeyExtractor,
+                            encode, latest_of, latest_rows, merge, read_parquet)
 from .reader import StreamReader
 
 log = logging.getLogger(__name__)
@@ -62,28 +62,12 @@ VIEW_REF = -1
 DELETE_RETENTION_MS = 24 * 3600 * 1000
 _READ_BYTES = 8 << 20
 
-#: (offsets, keys, tombstones, timestamps in ms) of the records of one stored entry.
-EntryKeys = tuple[list[int], list[bytes | None], list[bool], list[int]]
-#: Gives the keys of a stored entry whose first record is at offset ``base``.
-KeyExtractor = Callable[[int, memoryview], EntryKeys]
-#: The keys of many stored entries at once, as a table of ``KEY_SCHEMA`` (any row order):
-#: for extractors that are much cheaper per record when given many entries.
-EntriesKeyExtractor = Callable[[list[FetchedEntry]], pa.Table]
 #: Keys known without reading the entries (the topic layer records them at append):
 #: ``(lo, hi, rows, records)``, the ``KEY_SCHEMA`` rows of the whole entries in ``[lo, hi)``
 #: reduced to the latest row of each key and every keyless row (``latest_rows``), and the
 #: number of records they came from.
 KnownKeys = tuple[int, int, pa.Table, int]
-#: Stored entries reduced to their records at the given indexes (same record counts and
-#: offsets; what the others become is the protocol's business), each None: keep it whole.
-EntryShrinker = Callable[[list[tuple[bytes | memoryview, tuple[int, ...]]]], list[bytes | None]]
 
-SCHEMA = pa.schema([("offset", pa.int64()), ("key", pa.binary()), ("tombstone", pa.bool_()),
-                    ("timestamp", pa.int64()), ("entry_base", pa.int64()), ("entry_records", pa.int32()),
-                    ("entry", pa.binary())])
-
-
-KEY_SCHEMA = pa.schema([f for f in SCHEMA if f.name != "entry"])
 #: Input bytes handed to an ``EntriesKeyExtractor`` at a time, and how many such calls run at
 #: once (numpy releases the GIL: the key scans of two chunks use two cores).
 _EXTRACT_BYTES = 32 << 20
@@ -255,179 +239,6 @@ class BuildResult:
     size: int
 
 
-class _Input:
-    """The records of ``[previous horizon, new horizon)`` as columns, and their entries."""
-
-    def __init__(self) -> None:
-        self.offset: list[int] = []
-        self.key: list[bytes | None] = []
-        self.tombstone: list[bool] = []
-        self.timestamp: list[int] = []
-        self.entry_base: list[int] = []
-        self.entry_records: list[int] = []
-        self.entries: dict[int, bytes | memoryview] = {}
-        self.tables: list[pa.Table] = []
-        self.latest: pa.Table | None = None  # the running latest-per-key of reduced ranges
-        self._ranges: collections.deque[list[int]] = collections.deque()  # entries added, keys not yet
-        self._keyed: set[int] = set()  # entries whose keys are in ``latest``
-        self.bytes = 0
-        self.records = 0
-
-    def add_many(self, got: list[FetchedEntry], extract: EntriesKeyExtractor) -> None:
-        self.add_entries(got)
-        self.add_keys(extract(got))
-
-    def add_entries(self, got: list[FetchedEntry]) -> None:
-        """Entries whose keys come apart (``add_keys``, in the same order)."""
-        for entry in got:
-            self.bytes += len(entry.data)
-            self.entries[entry.base_offset] = entry.data
-        self._ranges.append([entry.base_offset for entry in got])
-
-    def add_keys(self, table: pa.Table, records_in: int | None = None, reduced: bool = False) -> None:
-        """Keys of entries added (``records_in``: how many records they came from, when
-        ``table`` holds only the latest of each key, see ``latest_of``). ``reduced``: the
-        table joins the running latest-per-key of the ranges added so far, and the entries
-        left without a row there are let go, so a build holds about an entry per key, not
-        the whole stream it reads (a pyarrow group-by off the event loop's hands: call
-        this in an executor)."""
-        table = table.select(KEY_SCHEMA.names).cast(KEY_SCHEMA)
-        self.records += table.num_rows if records_in is None else records_in
-        if not reduced:
-            self.tables.append(table)
-            if self._ranges:
-                self._ranges.popleft()  # kept whole: never let go
-            return
-        running = table if self.latest is None else pa.concat_tables([self.latest, table]).combine_chunks()
-        keep = _latest_per_key(running.column("key"), columns.numpy(running.column("offset")))
-        self.latest = running if keep.all() else running.filter(columns.array(keep, pa.bool_()))
-        self._keyed.update(self._ranges.popleft())  # ranges come back in the order they were added
-        kept = set(pc.unique(self.latest.column("entry_base")).to_pylist())
-        for base in [b for b in self._keyed if b not in kept]:
-            del self.entries[base]
-            self._keyed.discard(base)
-
-    def table(self) -> pa.Table:
-        """All the records added, as one table of ``KEY_SCHEMA``."""
-        fresh = pa.table([
-            columns.array(np.array(self.offset, np.int64), pa.int64()), columns.binary(self.key),
-            columns.array(np.array(self.tombstone, np.bool_), pa.bool_()),
-            columns.array(np.array(self.timestamp, np.int64), pa.int64()),
-            columns.array(np.array(self.entry_base, np.int64), pa.int64()),
-            columns.array(np.array(self.entry_records, np.int32), pa.int32())], schema=KEY_SCHEMA)
-        tables = [*self.tables, *([self.latest] if self.latest is not None else [])]
-        return pa.concat_tables([fresh, *tables]) if tables else fresh
-
-    def add(self, entry: FetchedEntry, extract: KeyExtractor) -> None:
-        offsets, keys, tombstones, stamps = extract(entry.base_offset, memoryview(entry.data))
-        n = len(offsets)
-        self.bytes += len(entry.data)
-        if not n:
-            return  # markers, control batches: nothing a view serves
-        self.offset += offsets
-        self.key += keys
-        self.tombstone += tombstones
-        self.timestamp += stamps
-        self.entry_base += [entry.base_offset] * n
-        self.entry_records += [entry.record_count] * n
-        self.records += n
-        self.entries[entry.base_offset] = entry.data
-
-
-def merge(previous: pa.Table | None, new: _Input, *, now_ms: int, delete_retention_ms: int,
-          shrink: EntryShrinker | None = None) -> pa.Table:
-    """The rows of the new view: previous rows + new records, the latest per key (pure).
-
-    ``shrink``: applied to each entry that lost records in this merge."""
-    fresh = new.table()
-    base_entries: dict[int, bytes | memoryview] = dict(new.entries)
-    if previous is not None and previous.num_rows:
-        blobs = previous.column("entry").combine_chunks()
-        for i, base in enumerate(previous.column("entry_base").to_pylist()):
-            if blobs[i].is_valid and base not in base_entries:
-                base_entries[base] = blobs[i].as_buffer()
-        rows = pa.concat_tables([previous.drop_columns(["entry"]), fresh])
-    else:
-        rows = fresh
-    rows = rows.combine_chunks()
-    keep = _latest_per_key(rows.column("key"), columns.numpy(rows.column("offset")))
-    expired = columns.numpy(rows.column("tombstone"))
-    if delete_retention_ms > 0:  # 0: tombstones go at once, with their keys (Pulsar's compactor)
-        expired &= columns.numpy(rows.column("timestamp")) < now_ms - delete_retention_ms
-    rows = rows.filter(columns.array(keep & ~expired, pa.bool_()))
-    rows = rows.take(columns.array(np.argsort(columns.numpy(rows.column("offset")), kind="stable"), pa.int64()))
-    kept_before: dict[int, int] = {}
-    if shrink is not None and previous is not None and previous.num_rows:
-        counted = pc.value_counts(previous.column("entry_base")).flatten()
-        kept_before = dict(zip(counted[0].to_pylist(), counted[1].to_pylist()))
-    bases, offsets = rows.column("entry_base").to_pylist(), rows.column("offset").to_pylist()
-    counts = rows.column("entry_records").to_pylist()
-    column: list[bytes | memoryview | None] = []
-    to_shrink: list[tuple[int, bytes | memoryview, tuple[int, ...]]] = []  # (row in column, entry, kept)
-    i = 0
-    while i < len(bases):
-        base, j = bases[i], i + 1
-        while j < len(bases) and bases[j] == base:
-            j += 1
-        blob = base_entries[base]
-        if shrink is not None and j - i < counts[i] and kept_before.get(base) != j - i:
-            to_shrink.append((len(column), blob, tuple(o - base for o in offsets[i:j])))
-        column.append(blob)
-        column += [None] * (j - i - 1)
-        i = j
-    if to_shrink:
-        for (at, _, _), smaller in zip(to_shrink, shrink([(blob, keep) for _, blob, keep in to_shrink])):
-            if smaller is not None:
-                column[at] = smaller
-    return rows.append_column("entry", columns.binary(column))
-
-
-def latest_of(extract: EntriesKeyExtractor, entries: list[FetchedEntry]) -> tuple[pa.Table, int]:
-    """(the keys of ``entries`` reduced to the latest row of each key and the keyless rows,
-    the number of records they came from). A row a later row of its key replaces in the
-    same range never reaches the view, so each range of a build is reduced on its own,
-    beside the reads, and the final merge sees a few rows per key instead of all."""
-    return latest_rows(extract(entries))
-
-
-def latest_rows(table: pa.Table) -> tuple[pa.Table, int]:
-    """``latest_of`` of rows already extracted."""
-    count = table.num_rows
-    if count:
-        keep = _latest_per_key(table.column("key"), columns.numpy(table.column("offset")))
-        if not keep.all():
-            table = table.filter(columns.array(keep, pa.bool_()))
-    return table, count
-
-
-def _entries_from(rows: pa.Table, lo: int) -> pa.Table:
-    """The rows of the entries that begin at or after ``lo``."""
-    inside = columns.numpy(rows.column("entry_base")) >= lo
-    return rows if inside.all() else rows.filter(columns.array(inside, pa.bool_()))
-
-
-def _latest_per_key(keys: pa.ChunkedArray, offsets: np.ndarray) -> np.ndarray:
-    """Which rows are the latest (highest offset) of their key, or have no key."""
-    encoded = pc.dictionary_encode(keys).combine_chunks()
-    has_key = columns.valid(keys)
-    index = np.where(has_key, columns.numpy(encoded.indices), 0)
-    latest = np.full(max(len(encoded.dictionary), 1), -1, np.int64)
-    np.maximum.at(latest, index[has_key], offsets[has_key])
-    return ~has_key | (offsets == latest[index])
-
-
-def read_parquet(data: bytes | memoryview) -> pa.Table:
-    """A Parquet object as a table (``pq.read_table`` would import pandas, see ``columns``)."""
-    return pq.ParquetFile(pa.BufferReader(data)).read()
-
-
-def encode(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    compression = {name: "none" if name == "entry" else "zstd" for name in table.column_names}
-    pq.write_table(table.cast(SCHEMA), sink, compression=compression, row_group_size=64 * 1024)
-    return sink.getvalue()
-
-
 async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, stream_id: int,
                 extract: KeyExtractor, *, horizon: int, delete_retention_ms: int = DELETE_RETENTION_MS,
                 lease_owner: str | None = None, now_ms: int | None = None, stream_size: int = 0,
@@ -444,7 +255,6 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     Raises CompactionConflict if the view changed meanwhile or the lease was lost.
     The caller holds the stream's compaction lease (``compaction_lease.lease``).
     """
-    partition = records.stream_partition(stream_id)
     before = await state(meta, stream_id)
     if horizon <= before.horizon:
         return BuildResult(stream_id, before.horizon, before.object, 0, 0, before.records, before.size)
@@ -452,25 +262,36 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
     if before.object:
         data = await objects.get(before.object)
         previous = read_parquet(data)
-    start_rec = await meta.get(records.start_key(stream_id), partition_key=partition)
+    start_rec = await meta.get(records.start_key(stream_id), partition_key=records.stream_partition(stream_id))
     start = records.decode(start_rec.value).get("start", 0) if start_rec is not None else 0
-    new = _Input()
-    offset = max(before.horizon, start)
+    new = await _read_input(reader, stream_id, max(before.horizon, start), horizon, extract, extract_many, known)
     loop = asyncio.get_running_loop()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    table = await loop.run_in_executor(
+        None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms, shrink=shrink))
+    data = await loop.run_in_executor(None, encode, table) if table.num_rows else None
+    key = None
+    if data is not None:
+        key = (f"keyview/{stream_id:0{records.OFFSET_WIDTH}d}/{horizon:0{records.OFFSET_WIDTH}d}"
+               f"-{uuid.uuid4().hex[:8]}.parquet")
+    entries = len(set(table.column("entry_base").to_pylist())) if table.num_rows else 0
+    after = ViewState(horizon, key, table.num_rows, entries, len(data) if data else 0, now, stream_size)
+    await _switch(meta, objects, stream_id, before, after, data, lease_owner)
+    log.info("stream %d: key view up to %d: %d records in (%d bytes), %d kept (%d bytes)", stream_id, horizon,
+             new.records, new.bytes, table.num_rows, after.size)
+    return BuildResult(stream_id, horizon, key, new.bytes, new.records, table.num_rows, after.size)
 
+
+async def _read_input(reader: StreamReader, stream_id: int, offset: int, horizon: int, extract: KeyExtractor,
+                      extract_many: EntriesKeyExtractor | None, known: list[KnownKeys] | None) -> BuildInput:
+    """The records of the entries that begin in ``[offset, horizon)`` and their keys: extracted
+    off the event loop, or taken from ``known`` where it covers a range (then only the
+    entries whose records survive are read)."""
+    new = BuildInput()
+    loop = asyncio.get_running_loop()
     pending: list[FetchedEntry] = []
     pending_bytes = 0
     extracting: list[asyncio.Future] = []  # the reduced keys of ranges being read
-
-    def wanted(got: list[FetchedEntry], offset: int) -> list[FetchedEntry]:
-        out = []
-        for entry in got:
-            if entry.base_offset < offset:
-                continue  # began below the previous horizon: it is in the previous view
-            if entry.end_offset > horizon:
-                raise StorageError(f"stream {stream_id}: horizon {horizon} is inside the entry at {entry.base_offset}")
-            out.append(entry)
-        return out
 
     def add(got: list[FetchedEntry]) -> None:
         for entry in got:
@@ -502,7 +323,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
                                 fill_cache=False)
         if not got:
             break
-        got, offset = wanted(got, offset), got[-1].end_offset
+        got, offset = _new_entries(stream_id, got, offset, horizon), got[-1].end_offset
         if extract_many is None:
             # Off the event loop: decoding a large range must not stall the broker (nor
             # its metadata session, which holds the compaction lease).
@@ -522,16 +343,37 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
             pa.concat_tables([_entries_from(rows, lo) for lo, rows, _ in known_rows]),
             sum(count for _, _, count in known_rows), True))
         await _read_survivors(reader, stream_id, horizon, new)
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    table = await loop.run_in_executor(
-        None, lambda: merge(previous, new, now_ms=now, delete_retention_ms=delete_retention_ms, shrink=shrink))
-    data = await loop.run_in_executor(None, encode, table) if table.num_rows else None
-    key = None
-    if data is not None:
-        key = (f"keyview/{stream_id:0{records.OFFSET_WIDTH}d}/{horizon:0{records.OFFSET_WIDTH}d}"
-               f"-{uuid.uuid4().hex[:8]}.parquet")
-    entries = len(set(table.column("entry_base").to_pylist())) if table.num_rows else 0
-    after = ViewState(horizon, key, table.num_rows, entries, len(data) if data else 0, now, stream_size)
+    return new
+
+
+def _new_entries(stream_id: int, got: list[FetchedEntry], offset: int, horizon: int) -> list[FetchedEntry]:
+    """The entries of ``got`` that begin at or after ``offset`` (those below are in the previous view)."""
+    out = []
+    for entry in got:
+        if entry.base_offset < offset:
+            continue
+        if entry.end_offset > horizon:
+            raise StorageError(f"stream {stream_id}: horizon {horizon} is inside the entry at {entry.base_offset}")
+        out.append(entry)
+    return out
+
+
+def _entries_from(rows: pa.Table, lo: int) -> pa.Table:
+    """The rows of the entries that begin at or after ``lo``."""
+    inside = columns.numpy(rows.column("entry_base")) >= lo
+    return rows if inside.all() else rows.filter(columns.array(inside, pa.bool_()))
+
+
+async def _switch(meta: MetadataStore, objects: ObjectStore, stream_id: int, before: ViewState, after: ViewState,
+                  data: bytes | None, lease_owner: str | None) -> None:
+    """Put the new view's object (``data``; None: an empty view) and switch the ``keyview`` record
+    from ``before`` to ``after`` by one CAS, then release the previous view's object.
+
+    The pending marker written first lets the collector finish or undo a builder that dies
+    on the way. Raises CompactionConflict (the new object released) if the record changed
+    meanwhile or the lease was lost.
+    """
+    key, now = after.object, after.built_ms
     marker = records.gc_pending_key(key) if key else None
     if key is not None:
         await meta.put(marker, records.encode({"ts": now, "kind": MARKER_KIND, "object": key, "stream": stream_id,
@@ -543,7 +385,7 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
             await check_lease(meta, stream_id, lease_owner)
         await meta.put(view_key(stream_id), records.encode(after.to_json()),
                        expected_version_id=EXPECT_ABSENT if before.version is None else before.version,
-                       partition_key=partition)
+                       partition_key=records.stream_partition(stream_id))
     except (UnexpectedVersion, CompactionConflict) as exc:
         if key is not None:
             await meta.put(marker, records.encode({"ts": now, "kind": MARKER_KIND, "object": key, "stream": stream_id,
@@ -557,12 +399,9 @@ async def build(meta: MetadataStore, objects: ObjectStore, reader: StreamReader,
         await gc.release(meta, before.object, [(stream_id, VIEW_REF)])
     if marker is not None:
         await meta.delete(marker)
-    log.info("stream %d: key view up to %d: %d records in (%d bytes), %d kept (%d bytes)", stream_id, horizon,
-             new.records, new.bytes, table.num_rows, after.size)
-    return BuildResult(stream_id, horizon, key, new.bytes, new.records, table.num_rows, after.size)
 
 
-async def _read_survivors(reader: StreamReader, stream_id: int, horizon: int, new: _Input) -> None:
+async def _read_survivors(reader: StreamReader, stream_id: int, horizon: int, new: BuildInput) -> None:
     """Read the entries of ``new``'s surviving rows that came from known keys (near ones
     together: survivors cluster at the end of what a build covers)."""
     wanted: set[int] = set()
@@ -617,5 +456,6 @@ async def drop(meta: MetadataStore, stream_id: int) -> None:
         await gc.release(meta, st.object, [(stream_id, VIEW_REF)])
 
 
-__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "KEY_SCHEMA", "MARKER_KIND", "EntryShrinker", "KeyExtractor", "KeyView", "KnownKeys", "KnownKeysMismatch", "ViewEntry", "ViewState",
-           "build", "decode_view", "drop", "load", "merge", "resolve_marker", "state", "view_key"]
+__all__ = ["BuildResult", "DELETE_RETENTION_MS", "EntriesKeyExtractor", "EntryKeys", "EntryShrinker", "KEY_SCHEMA",
+           "KeyExtractor", "KeyView", "KnownKeys", "KnownKeysMismatch", "MARKER_KIND", "ViewEntry", "ViewState",
+           "build", "decode_view", "drop", "latest_rows", "load", "merge", "resolve_marker", "state", "view_key"]

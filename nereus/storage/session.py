@@ -216,7 +216,9 @@ async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSess
 
     session = await cas.update(meta, records.session_key(stream_id), bump, partition_key=partition)
     token = records.decode(session.value)["token"]
-    while True:
+
+    async def stamp_tail() -> AppendSession:
+        # Retried whenever a concurrent commit or acquire moved the tail meanwhile.
         current = await meta.get(records.tail_key(stream_id), partition_key=partition)
         if current is None:
             tail, expected = Tail(0, 0, token), EXPECT_ABSENT
@@ -226,13 +228,12 @@ async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSess
                 raise StreamFenced(f"stream {stream_id}: a newer session ({tail.token}) exists")
             await _write_pending_group(meta, stream_id, tail)
             tail = Tail(tail.next, tail.size, token)
-        try:
-            result = await meta.put(records.tail_key(stream_id), tail.encode(),
-                                    expected_version_id=expected, partition_key=partition)
-        except UnexpectedVersion:
-            continue  # a concurrent commit or acquire moved the tail; look again
+        result = await meta.put(records.tail_key(stream_id), tail.encode(),
+                                expected_version_id=expected, partition_key=partition)
         log.debug("stream %d: append session %d acquired by %s at offset %d", stream_id, token, owner, tail.next)
         return AppendSession(meta, stream_id, token, tail, result.version.version_id)
+
+    return await cas.retry(stamp_tail)
 
 
 async def _write_pending_group(meta: MetadataStore, stream_id: int, tail: Tail) -> None:

@@ -1,8 +1,10 @@
 """Transactions for both protocols: the coordinator, its records and the per-stream transaction index.
 
 Protocol-neutral: depends on the metadata plane, storage and topics only. See
-``coordinator.py`` (state machine and completion), ``stream_index.py`` (last stable
-offset and aborted ranges per stream) and ``participants.py`` (markers).
+``coordinator.py`` (the state machine's transitions; its records in ``record_store.py``,
+the completion of decisions in ``completion.py``, timeouts and recovery in
+``housekeeping.py``), ``stream_index.py`` (last stable offset and aborted ranges per
+stream) and ``participants.py`` (markers).
 """
 
 from .coordinator import DEFAULT_MAX_TIMEOUT_MS, TransactionCoordinator

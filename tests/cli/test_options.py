@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from nereus import cli
+from nereus.cli import servers
 from nereus.auth import AuthSettings
 from nereus.broker.admin.brokers import runtime_config
 from nereus.broker.node import BrokerOptions
@@ -72,9 +73,9 @@ def invoke(tmp_path, monkeypatch):
         seen["config"] = config
         return _Started()
 
-    monkeypatch.setattr(cli, "_options_of", options_of)
-    monkeypatch.setattr(cli, "_serve", lambda coro, *args, **kwargs: coro.close())
-    monkeypatch.setattr(cli, "_check_object_store", lambda url, timeout: None)
+    monkeypatch.setattr(servers, "options_of", options_of)
+    monkeypatch.setattr(servers, "run_server", lambda coro, *args, **kwargs: coro.close())
+    monkeypatch.setattr(servers, "check_object_store", lambda url, timeout: None)
     monkeypatch.setattr("nereus.broker.data_lock.lock_data_dir", lambda path: None)
     monkeypatch.setattr("nereus.broker.standalone.run_standalone", run_standalone)
     monkeypatch.setattr("nereus.broker.run.run_broker", lambda *args, **kwargs: _Started())
@@ -129,8 +130,8 @@ def test_a_broker_given_no_option_runs_with_the_default_broker_options(monkeypat
         return _Started()
 
     monkeypatch.setattr("nereus.broker.run.run_broker", run_broker)
-    monkeypatch.setattr(cli, "_serve", lambda coro, *args, **kwargs: coro.close())
-    monkeypatch.setattr(cli, "_check_object_store", lambda url, timeout: None)
+    monkeypatch.setattr(servers, "run_server", lambda coro, *args, **kwargs: coro.close())
+    monkeypatch.setattr(servers, "check_object_store", lambda url, timeout: None)
     result = CliRunner().invoke(cli.main, ["broker", "--metadata", "oxia://m:6648", "--object-store", "file:///x"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output

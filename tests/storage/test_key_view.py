@@ -8,7 +8,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from nereus.storage import gc, key_view, records
+from nereus.storage import gc, key_view, key_view_rows, records
 from nereus.storage.api import FetchedEntry
 from nereus.storage.compaction_lease import lease
 from nereus.storage.errors import CompactionConflict
@@ -212,7 +212,7 @@ def test_a_build_lets_go_of_the_entries_whose_records_were_all_replaced():
     first = [FetchedEntry(0, 2, b"a=1;b=1"), FetchedEntry(2, 2, b"a=2;b=2"), FetchedEntry(4, 1, b"=x")]
     reduced, count = key_view.latest_of(extract_many, first)
     assert count == 5 and sorted(reduced.column("offset").to_pylist()) == [2, 3, 4]  # keyless rows stay
-    new = key_view._Input()
+    new = key_view_rows.BuildInput()
     new.add_entries(first)
     second = [FetchedEntry(5, 1, b"a=3"), FetchedEntry(6, 1, b"b=3")]
     new.add_entries(second)  # read before the first range's keys are back: kept meanwhile

@@ -1,0 +1,150 @@
+"""Where a topic's owner is: its ownership record read, the owner's liveness, the ring's choice.
+
+The record ``/nereus/cluster/owners/{topic}`` (broker name and incarnation; ``releasing``
+while its owner hands it over) is ephemeral: it vanishes with its owner's metadata
+session. A record naming a broker that left the registry, or one whose listener refuses
+connections, is waited out (up to ``dead_owner_wait``) rather than named to a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from urllib.parse import quote
+
+from ...meta import MetadataStore
+from ...tasks import wait_for
+from ...topics.placement import BrokerAddress, NotOwner, Placement
+from .leader_preference import LeaderPreferences
+from .membership import Membership
+
+OWNERS = "/nereus/cluster/owners/"
+HANDOFF_WAIT = 5.0  # how long a lookup waits for a topic being handed over to be released
+PROBE_TIMEOUT = 1.0  # an owner's listener that does not accept within this is unreachable
+PROBE_CACHE_OK, PROBE_CACHE_FAILED = 1.0, 0.2  # seconds a probe's answer is reused
+
+
+class OwnerUnreachable(NotOwner):
+    """The topic's registered owner refuses connections (it died; its session has not expired yet)."""
+
+
+def owner_key(topic: str) -> str:
+    return OWNERS + quote(topic, safe="")
+
+
+class OwnerLookup(Placement):
+    """Reads of ownership records and of the ring (the lowest part of ``ClusterPlacement``)."""
+
+    meta: MetadataStore
+    membership: Membership
+    leader_preferences: LeaderPreferences
+    dead_owner_wait: float
+    _probes: dict[str, tuple[bool, float]]
+    _lost: asyncio.Future | None
+
+    def preferred(self, key: str, zone: str | None = None) -> BrokerAddress:
+        ring = self.membership.ring
+        name = ring.preferred(key, zone)
+        return ring.value(name) if name is not None else self.local
+
+    async def _home(self, topic: str) -> BrokerAddress:
+        """The broker that should own ``topic``: its active preferred leader, else the ring's."""
+        await self.leader_preferences.load(topic)
+        name = self.leader_preferences.broker(topic)
+        record = self.membership.brokers.get(name) if name is not None else None
+        return record.address if record is not None else self.preferred(topic)
+
+    def _home_name(self, topic: str) -> str | None:
+        """``_home``'s name from what is cached (rebalancing decides without metadata reads)."""
+        return self.leader_preferences.broker(topic) or self.membership.ring.owner(topic)
+
+    def _lost_future(self) -> asyncio.Future:
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+        return self._lost
+
+    async def _current_owner(self, topic: str, *, wait: bool = True, probe: bool = False) -> BrokerAddress | None:
+        """The live owner named by the topic's record (None when there is none or it is dead).
+
+        With ``probe``, an owner whose listener refuses connections (killed, its session
+        not expired yet) is waited out like a dead one: a client sent there would only
+        fail and back off further with every retry.
+        """
+        rec = await self.meta.get(owner_key(topic))
+        if rec is None:
+            return None
+        name, incarnation = decode_owner(rec.value)
+        if name == self.local.name:
+            return None  # a record of an earlier incarnation: ours to replace
+        record = self.membership.brokers.get(name)
+        if record is not None and record.incarnation == incarnation:
+            if wait and is_releasing(rec.value):  # being handed over: its next owner is moments away
+                if await self._gone(owner_key(topic), rec.version.version_id, HANDOFF_WAIT):
+                    return None
+                return record.address
+            if not probe or await self._answers(record.address):
+                return record.address
+            if not wait:
+                raise OwnerUnreachable(f"{topic}: its owner {name} does not answer", None)
+            if await self._gone(owner_key(topic), rec.version.version_id):
+                await self._forgotten(name)
+                return None
+            return record.address  # alive after all, or unreachable from here only: let the client try
+        # Its owner is gone and its record goes when that session expires: hold the
+        # answer until then rather than send the client into its reconnect backoff.
+        if wait and await self._gone(owner_key(topic), rec.version.version_id):
+            return None
+        raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that broker's session expires")
+
+    async def _answers(self, address: BrokerAddress) -> bool:
+        """Does ``address``'s Pulsar listener accept connections? (cached briefly)"""
+        now = time.monotonic()
+        cached = self._probes.get(address.name)
+        if cached is not None and now - cached[1] < (PROBE_CACHE_OK if cached[0] else PROBE_CACHE_FAILED):
+            return cached[0]
+        host, _, port = address.pulsar_url.rpartition("://")[2].rpartition(":")
+        try:
+            _, writer = await wait_for(asyncio.open_connection(host, int(port)), PROBE_TIMEOUT)
+            writer.close()
+            ok = True
+        except (OSError, ValueError, asyncio.TimeoutError):
+            ok = False
+        self._probes[address.name] = (ok, time.monotonic())
+        return ok
+
+    async def _forgotten(self, name: str) -> None:
+        """Wait (briefly) until the ring no longer has ``name``, so it is not named again."""
+        deadline = time.monotonic() + 3.0
+        while name in self.membership.brokers and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    async def _gone(self, key: str, version: int, timeout: float | None = None) -> bool:
+        """Wait (at most ``dead_owner_wait``) until the record ``key`` at ``version`` is deleted or replaced."""
+        deadline = time.monotonic() + (self.dead_owner_wait if timeout is None else timeout)
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            rec = await self.meta.get(key, include_value=False)
+            if rec is None or rec.version.version_id != version:
+                return True
+        return False
+
+
+def decode_owner(raw: bytes) -> tuple[str, str]:
+    """(broker name, incarnation) of an ownership record; empty strings if it is unreadable."""
+    try:
+        value = json.loads(raw)
+        return str(value["broker"]), str(value["incarnation"])
+    except (ValueError, KeyError, TypeError):
+        return "", ""
+
+
+def is_releasing(raw: bytes) -> bool:
+    """Is the record's owner handing the topic over?"""
+    try:
+        return bool(json.loads(raw).get("releasing"))
+    except (ValueError, AttributeError):
+        return False
+
+
+__all__ = ["HANDOFF_WAIT", "OWNERS", "OwnerLookup", "OwnerUnreachable", "decode_owner", "is_releasing", "owner_key"]

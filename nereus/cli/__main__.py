@@ -1,0 +1,5 @@
+"""``python -m nereus.cli``: the `nereus` command."""
+
+from .commands import main
+
+main()
