@@ -246,10 +246,7 @@ def store_requests(records: list[dict]) -> dict[str, float]:
 
 
 def run_store(store: str, args, workdir: Path, s3: DelayedS3 | None) -> dict[str, dict[str, float]]:
-    extra = ["--wal-profile", args.profile]
-    if args.profile == "replicated":
-        ensemble, write, ack = args.quorums.split(",")
-        extra += ["--wal-ensemble", ensemble, "--wal-write-quorum", write, "--wal-ack-quorum", ack]
+    extra = profile_args(args.profile, args.quorums)
     if s3 is not None:
         extra += ["--object-store", s3.store_url(f"latency-{uuid.uuid4().hex[:8]}")]
     root = workdir / store
@@ -280,6 +277,36 @@ def run_store(store: str, args, workdir: Path, s3: DelayedS3 | None) -> dict[str
     return results
 
 
+def profile_args(profile: str, quorums: str) -> list[str]:
+    extra = ["--wal-profile", profile]
+    if profile == "replicated":
+        ensemble, write, ack = quorums.split(",")
+        extra += ["--wal-ensemble", ensemble, "--wal-write-quorum", write, "--wal-ack-quorum", ack]
+    return extra
+
+
+def throughput(args, workdir: Path) -> dict[str, float]:
+    """Pulsar produce throughput (1 KiB, batching, 4 producer processes; ``pulsar_e2e.produce``) of the
+    ``object`` and the ``--profile`` profile on ``file://``, one after the other in this run."""
+    from pulsar_e2e import produce
+
+    out: dict[str, float] = {}
+    for profile in ("object", args.profile):
+        root = workdir / f"throughput-{profile}"
+        root.mkdir()
+        proc, ports, _names = start_standalone(root, args.brokers, tuple(profile_args(profile, args.quorums)))
+        try:
+            url = "pulsar://" + ",".join(f"127.0.0.1:{ports['pulsar'] + i}" for i in range(args.brokers))
+            topic = f"persistent://public/default/throughput-{uuid.uuid4().hex[:6]}"
+            produce(url, topic, payload(0), 2_000, 1)  # the topic loaded and the clients warm
+            out[profile] = produce(url, topic, payload(0), args.throughput_messages, 4)
+        finally:
+            proc.terminate()
+            proc.wait(90)
+        print(f"file {profile}: {out[profile]:,.0f} msgs/s acknowledged", flush=True)
+    return out
+
+
 def table(results: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     def ms(figures: dict[str, float], key: str) -> str:
         return f"{figures[key]:,.1f}" if key in figures else "-"
@@ -308,6 +335,9 @@ def main() -> None:
     parser.add_argument("--profile", default="object", choices=("object", "replicated", "local"),
                         help="the brokers' WAL profile")
     parser.add_argument("--quorums", default="3,3,2", help="ensemble,write,ack of the replicated profile")
+    parser.add_argument("--throughput-messages", type=int, default=0,
+                        help="also measure Pulsar produce throughput of object vs --profile on file:// with this "
+                             "many messages (0: not)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args()
     args.clients = [c for c in args.clients.split(",") if c]
@@ -323,6 +353,7 @@ def main() -> None:
             s3.start()
         for store in stores:
             results[store] = run_store(store, args, workdir, s3 if store == "s3" else None)
+        rates = throughput(args, workdir) if args.throughput_messages else {}
     finally:
         if s3 is not None:
             s3.stop()
@@ -345,6 +376,13 @@ def main() -> None:
             print(f"{client}: S3 / file publish p50 x{pairs[f'ratio_s3_file_{client}_pub_p50']:.1f}, "
                   f"p99 x{pairs[f'ratio_s3_file_{client}_pub_p99']:.1f}, "
                   f"e2e p99 x{pairs[f'ratio_s3_file_{client}_e2e_p99']:.1f}")
+    for profile, rate in rates.items():
+        pairs[f"throughput_{profile}"] = rate
+    if len(rates) == 2:
+        ratio = rates[args.profile] / rates["object"]
+        pairs[f"ratio_throughput_{args.profile}_object"] = ratio
+        print(f"Pulsar produce throughput on file://: {args.profile} {rates[args.profile]:,.0f} msgs/s, object "
+              f"{rates['object']:,.0f} msgs/s: x{ratio:.2f}")
     print(" ".join(f"{k}={v:.2f}" for k, v in pairs.items()))
 
 

@@ -19,6 +19,13 @@ from nereus.storage.compaction_lease import lease
 from nereus.storage.errors import CompactionConflict, CorruptObject
 from nereus.storage.gc import pin, unpin
 from nereus.storage.records import Tail
+from tests.storage.conftest import settle
+
+
+@pytest.fixture
+def storage(storage_on_each_wal):
+    """Each test once with the object WAL and once with WAL replicas on disk (tests/storage/conftest.py)."""
+    return storage_on_each_wal
 
 
 def encode(stream_id: int, first: int, entries, generation: int) -> bytes:
@@ -73,6 +80,7 @@ async def referenced(meta, stream_ids) -> set[str]:
 
 async def collect_all(meta, objects):
     """Resolve every marker and delete every freed object now."""
+    await settle()
     collector = GarbageCollector(meta, objects, pending_timeout_seconds=0, grace_seconds=0,
                                  clock=lambda: time.time() + 3600)
     await collector.collect()

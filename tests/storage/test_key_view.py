@@ -15,6 +15,12 @@ from nereus.storage.errors import CompactionConflict
 from nereus.storage.collector import GarbageCollector
 
 
+@pytest.fixture
+def storage(storage_on_each_wal):
+    """Each test once with the object WAL and once with WAL replicas on disk (tests/storage/conftest.py)."""
+    return storage_on_each_wal
+
+
 def extract(base: int, data: memoryview):
     offsets, keys, tombstones, stamps = [], [], [], []
     for i, rec in enumerate(bytes(data).split(b";")):

@@ -14,6 +14,7 @@ from nereus.storage.collector import GarbageCollector
 from .conftest import FAST
 
 
+
 async def read_all(stream, start=0, max_bytes=1 << 20):
     out = []
     offset = start

@@ -17,6 +17,12 @@ from nereus.storage import StreamStorage
 from .conftest import FAST
 
 
+@pytest.fixture
+def storage(storage_on_each_wal):
+    """Each test once with the object WAL and once with WAL replicas on disk (tests/storage/conftest.py)."""
+    return storage_on_each_wal
+
+
 async def _pair(meta_a, meta_b, objects):
     """Two StreamStorages sharing metadata and objects: two brokers."""
     return (StreamStorage(meta_a, objects, node_id="broker-a", options=FAST),
