@@ -133,3 +133,18 @@ def test_namespace_persistence_policy(tmp_path: Path):
         result = runner.invoke(main, [*cli, "remove-persistence", "public/default"], catch_exceptions=False)
         assert result.exit_code == 0
         assert "not set" in runner.invoke(main, [*cli, "get-persistence", "public/default"]).stdout
+
+
+def test_topic_stats_and_the_console_show_the_wal_profile(tmp_path: Path):
+    with running(tmp_path / "data", ["--compaction-interval", "0", "--wal-profile", "local"]) as node:
+        client = _client(node)
+        try:
+            client.create_producer("persistent://public/default/stats-wal").send(b"x")
+        finally:
+            client.close()
+        for path in ("/admin/v2/persistent/public/default/stats-wal/stats",
+                     "/console/api/stats/persistent/public/default/stats-wal"):
+            with urllib.request.urlopen(node.http + path, timeout=10) as response:
+                stats = json.loads(response.read())
+            assert stats["walProfile"] == "local"
+            assert stats["walUploadLagBytes"] >= 0 and stats["walUploadLagSeconds"] >= 0

@@ -122,7 +122,19 @@ async def topic_stats(ctx, topic) -> dict:
         "deduplicationStatus": "Enabled", "topicEpoch": topic.epoch,
         "publishRateLimitedTimes": topic.core.publish_rate_limited,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
+        **_wal_stats(ctx, topic),
     }
+
+
+def _wal_stats(ctx, topic) -> dict:
+    """Where the topic's acknowledged writes live before upload (Nereus' own fields; Pulsar's
+    clients skip fields they do not know). The lag is its broker's WAL writer's, all topics of
+    the profile together: one upload carries many topics' writes."""
+    durability = topic.handle.durability
+    uploader = ctx.storage.writer_for(durability).uploader
+    return {"walProfile": durability.profile,
+            "walUploadLagBytes": uploader.held_bytes if uploader is not None else 0,
+            "walUploadLagSeconds": round(uploader.oldest_age(), 3) if uploader is not None else 0.0}
 
 
 def _position(stream_id: int, offset: int) -> str:
@@ -198,6 +210,11 @@ def aggregate(per: dict[str, dict], *, per_partition: bool) -> dict:
     """Pulsar's PartitionedTopicStats from each partition's stats (``{partition name: stats}``)."""
     total = {k: sum(s[k] for s in per.values()) for k in _SUMMED}
     total["metadata"] = {"partitions": len(per)}
+    if per:  # the partitions of a topic share its namespace's profile; the lag, each owner's largest
+        first = next(iter(per.values()))
+        total["walProfile"] = first.get("walProfile", "object")
+        total["walUploadLagBytes"] = max(s.get("walUploadLagBytes", 0) for s in per.values())
+        total["walUploadLagSeconds"] = max(s.get("walUploadLagSeconds", 0.0) for s in per.values())
     total["publishers"] = [pub for s in per.values() for pub in s["publishers"]]
     subs: dict[str, dict] = {}
     for s in per.values():

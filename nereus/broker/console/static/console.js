@@ -325,6 +325,9 @@ async function showTopic(main, name) {
       card("Out msg/s", rate(s.msgRateOut), "topic-rate-out"), card("In", bytesRate(s.msgThroughputIn)),
       card("Out", bytesRate(s.msgThroughputOut)), card("Backlog", count(b), "topic-backlog"),
       card("Published", count(s.msgInCounter), "topic-msg-in"), card("Storage", bytes(s.storageSize)),
+      card("WAL", s.walProfile || "object", "topic-wal-profile"),
+      s.walProfile && s.walProfile !== "object" ?
+        card("Not uploaded", bytes(s.walUploadLagBytes) + " · " + s.walUploadLagSeconds.toFixed(1) + " s", "topic-wal-lag") : null,
       partitioned.has(name) ? card("Partitions", count((s.metadata || {}).partitions), "topic-partitions") : null].filter(Boolean));
     showHistory(await getJSON("/console/api/history/" + path), rates, backlog);
     const subRows = [];
