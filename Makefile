@@ -10,7 +10,7 @@ ARGS ?=
 # Test worker processes: most tests wait on servers and clients, so more workers than cores pay.
 TEST_WORKERS ?= 3
 
-.PHONY: install install-test run test bench clean
+.PHONY: install install-test run test test-wal-profile bench clean
 
 install: $(RUN_STAMP)
 install-test: $(TEST_STAMP)
@@ -41,6 +41,13 @@ test: install-test
 		echo "installing Chromium (web console tests) and iptables (network cut tests)"; \
 		apt-get update -q && apt-get install -y -q chromium iptables; }
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# The suites of deduplication, transactions, compaction and tables once more, every standalone acknowledging
+# writes from its WAL on disk (WAL_PROFILE=replicated: the replica path with one replica).
+WAL_PROFILE ?= local
+test-wal-profile: install-test
+	NEREUS_TEST_WAL_PROFILE=$(WAL_PROFILE) $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		tests/pulsar_broker tests/topics tests/transactions tests/pulsar_txn tests/kafka tests/lakehouse
 
 # Benchmarks (not part of the tests). The Pulsar reference needs Redis from Debian.
 bench: install-test

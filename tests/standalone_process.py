@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -15,6 +16,19 @@ from tests.ports import free_port
 
 NEREUS = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone"]
 LISTENERS = ("http", "pulsar", "kafka", "oxia")
+
+
+#: ``NEREUS_TEST_WAL_PROFILE=local`` (or ``replicated``): every standalone a test starts without a
+#: profile of its own acknowledges writes from its WAL (``make test-wal-profile``).
+WAL_PROFILE_ENV = "NEREUS_TEST_WAL_PROFILE"
+
+
+def wal_profile_args(given: list[str]) -> list[str]:
+    profile = os.environ.get(WAL_PROFILE_ENV)
+    if not profile or "--wal-profile" in given:
+        return []
+    quorums = ["--wal-ensemble", "1", "--wal-write-quorum", "1", "--wal-ack-quorum", "1"]
+    return ["--wal-profile", profile, *(quorums if profile == "replicated" else [])]
 
 
 class PortTaken(Exception):
@@ -70,7 +84,7 @@ class Standalone:
                 self.ports = {name: free_port() for name in LISTENERS}
 
     def _start_once(self, timeout: float) -> None:
-        args = ["--data-dir", str(self.data_dir), *self.extra_args]
+        args = ["--data-dir", str(self.data_dir), *self.extra_args, *wal_profile_args(self.extra_args)]
         for name, port in self.ports.items():
             args += [f"--{name}-port", str(port)]
         log_start = self.log.stat().st_size if self.log.exists() else 0

@@ -70,34 +70,51 @@ def test_owner_killed_and_one_replica_wal_deleted_loses_nothing(make_cluster):
     _load_then(cluster, f"{PUBLIC}repl-lost-disk", "rl", kill_and_lose_a_replica)
 
 
-def test_whole_cluster_restarted_with_entries_not_uploaded_serves_them_all(make_cluster):
-    """Every broker killed at once right after the acks; restarted, every message is there (from the
-    replicas first, the object store once the collector uploaded them)."""
-    cluster = _replicated_cluster(make_cluster, "s3")
-    topic = f"{PUBLIC}repl-restart"
-    client = pulsar_client(cluster.service_url(), cluster.root, "rr")
-    try:
-        load = PulsarLoad(client, topic, "rr").start()
-        load.wait_acked(500)
-        load.stop()
-    finally:
-        client.close()
-    for broker in cluster.brokers_list:
-        broker.kill()
-    for broker in cluster.brokers_list:
-        broker.launch()
-    for broker in cluster.brokers_list:
-        broker.wait_ready()
-    client = pulsar_client(cluster.service_url(), cluster.root, "rr-after")
-    try:
-        assert_exactly_once(read_all(client, topic), load.acked, topic)
-    finally:
-        client.close()
-    # The collector recovers the dead writers' blocks into the object store: none is left.
-    dead = [f"{b.name}-{pid}" for b in cluster.brokers_list for pid in b.pids[:-1]]
-    cluster.wait_for(lambda: not [m for m in cluster.pending_markers().values()
-                                  if any(f"-{node}~" in m.get("prefix", "") for node in dead)],
-                     120, "every block of the killed writers resolved")
+def test_whole_cluster_restarted_with_entries_not_uploaded_serves_them_all(tmp_path):
+    """The object store refuses every write while messages are acknowledged; every broker is killed;
+    restarted (the store back), every message is there: from the replicas first, from the store once
+    the collector has fenced the dead writers' blocks and uploaded them."""
+    from tests.delayed_s3 import DelayedS3
+
+    from .harness import Cluster
+
+    with DelayedS3(tmp_path / "s3", latency_scale=0) as s3:
+        cluster = Cluster(tmp_path / "cluster", ["a", "b", "c"], store="s3", moto_endpoint=s3.endpoint, wal=True,
+                          broker_args=REPLICATED)
+        try:
+            cluster.start()
+            topic = f"{PUBLIC}repl-restart"
+            client = pulsar_client(cluster.service_url(), cluster.root, "rr")
+            try:
+                client.create_producer(topic).send(b"loaded")  # the topic exists before the outage
+                s3.outage(True)
+                load = PulsarLoad(client, topic, "rr").start()
+                load.wait_acked(500)
+                load.stop()
+                assert not load.errors, load.errors[:5]
+            finally:
+                client.close()
+            for broker in cluster.brokers_list:
+                broker.kill()
+            s3.outage(False)
+            for broker in cluster.brokers_list:
+                broker.launch()
+            for broker in cluster.brokers_list:
+                broker.wait_ready()
+            client = pulsar_client(cluster.service_url(), cluster.root, "rr-after")
+            try:
+                values = read_all(client, topic)
+                assert values[0] == b"loaded"
+                assert_exactly_once(values[1:], load.acked, topic)
+            finally:
+                client.close()
+            # The collector recovers the killed writers' blocks into the object store: none is left.
+            dead = [f"{b.name}-{pid}" for b in cluster.brokers_list for pid in b.pids[:-1]]
+            cluster.wait_for(lambda: not [m for m in cluster.pending_markers().values()
+                                          if any(f"-{node}~" in m.get("prefix", "") for node in dead)],
+                             120, "every block of the killed writers resolved")
+        finally:
+            cluster.close()
 
 
 def test_the_object_store_down_produce_goes_on_until_the_upload_limit_then_waits(tmp_path):
