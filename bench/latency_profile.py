@@ -21,6 +21,9 @@ ensemble, write and ack; 3,3,2 by default, which needs ``--brokers 3``).
 Usage: .venv/bin/python bench/latency_profile.py [--seconds 10] [--rate 10000] [--brokers 1]
        [--stores file,s3] [--clients pulsar,kafka-linger0,kafka-linger5] [--latency-scale 1]
        [--profile object|replicated|local] [--quorums 3,3,2]
+With a WAL profile, the brokers' upload lag histograms give each store's upload lag p50/p99
+(acknowledged -> in the object store; bucket bounds) over all its cases, and the WAL's disk use.
+``--throughput-messages N`` adds Pulsar produce throughput on ``file://``: object, then the profile.
 The last line is ``key=value`` pairs.
 """
 
@@ -270,11 +273,41 @@ def run_store(store: str, args, workdir: Path, s3: DelayedS3 | None) -> dict[str
             if s3 is not None:
                 figures.update(store_requests(s3.stats(first)["records"]))
             results[client] = figures
+        if args.profile != "object":  # the histograms count every case of this store together
+            http = [f"http://127.0.0.1:{ports['http'] + i}" for i in range(args.brokers)]
+            lag = upload_lag(http)
+            print(f"{store} upload lag: " + ", ".join(f"{k}={v:,.1f}" for k, v in lag.items()), flush=True)
+            for figures in results.values():
+                figures.update(lag)
             print(f"{store} {client}: " + ", ".join(f"{k}={v:,.1f}" for k, v in figures.items()), flush=True)
     finally:
         proc.terminate()
         proc.wait(90)
     return results
+
+
+def upload_lag(http_urls: list[str]) -> dict[str, float]:
+    """Upload lag (append acknowledged on the WAL replicas -> object in the store) from the brokers'
+    histograms: its p50 and p99 (bucket upper bounds) and how many objects were uploaded; the WAL
+    replicas' disk use at the end (bytes of segment files)."""
+    import re
+    import urllib.request
+
+    buckets: dict[float, float] = {}
+    held = 0.0
+    for url in http_urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+            text = response.read().decode()
+        for bound, count in re.findall(r'^nereus_storage_wal_upload_lag_seconds_bucket\{le="([^"]+)"\} (\S+)$',
+                                       text, re.M):
+            buckets[float(bound)] = buckets.get(float(bound), 0.0) + float(count)
+        held += sum(float(v) for v in re.findall(r"^nereus_wal_held_bytes (\S+)$", text, re.M))
+    total = buckets.get(float("inf"), 0.0)
+    out = {"uploads": total, "wal_bytes": held}
+    for name, q in (("lag_p50", 0.5), ("lag_p99", 0.99)):
+        out[name] = next((bound * 1000 for bound, count in sorted(buckets.items()) if total and count >= q * total),
+                         0.0)
+    return out
 
 
 def profile_args(profile: str, quorums: str) -> list[str]:

@@ -91,7 +91,7 @@ class WalOptions:
     max_unuploaded_bytes: int = 1 << 30
     #: ... of which up to this much stays in memory for the upload (the rest is read back).
     upload_memory_bytes: int = 128 << 20
-    upload_concurrency: int = 8
+    upload_concurrency: int = 64  # object stores take many concurrent PUTs; each waits tens of ms
     #: Blocks whose marker is older than this are touched (the collector's timeout is 60 s).
     marker_touch_seconds: float = 15.0
 
