@@ -157,12 +157,26 @@ class NameBlocks:
         if self._on_done is not None:
             self._on_done(block)
 
+    def retire_expired(self) -> None:
+        """Close the current block (and an unused spare) once its life is over though no name
+        was asked for: an idle writer's marker then goes as soon as its names are done, rather
+        than at the next append (the collector keeps a block's freed objects until then)."""
+        block = self._current
+        if block is not None and not block.closed and self.expired(block):
+            self.close(block)
+        spare = self._spare
+        if spare is not None and spare.done() and not spare.cancelled() and spare.exception() is None \
+                and self.expired(spare.result()):
+            self._spare = None
+            self.close(spare.result())
+
     async def touch_old_markers(self, older_than: float) -> None:
-        """Rewrite the markers of open blocks last written ``older_than`` seconds ago, so the
-        collector does not take a live writer's block; a block it took is marked ``claimed``."""
+        """Rewrite the markers of blocks whose names wait for upload, last written ``older_than``
+        seconds ago, so the collector does not take a live writer's block; a block it took is
+        marked ``claimed``."""
         now = time.monotonic()
         for block in list(self._open):
-            if block.claimed or now - block.touched < older_than:
+            if block.claimed or block.done >= block.used or now - block.touched < older_than:
                 continue
             value = {**block.marker_value, "ts": int(time.time() * 1000)}
             try:

@@ -413,6 +413,7 @@ class WalWriter:
             except Exception:
                 log.exception("grouping the pending slices of quiet streams failed")
             if self.uploader is not None:
+                self.blocks.retire_expired()
                 try:
                     await self.blocks.touch_old_markers(self.options.marker_touch_seconds)
                 except Exception as exc:  # tried again next round, well within the collector's timeout

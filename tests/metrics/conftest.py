@@ -10,17 +10,14 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.standalone_process import Standalone, running
+from tests.standalone_fixtures import shared_standalone
+from tests.standalone_process import Standalone
 
 # The collector runs often and frees at once, so a deleted topic's objects go within a test.
 GC_FLAGS = ["--gc-interval", "0.5", "--gc-grace", "0"]
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    """One standalone shared by a test module (tests use distinct topics and groups)."""
-    with running(tmp_path_factory.mktemp("metrics") / "data", ["--compaction-interval", "0", *GC_FLAGS]) as server:
-        yield server
+standalone = shared_standalone("standalone", "metrics", ["--compaction-interval", "0", *GC_FLAGS])
 
 
 @pytest.fixture

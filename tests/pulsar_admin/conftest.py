@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from tests.pulsar_broker import conftest as _broker
+from tests.waiting import wait_until
 
 # The broker tests' fixtures, shared: a standalone per module, official clients, topic names.
-Standalone = _broker.Standalone
 pulsar, standalone, make_client, client, topic = (_broker.pulsar, _broker.standalone, _broker.make_client,
                                                   _broker.client, _broker.topic)
 
@@ -64,12 +63,4 @@ def rest_path(name: str) -> str:
     return "/" + name.replace("://", "/", 1)
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(interval)
+__all__ = ["Admin", "wait_until"]

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.standalone_process import Standalone, running
+from tests.standalone_fixtures import own_standalone, shared_standalone
 
 
 @pytest.fixture(scope="session")
@@ -18,19 +18,8 @@ def pulsar():
     return module
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    """One standalone shared by a test module (tests use distinct topics)."""
-    with running(tmp_path_factory.mktemp("broker") / "data") as server:
-        yield server
-
-
-@pytest.fixture
-def fresh_standalone(tmp_path):
-    """A standalone of its own (restart tests)."""
-    server = Standalone(tmp_path / "data")
-    yield server
-    server.kill()
+standalone = shared_standalone("standalone", "broker")
+fresh_standalone = own_standalone("fresh_standalone")
 
 
 @pytest.fixture

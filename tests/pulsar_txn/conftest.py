@@ -5,13 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.pulsar_txn.txn_client import TxnClient
-from tests.standalone_process import running
+from tests.standalone_fixtures import shared_standalone
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    with running(tmp_path_factory.mktemp("txn") / "data") as server:
-        yield server
+standalone = shared_standalone("standalone", "txn")
 
 
 @pytest.fixture

@@ -230,3 +230,26 @@ async def test_a_stream_moves_between_durabilities_in_append_order(meta, objects
         assert any("~" in k for k in replicas["r1"].entries)
     finally:
         await storage.close()
+
+
+async def test_an_idle_writers_block_is_done_once_its_life_is_over(meta, objects, replicas):
+    """No append comes after the last one: the block still closes when its life is over, so its
+    marker goes and the collector may delete what was freed in it."""
+    from nereus.storage import StorageOptions, WalOptions
+
+    options = StorageOptions(wal=WalOptions(flush_interval=0.002, reservation_ttl=0.2, idle_group_interval=0.05))
+    storage = StreamStorage(meta, objects, node_id="node-i", options=options, directory=Directory(replicas, "r1"),
+                            durability=REPLICATED)
+    try:
+        stream = await storage.open_stream("idle", create=True)
+        await stream.append(b"only", 1)
+        key = next(iter(replicas["r1"].entries))
+        assert await find_block(meta, key) is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while await find_block(meta, key) is not None:
+            assert loop.time() < deadline, "the idle writer's block never finished"
+            await asyncio.sleep(0.05)
+        await until(lambda: not replicas["r1"].entries)  # and its replicas forgot it
+    finally:
+        await storage.close()
