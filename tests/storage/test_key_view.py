@@ -238,7 +238,8 @@ async def test_a_build_leaves_the_block_cache_to_readers(storage, meta, objects)
     for i in range(20):
         await write(stream, [(b"k%d" % (i % 3), b"v%d" % i)])
     horizon = stream.next_offset()
-    cold = StreamStorage(meta, objects, node_id="node-b", options=FAST)  # nothing of the stream cached
+    # Nothing of the stream cached; the same WAL replicas within reach (objects may not be uploaded yet).
+    cold = StreamStorage(meta, objects, node_id="node-b", options=FAST, directory=storage.directory)
     try:
         result = await key_view.build(meta, objects, cold.reader, stream.stream_id, extract, horizon=horizon,
                                       delete_retention_ms=0)
