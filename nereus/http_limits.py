@@ -17,7 +17,7 @@ import re
 
 from aiohttp import web
 
-from .net_limits import ConnectionLimits, FrameTimer, peer_ip
+from .net_limits import ConnectionLimits, FrameTimer
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,8 @@ class GuardedHttp(asyncio.Protocol):
         self._timer = FrameTimer(limits, self._too_slow)
 
     def connection_made(self, transport) -> None:
-        ip = peer_ip(transport)
-        if not self._limits.admit(ip):
-            transport.abort()
+        ip = self._limits.admit_peer(transport)
+        if ip is None:
             return
         self._ip, self._transport = ip, transport
         self._inner.connection_made(transport)

@@ -111,6 +111,15 @@ class ConnectionLimits:
         self._open[ip] += 1
         return True
 
+    def admit_peer(self, transport) -> str | None:
+        """``admit`` for a new connection: its peer's ip, or None once the transport is aborted
+        (one too many from that address)."""
+        ip = peer_ip(transport)
+        if not self.admit(ip):
+            transport.abort()
+            return None
+        return ip
+
     def release(self, ip: str) -> None:
         self._open[ip] -= 1
         if self._open[ip] <= 0:
@@ -151,6 +160,12 @@ def peer_ip(transport) -> str:
     return str(peer[0]) if peer else "?"
 
 
+def peer_address(transport) -> str:
+    """``host:port`` of the peer, for logs ("?" when the transport does not say)."""
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else "?"
+
+
 __all__ = ["ConnectionLimits", "DEFAULT_FRAME_READ_TIMEOUT", "DEFAULT_MAX_PENDING_BYTES",
            "DEFAULT_MAX_PENDING_BYTES_PER_BROKER", "DEFAULT_MAX_PENDING_PUBLISH_REQUESTS", "FrameTimer",
-           "PendingBudget", "WRITE_BUFFER_HIGH", "peer_ip"]
+           "PendingBudget", "WRITE_BUFFER_HIGH", "peer_address", "peer_ip"]

@@ -89,6 +89,18 @@ def check_read_options(options: Mapping[str, str]) -> None:
     flag(options, "schemaColumns", True)
 
 
+def set_read_options(reader, options: Mapping[str, str], schema) -> None:
+    """Check the read options and set those a batch and a stream reader share on ``reader``."""
+    check_read_options(options)
+    reader.metadata = required(options, "metadata")
+    reader.objects = required(options, "objects")
+    reader.topic = required(options, "topic")
+    reader.starting = option(options, "startingOffset")
+    reader.starting_timestamp = starting_timestamp(options)
+    reader.chunk = records_per_partition(options)  # checked above: cannot raise here
+    reader.schema = schema
+
+
 def starting_timestamp(options: Mapping[str, str]) -> int | None:
     """The ``startingTimestamp`` option (ms since the epoch), checked; None when unset."""
     value = option(options, "startingTimestamp")

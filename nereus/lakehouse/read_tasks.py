@@ -18,8 +18,6 @@ from ..codec.pulsar import split_entry
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..topics.schemas import version_from_bytes
 
-_READ_BYTES = 8 << 20
-
 
 class NereusRange(InputPartition):
     """One task: offsets ``[range.start, range.end)`` of one stream (and how to add schema columns)."""
@@ -81,23 +79,14 @@ async def _read_range(p: NereusRange):
 
 async def _versioned_rows(meta, objects, r: _rows.StreamRange) -> AsyncIterator[list[tuple[tuple, int | None]]]:
     """``rows.read_rows`` with each row's schema version: lists of ``(row, version)``."""
-    from ..storage.cache import BlockCache, TailCache
-    from ..storage.reader import StreamReader
-
-    reader = StreamReader(meta, objects, TailCache(), BlockCache(_READ_BYTES * 2))
-    offset = r.start
     aborted = r.txn_view()
-    while offset < r.end:
-        entries = await reader.read(r.stream_id, offset, r.end, _READ_BYTES)
-        if not entries:
-            break
+    async for entries in _rows.read_entries(meta, objects, r):
         batch = []
         for e in entries:
             version = _schema_version(e.data)
             batch.extend((row, version)
                          for row in _rows.entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
                          if r.start <= row[2] < r.end)
-        offset = entries[-1].end_offset
         yield batch
 
 

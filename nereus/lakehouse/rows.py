@@ -122,16 +122,21 @@ def entry_rows(topic: str, partition: int, base: int, data: bytes | memoryview,
                map(_time, values.event), values.key, values.value, values.properties, values.producer)
 
 
-async def read_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -> AsyncIterator[list[tuple]]:
-    """The rows of offsets ``[r.start, r.end)``, a list per read (about 8 MiB of entries)."""
+async def read_entries(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -> AsyncIterator[list]:
+    """The stored entries holding offsets ``[r.start, r.end)``, a list per read (about 8 MiB)."""
     reader = StreamReader(meta, objects, TailCache(), BlockCache(_READ_BYTES * 2))
     offset = r.start
-    aborted = r.txn_view()
     while offset < r.end:
         entries = await reader.read(r.stream_id, offset, r.end, _READ_BYTES)
         if not entries:
             break
-        batch = [row for e in entries for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
-                 if r.start <= row[2] < r.end]
         offset = entries[-1].end_offset
-        yield batch
+        yield entries
+
+
+async def read_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -> AsyncIterator[list[tuple]]:
+    """The rows of offsets ``[r.start, r.end)``, a list per read (about 8 MiB of entries)."""
+    aborted = r.txn_view()
+    async for entries in read_entries(meta, objects, r):
+        yield [row for e in entries for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
+               if r.start <= row[2] < r.end]

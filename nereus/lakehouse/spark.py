@@ -49,8 +49,7 @@ from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, Strin
 from . import pruning as _pruning
 from . import rows as _rows
 from . import schema_columns as _columns
-from .options import (check_read_options, flag, offset_for, option, records_per_partition, required,
-                      starting_timestamp)
+from .options import check_read_options, flag, offset_for, option, set_read_options
 from .read_tasks import NereusRange, plan_values, read_partition, split_range
 from .sink import NereusStreamWriter, NereusWriter
 from .streaming import NereusStreamReader
@@ -154,15 +153,8 @@ async def _plan(reader: "NereusReader") -> tuple[list[_rows.StreamRange], _colum
 
 class NereusReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        check_read_options(options)
-        self.metadata = required(options, "metadata")
-        self.objects = required(options, "objects")
-        self.topic = required(options, "topic")
-        self.starting = option(options, "startingOffset")
+        set_read_options(self, options, schema)
         self.ending = option(options, "endingOffset")
-        self.starting_timestamp = starting_timestamp(options)
-        self.chunk = records_per_partition(options)
-        self.schema = schema
         self.pruning = _pruning.Pruning()
 
     def partitions(self) -> list[InputPartition]:

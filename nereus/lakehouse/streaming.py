@@ -44,8 +44,7 @@ from pyspark.sql.types import StructType
 
 from . import rows as _rows
 from .pruning import offset_for_time
-from .options import (check_read_options, offset_for, option, positive, records_per_partition, required,
-                      starting_timestamp)
+from .options import offset_for, option, positive, set_read_options
 from .read_tasks import NereusRange, plan_values, read_partition, split_range
 from .worker_loop import run_async
 
@@ -119,17 +118,10 @@ class NereusStreamReader(DataSourceStreamReader):
     """Offsets, micro-batch planning and reads of ``readStream.format("nereus")``."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        check_read_options(options)
-        self.metadata = required(options, "metadata")
-        self.objects = required(options, "objects")
-        self.topic = required(options, "topic")
-        self.starting = option(options, "startingOffset")
-        self.starting_timestamp = starting_timestamp(options)
+        set_read_options(self, options, schema)
         if option(options, "endingOffset") is not None:
             raise ValueError("endingOffset is for batch reads; a stream has no end (see maxRecordsPerTrigger)")
         self.max_records = positive(options, "maxRecordsPerTrigger", None)
-        self.chunk = records_per_partition(options)
-        self.schema = schema
         self._initial: Offsets | None = None
         # Where the next micro-batch starts, for the cap: the last end handed out, or what
         # Spark told us on a restart (it plans or commits the checkpoint's last batch first).

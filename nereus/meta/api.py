@@ -148,6 +148,38 @@ class MetadataStore(abc.ABC):
             except Exception:  # the owner's bug must not break the client's heartbeats
                 log.exception("session listener %r failed", callback)
 
+    # The session bookkeeping of a backend, by its handle of a shard: the session it holds,
+    # when its lease was last renewed, and the shards whose session was lost and not yet replaced.
+    identity: str
+    _closed: bool
+    _sessions: dict[Any, int]
+    _renewed: dict[Any, float]
+    _lost: set[Any]
+
+    def _lose(self, shard: Any, sid: int, why: str, *, close: bool = False) -> None:
+        """Forget session ``sid`` of ``shard`` and tell the listeners, once per session.
+
+        With ``close`` the server is asked to close it too, so that its ephemeral
+        records go now rather than at the server's own expiry.
+        """
+        if self._closed or self._sessions.get(shard) != sid:
+            return  # closing is no loss; or this session was handled already
+        del self._sessions[shard]
+        del self._renewed[shard]
+        self._lost.add(shard)
+        logging.getLogger(type(self).__module__).warning(
+            "session %d of %s on shard %s lost: %s", sid, self.identity, self._shard_name(shard), why)
+        if close:
+            self._close_lapsed(shard, sid)
+        self._session_lost()
+
+    def _shard_name(self, shard: Any) -> str:
+        return str(shard)
+
+    def _close_lapsed(self, shard: Any, sid: int) -> None:
+        """Ask the server to close a lapsed session, best effort, without waiting (backends do it)."""
+        raise NotImplementedError
+
     @property
     @abc.abstractmethod
     def sessions_healthy(self) -> bool:

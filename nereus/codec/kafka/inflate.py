@@ -148,83 +148,91 @@ def _unsnappy(raw: bytes) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(raw))
 
 
-# -- lz4 frames ------------------------------------------------------------------------------
+# -- lz4 and zstd frames --------------------------------------------------------------------
+def _frames_bound(view: memoryview, magic: int, codec: str, frame) -> int:
+    """The sum of the bounds of the frames in ``view``: ``frame(view, pos)`` reads the frame of
+    ``magic`` at ``pos`` and gives (where it ends, its bound). Skippable frames, whose form lz4
+    and zstd share, add nothing."""
+    pos, total = 0, 0
+    while pos < len(view):
+        found = _U32.unpack_from(view, pos)[0]
+        if found & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+            pos += 8 + _U32.unpack_from(view, pos + 4)[0]
+            continue
+        if found != magic:
+            raise InvalidBatch(f"{codec} records do not start with a frame")
+        pos, bound = frame(view, pos)
+        total += bound
+        if pos > len(view):
+            raise InvalidBatch(f"{codec} frame overruns the records")
+    return total
+
+
+def _lz4_frame(view: memoryview, pos: int) -> tuple[int, int]:
+    total = 0
+    flags, bd = view[pos + 4], view[pos + 5]
+    block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 7)
+    if flags >> 6 != 1 or block_max is None:
+        raise InvalidBatch("lz4 frame descriptor is invalid")
+    pos += 6 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0) + 1  # sizes, dict id, checksum
+    block_checksum = 4 if flags & 0x10 else 0
+    while True:
+        size = _U32.unpack_from(view, pos)[0]
+        pos += 4
+        if size == 0:  # end mark
+            break
+        stored = size & 0x7FFFFFFF
+        if size & 0x80000000 and stored > block_max:
+            raise InvalidBatch("lz4 block larger than its frame's maximum")
+        total += stored if size & 0x80000000 else block_max
+        pos += stored + block_checksum
+    pos += 4 if flags & 0x04 else 0  # content checksum
+    return pos, total
+
+
 def _lz4_bound(view: memoryview) -> int:
-    pos, total = 0, 0
-    while pos < len(view):
-        magic = _U32.unpack_from(view, pos)[0]
-        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
-            pos += 8 + _U32.unpack_from(view, pos + 4)[0]
-            continue
-        if magic != _LZ4_MAGIC:
-            raise InvalidBatch("lz4 records do not start with a frame")
-        flags, bd = view[pos + 4], view[pos + 5]
-        block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 7)
-        if flags >> 6 != 1 or block_max is None:
-            raise InvalidBatch("lz4 frame descriptor is invalid")
-        pos += 6 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0) + 1  # sizes, dict id, checksum
-        block_checksum = 4 if flags & 0x10 else 0
-        while True:
-            size = _U32.unpack_from(view, pos)[0]
-            pos += 4
-            if size == 0:  # end mark
-                break
-            stored = size & 0x7FFFFFFF
-            if size & 0x80000000 and stored > block_max:
-                raise InvalidBatch("lz4 block larger than its frame's maximum")
-            total += stored if size & 0x80000000 else block_max
-            pos += stored + block_checksum
-        pos += 4 if flags & 0x04 else 0  # content checksum
-        if pos > len(view):
-            raise InvalidBatch("lz4 frame overruns the records")
-    return total
+    return _frames_bound(view, _LZ4_MAGIC, "lz4", _lz4_frame)
 
 
-# -- zstd frames -----------------------------------------------------------------------------
+def _zstd_frame(view: memoryview, pos: int) -> tuple[int, int]:
+    total = 0
+    descriptor = view[pos + 4]
+    pos += 5
+    fcs_flag, single = descriptor >> 6, descriptor & 0x20
+    if descriptor & 0x08:
+        raise InvalidBatch("zstd frame header has its reserved bit set")
+    window = 0
+    if not single:
+        wd = view[pos]
+        pos += 1
+        base = 1 << (10 + (wd >> 3))
+        window = base + (base >> 3) * (wd & 7)
+    pos += (0, 1, 2, 4)[descriptor & 3]  # dictionary id
+    fcs_size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if single:
+        window = int.from_bytes(view[pos:pos + fcs_size], "little") + (256 if fcs_size == 2 else 0)
+    pos += fcs_size
+    block_max = min(window, _ZSTD_BLOCK_MAX)
+    while True:
+        header = int.from_bytes(view[pos:pos + 3], "little")
+        if pos + 3 > len(view):
+            raise InvalidBatch("zstd frame ends inside a block header")
+        pos += 3
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:
+            raise InvalidBatch("zstd block of the reserved type")
+        if kind in (0, 1) and size > block_max:
+            raise InvalidBatch("zstd block larger than its frame's maximum")
+        total += size if kind in (0, 1) else block_max
+        pos += 1 if kind == 1 else size
+        if last:
+            break
+    pos += 4 if descriptor & 0x04 else 0  # content checksum
+    return pos, total
+
+
 def _zstd_bound(view: memoryview) -> int:
-    pos, total = 0, 0
-    while pos < len(view):
-        magic = _U32.unpack_from(view, pos)[0]
-        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
-            pos += 8 + _U32.unpack_from(view, pos + 4)[0]
-            continue
-        if magic != _ZSTD_MAGIC:
-            raise InvalidBatch("zstd records do not start with a frame")
-        descriptor = view[pos + 4]
-        pos += 5
-        fcs_flag, single = descriptor >> 6, descriptor & 0x20
-        if descriptor & 0x08:
-            raise InvalidBatch("zstd frame header has its reserved bit set")
-        window = 0
-        if not single:
-            wd = view[pos]
-            pos += 1
-            base = 1 << (10 + (wd >> 3))
-            window = base + (base >> 3) * (wd & 7)
-        pos += (0, 1, 2, 4)[descriptor & 3]  # dictionary id
-        fcs_size = (1 if single else 0, 2, 4, 8)[fcs_flag]
-        if single:
-            window = int.from_bytes(view[pos:pos + fcs_size], "little") + (256 if fcs_size == 2 else 0)
-        pos += fcs_size
-        block_max = min(window, _ZSTD_BLOCK_MAX)
-        while True:
-            header = int.from_bytes(view[pos:pos + 3], "little")
-            if pos + 3 > len(view):
-                raise InvalidBatch("zstd frame ends inside a block header")
-            pos += 3
-            last, kind, size = header & 1, (header >> 1) & 3, header >> 3
-            if kind == 3:
-                raise InvalidBatch("zstd block of the reserved type")
-            if kind in (0, 1) and size > block_max:
-                raise InvalidBatch("zstd block larger than its frame's maximum")
-            total += size if kind in (0, 1) else block_max
-            pos += 1 if kind == 1 else size
-            if last:
-                break
-        pos += 4 if descriptor & 0x04 else 0  # content checksum
-        if pos > len(view):
-            raise InvalidBatch("zstd frame overruns the records")
-    return total
+    return _frames_bound(view, _ZSTD_MAGIC, "zstd", _zstd_frame)
 
 
 __all__ = ["MAX_DECOMPRESSED", "RecordsTooLarge", "check_decompressed", "decompress", "decompressed_bound"]

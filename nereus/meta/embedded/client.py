@@ -168,31 +168,17 @@ class EmbeddedMetadataStore(MetadataStore):
         elo, ehi = encode_key(validate_key(lo)), encode_key(validate_key(hi))
         check_page_size(page_size)
         shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
-        # One cursor per shard, refilled a page at a time; merged by encoded key,
-        # which orders exactly as Oxia's key order.
-        bufs: list[deque[tuple[bytes, Any]]] = [deque() for _ in shards]
         starts = [elo] * len(shards)
-        done = [False] * len(shards)
 
-        async def fill(i: int) -> None:
+        async def fetch(i: int) -> list:
             page = await shards[i].call(LIST, starts[i], ehi, page_size, with_values)
-            bufs[i].extend(page)
-            done[i] = len(page) < page_size
             if page:
                 starts[i] = page[-1][0] + b"\x00"  # smallest byte string after the last key
+            return page
 
-        while True:
-            need = [i for i in range(len(shards)) if not bufs[i] and not done[i]]
-            if need:
-                self._check()
-                await asyncio.gather(*(fill(i) for i in need))
-            best = -1
-            for i, buf in enumerate(bufs):
-                if buf and (best < 0 or buf[0][0] < bufs[best][0][0]):
-                    best = i
-            if best < 0:
-                return
-            yield bufs[best].popleft()[1]
+        # Merged by encoded key, which orders exactly as Oxia's key order.
+        async for item in self._merged(len(shards), page_size, fetch, lambda item: item[0]):
+            yield item[1]
 
     async def _scan_index(self, lo: str, hi: str, partition_key: str | None, page_size: int,
                           with_values: bool, index: str) -> AsyncIterator[Any]:
@@ -200,30 +186,44 @@ class EmbeddedMetadataStore(MetadataStore):
         elo, ehi = encode_key(validate_key(lo)), encode_key(validate_key(hi))
         check_page_size(page_size)
         shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
-        # As _scan, merged by (index key, primary key): one index's order across shards.
-        bufs: list[deque[tuple]] = [deque() for _ in shards]
         after: list[tuple[bytes, bytes] | None] = [None] * len(shards)
-        done = [False] * len(shards)
 
-        async def fill(i: int) -> None:
+        async def fetch(i: int) -> list:
             page = await shards[i].call(LIST_INDEX, index, elo, ehi, after[i], page_size, with_values)
-            bufs[i].extend(page)
-            done[i] = len(page) < page_size
             if page:
                 after[i] = page[-1][:2]
+            return page
+
+        # Merged by (index key, primary key): one index's order across shards.
+        async for item in self._merged(len(shards), page_size, fetch, lambda item: item[:2]):
+            yield item[3]
+
+    async def _merged(self, count: int, page_size: int, fetch, order) -> AsyncIterator[Any]:
+        """The items of ``count`` shards' pages, merged by ``order(item)``.
+
+        One cursor per shard, refilled a page at a time by ``fetch(i)`` (a page shorter
+        than ``page_size`` is the shard's last), and only when it has run empty.
+        """
+        bufs: list[deque] = [deque() for _ in range(count)]
+        done = [False] * count
+
+        async def fill(i: int) -> None:
+            page = await fetch(i)
+            bufs[i].extend(page)
+            done[i] = len(page) < page_size
 
         while True:
-            need = [i for i in range(len(shards)) if not bufs[i] and not done[i]]
+            need = [i for i in range(count) if not bufs[i] and not done[i]]
             if need:
                 self._check()
                 await asyncio.gather(*(fill(i) for i in need))
             best = -1
             for i, buf in enumerate(bufs):
-                if buf and (best < 0 or buf[0][:2] < bufs[best][0][:2]):
+                if buf and (best < 0 or order(buf[0]) < order(bufs[best][0])):
                     best = i
             if best < 0:
                 return
-            yield bufs[best].popleft()[3]
+            yield bufs[best].popleft()
 
     # ----------------------------------------------------------- notifications
     def notifications(self) -> NotificationStream:
@@ -284,21 +284,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def _within_lease(self, shard: Shard) -> bool:
         return self._engine.clock.monotonic() - self._renewed[shard] < self.session_timeout
 
-    def _lose(self, shard: Shard, sid: int, why: str, *, close: bool = False) -> None:
-        """Forget session ``sid`` of ``shard`` and tell the listeners, once per session.
-
-        With ``close`` the server is asked to close it too, so that its ephemeral
-        records go now rather than at the server's own expiry.
-        """
-        if self._closed or self._sessions.get(shard) != sid:
-            return  # closing is no loss; or this session was handled already
-        del self._sessions[shard]
-        del self._renewed[shard]
-        self._lost.add(shard)
-        log.warning("session %d of %s on shard %s lost: %s", sid, self.identity, shard.name, why)
-        if close:
-            self._close_lapsed(shard, sid)
-        self._session_lost()
+    def _shard_name(self, shard: Shard) -> str:
+        return shard.name
 
     def _close_lapsed(self, shard: Shard, sid: int) -> None:
         """Best effort: the server may have expired it already, or be closing."""

@@ -381,23 +381,10 @@ class OxiaMetadataStore(MetadataStore):
     def _within_lease(self, shard_id: int) -> bool:
         return time.monotonic() - self._renewed[shard_id] < self.session_timeout
 
-    def _lose(self, shard_id: int, sid: int, why: str, *, close: bool = False) -> None:
-        """Forget session ``sid`` of ``shard_id`` and tell the listeners, once per session.
-
-        With ``close`` the server is asked to close it too, so that its ephemeral
-        records go now rather than at the server's own expiry.
-        """
-        if self._closed or self._sessions.get(shard_id) != sid:
-            return  # closing is no loss; or this session was handled already
-        del self._sessions[shard_id]
-        del self._renewed[shard_id]
-        self._lost.add(shard_id)
-        log.warning("session %d of %s on shard %d lost: %s", sid, self.identity, shard_id, why)
-        if close:
-            task = asyncio.create_task(self._close_session(shard_id, sid, quiet=True))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-        self._session_lost()
+    def _close_lapsed(self, shard_id: int, sid: int) -> None:
+        task = asyncio.create_task(self._close_session(shard_id, sid, quiet=True))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _close_session(self, shard_id: int, sid: int, *, quiet: bool = False) -> None:
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ...net_limits import WRITE_BUFFER_HIGH, ConnectionLimits, FrameTimer, peer_ip
+from ...net_limits import WRITE_BUFFER_HIGH, ConnectionLimits, FrameTimer
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +105,9 @@ class _Front(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
-        ip = peer_ip(transport)
-        if not self.guard.limits.admit(ip):
+        ip = self.guard.limits.admit_peer(transport)
+        if ip is None:
             self._closed = True
-            transport.abort()
             return
         self._ip = ip
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)

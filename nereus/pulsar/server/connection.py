@@ -17,7 +17,7 @@ from ...codec.pulsar import FrameDecoder, PulsarCodecError, encode_command, enco
 from ...codec.pulsar.frames import FRAME_HEADROOM
 from . import authn, consumers, lookup, metrics, producers, transactions
 from .errors import ProtocolViolation
-from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
+from ...net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_address
 from ...tls import peer_cert_cn
 from ...wrong_port import opens_tls_handshake, report_tls_on_plaintext
 
@@ -68,15 +68,13 @@ class ServerConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        ip = peer_ip(transport)
-        if not self.service.limits.admit(ip):
+        ip = self.service.limits.admit_peer(transport)
+        if ip is None:
             self.closed = True
-            transport.abort()
             return
         self._admitted_ip = ip
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # above it: pause_writing
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer = peer_address(transport)
         self.peer_cert_cn = peer_cert_cn(transport)
         self.service.connections.add(self)
         metrics.CONNECTIONS.inc()

@@ -15,9 +15,8 @@ from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ...codec.pulsar import pb, wrap
 from . import positions, schemas, txn_acks
-from .authn import denial
-from .existence import TopicMissing, refused_here, usable_topic
-from .lookup import parse_topic
+from .existence import TopicMissing, usable_topic
+from .lookup import admitted_topic
 from .errors import pulsar_error
 
 log = logging.getLogger(__name__)
@@ -67,19 +66,8 @@ def notify(notices) -> None:
 
 
 async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
-    name = parse_topic(cmd.topic)
+    name = await admitted_topic(conn, cmd, "consume", cmd.subscription)
     if name is None:
-        conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
-        return
-    if refused_here(conn, cmd.request_id, name):
-        return
-    try:
-        refused = await denial(conn, name, "consume", cmd.subscription)
-    except TopicMissing as exc:
-        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
-        return
-    if refused:
-        conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
         return
     if cmd.consumer_id in conn.consumers:  # a retried SUBSCRIBE
         conn.send_success(cmd.request_id)

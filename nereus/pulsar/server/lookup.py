@@ -19,7 +19,7 @@ from ...codec.pulsar import pb, wrap
 from . import schemas, transactions
 from .authn import denial
 from .errors import pulsar_error
-from .existence import TopicMissing, check_usable, partitions_for_client
+from .existence import TopicMissing, check_usable, partitions_for_client, refused_here
 from .topics import list_partitioned_topics, partitions_of
 
 _Lookup = pb.CommandLookupTopicResponse
@@ -32,6 +32,26 @@ def parse_topic(name: str) -> TopicName | None:
         return TopicName.parse(name)
     except InvalidTopicName:
         return None
+
+
+async def admitted_topic(conn, cmd, action: str, subscription: str | None = None) -> TopicName | None:
+    """The topic of a PRODUCER or SUBSCRIBE once it is valid, served here and ``action`` on it granted;
+    None after answering the request's error."""
+    name = parse_topic(cmd.topic)
+    if name is None:
+        conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
+        return None
+    if refused_here(conn, cmd.request_id, name):
+        return None
+    try:
+        refused = await denial(conn, name, action, subscription)
+    except TopicMissing as exc:
+        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
+        return None
+    if refused:
+        conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
+        return None
+    return name
 
 
 async def handle_lookup(conn, cmd: pb.CommandLookupTopic) -> None:
@@ -217,5 +237,5 @@ async def handle_get_or_create_schema(conn, cmd: pb.CommandGetOrCreateSchema) ->
     conn.send(wrap(response))
 
 
-__all__ = ["handle_get_or_create_schema", "handle_get_schema", "handle_get_topics", "handle_lookup",
+__all__ = ["admitted_topic", "handle_get_or_create_schema", "handle_get_schema", "handle_get_topics", "handle_lookup",
            "handle_partitioned_metadata", "parse_topic"]

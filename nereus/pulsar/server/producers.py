@@ -19,10 +19,9 @@ from ...topics import NotOwner
 from ...topics.rates import RateMeter
 from ...codec.pulsar import pb, wrap
 from . import access, entries, metrics, schemas, txn_sends
-from .authn import denial
 from .errors import ProtocolViolation, pulsar_error
-from .existence import TopicMissing, refused_here, usable_topic
-from .lookup import parse_topic
+from .existence import TopicMissing, usable_topic
+from .lookup import admitted_topic
 
 log = logging.getLogger(__name__)
 
@@ -119,19 +118,8 @@ class Producer:
 
 async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
     """Create a producer: the topic must be usable (existence.py), its access mode granted (access.py)."""
-    name = parse_topic(cmd.topic)
+    name = await admitted_topic(conn, cmd, "produce")
     if name is None:
-        conn.send_error(cmd.request_id, pb.InvalidTopicName, f"invalid topic name {cmd.topic!r}")
-        return
-    if refused_here(conn, cmd.request_id, name):
-        return
-    try:
-        refused = await denial(conn, name, "produce")
-    except TopicMissing as exc:
-        conn.send_error(cmd.request_id, pb.TopicNotFound, str(exc))
-        return
-    if refused:
-        conn.send_error(cmd.request_id, pb.AuthorizationError, refused)
         return
     existing = conn.producers.get(cmd.producer_id)
     if existing is not None:  # a retried PRODUCER for a producer already created

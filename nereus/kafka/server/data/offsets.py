@@ -34,29 +34,24 @@ async def offset_for_timestamp(part, timestamp: int) -> tuple[int, int]:
     await handle.refresh()
     start = await time_index.before(part.meta, handle.stream_id, timestamp)
     offset, end = max(handle.start_offset(), start), handle.next_offset()
-    best = (-1, -1)
-    while offset < end:
-        result = await handle.fetch(offset, end, max_bytes=4 << 20)
-        if not result.entries:
-            break
-        for entry in result.entries:
-            header, _ = decode_entry(entry.data)
-            if header.max_timestamp < timestamp and header.max_timestamp >= 0:
-                continue
-            try:
-                batch = part.served(entry)
-            except ConversionError as exc:  # as Fetch does: an entry Kafka cannot show is skipped
-                log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
-                            part.index, exc)
-                continue
-            if batch is None:
-                continue
-            bheader, records = decode_records(batch)  # InvalidBatch: answered CORRUPT_MESSAGE
-            for record in records:
-                if record.timestamp >= timestamp and bheader.base_offset + record.offset_delta >= offset:
-                    return bheader.base_offset + record.offset_delta, record.timestamp
-        offset = result.entries[-1].end_offset
-    return best
+    async for entry in _entries_between(handle, offset, end):
+        header, _ = decode_entry(entry.data)
+        if header.max_timestamp < timestamp and header.max_timestamp >= 0:
+            continue
+        try:
+            batch = part.served(entry)
+        except ConversionError as exc:  # as Fetch does: an entry Kafka cannot show is skipped
+            log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
+                        part.index, exc)
+            continue
+        if batch is None:
+            continue
+        bheader, records = decode_records(batch)  # InvalidBatch: answered CORRUPT_MESSAGE
+        for record in records:
+            # The first entry read may begin before ``offset``: its earlier records do not count.
+            if record.timestamp >= timestamp and bheader.base_offset + record.offset_delta >= offset:
+                return bheader.base_offset + record.offset_delta, record.timestamp
+    return -1, -1
 
 
 async def max_timestamp(part) -> tuple[int, int]:
@@ -83,60 +78,77 @@ async def max_timestamp(part) -> tuple[int, int]:
     return found if found[1] >= tail[1] else tail
 
 
-async def _max_timestamp_between(handle, offset: int, end: int) -> tuple[int, int]:
-    best = (-1, -1)
+async def _entries_between(handle, offset: int, end: int):
+    """The stored entries of ``[offset, end)``, read 4 MiB at a time."""
     while offset < end:
         result = await handle.fetch(offset, end, max_bytes=4 << 20)
         if not result.entries:
             break
         for entry in result.entries:
-            header, _ = decode_entry(entry.data)
-            if header.max_timestamp > best[1]:
-                best = (entry.end_offset - 1, header.max_timestamp)
+            yield entry
         offset = result.entries[-1].end_offset
+
+
+async def _max_timestamp_between(handle, offset: int, end: int) -> tuple[int, int]:
+    best = (-1, -1)
+    async for entry in _entries_between(handle, offset, end):
+        header, _ = decode_entry(entry.data)
+        if header.max_timestamp > best[1]:
+            best = (entry.end_offset - 1, header.max_timestamp)
     return best
 
 
-async def handle_list_offsets(ctx: DataContext, conn, head, req):
+async def _answer_partitions(ctx: DataContext, conn, head, req, operation, names: tuple[str, str], answer,
+                             unanswered: dict):
+    """The response to a request naming partitions by topic (ListOffsets, DeleteRecords).
+
+    ``answer(topic, p, part)`` gives the fields of a partition found; one the client may not
+    reach (``operation`` on its topic) or that does not exist gets ``unanswered``'s fields.
+    """
     cls = response_schema(head.api_key, head.api_version)
-    tcls, pcls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
+    tcls, pcls = nested(cls, names[0]), nested(cls, names[1])
     topics = []
     for topic in req.topics:
         parts = []
-        described = await access.allowed(conn, TOPIC, topic.name, DESCRIBE)
+        allowed = await access.allowed(conn, TOPIC, topic.name, operation)
         for p in topic.partitions:
-            part = await ctx.catalog.partition(topic.name, p.partition_index) if described else None
-            if not described:
-                parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.topic_authorization_failed,
-                                  timestamp=-1, offset=-1, leader_epoch=-1))
-                continue
-            if part is None:
-                parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.unknown_topic_or_partition,
-                                  timestamp=-1, offset=-1, leader_epoch=-1))
-                continue
-            await part.handle.refresh()
-            ts = -1
-            if p.timestamp == EARLIEST:
-                offset = await compacted.log_start(ctx.configs, topic.name, part)
-            elif p.timestamp == LATEST:
-                offset = part.handle.next_offset()
-                if getattr(req, "isolation_level", 0) == txn_data.READ_COMMITTED:
-                    txns = await txn_data.view(ctx.txns, part, offset)
-                    offset = txns.lso if txns is not None else offset
-            elif p.timestamp == MAX_TIMESTAMP:
-                offset, ts = await max_timestamp(part)
+            part = await ctx.catalog.partition(topic.name, p.partition_index) if allowed else None
+            if not allowed:
+                fields = dict(unanswered, error_code=ErrorCode.topic_authorization_failed)
+            elif part is None:
+                fields = dict(unanswered, error_code=ErrorCode.unknown_topic_or_partition)
             else:
-                try:
-                    offset, ts = await offset_for_timestamp(part, p.timestamp)
-                except InvalidBatch as exc:
-                    log.warning("kafka: timestamp lookup in %s-%d: %s", topic.name, p.partition_index, exc)
-                    parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.corrupt_message,
-                                      timestamp=-1, offset=-1, leader_epoch=part.leader_epoch))
-                    continue
-            parts.append(make(pcls, partition_index=p.partition_index, error_code=ErrorCode.none, timestamp=ts,
-                              offset=offset, leader_epoch=part.leader_epoch))
+                fields = await answer(topic, p, part)
+            parts.append(make(pcls, partition_index=p.partition_index, **fields))
         topics.append(make(tcls, name=topic.name, partitions=tuple(parts)))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_list_offsets(ctx: DataContext, conn, head, req):
+    async def answer(topic, p, part) -> dict:
+        await part.handle.refresh()
+        ts = -1
+        if p.timestamp == EARLIEST:
+            offset = await compacted.log_start(ctx.configs, topic.name, part)
+        elif p.timestamp == LATEST:
+            offset = part.handle.next_offset()
+            if getattr(req, "isolation_level", 0) == txn_data.READ_COMMITTED:
+                txns = await txn_data.view(ctx.txns, part, offset)
+                offset = txns.lso if txns is not None else offset
+        elif p.timestamp == MAX_TIMESTAMP:
+            offset, ts = await max_timestamp(part)
+        else:
+            try:
+                offset, ts = await offset_for_timestamp(part, p.timestamp)
+            except InvalidBatch as exc:
+                log.warning("kafka: timestamp lookup in %s-%d: %s", topic.name, p.partition_index, exc)
+                return dict(error_code=ErrorCode.corrupt_message, timestamp=-1, offset=-1,
+                            leader_epoch=part.leader_epoch)
+        return dict(error_code=ErrorCode.none, timestamp=ts, offset=offset, leader_epoch=part.leader_epoch)
+
+    return await _answer_partitions(ctx, conn, head, req, DESCRIBE,
+                                    ("ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"), answer,
+                                    dict(timestamp=-1, offset=-1, leader_epoch=-1))
 
 
 async def handle_offset_for_leader_epoch(ctx: DataContext, conn, head, req):
@@ -169,38 +181,27 @@ async def handle_offset_for_leader_epoch(ctx: DataContext, conn, head, req):
 
 async def handle_delete_records(ctx: DataContext, conn, head, req):
     """Trim each partition's stream to the offset given (-1: the high watermark); answers the low watermark."""
-    cls = response_schema(head.api_key, head.api_version)
-    tcls, pcls = nested(cls, "DeleteRecordsTopicResult"), nested(cls, "DeleteRecordsPartitionResult")
-    topics = []
-    for topic in req.topics:
-        parts = []
-        deletable = await access.allowed(conn, TOPIC, topic.name, DELETE)
-        for p in topic.partitions:
-            code, low = ErrorCode.none, -1
-            part = await ctx.catalog.partition(topic.name, p.partition_index) if deletable else None
-            if not deletable:
-                code = ErrorCode.topic_authorization_failed
-            elif part is None:
-                code = ErrorCode.unknown_topic_or_partition
-            else:
-                await part.handle.refresh()
-                end = part.handle.next_offset()
-                target = end if p.offset == -1 else p.offset
-                if not 0 <= target <= end:
-                    code = ErrorCode.offset_out_of_range
-                else:
-                    try:
-                        await part.handle.trim(target)
-                        low = part.handle.start_offset()
-                        log.info("kafka: records of %s-%d below %d deleted", topic.name, p.partition_index, low)
-                    except StorageError as exc:
-                        code = kafka_error(exc)
-                        if code != ErrorCode.offset_out_of_range:
-                            log.warning("kafka: delete records of %s-%d failed: %s", topic.name, p.partition_index,
-                                        exc)
-            parts.append(make(pcls, partition_index=p.partition_index, low_watermark=low, error_code=code))
-        topics.append(make(tcls, name=topic.name, partitions=tuple(parts)))
-    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+    async def answer(topic, p, part) -> dict:
+        code, low = ErrorCode.none, -1
+        await part.handle.refresh()
+        end = part.handle.next_offset()
+        target = end if p.offset == -1 else p.offset
+        if not 0 <= target <= end:
+            code = ErrorCode.offset_out_of_range
+        else:
+            try:
+                await part.handle.trim(target)
+                low = part.handle.start_offset()
+                log.info("kafka: records of %s-%d below %d deleted", topic.name, p.partition_index, low)
+            except StorageError as exc:
+                code = kafka_error(exc)
+                if code != ErrorCode.offset_out_of_range:
+                    log.warning("kafka: delete records of %s-%d failed: %s", topic.name, p.partition_index, exc)
+        return dict(low_watermark=low, error_code=code)
+
+    return await _answer_partitions(ctx, conn, head, req, DELETE,
+                                    ("DeleteRecordsTopicResult", "DeleteRecordsPartitionResult"), answer,
+                                    dict(low_watermark=-1))
 
 
 __all__ = ["handle_delete_records", "handle_list_offsets", "handle_offset_for_leader_epoch", "max_timestamp",

@@ -120,12 +120,19 @@ async def handle_describe_share_group_offsets(ctx: ShareContext, conn, head, req
     return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
+async def _alterable_error(ctx: ShareContext, conn, group_id: str, operation) -> ErrorCode:
+    """Why the group's offsets may not be altered or deleted now: ``_group_error``'s answer, or
+    NON_EMPTY_GROUP while it has members (offsets change only under an empty group)."""
+    error = await _group_error(ctx, conn, group_id, operation)
+    if error == ErrorCode.none and _members(ctx, group_id):
+        error = ErrorCode.non_empty_group
+    return error
+
+
 async def handle_alter_share_group_offsets(ctx: ShareContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     tcls, pcls = nested(cls, "AlterShareGroupOffsetsResponseTopic"), nested(cls, "AlterShareGroupOffsetsResponsePartition")
-    error = await _group_error(ctx, conn, req.group_id, READ)
-    if error == ErrorCode.none and _members(ctx, req.group_id):
-        error = ErrorCode.non_empty_group
+    error = await _alterable_error(ctx, conn, req.group_id, READ)
     if error != ErrorCode.none:
         return make(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=None, responses=())
     responses = []
@@ -179,9 +186,7 @@ async def delete_partitions(ctx: ShareContext, group_id: str, topic: str) -> Err
 async def handle_delete_share_group_offsets(ctx: ShareContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     tcls = nested(cls, "DeleteShareGroupOffsetsResponseTopic")
-    error = await _group_error(ctx, conn, req.group_id, DELETE)
-    if error == ErrorCode.none and _members(ctx, req.group_id):
-        error = ErrorCode.non_empty_group
+    error = await _alterable_error(ctx, conn, req.group_id, DELETE)
     if error != ErrorCode.none:
         return make(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=None, responses=())
     responses = []

@@ -20,7 +20,7 @@ import struct
 import time
 from collections import deque
 
-from ....net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_ip
+from ....net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_address
 from ....tls import peer_cert_cn
 from ....wrong_port import opens_tls_handshake, report_tls_on_plaintext
 from ....codec.kafka import MalformedRequest, decode_request, encode_response, peek_head, supported
@@ -72,10 +72,9 @@ class KafkaConnection(asyncio.Protocol):
     # -- transport callbacks --------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
-        ip = peer_ip(transport)
-        if not self.service.limits.admit(ip):
+        ip = self.service.limits.admit_peer(transport)
+        if ip is None:
             self.closed = True
-            transport.abort()
             return
         self.service.quotas.refresh_if_stale()
         if not self.service.connection_rates.admit(ip):
@@ -89,8 +88,7 @@ class KafkaConnection(asyncio.Protocol):
             self.mute(int(waits * 1000) + 1)
         self._admitted_ip = ip
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # above it: pause_writing
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer = peer_address(transport)
         self.peer_cert_cn = peer_cert_cn(transport)
         self.service.connections.add(self)
         self._task = asyncio.ensure_future(self._serve())
