@@ -57,6 +57,25 @@ class TlsOptions:
         return context
 
 
+def client_context(cert_file: str, key_file: str, trust_file: str) -> ssl.SSLContext:
+    """A client context that shows ``cert_file`` and trusts the CAs of ``trust_file`` (chains are verified;
+    host names are not, as Pulsar's broker clients by default: brokers register by address). Raises
+    ``TlsConfigError``."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    try:
+        context.load_verify_locations(cafile=trust_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(f"cannot load the trusted certificates {trust_file}: {_reason(exc)}") from None
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(f"cannot load the certificate {cert_file} with the key {key_file}: "
+                             f"{_reason(exc)}") from None
+    return context
+
+
 def _reason(exc: Exception) -> str:
     return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
 
@@ -90,4 +109,4 @@ def certificate_cn(cert: dict | None) -> str | None:
     return None
 
 
-__all__ = ["OFFLOADED", "TlsConfigError", "TlsOptions", "certificate_cn", "peer_cert_cn"]
+__all__ = ["OFFLOADED", "TlsConfigError", "TlsOptions", "certificate_cn", "client_context", "peer_cert_cn"]

@@ -43,7 +43,7 @@ from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
 from .http import add_https, attach_admin, start_http
 from .listeners import AdvertisedListener
-from .wal_replica import ClusterWalDirectory, LocalWal, default_durability
+from .wal_replica import ClusterWalDirectory, LocalWal, default_durability, wal_tls_contexts
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,10 @@ class BrokerOptions:
     wal_ensemble: int = 2  # managedLedgerDefaultEnsembleSize
     wal_write_quorum: int = 2  # managedLedgerDefaultWriteQuorum
     wal_ack_quorum: int = 2  # managedLedgerDefaultAckQuorum
+    broker_client_tls: bool = False  # brokerClientTlsEnabled: WAL replicas reached over mutual TLS
+    broker_client_cert_file: str | None = None  # brokerClientCertificateFilePath
+    broker_client_key_file: str | None = None  # brokerClientKeyFilePath
+    broker_client_trust_certs_file: str | None = None  # brokerClientTrustCertsFilePath
     compaction_interval: float = 15.0  # 0: no compaction schedule
     compaction_max_age: float = 15.0
     compaction_min_bytes: int = 8 << 20
@@ -246,16 +250,17 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     internal = next((li for li in options.advertised_listeners
                      if li.name == (options.internal_listener or options.advertised_listeners[0].name)), None)
     host = internal.host if internal is not None else advertised(options.bind, options.advertised_address)
+    wal_server_ssl, wal_client_ssl = wal_tls_contexts(options)  # a bad file fails here
     local_wal = None
     if options.wal_dir is not None:
         local_wal = await bind_listener("wal", options.bind, options.wal_port,
                                         LocalWal.start(options.wal_dir, options.bind, options.wal_port,
-                                                       max_bytes=options.wal_max_bytes))
+                                                       max_bytes=options.wal_max_bytes, ssl=wal_server_ssl))
         stack.push_async_callback(local_wal.close)
     elif options.wal_profile == "local":
         raise ValueError("the local WAL profile needs a WAL directory (--wal-dir)")
     directory = ClusterWalDirectory(local_wal.replica_id if local_wal else None, local_wal.store if local_wal else None,
-                                    zone=options.zone)
+                                    zone=options.zone, ssl=wal_client_ssl)
     stack.push_async_callback(directory.close)
     durability = default_durability(options.wal_profile, options.wal_ensemble, options.wal_write_quorum,
                                     options.wal_ack_quorum)
@@ -348,7 +353,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                             kafka_listeners=tuple((p, port) for p, port in kafka.listener_ports.items()
                                                   if p != "PLAINTEXT"),
                             wal_replica=local_wal.replica_id if local_wal else "",
-                            wal_address=f"{host}:{local_wal.server.port}" if local_wal else "")
+                            wal_address=f"{host}:{local_wal.server.port}" if local_wal else "",
+                            wal_tls=local_wal is not None and wal_server_ssl is not None)
     membership = Membership(meta, address)
     directory.membership = membership
     follow_policies(pulsar, membership)  # policy changes made through other brokers

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import ssl
 import uuid
 from pathlib import Path
 
 from ..meta import MetadataStore
 from ..storage.wal_locator import drop_finished_blocks
 from ..storage.wal_replicas import Durability, ReplicaInfo, WalReplica
+from ..tls import TlsConfigError, client_context
 from ..wal import WalServer, WalStore
 from ..wal.client import WalReplicaClient
 from .cluster import ACTIVE, Membership
@@ -46,6 +49,25 @@ def replica_id(directory: Path) -> str:
         os.fsync(out.fileno())
     os.replace(temporary, path)
     return new
+
+
+def wal_tls_contexts(options) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """(server, client) TLS contexts of the WAL replica service with ``brokerClientTlsEnabled``
+    (None, None without): the service asks every client for a certificate signed by the broker's
+    trusted CAs, and this broker shows its broker-client certificate to the others'. Raises
+    TlsConfigError naming the setting that is missing or unusable."""
+    if not options.broker_client_tls:
+        return None, None
+    if not options.tls.trust_file:
+        raise TlsConfigError("brokerClientTlsEnabled needs tlsTrustCertsFilePath (--tls-trust-certs-file): the "
+                             "WAL service verifies other brokers' certificates against it")
+    if not options.broker_client_cert_file or not options.broker_client_key_file:
+        raise TlsConfigError("brokerClientTlsEnabled needs brokerClientCertificateFilePath and brokerClientKeyFilePath "
+                             "(--broker-client-cert-file, --broker-client-key-file)")
+    server = dataclasses.replace(options.tls, allow_insecure=False, require_client_cert=True).server_context()
+    client = client_context(options.broker_client_cert_file, options.broker_client_key_file,
+                            options.broker_client_trust_certs_file or options.tls.trust_file)
+    return server, client
 
 
 def default_durability(profile: str, ensemble: int, write_quorum: int, ack_quorum: int) -> Durability:
@@ -94,19 +116,20 @@ class ClusterWalDirectory:
         cached = self._clients.get(replica_id)
         if cached is not None and cached[0] == address:
             return cached[1]
-        host, _, port = address.rpartition(":")
-        client = WalReplicaClient(host, int(port), ssl=self.ssl)
+        host, _, port = address[0].rpartition(":")
+        client = WalReplicaClient(host, int(port), ssl=self.ssl if address[1] else None)
         if cached is not None:
             asyncio.ensure_future(cached[1].close())
         self._clients[replica_id] = (address, client)
         return client
 
-    def _address(self, replica_id: str) -> str | None:
+    def _address(self, replica_id: str) -> tuple[str, bool] | None:
+        """(host:port, over TLS) of a replica's service, from the registry."""
         if self.membership is None:
             return None
         for record in self.membership.brokers.values():
             if record.address.wal_replica == replica_id:
-                return record.address.wal_address
+                return record.address.wal_address, record.address.wal_tls
         return None
 
     async def close(self) -> None:
@@ -159,4 +182,4 @@ class LocalWal:
         await self.store.close()
 
 
-__all__ = ["ClusterWalDirectory", "LocalWal", "default_durability", "replica_id"]
+__all__ = ["ClusterWalDirectory", "LocalWal", "default_durability", "replica_id", "wal_tls_contexts"]

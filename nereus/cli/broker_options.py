@@ -131,7 +131,15 @@ def options_of(kwargs: dict):
                   tls=_tls_of(TlsOptions(**fields["tls"]), kwargs), sasl=_sasl_settings(kwargs),
                   kafka_port=kwargs["kafka_port"] if kwargs["kafka_plaintext"] else None,
                   advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds)
-    return BrokerOptions(**fields)
+    options = BrokerOptions(**fields)
+    from ..broker.wal_replica import wal_tls_contexts
+    from ..tls import TlsConfigError
+
+    try:
+        wal_tls_contexts(options)  # its files read now: a wrong path is one line, before anything starts
+    except TlsConfigError as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+    return options
 
 
 def _auth_settings(settings):

@@ -35,6 +35,7 @@ class BrokerAddress:
     kafka_listeners: tuple[tuple[str, int], ...] = ()
     wal_replica: str = ""  # the id of this broker's WAL replica ("": it holds none)
     wal_address: str = ""  # host:port of its WAL replica service
+    wal_tls: bool = False  # the service takes mutual TLS only (brokerClientTlsEnabled)
 
     def kafka_port_for(self, protocol: str) -> int:
         """The port of this broker's Kafka listener of ``protocol`` (kafka_port for PLAINTEXT; 0: none)."""

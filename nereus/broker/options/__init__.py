@@ -237,6 +237,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("--tls-require-client-cert/--no-tls-require-client-cert", ("tlsRequireTrustedClientCertOnConnect",),
            None, False, "Refuse TLS clients without a certificate signed by --tls-trust-certs-file "
            "(tlsRequireTrustedClientCertOnConnect).", field="tls.require_client_cert", rest_by_key=True),
+    Option("--broker-client-tls/--no-broker-client-tls", ("brokerClientTlsEnabled",), None, False,
+           "Brokers reach each other's WAL replicas over TLS with a client certificate (brokerClientTlsEnabled); "
+           "this broker's WAL service then takes only clients with a certificate signed by "
+           "--tls-trust-certs-file, and serves with --tls-cert-file.", rest_by_key=True),
+    Option("--broker-client-cert-file", ("brokerClientCertificateFilePath",), click.Path(dir_okay=False), None,
+           "PEM client certificate this broker shows other brokers' WAL services "
+           "(brokerClientCertificateFilePath).", rest_by_key=True),
+    Option("--broker-client-key-file", ("brokerClientKeyFilePath",), click.Path(dir_okay=False), None,
+           "PEM private key of --broker-client-cert-file (brokerClientKeyFilePath).", rest_by_key=True),
+    Option("--broker-client-trust-certs-file", ("brokerClientTrustCertsFilePath",), click.Path(dir_okay=False),
+           None, "PEM CA certificates other brokers' WAL services are verified against "
+           "(brokerClientTrustCertsFilePath; default: --tls-trust-certs-file).", rest_by_key=True),
     Option("--tls-offload-processes", ("tlsOffloadProcesses",), click.IntRange(0, 64), 0,
            "Worker processes that end TLS of the Pulsar and Kafka TLS listeners and relay plaintext to the "
            "broker, on other cores (tlsOffloadProcesses; 0: TLS in the broker).", rest_by_key=True),
