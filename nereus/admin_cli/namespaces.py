@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from . import retention
+from . import persistence, retention
 from .args import _q, actions_list, namespace_path
 from .session import group, json_option, pass_session
 
@@ -106,32 +106,16 @@ def remove_retention(s, namespace):
 @pass_session
 def get_persistence(s, namespace):
     """Show NAMESPACE's persistence policies (unset: the broker defaults)."""
-    value = s.client.get(f"/namespaces/{namespace_path(namespace)}/persistence")
-    s.emit(value, view=lambda v: "not set (broker defaults)" if v is None else v)
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/persistence"), view=persistence.view)
 
 
 @namespaces.command("set-persistence")
 @click.argument("namespace")
-@click.option("-e", "--bookkeeper-ensemble", type=click.IntRange(1), required=True,
-              help="WAL replicas of each block of writes.")
-@click.option("-w", "--bookkeeper-write-quorum", type=click.IntRange(1), required=True,
-              help="WAL replicas each write goes to.")
-@click.option("-a", "--bookkeeper-ack-quorum", type=click.IntRange(1), required=True,
-              help="WAL replicas that must have a write on disk before it is acknowledged.")
-@click.option("-r", "--ml-mark-delete-max-rate", type=click.FloatRange(0), default=0.0,
-              help="Pulsar's mark-delete rate limit (kept; acknowledgements are persisted as they come).")
-@click.option("-p", "--wal-profile", type=click.Choice(("object", "replicated", "local")), default=None,
-              help="Where acknowledged writes live until they are in the object store (default: the broker's).")
+@persistence.options
 @pass_session
-def set_persistence(s, namespace, bookkeeper_ensemble, bookkeeper_write_quorum, bookkeeper_ack_quorum,
-                    ml_mark_delete_max_rate, wal_profile):
+def set_persistence(s, namespace, **policy):
     """Set NAMESPACE's persistence policies (later writes of its topics follow them)."""
-    policy = {"bookkeeperEnsemble": bookkeeper_ensemble, "bookkeeperWriteQuorum": bookkeeper_write_quorum,
-              "bookkeeperAckQuorum": bookkeeper_ack_quorum,
-              "managedLedgerMaxMarkDeleteRate": ml_mark_delete_max_rate}
-    if wal_profile is not None:
-        policy["walProfile"] = wal_profile
-    s.client.post(f"/namespaces/{namespace_path(namespace)}/persistence", policy)
+    s.client.post(f"/namespaces/{namespace_path(namespace)}/persistence", persistence.body(**policy))
 
 
 @namespaces.command("remove-persistence")

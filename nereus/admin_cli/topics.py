@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import message_view, output, retention
+from . import message_view, output, persistence, retention
 from .args import _q, actions_list, namespace_path, topic_path
 from .session import group, json_option, pass_session
 from .subscriptions import TOPIC_COMMANDS
@@ -160,6 +160,35 @@ def partitioned_stats(s, topic, per_partition):
 def unload(s, topic):
     """Unload TOPIC: its clients reconnect (in a cluster it may move to another broker)."""
     s.client.put(f"{topic_path(topic)}/unload")
+
+
+@topics.command("get-persistence")
+@click.argument("topic")
+@click.option("--applied", is_flag=True, help="The policies in force (the topic's, else its namespace's, else the "
+                                               "broker's defaults).")
+@json_option
+@pass_session
+def get_persistence(s, topic, applied):
+    """Show TOPIC's persistence policies."""
+    value = s.client.get(f"{topic_path(topic)}/persistence", query={"applied": "true"} if applied else None)
+    s.emit(value, view=persistence.view)
+
+
+@topics.command("set-persistence")
+@click.argument("topic")
+@persistence.options
+@pass_session
+def set_persistence(s, topic, **policy):
+    """Set TOPIC's persistence policies (over its namespace's; later writes follow them)."""
+    s.client.post(f"{topic_path(topic)}/persistence", persistence.body(**policy))
+
+
+@topics.command("remove-persistence")
+@click.argument("topic")
+@pass_session
+def remove_persistence(s, topic):
+    """Remove TOPIC's persistence policies (its namespace's apply)."""
+    s.client.delete(f"{topic_path(topic)}/persistence")
 
 
 @topics.command("get-retention")

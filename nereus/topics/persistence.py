@@ -61,4 +61,11 @@ def durability_of(policy: object, default: Durability) -> Durability:
         return default
 
 
-__all__ = ["FIELD", "InvalidPersistence", "durability_of", "validate"]
+def as_policy(durability: Durability) -> dict:
+    """A durability as Pulsar's PersistencePolicies (the broker's defaults, for ``?applied=true``)."""
+    return {"bookkeeperEnsemble": durability.ensemble, "bookkeeperWriteQuorum": durability.write_quorum,
+            "bookkeeperAckQuorum": durability.ack_quorum, "managedLedgerMaxMarkDeleteRate": 0.0,
+            "walProfile": durability.profile}
+
+
+__all__ = ["FIELD", "InvalidPersistence", "as_policy", "durability_of", "validate"]

@@ -106,14 +106,15 @@ class Topic:
         if enabled != self.dedup.enabled:
             log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
         self.dedup.enabled = enabled
-        durability = persistence.durability_of(namespace.get(persistence.FIELD), self.registry.storage.durability)
+        base = self.name.base
+        rec = await self.meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
+        own = json.loads(rec.value) if rec is not None else {}
+        durability = persistence.durability_of(own.get(persistence.FIELD) or namespace.get(persistence.FIELD),
+                                               self.registry.storage.durability)
         if durability != self.handle.durability:
             log.info("%s: acknowledged writes go to the %s WAL (%d/%d/%d)", self.name, durability.profile,
                      durability.ensemble, durability.write_quorum, durability.ack_quorum)
             await self.handle.set_durability(durability)
-        base = self.name.base
-        rec = await self.meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
-        own = json.loads(rec.value) if rec is not None else {}
         self._apply_rates({kind: own.get(topic_field) or _local(namespace.get(namespace_field))
                            for kind, topic_field, namespace_field in _RATE_FIELDS})
         threshold = own.get("compactionThreshold")

@@ -134,6 +134,27 @@ def test_namespace_persistence_policy(tmp_path: Path):
         assert result.exit_code == 0
         assert "not set" in runner.invoke(main, [*cli, "get-persistence", "public/default"]).stdout
 
+        # A topic's own policy wins over its namespace's (none now: the broker's object profile).
+        topics_cli = ["admin", "--url", node.http, "topics"]
+        other = f"persistent://public/default/topic-persist-{uuid.uuid4().hex[:8]}"
+        client = _client(node)
+        try:
+            client.create_producer(other).send(b"before")
+            applied = runner.invoke(main, [*topics_cli, "get-persistence", other, "--applied", "--json"])
+            assert json.loads(applied.stdout)["walProfile"] == "object"
+            result = runner.invoke(main, [*topics_cli, "set-persistence", other, "-e", "1", "-w", "1", "-a", "1",
+                                          "-p", "local"], catch_exceptions=False)
+            assert result.exit_code == 0, result.output
+            stats = json.loads(urllib.request.urlopen(
+                f"{node.http}/admin/v2/{other.replace('://', '/')}/stats", timeout=10).read())
+            assert stats["walProfile"] == "local"  # the loaded topic switched at once
+            client.create_producer(other).send(b"after")
+            assert _read(client, other, 2) == [b"before", b"after"]
+        finally:
+            client.close()
+        assert runner.invoke(main, [*topics_cli, "remove-persistence", other]).exit_code == 0
+        assert "not set" in runner.invoke(main, [*topics_cli, "get-persistence", other]).stdout
+
 
 def test_topic_stats_and_the_console_show_the_wal_profile(tmp_path: Path):
     with running(tmp_path / "data", ["--compaction-interval", "0", "--wal-profile", "local"]) as node:

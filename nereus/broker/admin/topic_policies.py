@@ -17,7 +17,8 @@ from aiohttp import web
 
 from ...meta import UnexpectedVersion, cas
 from ...tasks import spawn
-from ...topics import partitions_of, schemas
+from ...pulsar.server.topics import refresh_policies
+from ...topics import partitions_of, persistence, schemas
 from ...ledger.policies import topic_policies_key, topic_policies_prefix
 from . import retention
 from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, flag, namespace_policies,
@@ -126,8 +127,48 @@ async def remove_schema_strategy(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def get_persistence(request: web.Request) -> web.Response:
+    """The topic's persistence policies; ``?applied=true``: the ones in force (the topic's, else its
+    namespace's, else the broker's defaults)."""
+    ctx = context(request)
+    name = await require_policy_topic(ctx, request)
+    raw = await ctx.meta.get(topic_policies_key(name.tenant, name.namespace, name.local))
+    own = json.loads(raw.value).get(persistence.FIELD) if raw is not None else None
+    if own is not None:
+        return web.json_response(own)
+    if not flag(request, "applied"):
+        return no_content()
+    policies = await namespace_policies(ctx.meta, name.tenant, name.namespace) or {}
+    if policies.get(persistence.FIELD) is not None:
+        return web.json_response(policies[persistence.FIELD])
+    return web.json_response(persistence.as_policy(ctx.storage.durability))
+
+
+async def set_persistence(request: web.Request) -> web.Response:
+    ctx = context(request)
+    try:
+        value = persistence.validate(await body(request))
+    except persistence.InvalidPersistence as exc:
+        raise AdminError(400, str(exc)) from None
+    name = await require_policy_topic(ctx, request)
+    await set_policy(ctx, name, persistence.FIELD, value)
+    await refresh_policies(ctx.pulsar, name.tenant, name.namespace)  # its loaded partitions switch at once
+    return no_content()
+
+
+async def remove_persistence(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = await require_policy_topic(ctx, request)
+    await set_policy(ctx, name, persistence.FIELD, None)
+    await refresh_policies(ctx.pulsar, name.tenant, name.namespace)
+    return no_content()
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     t = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+    router.add_get(t + "/persistence", get_persistence)
+    router.add_post(t + "/persistence", set_persistence)
+    router.add_delete(t + "/persistence", remove_persistence)
     router.add_get(t + "/schemaCompatibilityStrategy", get_schema_strategy)
     router.add_put(t + "/schemaCompatibilityStrategy", set_schema_strategy)
     router.add_delete(t + "/schemaCompatibilityStrategy", remove_schema_strategy)
