@@ -95,6 +95,11 @@ class StreamStorage:
     def writers(self) -> list[WalWriter]:
         return list(self._writers.values())
 
+    @property
+    def refusal(self) -> str | None:
+        """Why writes are refused (a writer's store or WAL is out of space), None when they are taken."""
+        return next((w.health.refusal for w in self._writers.values() if w.health.refusal is not None), None)
+
     # -- names ---------------------------------------------------------------------------
     async def create_stream(self, name: str) -> int:
         """Create a stream; returns its id. Raises StreamExists."""

@@ -118,7 +118,9 @@ class WalWriter:
         self.meta = meta
         self.objects = objects
         self.node_id = node_id
-        self.health = health or WriteHealth(meta, objects, node_id=node_id)  # refusing while out of space
+        # Refusing while out of space; on WAL replicas the probe writes there.
+        self.health = health or WriteHealth(meta, objects, node_id=node_id,
+                                            probe=self._probe_replicas if durability.on_replicas else None)
         self.options = options
         self.on_commit = on_commit
         self._buffer: dict[int, _Pending] = {}
@@ -337,6 +339,20 @@ class WalWriter:
             del self._avoid[replica_id]
         d = self.durability
         return wal_replicas.choose_ensemble(self.directory, d.ensemble, d.ack_quorum, avoid + tuple(self._avoid))
+
+    async def _probe_replicas(self, size: int) -> None:
+        """Write ``size`` bytes to an ack quorum of WAL replicas and drop them: raises while too few take it."""
+        d = self.durability
+        ensemble = wal_replicas.choose_ensemble(self.directory, d.ensemble, d.ack_quorum, ())
+        block = f"/nereus/probe/{self.node_id}/{time.time_ns()}"
+        try:
+            await wal_replicas.write(self.directory, wal_replicas.write_set(ensemble, d.write_quorum, 0),
+                                     d.ack_quorum, block, "probe", bytes(size), background=self._replica_writes)
+        finally:
+            for replica_id in ensemble:
+                replica = self.directory.replica(replica_id)
+                if replica is not None:
+                    await _drop_quietly(replica, block)
 
     def _block_done(self, block: NameBlock) -> None:
         """The block's marker is gone: its replicas may forget it."""

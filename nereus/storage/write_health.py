@@ -43,7 +43,11 @@ def out_of_space(exc: BaseException | None) -> bool:
 class WriteHealth:
     """The refusing state of one broker's storage, and the probe that ends it."""
 
-    def __init__(self, meta, objects, *, node_id: str, probe_interval: float = PROBE_INTERVAL) -> None:
+    def __init__(self, meta, objects, *, node_id: str, probe_interval: float = PROBE_INTERVAL,
+                 probe=None) -> None:
+        """``probe(size)``: a write of ``size`` bytes where the writes that failed go (default: an
+        object in the store and a metadata key); it raises while that place is still full."""
+        self.probe = probe
         self.meta = meta
         self.objects = objects
         self.node_id = node_id
@@ -78,16 +82,22 @@ class WriteHealth:
     async def _probe_until_writable(self) -> None:
         while self.refusal is not None:
             await asyncio.sleep(self.probe_interval)
-            key = f"probe/{self.node_id}-{time.time_ns()}"
             try:
-                await self.objects.put_if_absent(key, bytes(self._probe_bytes))
-                with contextlib.suppress(Exception):
-                    await self.objects.delete(key)
-                await self.meta.put(f"/nereus/probe/{self.node_id}", b"ok")
+                if self.probe is not None:
+                    await self.probe(self._probe_bytes)
+                else:
+                    await self._probe_store()
             except Exception as exc:  # noqa: BLE001 - still refusing: tried again next interval
                 log.debug("write probe failed: %s", exc)
                 continue
             self.succeeded()
+
+    async def _probe_store(self) -> None:
+        key = f"probe/{self.node_id}-{time.time_ns()}"
+        await self.objects.put_if_absent(key, bytes(self._probe_bytes))
+        with contextlib.suppress(Exception):
+            await self.objects.delete(key)
+        await self.meta.put(f"/nereus/probe/{self.node_id}", b"ok")
 
     async def close(self) -> None:
         if self._probe is not None:

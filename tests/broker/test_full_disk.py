@@ -118,3 +118,57 @@ def _try(make):
         return make()
     except pulsar.PulsarException:
         return None
+
+
+@pytest.fixture
+def wal_disk(tmp_path):
+    """A 100 MB disk for the WAL alone: its first 64 MiB segment fits, the second does not."""
+    mount = tmp_path / "wal-disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100m", "tmpfs", str(mount)], check=True, timeout=30)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
+
+
+def test_a_full_wal_disk_refuses_writes_with_the_protocols_storage_errors_and_loses_nothing(wal_disk, tmp_path):
+    """The local WAL profile on a disk that fills: once no new WAL segment fits, sends fail (not hang),
+    new producers get PersistenceError and Kafka produces KAFKA_STORAGE_ERROR while a probe of the WAL
+    fails, the log says why; everything acknowledged before stays readable."""
+    node = Standalone(tmp_path / "data", ["--compaction-interval", "0", "--wal-profile", "local",
+                                          "--wal-dir", str(wal_disk / "wal")])
+    node.start()
+    client = pulsar.Client(node.url, operation_timeout_seconds=10,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        admin.create_topics([NewTopic("wal-fills", 1, 1)])["wal-fills"].result(timeout=30)
+        producer = client.create_producer("wal-fills-p", batching_enabled=False, send_timeout_millis=10_000)
+        acked = []
+        for i in range(2000):
+            value = b"%06d" % i + b"x" * 100_000
+            try:
+                producer.send(value)
+            except pulsar.PulsarException:
+                break
+            acked.append(value)
+        else:
+            raise AssertionError("the WAL disk never filled")
+        assert acked, "nothing fitted in the first segment"
+        assert _refused_metric(node) == 1
+        with pytest.raises(pulsar.PulsarException):  # refused at once while the WAL cannot be written
+            client.create_producer("wal-fills-new", send_timeout_millis=5_000)
+        raw = RawKafka(node.bootstrap)
+        try:
+            batch = build_batch([Record(0, 1_700_000_000_000, b"k", b"v")])
+            assert raw.produce("wal-fills", 0, batch).error_code == KAFKA_STORAGE_ERROR
+        finally:
+            raw.close()
+        assert "no space left in WAL directory" in node.log.read_text()
+        reader = client.create_reader("wal-fills-p", pulsar.MessageId.earliest)
+        stored = [reader.read_next(timeout_millis=10_000).data() for _ in acked]
+        assert stored == acked, "an acknowledged value was lost or reordered"
+    finally:
+        client.close()
+        node.kill()

@@ -26,7 +26,7 @@ HANDLES = web.AppKey("nereus_health_streams", dict)
 
 async def check(ctx, handles: dict) -> None:
     """Raise when this broker cannot write and read back a record."""
-    refusal = ctx.storage.writer.health.refusal
+    refusal = ctx.storage.refusal
     if refusal is not None:
         raise RuntimeError(refusal)
     name = STREAM.format(broker=ctx.placement.local.name)

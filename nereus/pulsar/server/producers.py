@@ -125,7 +125,7 @@ async def handle_producer(conn, cmd: pb.CommandProducer) -> None:
     if existing is not None:  # a retried PRODUCER for a producer already created
         _success(conn, cmd.request_id, existing)
         return
-    refusal = conn.service.storage.writer.health.refusal
+    refusal = conn.service.storage.refusal
     if refusal is not None:  # out of space: refused now, rather than accepted until its first write fails
         conn.send_error(cmd.request_id, pb.PersistenceError, refusal)
         return

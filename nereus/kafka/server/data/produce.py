@@ -125,7 +125,7 @@ async def _produce_partition(ctx: DataContext, topic: str, pdata, acks: int):
     part = await ctx.catalog.partition_to_write(topic, pdata.index)
     if part is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, None
-    refusal = ctx.storage.writer.health.refusal
+    refusal = ctx.storage.refusal
     if refusal is not None:  # out of space: the client retries until writes are taken again
         return ErrorCode.kafka_storage_error, -1, -1, refusal
     configs = await ctx.configs.topic(topic)
