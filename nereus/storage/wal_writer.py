@@ -51,11 +51,12 @@ from ..meta import MetadataStore
 from ..objstore import ObjectExists, ObjectStore
 from ..tasks import log_failure
 from ..wal.errors import BlockFenced
-from . import gc, metrics, wal_format, wal_replicas
+from . import gc, metrics, wal_format
 from .errors import InvalidAppend, StorageError, StreamFenced
 from .records import IndexEntry
 from .session import AppendSession
 from .wal_blocks import NameBlock, NameBlocks
+from .wal_replica_writes import ReplicaWrites
 from .wal_replicas import OBJECT_STORE, Durability, ReplicaDirectory, WalUnavailable
 from .wal_upload import Uploader
 from .write_health import WriteHealth
@@ -64,8 +65,6 @@ log = logging.getLogger(__name__)
 
 #: Encoding and checksumming more than this moves to a worker thread.
 _INLINE_ENCODE_BYTES = 1 << 20
-#: A WAL replica that failed a write is left out of new ensembles for this long.
-_AVOID_FAILED_REPLICA_SECONDS = 30.0
 #: At close, how long uploads may take before the rest is left to the collector.
 _CLOSE_UPLOAD_SECONDS = 10.0
 
@@ -118,32 +117,31 @@ class WalWriter:
         self.meta = meta
         self.objects = objects
         self.node_id = node_id
+        self.durability = durability
+        self.directory = directory
+        if durability.on_replicas and directory is None:
+            raise StorageError(f"the {durability.profile} WAL profile needs WAL replicas, and none are configured")
+        self.replicas = ReplicaWrites(durability, directory, node_id) if durability.on_replicas else None
         # Refusing while out of space; on WAL replicas the probe writes there.
         self.health = health or WriteHealth(meta, objects, node_id=node_id,
-                                            probe=self._probe_replicas if durability.on_replicas else None)
+                                            probe=self.replicas.probe if self.replicas is not None else None)
         self.options = options
         self.on_commit = on_commit
         self._buffer: dict[int, _Pending] = {}
         self._buffered_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._soon: asyncio.Handle | None = None  # the flush of an idle WAL, one loop turn away
-        self.durability = durability
-        self.directory = directory
         prefix = f"wal/{int(time.time() * 1000):013d}-{node_id}"
         choose = None
-        if durability.on_replicas:
-            if directory is None:
-                raise StorageError(f"the {durability.profile} WAL profile needs WAL replicas, and none are configured")
+        if self.replicas is not None:
             prefix += f"~{durability.ensemble}.{durability.write_quorum}.{durability.ack_quorum}"
-            choose = self._choose_ensemble
+            choose = self.replicas.choose_ensemble
         self.blocks = NameBlocks(meta, prefix + "-", size=options.reservation_size, ttl=options.reservation_ttl,
                                  choose=choose, write_quorum=durability.write_quorum,
                                  ack_quorum=durability.ack_quorum, track=self._track, on_done=self._block_done)
         self.uploader = Uploader(objects, directory, self.blocks, max_held_bytes=options.max_unuploaded_bytes,
                                  memory_bytes=options.upload_memory_bytes,
                                  concurrency=options.upload_concurrency) if durability.on_replicas else None
-        self._replica_writes: set[asyncio.Task] = set()  # the replicas slower than the ack quorum
-        self._avoid: dict[str, float] = {}  # replicas that failed a write lately -> until when new ensembles skip them
         self._last_commit: asyncio.Future | None = None
         self._inflight = 0
         self._flush_wanted = False
@@ -306,60 +304,27 @@ class WalWriter:
         """Put the object on its write set; a set that cannot take it is left for a new block
         (a new ensemble without the replicas that failed), up to three times."""
         for attempt in range(3):
-            replicas = wal_replicas.write_set(block.ensemble, block.write_quorum,
-                                              block.index(int(key[-10:])))
             try:
-                slow = await wal_replicas.write(self.directory, replicas, block.ack_quorum, block.marker, key,
-                                                chunks, background=self._replica_writes)
+                slow = await self.replicas.write(key, block, chunks)
             except (WalUnavailable, BlockFenced) as exc:
                 if attempt == 2:
                     raise
                 log.warning("WAL object %s: %s; writing it to a new ensemble", key, exc)
                 if isinstance(exc, BlockFenced):
                     block.claimed = True
+                failed = tuple(self.replicas.write_set(key, block))
                 self._track(self._seal(key, [], block))
-                self._avoid_for_a_while(replicas)
-                key, block = await self.blocks.next_name(avoid=tuple(replicas))
+                key, block = await self.blocks.next_name(avoid=failed)
                 continue
-            if slow:  # acknowledged, but under-replicated: the next objects go to a new ensemble
-                self._avoid_for_a_while(slow)
-                if block is self.blocks.current:
-                    self.blocks.close(block)
+            if slow and block is self.blocks.current:  # under-replicated: the next objects go to a new ensemble
+                self.blocks.close(block)
             return key, block
         raise AssertionError("unreachable")
-
-    def _avoid_for_a_while(self, replicas) -> None:
-        until = time.monotonic() + _AVOID_FAILED_REPLICA_SECONDS
-        for replica_id in replicas:
-            self._avoid[replica_id] = until
-
-    def _choose_ensemble(self, avoid: tuple[str, ...]) -> list[str]:
-        now = time.monotonic()
-        for replica_id in [r for r, until in self._avoid.items() if until < now]:
-            del self._avoid[replica_id]
-        d = self.durability
-        return wal_replicas.choose_ensemble(self.directory, d.ensemble, d.ack_quorum, avoid + tuple(self._avoid))
-
-    async def _probe_replicas(self, size: int) -> None:
-        """Write ``size`` bytes to an ack quorum of WAL replicas and drop them: raises while too few take it."""
-        d = self.durability
-        ensemble = wal_replicas.choose_ensemble(self.directory, d.ensemble, d.ack_quorum, ())
-        block = f"/nereus/probe/{self.node_id}/{time.time_ns()}"
-        try:
-            await wal_replicas.write(self.directory, wal_replicas.write_set(ensemble, d.write_quorum, 0),
-                                     d.ack_quorum, block, "probe", bytes(size), background=self._replica_writes)
-        finally:
-            for replica_id in ensemble:
-                replica = self.directory.replica(replica_id)
-                if replica is not None:
-                    await _drop_quietly(replica, block)
 
     def _block_done(self, block: NameBlock) -> None:
         """The block's marker is gone: its replicas may forget it."""
         for replica_id in block.ensemble:
-            replica = self.directory.replica(replica_id) if self.directory is not None else None
-            if replica is not None:
-                self._track(_drop_quietly(replica, block.marker))
+            self._track(self.replicas.drop(replica_id, block.marker))
 
     async def _seal(self, key: str, committed: list[tuple[int, int]], block: NameBlock,
                     chunks: list | None = None) -> None:
@@ -369,8 +334,7 @@ class WalWriter:
             log.warning("could not seal object %s", key, exc_info=True)
             return
         if block.ensemble and committed and chunks:
-            replicas = wal_replicas.write_set(block.ensemble, block.write_quorum, block.index(int(key[-10:])))
-            self.uploader.add(key, block, replicas, chunks)  # done once uploaded
+            self.uploader.add(key, block, self.replicas.write_set(key, block), chunks)  # done once uploaded
         else:
             self.blocks.finished(block)
 
@@ -495,14 +459,7 @@ class WalWriter:
                 log.warning("%d WAL object(s) not uploaded at close; the collector uploads them from the "
                             "replicas", self.uploader.pending)
             await self.uploader.close()
-            await asyncio.gather(*self._replica_writes, return_exceptions=True)
-
-
-async def _drop_quietly(replica, block: str) -> None:
-    try:
-        await replica.drop(block)
-    except Exception as exc:  # the replica's own janitor drops it when it sees the marker gone
-        log.debug("dropping block %s on a WAL replica failed: %s", block, exc)
+            await self.replicas.close()
 
 
 def _fail(futures: list[asyncio.Future], exc: Exception) -> None:
