@@ -70,16 +70,7 @@ def test_a_full_disk_refuses_producers_until_space_is_freed_and_loses_nothing(sm
         admin = AdminClient({"bootstrap.servers": node.bootstrap})
         admin.create_topics([NewTopic("kafka-fills", 1, 1)])["kafka-fills"].result(timeout=30)
         producer = client.create_producer("fills", batching_enabled=False, send_timeout_millis=10_000)
-        acked = []
-        for i in range(2000):
-            value = b"%06d" % i + b"x" * 100_000
-            try:
-                producer.send(value)
-            except pulsar.PulsarException:
-                break
-            acked.append(value)
-        else:
-            raise AssertionError("the disk never filled")
+        acked = _fill(producer)
         assert acked, "nothing fitted on the disk"
 
         status, body = _health(node)
@@ -111,6 +102,19 @@ def test_a_full_disk_refuses_producers_until_space_is_freed_and_loses_nothing(sm
     finally:
         client.close()
         node.stop()
+
+
+def _fill(producer) -> list[bytes]:
+    """Send 100 KB values until a send fails; returns the ones acknowledged."""
+    acked = []
+    for i in range(2000):
+        value = b"%06d" % i + b"x" * 100_000
+        try:
+            producer.send(value)
+        except pulsar.PulsarException:
+            return acked
+        acked.append(value)
+    raise AssertionError("the disk never filled")
 
 
 def _try(make):
@@ -145,16 +149,7 @@ def test_a_full_wal_disk_refuses_writes_with_the_protocols_storage_errors_and_lo
         admin = AdminClient({"bootstrap.servers": node.bootstrap})
         admin.create_topics([NewTopic("wal-fills", 1, 1)])["wal-fills"].result(timeout=30)
         producer = client.create_producer("wal-fills-p", batching_enabled=False, send_timeout_millis=10_000)
-        acked = []
-        for i in range(2000):
-            value = b"%06d" % i + b"x" * 100_000
-            try:
-                producer.send(value)
-            except pulsar.PulsarException:
-                break
-            acked.append(value)
-        else:
-            raise AssertionError("the WAL disk never filled")
+        acked = _fill(producer)
         assert acked, "nothing fitted in the first segment"
         assert _refused_metric(node) == 1
         with pytest.raises(pulsar.PulsarException):  # refused at once while the WAL cannot be written

@@ -171,10 +171,7 @@ async def set_deduplication(request: web.Request) -> web.Response:
 async def set_persistence(request: web.Request) -> web.Response:
     """Pulsar's persistence policies (ensemble, write and ack quorum) and Nereus' ``walProfile``."""
     ctx = context(request)
-    try:
-        value = persistence.validate(await body(request))
-    except persistence.InvalidPersistence as exc:
-        raise AdminError(400, str(exc)) from None
+    value = await topic_policies.persistence_body(request)
     await _update(ctx, *_names(request), persistence.FIELD, value)
     await refresh_policies(ctx.pulsar, *_names(request))  # later appends of loaded topics go to the new WAL
     return no_content()

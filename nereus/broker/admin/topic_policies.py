@@ -144,12 +144,17 @@ async def get_persistence(request: web.Request) -> web.Response:
     return web.json_response(persistence.as_policy(ctx.storage.durability))
 
 
-async def set_persistence(request: web.Request) -> web.Response:
-    ctx = context(request)
+async def persistence_body(request: web.Request) -> dict:
+    """The request's persistence policies, checked (400 with Pulsar's reason)."""
     try:
-        value = persistence.validate(await body(request))
+        return persistence.validate(await body(request))
     except persistence.InvalidPersistence as exc:
         raise AdminError(400, str(exc)) from None
+
+
+async def set_persistence(request: web.Request) -> web.Response:
+    ctx = context(request)
+    value = await persistence_body(request)
     name = await require_policy_topic(ctx, request)
     await set_policy(ctx, name, persistence.FIELD, value)
     await refresh_policies(ctx.pulsar, name.tenant, name.namespace)  # its loaded partitions switch at once
