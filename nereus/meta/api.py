@@ -176,9 +176,9 @@ class MetadataStore(abc.ABC):
     def _shard_name(self, shard: Any) -> str:
         return str(shard)
 
+    @abc.abstractmethod
     def _close_lapsed(self, shard: Any, sid: int) -> None:
-        """Ask the server to close a lapsed session, best effort, without waiting (backends do it)."""
-        raise NotImplementedError
+        """Ask the server to close a lapsed session, best effort, without waiting."""
 
     @property
     @abc.abstractmethod
