@@ -169,3 +169,25 @@ def test_topic_stats_and_the_console_show_the_wal_profile(tmp_path: Path):
                 stats = json.loads(response.read())
             assert stats["walProfile"] == "local"
             assert stats["walUploadLagBytes"] >= 0 and stats["walUploadLagSeconds"] >= 0
+
+
+def test_a_partitioned_topics_persistence_policy_reaches_every_partition(tmp_path: Path):
+    with running(tmp_path / "data") as node:
+        topic = "persistent://public/default/parted-wal"
+        admin(node, "PUT", "/persistent/public/default/parted-wal/partitions", 3)
+        admin(node, "POST", "/persistent/public/default/parted-wal/persistence",
+              {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1, "walProfile": "local"})
+        client = _client(node)
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(30):
+                producer.send(b"p%d" % i, partition_key=str(i))
+            consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+            got = sorted(consumer.receive(30_000).data() for _ in range(30))
+            assert got == sorted(b"p%d" % i for i in range(30))
+        finally:
+            client.close()
+        for index in range(3):
+            with urllib.request.urlopen(f"{node.http}/admin/v2/persistent/public/default/"
+                                        f"parted-wal-partition-{index}/stats", timeout=10) as response:
+                assert json.loads(response.read())["walProfile"] == "local"
