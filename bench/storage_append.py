@@ -6,6 +6,10 @@ the same directory: sequential writes of the same number of bytes in chunks of t
 WAL's object size with one fsync per chunk; and sequential 1 MiB reads of the
 objects the append phase wrote. Then append latency at a steady rate (open loop).
 
+A child process probes the disk during the latency phase (puts of the file store's
+shape, 50/s): this machine's virtual disk stalls for 0.1-1 s at times (other tenants,
+discards of deleted files), and the probe says whether a run's tail is the disk's.
+
 Usage: python bench/storage_append.py [--mib 512] [--streams 100] [--rate 5000] [--meta-shards 1]
 [--put-delay 0.05] [--latency-only]. ``--put-delay`` makes every object put take that
 much longer (a simulated remote store such as S3); ``--latency-only`` runs the latency
@@ -15,7 +19,9 @@ phase alone. The last line holds every figure as key=value pairs.
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
+import multiprocessing
 import os
 
 import uvloop
@@ -27,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from nereus.broker.node import freeze_startup_objects  # noqa: E402
 from nereus.meta import open_engine  # noqa: E402
 from nereus.objstore import open_object_store  # noqa: E402
 from nereus.objstore.faults import FaultInjectingObjectStore  # noqa: E402
@@ -49,6 +56,30 @@ def raw_write(path: Path, total: int, chunk: int) -> float:
     os.close(fd)
     path.unlink()
     return written / elapsed / 1e6
+
+
+def disk_probe(directory: Path, seconds: float, rate: float, out) -> None:
+    """In a child process: what the disk alone does meanwhile. Puts of the file store's shape
+    (create, 16 KiB write, fsync, link, directory fsync) at ``rate``; latencies in ms to ``out``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    data = os.urandom(16 << 10)
+    latencies, end, i = [], time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        tmp = directory / f"tmp-{i}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        os.link(tmp, directory / f"obj-{i}")
+        os.unlink(tmp)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        os.fsync(dir_fd)
+        os.close(dir_fd)
+        latencies.append((time.perf_counter() - start) * 1e3)
+        i += 1
+        time.sleep(max(0.0, 1 / rate - (time.perf_counter() - start)))
+    out.send(latencies)
 
 
 def drop_page_cache(root: Path) -> None:
@@ -143,32 +174,61 @@ async def read_phase(work: Path, streams: int) -> float:
     return sum(sizes) / elapsed / 1e6
 
 
+def flush_stages() -> dict[str, tuple[int, float, float]]:
+    """Per flush stage (queued, write, ordered, commit): count, mean seconds, and the bucket
+    bound under which 99% fell, from the writer's histogram since the process started."""
+    from nereus.storage import metrics
+
+    stages = {}
+    for metric in metrics.FLUSH_STAGE_SECONDS.collect():
+        by_stage: dict[str, dict] = {}
+        for sample in metric.samples:
+            stage = by_stage.setdefault(sample.labels["stage"], {"buckets": []})
+            if sample.name.endswith("_bucket"):
+                stage["buckets"].append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_sum"):
+                stage["sum"] = sample.value
+            elif sample.name.endswith("_count"):
+                stage["count"] = sample.value
+        for name, stage in by_stage.items():
+            count = int(stage.get("count", 0))
+            p99 = next((le for le, c in stage["buckets"] if c >= 0.99 * count), float("inf")) if count else 0.0
+            stages[name] = (count, stage.get("sum", 0.0) / count if count else 0.0, p99)
+    return stages
+
+
 async def latency_phase(work: Path, streams: int, rate: int, seconds: float) -> tuple[float, float, float]:
     engine, meta, objects, storage = await open_storage(work, 0.005)
     handles = [await storage.open_stream(f"lat-{i}", create=True) for i in range(streams)]
     for h in handles:
         await h.append(b"w", 1)
     record = os.urandom(RECORD)
-    latencies: list[float] = []
+    n = int(rate * seconds)
+    latencies = array.array("d")
+    # A broker freezes what start-up made (see freeze_startup_objects), and the load
+    # generator keeps no finished task: a full collection walks what serving made.
+    freeze_startup_objects()
+    running: set[asyncio.Task] = set()
 
     async def one(h) -> None:
         t = time.perf_counter()
         await h.append(record, 1)
         latencies.append(time.perf_counter() - t)
 
-    tasks = []
     start = time.perf_counter()
-    n = int(rate * seconds)
     for i in range(n):
         due = start + i / rate
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(one(handles[i % streams])))
-    await asyncio.gather(*tasks)
+        task = asyncio.ensure_future(one(handles[i % streams]))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    while running:
+        await asyncio.gather(*list(running))
     achieved = n / (time.perf_counter() - start)
     await close_storage(engine, meta, objects, storage)
-    latencies.sort()
+    latencies = sorted(latencies)
     return latencies[len(latencies) // 2] * 1e3, latencies[int(len(latencies) * 0.99)] * 1e3, achieved
 
 
@@ -191,12 +251,27 @@ def main() -> None:
     try:
         # Latency first, on its own data directory, so the throughput phases' write-back
         # does not land in its fsyncs (and it starts from an empty engine like a new broker).
+        # Before: settle what earlier runs left to the disk (deleted files' discards, write-back).
+        os.sync()
+        time.sleep(2)
+        receiver, sender = multiprocessing.Pipe(duplex=False)
+        probe = multiprocessing.get_context("fork").Process(
+            target=disk_probe, args=(work / "disk-probe", args.seconds, 50.0, sender), daemon=True)
+        probe.start()
         p50, p99, achieved = uvloop.run(latency_phase(work / "latency", args.streams, args.rate, args.seconds))
+        disk = sorted(receiver.recv())
+        probe.join()
+        disk_p50, disk_p99, disk_max = disk[len(disk) // 2], disk[int(len(disk) * 0.99)], disk[-1]
+        print(f"the disk meanwhile (a put of the file store's shape, 50/s): p50 {disk_p50:.2f} ms, "
+              f"p99 {disk_p99:.2f} ms, max {disk_max:.1f} ms")
         if args.latency_only:
             lat_objects = sum(1 for p in (work / "latency" / "objects").rglob("*") if p.is_file())
             print(f"latency at {achieved:.0f} appends/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms, {lat_objects} objects")
+            for name, (count, mean, p99_bound) in flush_stages().items():
+                print(f"  flush stage {name}: {count} flushes, mean {mean * 1e3:.2f} ms, p99 <= {p99_bound * 1e3:g} ms")
             print(f"put_delay_ms={PUT_DELAY * 1000:.0f} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f} "
-                  f"lat_objects={lat_objects}")
+                  f"lat_objects={lat_objects} disk_put_p50_ms={disk_p50:.2f} disk_put_p99_ms={disk_p99:.2f} "
+                  f"disk_put_max_ms={disk_max:.1f}")
             return
         work = work / "throughput"
         total = args.mib << 20
@@ -215,7 +290,8 @@ def main() -> None:
     print(f"latency at {achieved:.0f} appends/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     print(f"put_delay_ms={PUT_DELAY * 1000:.0f} append_mbs={append_mbs:.1f} raw_write_mbs={raw_w:.1f} append_ratio={append_mbs / raw_w:.2f} "
           f"read_mbs={read_mbs:.1f} raw_read_mbs={raw_r:.1f} read_ratio={read_mbs / raw_r:.2f} "
-          f"objects={n_objects} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f}")
+          f"objects={n_objects} rate={achieved:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f} "
+          f"disk_put_p50_ms={disk_p50:.2f} disk_put_p99_ms={disk_p99:.2f} disk_put_max_ms={disk_max:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
 """Durable object store on a local directory (``file://``).
 
-Publishing protocol of ``put_if_absent``: write the data to a temp file in
-``<root>/.tmp-staging/``, fsync it, ``os.link`` it to the final name (``link``
-never replaces an existing name, which gives put-if-absent without a lock), unlink
-the temp name, fsync the object's directory. A crash before the link leaves only a
-temp file, which keys can never name (the ``.tmp-`` prefix is reserved) and which
-``cleanup_temp`` removes; a crash after it leaves a complete object.
+Publishing protocol of ``put_if_absent``: write the data to a temp file, fsync it,
+link it to the final name (``link`` never replaces an existing name, which gives
+put-if-absent without a lock), fsync the object's directory. The temp file is an
+anonymous one (``O_TMPFILE``) where the file system has them, else a file in
+``<root>/.tmp-staging/`` unlinked after the link. A crash before the link leaves no
+object: an anonymous file vanishes, a named temp file is one keys can never name (the
+``.tmp-`` prefix is reserved) and ``cleanup_temp`` removes; a crash after it leaves a
+complete object.
+
+Temp files are created ahead of the puts that use them (``_SpareFiles``): creating an
+inode waits for the file system's journal, which fsyncs keep busy (on ext4, half a
+millisecond and more), and that wait belongs on no put's path.
 
 Limitation: unlike S3, a key cannot be both an object and a prefix of other keys
 (``a`` and ``a/b``), since ``a`` would have to be a file and a directory.
@@ -61,6 +67,7 @@ class LocalObjectStore(ObjectStore):
         self._closed = False
         # Directories whose entry is known durable; saves re-fsyncing parents on every put.
         self._durable_dirs: set[str] = set()
+        self._spares = _SpareFiles(self._staging)
 
     def __repr__(self) -> str:
         return f"LocalObjectStore({self.root!r})"
@@ -138,33 +145,34 @@ class LocalObjectStore(ObjectStore):
     async def put_if_absent(self, key: str, data: Payload) -> None:
         path = self._path(key)
         chunks = as_chunks(data)
-        await self._run(self._put_sync, key, path, chunks)
+        try:
+            await self._run(self._put_sync, key, path, chunks)
+        finally:
+            if self._spares.wanted() and not self._closed:
+                self._executor.submit(self._spares.refill)
 
     def _put_sync(self, key: str, path: str, chunks: list[memoryview]) -> None:
         directory = os.path.dirname(path)
         self._ensure_dir(key, directory)
-        tmp = os.path.join(self._staging, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd, tmp = self._spares.take()
         try:
+            _write_all(fd, chunks)
+            os.fsync(fd)
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                _write_all(fd, chunks)
-                os.fsync(fd)
+                try:
+                    _SpareFiles.link(fd, tmp, dir_fd, os.path.basename(path))
+                except FileExistsError:
+                    if os.path.isdir(path):
+                        raise InvalidObjectKey(
+                            f"{key!r} is a prefix of other keys, which the file backend cannot also store as an object"
+                        ) from None
+                    raise ObjectExists(key) from None
+                os.fsync(dir_fd)
             finally:
-                os.close(fd)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                if os.path.isdir(path):
-                    raise InvalidObjectKey(
-                        f"{key!r} is a prefix of other keys, which the file backend cannot also store as an object"
-                    ) from None
-                raise ObjectExists(key) from None
+                os.close(dir_fd)
         finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        _fsync_dir(directory)
+            _SpareFiles.discard(fd, tmp)
 
     def _ensure_dir(self, key: str, directory: str) -> None:
         """Create ``directory`` and make every entry on the way from the root durable."""
@@ -237,6 +245,95 @@ class LocalObjectStore(ObjectStore):
         self._closed = True
         # shutdown(wait=True) blocks until queued I/O finishes: keep it off the loop.
         await asyncio.to_thread(self._executor.shutdown, True)
+        self._spares.close()
+
+
+class _SpareFiles:
+    """Anonymous temp files (``O_TMPFILE``) opened ahead of the puts that fill them (thread-safe).
+
+    Where the file system or ``/proc`` (through which an anonymous file gets its name)
+    lacks them, each put creates a named temp file in the staging directory instead
+    (checked once).
+    """
+
+    SPARE = 8  # about the puts one process has in flight at once
+
+    def __init__(self, staging: str) -> None:
+        self._staging = staging
+        self._lock = threading.Lock()
+        self._files: list[int] = []
+        self._anonymous: bool | None = None  # decided on first use
+        self._closed = False
+
+    def wanted(self) -> bool:
+        return bool(self._anonymous) and len(self._files) < self.SPARE // 2
+
+    def take(self) -> tuple[int, str | None]:
+        """An open empty file: (fd, its temp path, or None if anonymous)."""
+        with self._lock:
+            if self._files:
+                return self._files.pop(), None
+        if self._anonymous is None:
+            self._anonymous = self._anonymous_files_work()
+        if self._anonymous:
+            return self._create(), None
+        tmp = os.path.join(self._staging, f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), tmp
+
+    def refill(self) -> None:
+        while len(self._files) < self.SPARE and not self._closed:
+            fd = self._create()
+            with self._lock:
+                if self._closed:
+                    os.close(fd)
+                    return
+                self._files.append(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            files, self._files = self._files, []
+        for fd in files:
+            os.close(fd)
+
+    def _create(self) -> int:
+        return os.open(self._staging, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+
+    def _anonymous_files_work(self) -> bool:
+        if not hasattr(os, "O_TMPFILE"):
+            return False
+        try:
+            fd = self._create()
+        except OSError:  # the file system has no anonymous files
+            return False
+        name = f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
+        dir_fd = os.open(self._staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.link(fd, None, dir_fd, name)
+            os.unlink(name, dir_fd=dir_fd)
+            return True
+        except OSError:  # no /proc to name it by
+            return False
+        finally:
+            os.close(fd)
+            os.close(dir_fd)
+
+    @staticmethod
+    def link(fd: int, tmp: str | None, dir_fd: int, name: str) -> None:
+        """Give the file ``name`` in the directory ``dir_fd``; FileExistsError if taken."""
+        if tmp is not None:
+            os.link(tmp, name, dst_dir_fd=dir_fd)
+        else:  # linkat(AT_SYMLINK_FOLLOW) of the magic link names the anonymous inode
+            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+
+    @staticmethod
+    def discard(fd: int, tmp: str | None) -> None:
+        os.close(fd)
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
 
 
 def _fsync_dir(path: str) -> None:

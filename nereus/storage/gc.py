@@ -29,7 +29,7 @@ import time
 from typing import Iterable
 from urllib.parse import quote
 
-from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..meta import EXPECT_ABSENT, MetadataStore, PutOp, UnexpectedVersion
 from ..meta import cas
 from . import records
 
@@ -55,6 +55,21 @@ async def reserve(meta: MetadataStore, prefix: str, first: int, count: int,
     return marker, result.version.version_id, value
 
 
+def _sealed(live: list) -> bytes:
+    return records.encode({"state": "sealed", "live": live, "ts": _now_ms()})
+
+
+def seal_op(object_key: str, slices: Iterable[tuple[int, int]]) -> PutOp:
+    """The create of the object's sealed record naming ``slices``, for a writer's commit round.
+
+    It goes in the same ``put_many`` as the slices' commits (one metadata round for both).
+    It fails if the record exists (a release or the collector came first): then ``seal``
+    after the round. A slice that then did not commit is released (``release``).
+    """
+    return PutOp(records.object_key(object_key), _sealed([list(pair) for pair in slices]),
+                 expected_version_id=EXPECT_ABSENT)
+
+
 async def seal(meta: MetadataStore, object_key: str, committed: Iterable[tuple[int, int]]) -> None:
     """Record which slices of the object committed (after its commit round)."""
     committed = [list(pair) for pair in committed]
@@ -69,7 +84,7 @@ async def seal(meta: MetadataStore, object_key: str, committed: Iterable[tuple[i
         released = value.get("released", [])
         live = [pair for pair in committed if pair not in released]
         freed = not live
-        return records.encode({"state": "sealed", "live": live, "ts": _now_ms()})
+        return _sealed(live)
 
     # The record is usually new: only a release that beat the seal, or the collector, wrote it first.
     await cas.update(meta, records.object_key(object_key), apply, likely_absent=True)

@@ -51,6 +51,15 @@ WAL_HELD_BYTES = Gauge("nereus_storage_wal_upload_lag_bytes",
                        "Bytes acknowledged on WAL replicas and not yet in the object store")
 WAL_APPENDS_WAITING = Gauge("nereus_storage_wal_appends_waiting",
                             "Appends waiting because too much is acknowledged on WAL replicas and not uploaded")
+FLUSH_STAGE_SECONDS = Histogram(
+    "nereus_storage_flush_stage_seconds",
+    "Where a flush's time goes: queued (its first append waiting for the flush to start), write (the object "
+    "put or the WAL replicas' quorum), ordered (waiting for the previous flush's commit), commit",
+    ["stage"], buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1),
+)
+FLUSH_STAGES = ("queued", "write", "ordered", "commit")
+for _stage in FLUSH_STAGES:
+    FLUSH_STAGE_SECONDS.labels(_stage)
 WAL_UPLOAD_SECONDS = Histogram(
     "nereus_storage_wal_upload_lag_seconds", "Time from an object's acknowledgement on WAL replicas to its upload",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),

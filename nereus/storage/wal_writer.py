@@ -1,15 +1,19 @@
 """The object WAL writer: many streams' appends become one object per flush.
 
-Appends are buffered per stream and flushed as ONE object (group commit). When
-does a flush start?
+Appends are buffered per stream and flushed as ONE object (group commit). A flush
+goes through two stages: its write (the object put, or the WAL replicas' quorum),
+then its commit (after the previous flush's). When does a flush start?
 
-* The WAL is idle (no flush in flight): at once, one loop turn after the append,
-  so that the appends of requests read in the same turn share the object. An
-  unbatched producer waits for one object put and one commit, never for a timer.
-* Flushes are in flight: appends keep buffering; a flush starts when the buffer
-  reaches ``max_object_bytes``, ``flush_interval`` after the first buffered append
-  (so a slow store keeps several flushes overlapping under load), or as soon as
-  the last in-flight flush finishes (the WAL is idle again), whichever comes first.
+* Nothing is ahead of the commit stage (no flush writing or waiting for its turn to
+  commit): at once, one loop turn after the append, so that the appends of requests
+  read in the same turn share the object. An unbatched producer waits for one write
+  and one commit, never for a timer.
+* A flush reaches its commit turn: what was buffered meanwhile starts writing, so
+  one flush writes while another commits (a pipeline two deep, which keeps the
+  commit stage busy without piling up objects that wait for it).
+* Otherwise the buffer waits: until it reaches ``max_object_bytes``, or for
+  ``flush_interval`` after its first append (so a slow store, whose writes take
+  longer than commits, keeps several flushes overlapping under load).
 * ``max_inflight_flushes`` are busy: the buffer waits for the next one to finish.
 
 A flush:
@@ -20,9 +24,12 @@ A flush:
 3. waits until the previous flush finished committing (per-stream commit order
    must follow append order), then commits every stream's slice with ONE
    ``put_many`` (a tail CAS per stream, plus an idx group write every 8th commit;
-   the metadata engine applies them in one synced transaction per shard),
+   the metadata engine applies them in one synced transaction per shard); the same
+   ``put_many`` creates the object's sealed record naming those slices,
 4. completes each appender with its base offset, or with the error of its slice,
-5. seals the object record with the slices that committed (off the ack path).
+5. off the ack path: releases the slices that surely did not commit from the sealed
+   record, or seals it the slow way if its create failed (a release or the collector
+   wrote the record first).
 
 A failed flush loses the append sessions of its streams (``AppendSessionLost``), so
 no append behind a failed one commits: a stream's committed order is always its
@@ -34,9 +41,10 @@ a block it thinks dead first claims each unwritten name (put-if-absent of a
 tombstone, so a late put fails) and fences the tails of the streams in the written
 ones (so a late commit fails); see ``gc``.
 
-Uploads of successive flushes overlap; commits are strictly in flush order. At most
-``max_inflight_flushes`` run at once; while they are busy the buffer keeps growing
-into the next flush, up to ``max_buffered_bytes`` (then appends wait: back-pressure).
+Writes of successive flushes may overlap; commits are strictly in flush order. At
+most ``max_inflight_flushes`` run at once; while they are busy the buffer keeps
+growing into the next flush, up to ``max_buffered_bytes`` (then appends wait:
+back-pressure). ``nereus_storage_flush_stage_seconds`` shows where a flush's time goes.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..meta import MetadataStore
+from ..meta import MetadataStore, UnexpectedVersion
 from ..objstore import ObjectExists, ObjectStore
 from ..tasks import log_failure
 from ..wal.errors import BlockFenced
@@ -65,6 +73,7 @@ log = logging.getLogger(__name__)
 
 #: Encoding and checksumming more than this moves to a worker thread.
 _INLINE_ENCODE_BYTES = 1 << 20
+_QUEUED, _WRITE, _ORDERED, _COMMIT = (metrics.FLUSH_STAGE_SECONDS.labels(stage) for stage in metrics.FLUSH_STAGES)
 #: At close, how long uploads may take before the rest is left to the collector.
 _CLOSE_UPLOAD_SECONDS = 10.0
 
@@ -73,7 +82,7 @@ _CLOSE_UPLOAD_SECONDS = 10.0
 class WalOptions:
     max_object_bytes: int = 8 << 20
     #: How long appends made while flushes are in flight may wait for a flush of their
-    #: own (an idle WAL flushes at once, and the end of the last flush starts the next).
+    #: own (an idle WAL flushes at once, and a flush reaching its commit turn starts the next).
     flush_interval: float = 0.005
     max_inflight_flushes: int = 4
     #: Appends wait while this much is buffered behind busy flushes.
@@ -100,6 +109,32 @@ class _Pending:
     session: AppendSession
     entries: list[tuple[int, bytes | memoryview]] = field(default_factory=list)
     futures: list[asyncio.Future] = field(default_factory=list)
+    buffered_at: float = field(default_factory=time.monotonic)  # of the first entry
+
+
+@dataclass(slots=True)
+class _CommitRound:
+    """What one flush's commit round did, for the object's seal."""
+
+    committed: list[tuple[int, int]] = field(default_factory=list)  # (stream id, base) of committed slices
+    #: Slices the round's seal names that surely did not commit (their tail CAS failed).
+    not_committed: list[tuple[int, int]] = field(default_factory=list)
+    sealed: bool = False  # the round's seal landed
+
+
+class _CommitTurn:
+    """Marks (once) that a flush stopped being ahead of the commit stage: its commit starts, or it failed."""
+
+    __slots__ = ("writer", "pending")
+
+    def __init__(self, writer: "WalWriter") -> None:
+        self.writer = writer
+        self.pending = True
+
+    def reached(self) -> None:
+        if self.pending:
+            self.pending = False
+            self.writer._commit_turn_reached()
 
 
 CommitListener = Callable[[int, IndexEntry, list[tuple[int, bytes | memoryview]]], None]
@@ -143,7 +178,8 @@ class WalWriter:
                                  memory_bytes=options.upload_memory_bytes,
                                  concurrency=options.upload_concurrency) if durability.on_replicas else None
         self._last_commit: asyncio.Future | None = None
-        self._inflight = 0
+        self._inflight = 0  # flushes not finished (writing or committing)
+        self._ahead = 0  # flushes writing their object or waiting for their turn to commit
         self._flush_wanted = False
         self._space = asyncio.Event()
         self._space.set()
@@ -183,8 +219,8 @@ class WalWriter:
         self._buffered_bytes += len(entry) + wal_format.ENTRY_HEADER_SIZE
         if self._buffered_bytes >= self.options.max_object_bytes:
             self._flush_now()
-        elif self._inflight == 0:
-            if self._soon is None:  # idle: flush once the appends read in this loop turn are in
+        elif self._ahead == 0:
+            if self._soon is None:  # nothing ahead of the commit stage: flush once this loop turn's appends are in
                 self._soon = asyncio.get_running_loop().call_soon(self._flush_now)
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.options.flush_interval, self._flush_now)
@@ -210,7 +246,8 @@ class WalWriter:
         previous = self._last_commit
         done = self._last_commit = asyncio.get_running_loop().create_future()
         self._inflight += 1
-        self._track(self._flush(batch, previous, done))
+        self._ahead += 1
+        self._track(self._flush(batch, previous, done, _CommitTurn(self)))
         waiters, self._start_waiters = self._start_waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -222,15 +259,21 @@ class WalWriter:
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
+    def _commit_turn_reached(self) -> None:
+        self._ahead -= 1
+        if self._buffer and self._ahead == 0:
+            self._flush_now()  # what came meanwhile is written while this commit runs
+
     def _flush_finished(self) -> None:
         self._inflight -= 1
         if self._buffer and (self._inflight == 0 or self._flush_wanted
                              or self._buffered_bytes >= self.options.max_object_bytes):
             self._flush_now()  # idle again, a flush was due while every slot was busy, or a full buffer
 
-    async def _flush(self, batch: list[_Pending], previous: asyncio.Future | None, done: asyncio.Future) -> None:
+    async def _flush(self, batch: list[_Pending], previous: asyncio.Future | None, done: asyncio.Future,
+                     turn: _CommitTurn) -> None:
         try:
-            await self._write_and_commit(batch, previous, done)
+            await self._write_and_commit(batch, previous, done, turn)
             if self.health.refusal is not None:
                 self.health.succeeded()
         except BaseException as exc:  # every appender must hear about it
@@ -244,12 +287,13 @@ class WalWriter:
         finally:
             if not done.done():
                 done.set_result(None)
+            turn.reached()
             self._flush_finished()
 
     async def _write_and_commit(self, batch: list[_Pending], previous: asyncio.Future | None,
-                                done: asyncio.Future) -> None:
+                                done: asyncio.Future, turn: _CommitTurn) -> None:
         key, block = await self.blocks.next_name()
-        committed: list[tuple[int, int]] = []
+        round_ = _CommitRound()
         chunks: list = []
         try:
             slices = [(p.session.stream_id, p.entries) for p in batch]
@@ -261,6 +305,7 @@ class WalWriter:
             else:
                 encoded = wal_format.encode_object(slices, hints)
             started = time.monotonic()
+            _QUEUED.observe(started - min(p.buffered_at for p in batch))
             # Small objects travel as one buffer: one C-level join beats handing the
             # store hundreds of small chunks to walk through in Python.
             chunks = encoded.chunks if encoded.size > _INLINE_ENCODE_BYTES else [b"".join(encoded.chunks)]
@@ -268,21 +313,26 @@ class WalWriter:
                 key, block = await self._write_replicas(key, block, chunks)
             else:
                 key, block = await self._put_object(key, block, chunks)
+            written = time.monotonic()
+            _WRITE.observe(written - started)
             metrics.WAL_OBJECTS.inc()
             metrics.WAL_OBJECT_BYTES.inc(encoded.size)
             metrics.WAL_FLUSH_BYTES.observe(encoded.size)
             if previous is not None:
                 await previous
             committing = time.monotonic()
-            results = await self._commit_all(batch, key, encoded.slices)
-            metrics.COMMIT_SECONDS.observe(time.monotonic() - committing)
+            _ORDERED.observe(committing - written)
+            turn.reached()
+            await self._commit_all(batch, key, encoded.slices, round_)
+            committed_at = time.monotonic()
+            metrics.COMMIT_SECONDS.observe(committed_at - committing)
+            _COMMIT.observe(committed_at - committing)
             done.set_result(None)  # the next flush may commit now; sealing is off the ack path
-            committed = [(p.session.stream_id, r.base) for p, r in zip(batch, results) if isinstance(r, IndexEntry)]
             metrics.FLUSH_SECONDS.observe(time.monotonic() - started)
         finally:
             # Every name handed out gets sealed, failed ones with no live slice, so
             # the block's marker can go and a half-written object is collected.
-            self._track(self._seal(key, committed, block, chunks))
+            self._track(self._seal(key, round_, block, chunks))
 
     async def _put_object(self, key: str, block: NameBlock, chunks: list) -> tuple[str, NameBlock]:
         for attempt in range(3):
@@ -296,7 +346,7 @@ class WalWriter:
                     raise
                 log.warning("object name %s was claimed by the collector; taking a new block", key)
                 block.claimed = True
-                self._track(self._seal(key, [], block))
+                self._track(self._seal(key, _CommitRound(), block))
                 key, block = await self.blocks.next_name()
         raise AssertionError("unreachable")
 
@@ -313,7 +363,7 @@ class WalWriter:
                 if isinstance(exc, BlockFenced):
                     block.claimed = True
                 failed = tuple(self.replicas.write_set(key, block))
-                self._track(self._seal(key, [], block))
+                self._track(self._seal(key, _CommitRound(), block))
                 key, block = await self.blocks.next_name(avoid=failed)
                 continue
             if slow and block is self.blocks.current:  # under-replicated: the next objects go to a new ensemble
@@ -326,51 +376,56 @@ class WalWriter:
         for replica_id in block.ensemble:
             self._track(self.replicas.drop(replica_id, block.marker))
 
-    async def _seal(self, key: str, committed: list[tuple[int, int]], block: NameBlock,
-                    chunks: list | None = None) -> None:
+    async def _seal(self, key: str, round_: _CommitRound, block: NameBlock, chunks: list | None = None) -> None:
         try:
-            await gc.seal(self.meta, key, committed)
+            if not round_.sealed:
+                await gc.seal(self.meta, key, round_.committed)
+            if round_.not_committed:  # named by the seal of the commit round, or by a seal it may have made
+                await gc.release(self.meta, key, round_.not_committed)
         except Exception:  # the collector resolves the block from its marker instead
             log.warning("could not seal object %s", key, exc_info=True)
             return
-        if block.ensemble and committed and chunks:
+        if block.ensemble and round_.committed and chunks:
             self.uploader.add(key, block, self.replicas.write_set(key, block), chunks)  # done once uploaded
         else:
             self.blocks.finished(block)
 
-    async def _commit_all(self, batch: list[_Pending], key: str,
-                          layouts: list[wal_format.SliceLayout]) -> list[IndexEntry | Exception]:
-        """Commit every stream's slice of one object with one ``put_many``."""
+    async def _commit_all(self, batch: list[_Pending], key: str, layouts: list[wal_format.SliceLayout],
+                          round_: _CommitRound) -> None:
+        """Commit every stream's slice of one object, and seal the object, with one ``put_many``."""
         ops: list = []
-        spans: list[tuple[_Pending, int, int] | None] = []
+        spans: list[tuple[_Pending, int, int, IndexEntry] | None] = []
         for pending, layout in zip(batch, layouts):
             try:
-                slice_ops, _ = pending.session.prepare(key, layout.position, layout.length, layout.entry_count,
-                                                       layout.record_count)
+                slice_ops, entry = pending.session.prepare(key, layout.position, layout.length,
+                                                           layout.entry_count, layout.record_count)
             except Exception as exc:
                 _fail(pending.futures, exc)
                 spans.append(None)
                 continue
-            spans.append((pending, len(ops), len(ops) + len(slice_ops)))
+            spans.append((pending, len(ops), len(ops) + len(slice_ops), entry))
             ops += slice_ops
-        results = await self.meta.put_many(ops) if ops else []
-        outcomes: list[IndexEntry | Exception] = []
+        if not ops:
+            return
+        named = [(pending.session.stream_id, entry.base) for pending, _, _, entry in filter(None, spans)]
+        ops.append(gc.seal_op(key, named))
+        results = await self.meta.put_many(ops)
+        round_.sealed = not isinstance(results[-1], Exception)
         for span, layout in zip(spans, layouts):
             if span is None:
-                outcomes.append(StreamFenced("not committed"))
                 continue
-            pending, lo, hi = span
+            pending, lo, hi, prepared = span
             try:
                 entry = await pending.session.finish(results[lo:hi])
             except Exception as exc:
                 if isinstance(exc, StreamFenced):
                     metrics.FENCED_SLICES.inc()
+                if isinstance(results[hi - 1], UnexpectedVersion):  # its tail did not move: surely not committed
+                    round_.not_committed.append((pending.session.stream_id, prepared.base))
                 _fail(pending.futures, exc)
-                outcomes.append(exc)
                 continue
-            outcomes.append(entry)
+            round_.committed.append((pending.session.stream_id, entry.base))
             self._completed(pending, entry, layout)
-        return outcomes
 
     def _completed(self, pending: _Pending, entry: IndexEntry, layout: wal_format.SliceLayout) -> None:
         self._sessions[pending.session.stream_id] = pending.session

@@ -48,7 +48,8 @@ async def test_put_fsyncs_file_and_every_new_directory(tmp_path, monkeypatch) ->
         monkeypatch.setattr(os, "fsync", spy)
         await st.put_if_absent("a/b/c", b"payload")
         root = str(tmp_path / "root")
-        temp = [p for p in synced if os.path.basename(p).startswith(".tmp-")]
+        # The data is synced in its temp file (anonymous, or named in the staging directory).
+        temp = [p for p in synced if p.startswith(os.path.join(root, STAGING_DIR) + "/")]
         assert len(temp) == 1 and synced.index(temp[0]) < synced.index(f"{root}/a/b")
         # New directories are made durable in their parents, and the object in its directory.
         assert {root, f"{root}/a", f"{root}/a/b"} <= set(synced)
@@ -61,10 +62,13 @@ async def test_put_fsyncs_file_and_every_new_directory(tmp_path, monkeypatch) ->
 CRASHING_WRITER = textwrap.dedent(
     """
     import asyncio, os, sys
-    from nereus.objstore.local import LocalObjectStore
+    from nereus.objstore.local import LocalObjectStore, _SpareFiles
 
+    if sys.argv[2] == "named":  # as on a file system without anonymous temp files
+        _SpareFiles._anonymous_files_work = lambda self: False
     # Die between "temp file written and fsynced" and "published by link".
-    os.link = lambda *a, **k: os._exit(17)
+    real_link = os.link
+    os.link = lambda src, dst, **k: os._exit(17) if dst == "obj" else real_link(src, dst, **k)
 
     async def main():
         await LocalObjectStore(sys.argv[1]).put_if_absent("victim/obj", b"x" * 100_000)
@@ -74,16 +78,21 @@ CRASHING_WRITER = textwrap.dedent(
 )
 
 
-async def test_crashed_write_is_invisible_and_cleaned_up(tmp_path) -> None:
-    proc = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(tmp_path)], timeout=60)
+@pytest.mark.parametrize("temp_files", ["anonymous", "named"])
+async def test_crashed_write_is_invisible_and_cleaned_up(tmp_path, temp_files) -> None:
+    proc = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(tmp_path), temp_files], timeout=60)
     assert proc.returncode == 17
     leftovers = staged(tmp_path)
-    assert len(leftovers) == 1 and leftovers[0].startswith(".tmp-")
+    if temp_files == "anonymous":
+        assert leftovers == []  # an anonymous file dies with its process
+    else:
+        assert len(leftovers) == 1 and leftovers[0].startswith(".tmp-")
     async with LocalObjectStore(tmp_path) as st:
         with pytest.raises(ObjectNotFound):
             await st.head("victim/obj")
-        with pytest.raises(InvalidObjectKey):
-            await st.get(f"{STAGING_DIR}/{leftovers[0]}")
+        for name in leftovers:
+            with pytest.raises(InvalidObjectKey):
+                await st.get(f"{STAGING_DIR}/{name}")
         assert staged(tmp_path) == []  # removed when the store opened
         await st.put_if_absent("victim/obj", b"retry")  # the name was never taken
         assert await st.get("victim/obj") == b"retry"
@@ -173,3 +182,24 @@ async def test_os_errors_become_store_errors(tmp_path) -> None:
         with pytest.raises(ObjectStoreError) as err:
             await st.put_if_absent("k", b"v")
     assert isinstance(err.value.__cause__, OSError)
+
+
+async def test_puts_take_temp_files_opened_ahead(tmp_path, monkeypatch) -> None:
+    """Creating an inode waits on the journal: a put uses a file opened before it started."""
+    from nereus.objstore.local import _SpareFiles
+    from tests.waiting import wait_until
+
+    async with LocalObjectStore(tmp_path) as st:
+        await st.put_if_absent("first", b"1")
+        if not st._spares._anonymous:
+            pytest.skip("this file system has no anonymous temp files")
+        wait_until(lambda: len(st._spares._files) == _SpareFiles.SPARE, "the spare files", 10)  # a pool thread fills it
+
+        def no_create(self):
+            raise OSError("no inode may be created on a put's path")
+
+        monkeypatch.setattr(_SpareFiles, "_create", no_create)
+        for i in range(_SpareFiles.SPARE):
+            await st.put_if_absent(f"obj-{i}", b"x" * i)
+        assert [await st.get(f"obj-{i}") for i in range(_SpareFiles.SPARE)] == [b"x" * i for i in range(_SpareFiles.SPARE)]
+        assert staged(tmp_path) == []

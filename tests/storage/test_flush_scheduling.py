@@ -1,4 +1,5 @@
-"""When the WAL writer starts a flush: at once when idle, else when the flushes in flight end.
+"""When the WAL writer starts a flush: at once when idle, else when the flush ahead of it
+reaches its commit turn; and what one flush's metadata round holds.
 
 The writers here have a flush timer of an hour: a test that needed it would hang
 (and fail on its ``wait_for``), so whatever completes was flushed without it.
@@ -9,7 +10,9 @@ import asyncio
 
 import pytest
 
-from nereus.storage import StorageOptions, StreamStorage, WalOptions, wal_format
+from nereus.storage import StorageOptions, StreamFenced, StreamStorage, WalOptions, records, wal_format
+
+from .test_session_lifecycle import Held
 
 NO_TIMER = 3600.0
 GUARD = 30  # seconds a test may wait for what should happen at once, before it fails
@@ -117,6 +120,96 @@ async def test_flush_waits_for_what_is_buffered_behind_a_flush_in_flight(storage
     objects.hold_puts(False)
     await asyncio.wait_for(flushed, GUARD)
     assert first.done() and second.done() and second.result().base_offset == 2
+
+
+async def test_a_flush_at_its_commit_turn_lets_the_next_one_write_meanwhile(meta, objects):
+    held = Held(meta, "put_many")
+    storage = StreamStorage(held, objects, node_id="node-a", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+    try:
+        a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
+        for s in (a, b):
+            await asyncio.wait_for(s.append(b"warm-up", 1), GUARD)
+        held.hold = asyncio.Event()
+        puts = objects.calls["put_if_absent"]
+        first = asyncio.ensure_future(a.append(b"a1", 1))
+        await asyncio.wait_for(held.entered.wait(), GUARD)  # written; its commit is held
+        second = asyncio.ensure_future(b.append(b"b1", 1))
+        await asyncio.wait_for(until(lambda: objects.calls["put_if_absent"] == puts + 2), GUARD)
+        await until(lambda: storage.writer._ahead == 1)  # written, waiting for its turn
+        third = asyncio.ensure_future(a.append(b"a2", 1))  # the second flush is ahead of the commits: wait
+        await until(lambda: storage.writer._buffered_bytes > 0)
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert objects.calls["put_if_absent"] == puts + 2 and not first.done()
+        held.hold.set()
+        results = await asyncio.wait_for(asyncio.gather(first, second, third), GUARD)
+        assert [r.base_offset for r in results] == [1, 1, 2]
+        written = await wal_objects(objects)
+        assert written[-3:] == [[(a.stream_id, [b"a1"])], [(b.stream_id, [b"b1"])], [(a.stream_id, [b"a2"])]]
+    finally:
+        await storage.close()
+
+
+async def test_one_metadata_round_commits_the_slices_and_seals_their_object(meta, objects):
+    counted = Held(meta, "put")  # never held: counts the single writes of the flush below
+    puts: list[str] = []
+    inner_put = counted.put
+
+    async def put(key, *args, **kwargs):
+        puts.append(key)
+        return await inner_put(key, *args, **kwargs)
+
+    counted.put = put
+    storage = StreamStorage(counted, objects, node_id="node-a", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+    try:
+        a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
+        for s in (a, b):
+            await asyncio.wait_for(s.append(b"warm-up", 1), GUARD)
+        await storage.writer.flush()
+        puts.clear()
+        results = await asyncio.wait_for(asyncio.gather(a.append(b"a1", 1), b.append(b"b1", 1)), GUARD)
+        await storage.writer.flush()
+        key = [k for k in objects.inner.keys() if k.startswith("wal/")][-1]
+        record = records.decode((await meta.get(records.object_key(key))).value)
+        assert record["state"] == "sealed"
+        assert sorted(record["live"]) == sorted([[a.stream_id, results[0].base_offset],
+                                                 [b.stream_id, results[1].base_offset]])
+        assert [k for k in puts if k == records.object_key(key)] == []  # sealed in the commit's put_many
+    finally:
+        await storage.close()
+
+
+async def test_a_slice_fenced_in_its_commit_round_is_not_left_live_in_the_seal(meta, objects):
+    storage = StreamStorage(meta, objects, node_id="old", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+    newer = StreamStorage(meta, objects, node_id="new", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+    try:
+        a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
+        for s in (a, b):
+            await asyncio.wait_for(s.append(b"warm-up", 1), GUARD)
+        objects.hold_puts()
+        kept = asyncio.ensure_future(a.append(b"a1", 1))
+        fenced = asyncio.ensure_future(b.append(b"b1", 1))
+        await asyncio.wait_for(objects.wait_held(1), GUARD)  # one object holds both slices
+        taker = await newer.open_stream("b")
+        await taker.acquire()  # b's session in the flush is fenced before its commit
+        objects.hold_puts(False)
+        assert (await asyncio.wait_for(kept, GUARD)).base_offset == 1
+        with pytest.raises(StreamFenced):
+            await asyncio.wait_for(fenced, GUARD)
+        await storage.writer.flush()
+        key = [k for k in objects.inner.keys() if k.startswith("wal/") and "-old-" in k][-1]
+
+        async def live():
+            return records.decode((await meta.get(records.object_key(key))).value).get("live")
+
+        deadline = asyncio.get_running_loop().time() + GUARD
+        while await live() != [[a.stream_id, 1]]:  # the release runs off the ack path
+            assert asyncio.get_running_loop().time() < deadline, await live()
+            await asyncio.sleep(0.01)
+    finally:
+        objects.hold_puts(False)
+        await storage.close()
+        await newer.close()
 
 
 async def until(predicate, turns: int = 1000) -> None:

@@ -93,6 +93,9 @@ class Claims(OwnerLookup):
                         if is_releasing(rec.value) and await self._gone(key, rec.version.version_id, HANDOFF_WAIT):
                             raise ReadAgain  # handed over just now: claim it
                         raise NotOwner(f"{topic} is served by {name}", owner.address)
+                    if await self._dead_incarnation(name, incarnation, True) \
+                            and await self._take_from_dead(topic, rec.version.version_id):
+                        raise ReadAgain  # its owner is surely dead: claim it now
                     raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that session expires")
                 expected = rec.version.version_id  # our earlier incarnation's record
             else:

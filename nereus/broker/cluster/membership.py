@@ -34,6 +34,7 @@ BROKERS = "/nereus/cluster/brokers/"
 NODE_IDS = "/nereus/cluster/node-ids/"
 NEXT_NODE_ID = "/nereus/cluster/next-node-id"
 
+_DEPARTED_KEPT = 1024
 ACTIVE = "active"
 DRAINING = "draining"
 
@@ -95,6 +96,8 @@ class Membership:
         self.state = ACTIVE
         self.load: dict = {}
         self.brokers: dict[str, BrokerRecord] = {}
+        #: The last record of each broker that left the registry (where a dead owner listened).
+        self.departed: dict[str, BrokerRecord] = {}
         self.ring: HashRing[BrokerAddress] = HashRing({})
         self._listeners: list[Callable[[], None]] = []
         self._task: asyncio.Task | None = None
@@ -159,6 +162,12 @@ class Membership:
     def _apply(self, brokers: dict[str, BrokerRecord]) -> None:
         before = {n: (r.address, r.state) for n, r in self.brokers.items()}
         after = {n: (r.address, r.state) for n, r in brokers.items()}
+        for name, record in self.brokers.items():
+            if name not in brokers:
+                self.departed.pop(name, None)
+                self.departed[name] = record
+                while len(self.departed) > _DEPARTED_KEPT:
+                    del self.departed[next(iter(self.departed))]
         self.brokers = brokers
         if before == after:
             return
@@ -170,6 +179,22 @@ class Membership:
                 listener()
             except Exception:
                 log.exception("a ring listener failed")
+
+    async def forget(self, record: BrokerRecord) -> None:
+        """Remove a dead broker's registration before its session expires (it was seen dead:
+        see ``OwnerLookup``); a newer incarnation's registration stays."""
+        current = await self.meta.get(BROKERS + record.address.name)
+        if current is not None:
+            try:
+                if BrokerRecord.decode(current.value).incarnation == record.incarnation:
+                    await self.meta.delete(current.key, expected_version_id=current.version.version_id)
+                    log.warning("broker %s (incarnation %s) refuses connections: removed from the registry "
+                                "without waiting for its session to expire", record.address.name, record.incarnation)
+            except UnexpectedVersion:
+                pass  # it registered again meanwhile
+            except (ValueError, KeyError, TypeError):
+                pass
+        await self.refresh()
 
     def live(self, name: str, incarnation: str | None = None) -> bool:
         record = self.brokers.get(name)

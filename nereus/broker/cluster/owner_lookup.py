@@ -2,8 +2,14 @@
 
 The record ``/nereus/cluster/owners/{topic}`` (broker name and incarnation; ``releasing``
 while its owner hands it over) is ephemeral: it vanishes with its owner's metadata
-session. A record naming a broker that left the registry, or one whose listener refuses
-connections, is waited out (up to ``dead_owner_wait``) rather than named to a client.
+session. An owner seen dead does not keep its topics until then: one whose listener
+refuses connections (nothing listens on its port: the process died; a stalled one still
+accepts) is removed from the registry and its record deleted, and so is the record of
+an incarnation a newer one of the same broker replaced (it could bind the ports the name
+stands for). Storage fencing, not this judgement, keeps a wrongly judged owner from
+writing. An owner that is gone from the registry or cannot be reached otherwise (a
+timeout proves nothing) is waited out (up to ``dead_owner_wait``) rather than named to
+a client.
 """
 
 from __future__ import annotations
@@ -13,11 +19,11 @@ import json
 import time
 from urllib.parse import quote
 
-from ...meta import MetadataStore
+from ...meta import MetadataStore, UnexpectedVersion
 from ...tasks import wait_for
 from ...topics.placement import BrokerAddress, NotOwner, Placement
 from .leader_preference import LeaderPreferences
-from .membership import Membership
+from .membership import BrokerRecord, Membership
 
 OWNERS = "/nereus/cluster/owners/"
 HANDOFF_WAIT = 5.0  # how long a lookup waits for a topic being handed over to be released
@@ -67,35 +73,63 @@ class OwnerLookup(Placement):
     async def _current_owner(self, topic: str, *, wait: bool = True, probe: bool = False) -> BrokerAddress | None:
         """The live owner named by the topic's record (None when there is none or it is dead).
 
-        With ``probe``, an owner whose listener refuses connections (killed, its session
-        not expired yet) is waited out like a dead one: a client sent there would only
-        fail and back off further with every retry.
+        With ``probe``, an owner whose listener does not answer is not named: one that
+        refuses connections is dead and its record goes now; one that times out is
+        waited out like a dead one (a client sent there would only fail and back off).
         """
-        rec = await self.meta.get(owner_key(topic))
-        if rec is None:
-            return None
-        name, incarnation = decode_owner(rec.value)
-        if name == self.local.name:
-            return None  # a record of an earlier incarnation: ours to replace
-        record = self.membership.brokers.get(name)
-        if record is not None and record.incarnation == incarnation:
-            if wait and is_releasing(rec.value):  # being handed over: its next owner is moments away
-                if await self._gone(owner_key(topic), rec.version.version_id, HANDOFF_WAIT):
-                    return None
-                return record.address
-            if not probe or await self._answers(record.address):
-                return record.address
-            if not wait:
-                raise OwnerUnreachable(f"{topic}: its owner {name} does not answer", None)
-            if await self._gone(owner_key(topic), rec.version.version_id):
-                await self._forgotten(name)
+        for _ in range(3):  # again after taking a dead owner's record raced with another change
+            rec = await self.meta.get(owner_key(topic))
+            if rec is None:
                 return None
-            return record.address  # alive after all, or unreachable from here only: let the client try
-        # Its owner is gone and its record goes when that session expires: hold the
-        # answer until then rather than send the client into its reconnect backoff.
-        if wait and await self._gone(owner_key(topic), rec.version.version_id):
-            return None
-        raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that broker's session expires")
+            name, incarnation = decode_owner(rec.value)
+            if name == self.local.name:
+                return None  # a record of an earlier incarnation: ours to replace
+            record = self.membership.brokers.get(name)
+            if record is not None and record.incarnation == incarnation:
+                if wait and is_releasing(rec.value):  # being handed over: its next owner is moments away
+                    if await self._gone(owner_key(topic), rec.version.version_id, HANDOFF_WAIT):
+                        return None
+                    return record.address
+                if not probe or await self._answers(record.address):
+                    return record.address
+                if await self._refuses(record.address):
+                    await self.membership.forget(record)
+                    if await self._take_from_dead(topic, rec.version.version_id):
+                        return None
+                    continue
+                if not wait:
+                    raise OwnerUnreachable(f"{topic}: its owner {name} does not answer", None)
+                if await self._gone(owner_key(topic), rec.version.version_id):
+                    await self._forgotten(name)
+                    return None
+                return record.address  # alive after all, or unreachable from here only: let the client try
+            if await self._dead_incarnation(name, incarnation, probe):
+                if await self._take_from_dead(topic, rec.version.version_id):
+                    return None
+                continue
+            # Its owner is gone and its record goes when that session expires: hold the
+            # answer until then rather than send the client into its reconnect backoff.
+            if wait and await self._gone(owner_key(topic), rec.version.version_id):
+                return None
+            raise NotOwner(f"{topic}: its owner {name} is gone; it moves once that broker's session expires")
+        raise NotOwner(f"{topic}: its ownership record keeps changing", None)
+
+    async def _dead_incarnation(self, name: str, incarnation: str, probe: bool) -> bool:
+        """Is the owner ``name``/``incarnation``, not (or no longer) registered, surely dead?"""
+        record = self.membership.brokers.get(name)
+        if record is not None:
+            return True  # a newer incarnation registered: it could bind the old one's ports
+        departed: BrokerRecord | None = self.membership.departed.get(name)
+        return (probe and departed is not None and departed.incarnation == incarnation
+                and await self._refuses(departed.address))
+
+    async def _take_from_dead(self, topic: str, version: int) -> bool:
+        """Delete a dead owner's record of ``topic`` (False: it changed meanwhile)."""
+        try:
+            await self.meta.delete(owner_key(topic), expected_version_id=version)
+        except UnexpectedVersion:
+            return False
+        return True
 
     async def _answers(self, address: BrokerAddress) -> bool:
         """Does ``address``'s Pulsar listener accept connections? (cached briefly)"""
@@ -112,6 +146,20 @@ class OwnerLookup(Placement):
             ok = False
         self._probes[address.name] = (ok, time.monotonic())
         return ok
+
+    async def _refuses(self, address: BrokerAddress) -> bool:
+        """Does ``address``'s Pulsar listener refuse connections now (asked afresh)? Only a
+        refusal counts: nothing listens there. A timeout may be a slow or cut-off broker."""
+        host, _, port = address.pulsar_url.rpartition("://")[2].rpartition(":")
+        try:
+            _, writer = await wait_for(asyncio.open_connection(host, int(port)), PROBE_TIMEOUT)
+        except ConnectionRefusedError:
+            return True
+        except (OSError, ValueError, asyncio.TimeoutError):
+            return False
+        writer.close()
+        self._probes[address.name] = (True, time.monotonic())
+        return False
 
     async def _forgotten(self, name: str) -> None:
         """Wait (briefly) until the ring no longer has ``name``, so it is not named again."""

@@ -87,18 +87,28 @@ class EmbeddedMetadataStore(MetadataStore):
             raise
 
     async def put_many(self, ops: Sequence[PutOp]) -> list[PutResult | Exception]:
-        """One queue submission per op and one wait for all: no coroutine per op."""
+        """Every op of a shard queued at once (so one batch of the shard takes them all, not a
+        first few that woke its thread) and one wait for all: no coroutine per op."""
         self._check()
-        futures: list[asyncio.Future] = []
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future | None] = []
         results: list[PutResult | Exception | None] = [None] * len(ops)
+        by_shard: dict[Shard, list[tuple]] = {}
         for i, op in enumerate(ops):
             try:
-                futures.append(self._route(op.key, op.partition_key).call(
-                    PUT, op.key, check_key(op.key), check_value(op.value), check_expected(op.expected_version_id), 0,
-                    self.identity, None, check_indexes(op.secondary_indexes)))
+                shard = self._route(op.key, op.partition_key)
+                fut = loop.create_future()
+                call = (PUT, fut, op.key, check_key(op.key), check_value(op.value),
+                        check_expected(op.expected_version_id), 0, self.identity, None,
+                        check_indexes(op.secondary_indexes))
             except MetadataError as e:
                 results[i] = e
-                futures.append(None)  # type: ignore[arg-type]
+                futures.append(None)
+                continue
+            by_shard.setdefault(shard, []).append(call)
+            futures.append(fut)
+        for shard, calls in by_shard.items():
+            shard.submit_many(calls)
         pending = [f for f in futures if f is not None]
         if pending:
             await asyncio.wait(pending)

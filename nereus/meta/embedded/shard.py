@@ -70,6 +70,14 @@ class Shard:
         if self._idle:
             self._wake.set()
 
+    def submit_many(self, ops: list[tuple]) -> None:
+        """Queue operations from any thread, all visible to the shard thread at once."""
+        if self._closed:
+            raise MetadataClosed("metadata engine is closed")
+        self._queue.extend(ops)  # one step under the GIL: the thread takes all of them or none
+        if self._idle:
+            self._wake.set()
+
     def close(self) -> None:
         """Stop accepting operations; the thread finishes the queued ones and exits."""
         if not self._closed:
