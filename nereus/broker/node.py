@@ -83,6 +83,7 @@ class BrokerOptions:
     rebalance_delay: float = 0.5
     lease_poll_seconds: float = 2.0
     session_timeout: float = 10.0
+    topic_idle_seconds: float = 300.0  # a loaded topic with nothing attached is unloaded after this (0: never)
     auto_topic_creation: bool = True  # missing topics are created on first use (Pulsar and Kafka clients)
     auto_topic_creation_type: str = "non-partitioned"  # what a Pulsar client's first use creates
     default_partitions: int = 1  # partitions of an auto-created partitioned topic (and of Kafka's)
@@ -291,6 +292,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     auto_creation = AutoCreation(options.auto_topic_creation, options.auto_topic_creation_type,
                                  options.default_partitions)
     registry = TopicRegistry(storage, meta, placement=starting, deduplication_enabled=options.deduplication,
+                             idle_seconds=options.topic_idle_seconds,
                              auto_creation=auto_creation,
                              schema_compatibility_strategy=options.schema_compatibility_strategy)
     registry.start()

@@ -329,6 +329,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--transactional-id-expiration", ("transactional.id.expiration.ms",), click.FloatRange(1),
            7 * 24 * 3600, "Seconds after which a Kafka transactional id without an open transaction is "
            "forgotten (transactional.id.expiration.ms).", parse=_millis),
+    Option("--topic-idle-seconds", ("topicIdleSeconds",), click.FloatRange(0), 300,
+           "Seconds a loaded topic with no producer, consumer or reader attached and no append stays loaded; "
+           "then it is unloaded and its memory given back (0: never unloaded)."),
     Option("--session-timeout", ("metadataStoreSessionTimeoutMillis",), click.FloatRange(0.5), 10,
            "Seconds after which a broker that stopped heartbeating loses its topics.", parse=_millis),
     Option("--gc-interval", ("gcIntervalSeconds",), click.FloatRange(0.1), 30,
