@@ -126,7 +126,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHead, Any]:
 
     A Produce's ``records`` are views of ``frame`` (see produce_request.py)."""
     head = peek_head(frame)
-    if head.api_key == PRODUCE:
+    if head.api_key == PRODUCE and supported(PRODUCE, head.api_version):  # the layout produce_request.py reads
         client_id, body = decode_produce(frame)
         return RequestHead(head.api_key, head.api_version, head.correlation_id, client_id), body
     cls = request_schema(head.api_key, head.api_version)

@@ -1,5 +1,8 @@
 """One Kafka client connection: framing, dispatch and in-order responses.
 
+Frames are views of the received bytes (``codec.kafka.framing``) and responses go out as
+chunks through ``writelines`` (a Fetch's record batches as views of the stored entries).
+
 Requests are started in arrival order (a handler's synchronous part runs before
 the next request is looked at, so Produce appends keep their order); a handler
 may return an awaitable for the part that waits (durable appends, long polls).
