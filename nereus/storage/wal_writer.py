@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 #: Encoding and checksumming more than this moves to a worker thread.
 _INLINE_ENCODE_BYTES = 1 << 20
 _QUEUED, _WRITE, _ORDERED, _COMMIT = (metrics.FLUSH_STAGE_SECONDS.labels(stage) for stage in metrics.FLUSH_STAGES)
+#: Objects whose chunks average less than this are joined into one buffer before the put.
+_JOIN_BELOW_AVERAGE_CHUNK = 4096
 #: At close, how long uploads may take before the rest is left to the collector.
 _CLOSE_UPLOAD_SECONDS = 10.0
 
@@ -306,9 +308,12 @@ class WalWriter:
                 encoded = wal_format.encode_object(slices, hints)
             started = time.monotonic()
             _QUEUED.observe(started - min(p.buffered_at for p in batch))
-            # Small objects travel as one buffer: one C-level join beats handing the
-            # store hundreds of small chunks to walk through in Python.
-            chunks = encoded.chunks if encoded.size > _INLINE_ENCODE_BYTES else [b"".join(encoded.chunks)]
+            # Many small entries travel as one buffer: one C-level join beats handing the store
+            # hundreds of small chunks to walk through in Python. Large entries (a producer's
+            # batches) are not copied: the store writes them where they are.
+            chunks = encoded.chunks
+            if encoded.size < _JOIN_BELOW_AVERAGE_CHUNK * len(chunks):
+                chunks = [b"".join(chunks)]
             if block.ensemble:
                 key, block = await self._write_replicas(key, block, chunks)
             else:

@@ -97,8 +97,8 @@ def pulsar_to_kafka(body: bytes | memoryview, base_offset: int, leader_epoch: in
     return build_batch(records, base_offset=base_offset, leader_epoch=leader_epoch)
 
 
-_PREFIX = struct.Struct(">q")
-_EPOCH = struct.Struct(">i")
+_SERVED_PREFIX = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
+_LENGTH = struct.Struct(">i")
 
 
 def pulsar_body(data: bytes | memoryview) -> memoryview:
@@ -114,15 +114,24 @@ def pulsar_body(data: bytes | memoryview) -> memoryview:
     return view[HEADER_SIZE:]
 
 
-def kafka_batch(data: bytes | memoryview, base_offset: int, leader_epoch: int = -1) -> bytes | None:
-    """The record batch of a stored entry as served at ``base_offset``; None if not showable."""
+def kafka_batch_chunks(data: bytes | memoryview, base_offset: int,
+                       leader_epoch: int = -1) -> list[bytes | memoryview] | None:
+    """The record batch of a stored entry as served at ``base_offset``, as chunks to write in
+    order; None if not showable. A stored Kafka batch is not copied: the 16 bytes before its
+    CRC'd part (base offset and leader epoch rewritten, its length) are a chunk of their own,
+    the rest a view of ``data``."""
     header, body = decode_entry(data)
     if header.format == EntryFormat.KAFKA:
-        out = bytearray(body)
-        _PREFIX.pack_into(out, 0, base_offset)
-        _EPOCH.pack_into(out, 12, leader_epoch)
-        return bytes(out)
-    return pulsar_to_kafka(body, base_offset, leader_epoch)
+        (length,) = _LENGTH.unpack_from(body, 8)
+        return [_SERVED_PREFIX.pack(base_offset, length, leader_epoch), body[_SERVED_PREFIX.size:]]
+    batch = pulsar_to_kafka(body, base_offset, leader_epoch)
+    return None if batch is None else [batch]
 
 
-__all__ = ["kafka_batch", "pulsar_body", "ConversionError", "kafka_to_pulsar", "key_from_pulsar", "pulsar_to_kafka"]
+def kafka_batch(data: bytes | memoryview, base_offset: int, leader_epoch: int = -1) -> bytes | None:
+    """The record batch of a stored entry as served at ``base_offset``, in one piece; None if not showable."""
+    chunks = kafka_batch_chunks(data, base_offset, leader_epoch)
+    return None if chunks is None else b"".join(chunks)
+
+
+__all__ = ["kafka_batch", "kafka_batch_chunks", "pulsar_body", "ConversionError", "kafka_to_pulsar", "key_from_pulsar", "pulsar_to_kafka"]

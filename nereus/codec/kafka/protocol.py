@@ -12,11 +12,9 @@ import datetime
 import functools
 import io
 import struct
-from dataclasses import dataclass, fields
-from types import ModuleType
+from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -24,6 +22,9 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from .bounds import LengthError, check_frame
+from .fetch_response import FETCH, encode_fetch_response
+from .produce_request import PRODUCE, decode_produce
+from .schemas import MalformedRequest, has, make, module_of, nested, request_schema, response_schema
 
 _API = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -89,10 +90,6 @@ API_VERSIONS = 18
 NO_THROTTLE = datetime.timedelta(0)
 
 
-class MalformedRequest(ValueError):
-    """The frame cannot be decoded: the connection is closed."""
-
-
 @dataclass(frozen=True, slots=True)
 class RequestHead:
     api_key: int
@@ -115,16 +112,6 @@ def supported(api_key: int, version: int) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def request_schema(api_key: int, version: int):
-    return load_request_schema(api_key, version)
-
-
-@functools.lru_cache(maxsize=None)
-def response_schema(api_key: int, version: int):
-    return load_response_schema(api_key, version)
-
-
-@functools.lru_cache(maxsize=None)
 def _reader(cls):
     return entity_reader(cls)
 
@@ -134,14 +121,14 @@ def _writer(cls):
     return entity_writer(cls)
 
 
-@functools.lru_cache(maxsize=None)
-def _field_names(cls) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
 def decode_request(frame: bytes | memoryview) -> tuple[RequestHead, Any]:
-    """(header, typed body) of a supported request; raises MalformedRequest."""
+    """(header, typed body) of a supported request; raises MalformedRequest.
+
+    A Produce's ``records`` are views of ``frame`` (see produce_request.py)."""
     head = peek_head(frame)
+    if head.api_key == PRODUCE and supported(PRODUCE, head.api_version):  # the layout produce_request.py reads
+        client_id, body = decode_produce(frame)
+        return RequestHead(head.api_key, head.api_version, head.correlation_id, client_id), body
     cls = request_schema(head.api_key, head.api_version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     data = bytes(frame)
@@ -168,31 +155,19 @@ def encode_response(head: RequestHead, body: Any) -> bytes:
     else:
         _writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=head.correlation_id))
     _writer(type(body))(buf, body)
-    out = buf.getbuffer()
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    size = buf.tell() - 4
+    buf.seek(0)
+    buf.write(_SIZE.pack(size))
+    return buf.getvalue()  # the buffer itself, not a copy of it (no view of it was taken)
 
 
-def module_of(cls) -> ModuleType:
-    import sys
-    return sys.modules[cls.__module__]
-
-
-def make(cls, **values: Any):
-    """Build a schema object from values, dropping those this version does not have."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def nested(owner, name: str):
-    """A nested schema class (e.g. ``MetadataResponseTopic``) of the same version as ``owner``."""
-    return getattr(module_of(owner if isinstance(owner, type) else type(owner)), name)
-
-
-def has(obj_or_cls, name: str) -> bool:
-    cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
-    return name in _field_names(cls)
+def encode_response_chunks(head: RequestHead, body: Any) -> list:
+    """The whole response frame as chunks for ``writelines``: a Fetch's record batches are
+    referenced, not copied (fetch_response.py)."""
+    if head.api_key == FETCH:
+        return encode_fetch_response(head.correlation_id, head.api_version, body)
+    return [encode_response(head, body)]
 
 
 __all__ = ["API_VERSIONS", "MalformedRequest", "NO_THROTTLE", "RequestHead", "SUPPORTED", "decode_request", "encode_response",
-           "has", "make", "module_of", "nested", "peek_head", "request_schema", "response_schema", "supported"]
+           "encode_response_chunks", "has", "make", "module_of", "nested", "peek_head", "request_schema", "response_schema", "supported"]

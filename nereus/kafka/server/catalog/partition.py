@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ....topics.convert import kafka_batch
+from ....topics.convert import kafka_batch, kafka_batch_chunks
 from ....ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
 from ....storage import FetchedEntry
 from ....codec.kafka.batch import BatchHeader
@@ -120,7 +120,9 @@ class Partition:
                              max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
                              producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
                              last_sequence=batch.last_sequence, flags=flags | EntryFlags.BATCHED)
-        task = self.topic.append(header.pack() + bytes(data), batch.record_count, keys)
+        # The one copy of a produced batch: ``data`` is a view of the request frame, which the
+        # stored entry must not pin (nor the tail cache, which keeps the entry).
+        task = self.topic.append(b"".join((header.pack(), data)), batch.record_count, keys)
         count, size = batch.record_count, len(data)
 
         def done(t: asyncio.Task) -> None:
@@ -133,9 +135,13 @@ class Partition:
         task.add_done_callback(done)
         return task
 
-    def served(self, entry: FetchedEntry) -> bytes:
+    def served(self, entry: FetchedEntry) -> bytes | None:
         """The entry as a Kafka batch with its base offset and leader epoch as served."""
         return kafka_batch(entry.data, entry.base_offset, self.leader_epoch)
+
+    def served_chunks(self, entry: FetchedEntry) -> list | None:
+        """``served`` as chunks to write in order, the stored batch referenced, not copied."""
+        return kafka_batch_chunks(entry.data, entry.base_offset, self.leader_epoch)
 
 
 __all__ = ["DUPLICATE", "INVALID_EPOCH", "NONE", "OUT_OF_ORDER", "Partition", "ProducerState"]

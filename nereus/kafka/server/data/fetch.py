@@ -1,6 +1,7 @@
 """Fetch.
 
-Stored batches are served with only the base offset and leader epoch rewritten, and
+Stored batches are served with only the base offset and leader epoch rewritten (as
+``RecordChunks``: views of the stored entries, never copied here), and
 a Fetch long-polls until ``min_bytes`` are there or ``max_wait`` passed. Any broker
 serves a Fetch (committed data is read from the shared storage; no append session is
 taken), and a consumer of another zone is sent to a broker of its own zone (KIP-392).
@@ -18,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from ....auth.kafka_acls import READ, TOPIC
 from ....storage import StorageError
 from ....codec.kafka import NO_THROTTLE, make, nested
+from ....codec.kafka.fetch_response import RecordChunks
 from ....codec.kafka.protocol import response_schema
 from ....topics.convert import ConversionError
 from ....topics.traffic import KAFKA_READS
@@ -170,8 +172,8 @@ async def _fetch_partition(ctx: DataContext, cls, topic: str, fp, budget: int, f
         floor = handle.start_offset() if compact and await compacted.deletes(ctx.configs, topic) else 0
         viewed = await compacted.view_fetch(part, fp.fetch_offset, max(limit, 1), floor) if compact else None
         if viewed is not None and viewed[1] is None:  # below the key view's horizon
-            return _partition_data(pcls, fp, ErrorCode.none, handle.next_offset(), log_start, b"".join(viewed[0]),
-                                   lso=lso), part
+            return _partition_data(pcls, fp, ErrorCode.none, handle.next_offset(), log_start,
+                                   RecordChunks(viewed[0]), lso=lso), part
         result = viewed[1] if viewed is not None else await handle.fetch(
             fp.fetch_offset, lso if committed else None, max_bytes=max(limit, 1))
     except StorageError as exc:
@@ -187,21 +189,20 @@ async def _fetch_partition(ctx: DataContext, cls, topic: str, fp, budget: int, f
         end = min(served_end, lso)
         aborted = tuple(make(nested(cls, "AbortedTransaction"), producer_id=pid, first_offset=first)
                         for pid, first, _ in txns.aborted(fp.fetch_offset, end))
-    return _partition_data(pcls, fp, ErrorCode.none, result.next_offset, start, b"".join(chunks), aborted=aborted,
-                           lso=lso), part
+    return _partition_data(pcls, fp, ErrorCode.none, result.next_offset, start, chunks, aborted=aborted, lso=lso), part
 
 
-def _served(part, entries, fp, limit: int, first: bool, lso: int | None, txns) -> tuple[list, int, int]:
+def _served(part, entries, fp, limit: int, first: bool, lso: int | None, txns) -> tuple[RecordChunks, int, int]:
     """The fetched entries as Kafka batches within the limits: (batches, their bytes, the offset after
     the last). ``lso``: read_committed's last stable offset, where serving stops."""
-    chunks, size, records, served_end = [], 0, 0, fp.fetch_offset
+    chunks, records, served_end = RecordChunks(), 0, fp.fetch_offset
     for entry in entries:
         if entry.end_offset <= fp.fetch_offset:
             continue
         if lso is not None and entry.base_offset >= lso:
             break
         try:
-            batch = part.served(entry)
+            batch = part.served_chunks(entry)
         except ConversionError as exc:
             log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name, fp.partition,
                         exc)
@@ -209,17 +210,17 @@ def _served(part, entries, fp, limit: int, first: bool, lso: int | None, txns) -
         if batch is None:
             continue
         if lso is not None and txns is not None and txn_data.aborted_pulsar_entry(entry, txns):
-            batch = txn_data.as_aborted_batch(batch, entry)
+            batch = [txn_data.as_aborted_batch(b"".join(batch), entry)]  # a converted batch: already a copy
+        size = sum(len(c) for c in batch)
         # At least one batch even past the limits (KIP-74), else stop at the limit.
-        if chunks and size + len(batch) > limit or (not first and not chunks and len(batch) > limit):
+        if chunks and len(chunks) + size > limit or (not first and not chunks and size > limit):
             break
-        chunks.append(batch)
-        size += len(batch)
+        chunks.extend(batch)
         served_end = entry.end_offset
         records += entry.end_offset - max(entry.base_offset, fp.fetch_offset)
     if records:
-        part.topic.traffic.delivered(KAFKA_READS, records, size)
-    return chunks, size, served_end
+        part.topic.traffic.delivered(KAFKA_READS, records, len(chunks))
+    return chunks, len(chunks), served_end
 
 
 __all__ = ["handle_fetch"]

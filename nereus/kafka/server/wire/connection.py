@@ -1,5 +1,8 @@
 """One Kafka client connection: framing, dispatch and in-order responses.
 
+Frames are views of the received bytes (``codec.kafka.framing``) and responses go out as
+chunks through ``writelines`` (a Fetch's record batches as views of the stored entries).
+
 Requests are started in arrival order (a handler's synchronous part runs before
 the next request is looked at, so Produce appends keep their order); a handler
 may return an awaitable for the part that waits (durable appends, long polls).
@@ -23,8 +26,9 @@ from collections import deque
 from ....net_limits import WRITE_BUFFER_HIGH, FrameTimer, peer_address
 from ....tls import peer_cert_cn
 from ....wrong_port import opens_tls_handshake, report_tls_on_plaintext
-from ....codec.kafka import MalformedRequest, decode_request, encode_response, peek_head, supported
-from ....codec.kafka.protocol import API_VERSIONS
+from ....codec.kafka import MalformedRequest, decode_request, peek_head, supported
+from ....codec.kafka.framing import FrameSizeError, RequestFramer
+from ....codec.kafka.protocol import API_VERSIONS, encode_response_chunks
 from ..security.quotas import REQUEST, with_throttle
 from ..security.sasl import SaslSession
 from ..security.sasl_api import raw_token
@@ -50,9 +54,10 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = "?"
         self.peer_cert_cn: str | None = None  # the verified client certificate's CN (SSL listeners)
         self.closed = False
-        self._buf = bytearray()
+        self._framer = RequestFramer(service.max_request_size)
         self._seen_request = False  # until then, a TLS handshake is recognised (nereus.wrong_port)
-        self._requests: deque[bytes] = deque()
+        # Views of the received bytes (no copy); the produced batches in them are copied once, into the stored entry.
+        self._requests: deque[memoryview] = deque()
         self._wake = asyncio.Event()
         # (head, future, request bytes) in request order; the bytes count as pending until written.
         self._responses: deque[tuple] = deque()
@@ -117,28 +122,26 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        if not self._buf and not self._seen_request and opens_tls_handshake(data):
+        framer = self._framer
+        if not framer.buffered and not self._seen_request and opens_tls_handshake(data):
             ports = self.service.listener_ports
             tls = [f"{ports[name]} ({name})" for name in ("SSL", "SASL_SSL") if name in ports]
             hint = f"use port {' or '.join(tls)}" if tls else "this broker has no SSL listener (kafkaListeners)"
             report_tls_on_plaintext(f"kafka {self.protocol}", self.peer, hint)
             self.close()
             return
-        self._buf += data
-        limit = self.service.max_request_size
+        framer.receive_data(data)
+        framer.max_size = self.service.max_request_size
         queued = len(self._requests)
-        while len(self._buf) >= 4:
-            size = _SIZE.unpack_from(self._buf, 0)[0]
-            if (size < 8 and not self._raw_tokens()) or size < 0 or size > limit:
-                self.protocol_error(f"frame of {size} bytes (limit {limit})")
-                return
-            if len(self._buf) < 4 + size:
-                break
-            self._seen_request = True
-            self._requests.append(bytes(self._buf[4:4 + size]))
-            self._pending_bytes += 4 + size
-            self._budget.add(4 + size)
-            del self._buf[:4 + size]
+        try:
+            while (frame := framer.next_request(allow_short=self._raw_tokens())) is not None:
+                self._seen_request = True
+                self._requests.append(frame)
+                self._pending_bytes += 4 + len(frame)
+                self._budget.add(4 + len(frame))
+        except FrameSizeError as exc:
+            self.protocol_error(str(exc))
+            return
         completed = len(self._requests) > queued
         if self._requests:
             self._wake.set()
@@ -149,7 +152,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._frame_timer.cancel()  # a frame we stopped reading is not the client's delay
                 self.transport.pause_reading()
         if not self._paused:
-            self._frame_timer.update(bool(self._buf), completed)
+            self._frame_timer.update(bool(framer.buffered), completed)
 
     @property
     def principal(self) -> str | None:
@@ -228,9 +231,9 @@ class KafkaConnection(asyncio.Protocol):
         frame = self._requests[0]
         return len(frame) < 2 or _API_KEY.unpack_from(frame, 0)[0] != _PRODUCE
 
-    async def _dispatch(self, frame: bytes) -> None:
+    async def _dispatch(self, frame: memoryview) -> None:
         if self._raw_tokens():
-            await self._raw_token(frame)
+            await self._raw_token(bytes(frame))
             return
         head = peek_head(frame)
         if self.sasl is not None and head.api_key not in _BEFORE_AUTHENTICATION:
@@ -355,7 +358,7 @@ class KafkaConnection(asyncio.Protocol):
     def _flush(self) -> None:
         """Write the answers ready at the head of the queue, in request order, in one write."""
         self._flush_soon = False
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         try:
             while self._responses:
                 head, fut, size = self._responses[0]
@@ -382,12 +385,12 @@ class KafkaConnection(asyncio.Protocol):
                         return
                     out.append(_SIZE.pack(len(body.token)) + body.token)
                 elif body is not None:
-                    out.append(encode_response(head, body))
+                    out += encode_response_chunks(head, body)
         finally:
             self._write(out)
         self._maybe_resume()
 
-    def _write(self, out: list[bytes]) -> None:
+    def _write(self, out: list[bytes | memoryview]) -> None:
         if out and not self.closed:
             self.transport.writelines(out)
             out.clear()
