@@ -239,11 +239,23 @@ def test_regex_subscription_over_http_finds_topics_on_every_broker(cluster, make
                         timeout=TIMEOUT).json() == []
 
 
-def test_lookup_of_a_topic_whose_owner_died_answers_503(cluster):
+def test_lookup_of_a_topic_whose_owner_incarnation_was_replaced_answers_at_once(cluster):
     topic = cluster.topic_for(1, "dead")
     meta = cluster.nodes[0].storage.meta
-    # An owner record of an incarnation of b1 that is gone (its session would expire it).
+    # An owner record of an incarnation of b1 that is gone: b1 runs as a newer one, which could
+    # bind the ports the old one had, so the old one is dead (its record goes without the session).
     cluster.run(meta.put(owner_key(topic), b'{"broker": "b1", "incarnation": "gone"}'))
+    data = requests.get(f"{cluster.http(0)}/lookup/v2/topic/{rest(topic)}", timeout=TIMEOUT).json()
+    assert data["brokerUrl"] == cluster.nodes[1].address.pulsar_url
+    record = cluster.run(meta.get(owner_key(topic)))
+    assert record is None or b'"gone"' not in record.value
+
+
+def test_lookup_of_a_topic_whose_owner_left_unseen_answers_503(cluster):
+    topic = cluster.topic_for(1, "left")
+    meta = cluster.nodes[0].storage.meta
+    # An owner this broker never saw registered: nothing tells it is dead, so its session decides.
+    cluster.run(meta.put(owner_key(topic), b'{"broker": "b9", "incarnation": "unknown"}'))
     try:
         r = requests.get(f"{cluster.http(0)}/lookup/v2/topic/{rest(topic)}", timeout=TIMEOUT)
         assert r.status_code == 503 and "gone" in r.json()["reason"]

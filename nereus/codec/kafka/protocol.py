@@ -24,6 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from .bounds import LengthError, check_frame
 from .fetch_response import FETCH, encode_fetch_response
 from .produce_request import PRODUCE, decode_produce
+from .produce_response import encode as encode_produce_response
 from .schemas import MalformedRequest, has, make, module_of, nested, request_schema, response_schema
 
 _API = struct.Struct(">hhi")
@@ -166,6 +167,10 @@ def encode_response_chunks(head: RequestHead, body: Any) -> list:
     referenced, not copied (fetch_response.py)."""
     if head.api_key == FETCH:
         return encode_fetch_response(head.correlation_id, head.api_version, body)
+    if head.api_key == PRODUCE:
+        frame = encode_produce_response(head.correlation_id, head.api_version, body)
+        if frame is not None:
+            return [frame]
     return [encode_response(head, body)]
 
 

@@ -59,6 +59,10 @@ class QuotaStore:
         self.entries, self._read_at = entries, self._clock()
         return entries
 
+    @property
+    def loaded(self) -> bool:
+        return self._read_at is not None
+
     async def current(self) -> dict[Entity, dict[str, float]]:
         """The copy, read first if never read, refreshed in the background once stale."""
         if self._read_at is None:
@@ -83,6 +87,8 @@ class QuotaStore:
     def quota(self, key: str, user: str | None, client_id: str | None) -> float | None:
         """The ``key`` quota of a client, by Kafka's precedence (most specific user and client id
         pair first, then user defaults, then client-id quotas); None: unlimited."""
+        if not self.entries:  # no quota anywhere (the usual case): asked on every request
+            return None
         user = user or ANONYMOUS
         client_id = client_id or ""
         for entity in ((("client-id", client_id), ("user", user)), (("client-id", None), ("user", user)),

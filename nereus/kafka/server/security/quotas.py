@@ -108,7 +108,10 @@ class Throttles:
     async def charge(self, conn, key: str, client_id: str | None, amount: float) -> int:
         """Count ``amount`` against the client's ``key`` quota; the throttle time in ms, for which
         ``conn`` is muted (0: within the quota, or none)."""
-        await self.store.current()
+        if self.store.loaded:  # no metadata read on the request's path, only a stale copy's refresh
+            self.store.refresh_if_stale()
+        else:
+            await self.store.current()
         ms = self.record(key, conn.principal, client_id, amount)
         if ms:
             conn.mute(ms)

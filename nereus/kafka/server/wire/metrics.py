@@ -8,6 +8,7 @@ counts them) and the time from a request's arrival to its response being ready.
 from __future__ import annotations
 
 import dataclasses
+import typing
 import functools
 import time
 
@@ -34,22 +35,38 @@ def error_names(body) -> set[str]:
     stack = [body]
     while stack:
         obj = stack.pop()
-        for name in _field_names(type(obj)):
+        has_code, nested = _walk_plan(type(obj))
+        if has_code:
+            code = obj.error_code
+            if code:
+                found.add(_error_name(code))
+        for name in nested:
             value = getattr(obj, name)
-            if name == "error_code":
-                if value:
-                    found.add(_error_name(value))
-            elif isinstance(value, tuple):
-                stack.extend(v for v in value if _is_dataclass(type(v)))
-            elif _is_dataclass(type(value)):
+            if isinstance(value, tuple):
+                if value and _is_dataclass(type(value[0])):
+                    stack.extend(value)
+            elif value is not None and _is_dataclass(type(value)):
                 stack.append(value)
     return found
 
 
-# Looked up once per class: every response is walked.
+# Planned once per class: every response is walked, and most fields hold numbers,
+# strings or bytes that can hold no error code.
 @functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+def _walk_plan(cls: type) -> tuple[bool, tuple[str, ...]]:
+    """(whether ``cls`` has an ``error_code``, its fields that may hold nested entities)."""
+    fields = dataclasses.fields(cls)
+    nested = tuple(f.name for f in fields if f.name != "error_code" and _may_nest(f.type))
+    return any(f.name == "error_code" for f in fields), nested
+
+
+def _may_nest(annotation) -> bool:
+    """Whether a field so annotated may hold entities (unresolved annotations: assume so)."""
+    if isinstance(annotation, str):
+        return True
+    if dataclasses.is_dataclass(annotation):
+        return True
+    return any(_may_nest(arg) for arg in typing.get_args(annotation) if arg is not Ellipsis)
 
 
 @functools.cache
