@@ -1,4 +1,5 @@
-"""The broker's HTTP listener: health, Prometheus metrics, the admin API and Pulsar's HTTP lookup (``admin/``)."""
+"""The broker's HTTP listener: health, Prometheus metrics, the admin API and Pulsar's HTTP lookup (``admin/``),
+the console and the Iceberg REST catalog of the topics' tables (``iceberg_rest/``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from ..http_limits import GuardedSite
 from ..net_limits import ConnectionLimits
-from . import admin, authentication, authorization, console
+from . import admin, authentication, authorization, console, iceberg_rest
 from .admin import health
 
 
@@ -34,6 +35,13 @@ async def _metrics(_request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+def _principal(request: web.Request):
+    """(authorizer, role) of an authenticated request when authorization is on, else (None, role)."""
+    authorizer = request.app.get(authorization.AUTHORIZER)
+    role = request.get(authentication.ROLE)
+    return (authorizer, role) if authentication.ROLE in request else (None, role)
+
+
 def build_app(authenticator=None, authorizer=None) -> web.Application:
     app = web.Application()
     if authenticator is not None:  # first: no handler nor other middleware runs for an unauthenticated request
@@ -44,6 +52,7 @@ def build_app(authenticator=None, authorizer=None) -> web.Application:
     app.router.add_get("/metrics", _metrics)
     admin.register(app)
     console.register(app)
+    iceberg_rest.register(app, _principal)
     return app
 
 

@@ -12,7 +12,6 @@ default: ``iceberg/catalog.db`` beside a ``file://`` object store.
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib.util
 import json
 import os
@@ -21,6 +20,7 @@ from aiohttp import web
 
 from ...lakehouse import sbt
 from ..admin.common import AdminError, context, partitions, stream_exists, topic_name
+from ..iceberg_rest.sbt_catalog import catalog, catalog_location
 
 #: At most this many data files and compacted objects are listed (the totals are always given).
 MAX_LISTED = 500
@@ -28,26 +28,11 @@ NO_EXTRA = ("the lakehouse extra is not installed (pip install 'nereus[lakehouse
             "the table's snapshots and data files cannot be read")
 
 
-def catalog_location(objects) -> tuple[str, str] | None:
-    """(catalog URI, warehouse) of the default SBT catalog of this object store; None if it has none."""
-    root = getattr(objects, "root", None)
-    if root is None:
-        return None
-    path = os.path.join(os.path.dirname(root.rstrip(os.sep)), "iceberg", "catalog.db")
-    return "sqlite:///" + path, "file://" + root.rstrip("/") + "/iceberg"
-
-
 def _offsets(summary: dict) -> dict:
     try:
         return json.loads(summary.get(sbt.OFFSETS_PROPERTY) or "{}")
     except ValueError:
         return {}
-
-
-@functools.lru_cache(maxsize=4)
-def catalog(uri: str, warehouse: str):
-    """The SBT catalog at ``uri`` (opened once per process)."""
-    return sbt.open_catalog(uri, warehouse)
 
 
 def _read_table(uri: str, warehouse: str, ident: tuple[str, str, str]) -> dict:
