@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import pytest
 
 from tests.standalone_process import Standalone, running
+
+TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 
 
 def shared_standalone(name: str, directory: str, extra_args: list[str] | None = None):
@@ -16,6 +20,27 @@ def shared_standalone(name: str, directory: str, extra_args: list[str] | None = 
     def fixture(tmp_path_factory):
         with running(tmp_path_factory.mktemp(directory) / "data", extra_args) as server:
             yield server
+    return fixture
+
+
+def token_auth_standalone(name: str, directory: str):
+    """A fixture ``name``: one standalone per test module with token authentication and
+    authorization on (``admin`` a superuser); its ``secret`` signs tokens of any role
+    (``create_token(role, secret_key=node.secret)``)."""
+    @pytest.fixture(scope="module", name=name)
+    def fixture(tmp_path_factory):
+        root = tmp_path_factory.mktemp(directory)
+        subprocess.run([sys.executable, "-m", "nereus.cli", "tokens", "create-secret-key", "--output",
+                        str(root / "secret.key")], check=True, capture_output=True, timeout=60)
+        config = root / "standalone.conf"
+        config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
+                          f"tokenSecretKey=file://{root / 'secret.key'}\n"
+                          "authorizationEnabled=true\nsuperUserRoles=admin\n")
+        node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
+        node.start()
+        node.secret = (root / "secret.key").read_bytes()
+        yield node
+        node.stop()
     return fixture
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -29,28 +27,14 @@ from pyiceberg.exceptions import (ForbiddenError, NoSuchNamespaceError, NoSuchTa
 from nereus.auth.tokens import create_token  # noqa: E402
 from nereus.lakehouse import sbt  # noqa: E402
 from nereus.lakehouse.session import default_catalog_uri  # noqa: E402
-from tests.standalone_process import Standalone  # noqa: E402
+from tests.standalone_fixtures import token_auth_standalone  # noqa: E402
 
-TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 EVENTS = "persistent://public/default/rest-events"
 PARTED = "persistent://public/default/rest-parted"
 OPEN = "persistent://public/readers/open-events"
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    root = tmp_path_factory.mktemp("iceberg-rest")
-    subprocess.run([sys.executable, "-m", "nereus.cli", "tokens", "create-secret-key", "--output",
-                    str(root / "secret.key")], check=True, capture_output=True, timeout=60)
-    config = root / "standalone.conf"
-    config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
-                      f"tokenSecretKey=file://{root / 'secret.key'}\n"
-                      "authorizationEnabled=true\nsuperUserRoles=admin\n")
-    node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
-    node.start()
-    node.secret = (root / "secret.key").read_bytes()
-    yield node
-    node.stop()
+node = token_auth_standalone("node", "iceberg-rest")
 
 
 def token(node, role: str) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.request
 
 import pytest
@@ -11,25 +9,11 @@ import pytest
 from nereus.auth.tokens import create_token
 from nereus.codec.pulsar import pb
 from tests.pulsar_txn.txn_client import ServerError, TxnClient
-from tests.standalone_process import Standalone
-
-TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+from tests.standalone_fixtures import token_auth_standalone
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("txnauth")
-    subprocess.run([sys.executable, "-m", "nereus.cli", "tokens", "create-secret-key", "--output",
-                    str(root / "secret.key")], check=True, capture_output=True, timeout=60)
-    config = root / "standalone.conf"
-    config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
-                      f"tokenSecretKey=file://{root / 'secret.key'}\n"
-                      "authorizationEnabled=true\nsuperUserRoles=admin\n")
-    node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
-    node.start()
-    node.secret = (root / "secret.key").read_bytes()
-    yield node
-    node.stop()
+
+server = token_auth_standalone("server", "txnauth")
 
 
 def client(server, role: str) -> TxnClient:

@@ -11,8 +11,8 @@ joined, once. A size below ``MIN_REQUEST_SIZE`` (no room for a request header) o
 from __future__ import annotations
 
 import struct
-from collections import deque
 
+from ..chunks import ChunkQueue
 from .schemas import MalformedRequest
 
 _SIZE = struct.Struct(">i")
@@ -33,25 +33,18 @@ class RequestFramer:
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size  # may be changed between reads (a dynamic broker config)
-        self._chunks: deque[bytes] = deque()
-        self._head = 0  # read offset into self._chunks[0]
-        self._buffered = 0
+        self._queue = ChunkQueue()
         self._error: FrameSizeError | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames: after draining ``next_request``, those
         of an incomplete frame (what a frame read timeout watches)."""
-        return self._buffered
+        return self._queue.buffered
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. Mutable buffers are copied (their owner may reuse them)."""
-        if not data:
-            return
-        if type(data) is not bytes:
-            data = bytes(data)
-        self._chunks.append(data)
-        self._buffered += len(data)
+        self._queue.append(data)
 
     def next_request(self, *, allow_short: bool = False) -> memoryview | None:
         """The next complete frame without its size prefix, or None until more bytes come.
@@ -61,60 +54,22 @@ class RequestFramer:
         """
         if self._error is not None:
             raise self._error
-        if self._buffered < 4:
+        queue = self._queue
+        if queue.buffered < 4:
             return None
-        size = self._peek_size()
+        size = queue.peek(_SIZE)[0]
         if size < 0 or size > self.max_size or (size < MIN_REQUEST_SIZE and not allow_short):
             self._error = FrameSizeError(size, self.max_size)
             raise self._error
-        if self._buffered < 4 + size:
+        if queue.buffered < 4 + size:
             return None
-        self._advance(4)
-        return self._take(size)
+        queue.skip(4)
+        return queue.take(size)
 
     def __iter__(self):
         """Every complete frame currently buffered (short frames refused)."""
         while (frame := self.next_request()) is not None:
             yield frame
-
-    def _peek_size(self) -> int:
-        chunk, head = self._chunks[0], self._head
-        if len(chunk) - head >= 4:
-            return _SIZE.unpack_from(chunk, head)[0]
-        return _SIZE.unpack(self._gather(4))[0]
-
-    def _take(self, n: int) -> memoryview:
-        if not n:
-            return memoryview(b"")
-        chunk, head = self._chunks[0], self._head
-        if len(chunk) - head >= n:
-            view = memoryview(chunk)[head:head + n]
-        else:
-            view = memoryview(self._gather(n))  # the one copy: the frame spans reads
-        self._advance(n)
-        return view
-
-    def _gather(self, n: int) -> bytes:
-        pieces, need, head = [], n, self._head
-        for chunk in self._chunks:
-            piece = memoryview(chunk)[head:head + need]
-            pieces.append(piece)
-            need -= len(piece)
-            head = 0
-            if not need:
-                break
-        return b"".join(pieces)
-
-    def _advance(self, n: int) -> None:
-        self._buffered -= n
-        while n:
-            left = len(self._chunks[0]) - self._head
-            if n < left:
-                self._head += n
-                return
-            n -= left
-            self._chunks.popleft()
-            self._head = 0
 
 
 __all__ = ["FrameSizeError", "MIN_REQUEST_SIZE", "RequestFramer"]

@@ -8,11 +8,11 @@ payload is never copied. Only a frame split across chunks is joined, once.
 from __future__ import annotations
 
 import struct
-from collections import deque
 
 from crc32c import crc32c
 from google.protobuf.message import DecodeError
 
+from ..chunks import ChunkQueue
 from . import PulsarApi_pb2 as pb
 from .commands import EMPTY_BODY_TYPES, FIELD_BY_TYPE
 from .errors import (
@@ -53,27 +53,20 @@ class FrameDecoder:
             raise ValueError("max_frame_size too small for any frame")
         self.max_frame_size = max_frame_size
         self.strict_checksum = strict_checksum
-        self._chunks: deque[bytes] = deque()
-        self._head = 0  # read offset into self._chunks[0]
-        self._buffered = 0
+        self._queue = ChunkQueue()
         self._eof = False
         self._error: PulsarCodecError | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return self._buffered
+        return self._queue.buffered
 
     def receive_data(self, data: Buffer) -> None:
         """Append received bytes. Mutable buffers are copied (callers reuse them)."""
         if self._eof:
             raise RuntimeError("receive_data after receive_eof")
-        if not data:
-            return
-        if type(data) is not bytes:
-            data = bytes(data)
-        self._chunks.append(data)
-        self._buffered += len(data)
+        self._queue.append(data)
 
     def receive_eof(self) -> None:
         """Mark the end of the stream; a partial frame then raises TruncatedFrame."""
@@ -83,17 +76,18 @@ class FrameDecoder:
         """Return the next complete frame, or None if more bytes are needed."""
         if self._error is not None:
             raise self._error
-        if self._buffered < 4:
+        queue = self._queue
+        if queue.buffered < 4:
             return self._need_more()
-        total = self._peek_u32()
+        total = queue.peek(_U32)[0]
         frame_size = total + 4
         if total < _MIN_TOTAL_SIZE:
             return self._fail(CorruptStream(f"frame length {total} is below the minimum"))
         if frame_size > self.max_frame_size:
             return self._fail(FrameTooLarge(frame_size, self.max_frame_size))
-        if self._buffered < frame_size:
+        if queue.buffered < frame_size:
             return self._need_more()
-        return self._parse(self._take(frame_size))
+        return self._parse(queue.take(frame_size))
 
     def __iter__(self):
         """Yield every complete frame currently buffered."""
@@ -103,55 +97,14 @@ class FrameDecoder:
     # -- buffer handling -------------------------------------------------
 
     def _need_more(self) -> None:
-        if self._eof and self._buffered:
-            self._fail(TruncatedFrame(f"stream ended with {self._buffered} bytes of an unfinished frame"))
+        if self._eof and self._queue.buffered:
+            self._fail(TruncatedFrame(f"stream ended with {self._queue.buffered} bytes of an unfinished frame"))
         return None
 
     def _fail(self, error: PulsarCodecError) -> None:
         if error.fatal:
             self._error = error
         raise error
-
-    def _peek_u32(self) -> int:
-        chunk = self._chunks[0]
-        if len(chunk) - self._head >= 4:
-            return _U32.unpack_from(chunk, self._head)[0]
-        return _U32.unpack(bytes(self._gather(4, consume=False)))[0]
-
-    def _take(self, n: int) -> memoryview:
-        chunk = self._chunks[0]
-        head = self._head
-        if len(chunk) - head >= n:
-            view = memoryview(chunk)[head : head + n]
-            self._advance(n)
-            return view
-        return memoryview(self._gather(n, consume=True))
-
-    def _gather(self, n: int, *, consume: bool) -> bytes:
-        pieces = []
-        need, head = n, self._head
-        for chunk in self._chunks:
-            piece = memoryview(chunk)[head : head + need]
-            pieces.append(piece)
-            need -= piece.nbytes
-            head = 0
-            if not need:
-                break
-        out = b"".join(pieces)
-        if consume:
-            self._advance(n)
-        return out
-
-    def _advance(self, n: int) -> None:
-        self._buffered -= n
-        while n:
-            left = len(self._chunks[0]) - self._head
-            if n < left:
-                self._head += n
-                return
-            n -= left
-            self._chunks.popleft()
-            self._head = 0
 
     # -- frame parsing (the frame is already consumed: errors here are per frame)
 
