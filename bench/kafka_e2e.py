@@ -4,6 +4,7 @@ Measures, against each broker started here on free ports:
 
 * produce throughput: acks=all, 1 KiB values, batched (linger 5 ms), 1 partition and 8;
 * consume throughput of what was produced (assign + read to the end);
+* the broker process's CPU time per message in each of those (user + system, /proc);
 * produce latency p50/p99 at a steady 10,000 msgs/s (acks=all, 1 partition);
 * unbatched produce (linger.ms=0, acks=all, 1 partition): latency p50/p99 and the
   achieved rate paced at 2,000 and 10,000 msgs/s; 1,000 sequential round trips (each
@@ -31,7 +32,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from _procs import free_port, wait_port  # bench/ is on sys.path
+from _procs import cpu_seconds, free_port, wait_port  # bench/ is on sys.path
 from _procs import start_nereus as start_standalone
 
 VALUE = b"x" * 1024
@@ -236,15 +237,18 @@ def run_unbatched(bootstrap: str, n: int, seconds: float) -> dict[str, float]:
     return out
 
 
-def run(bootstrap: str, n: int, seconds: float, unbatched_only: bool = False) -> dict[str, float]:
+def run(bootstrap: str, pid: int, n: int, seconds: float, unbatched_only: bool = False) -> dict[str, float]:
+    """Every figure of one broker; ``pid``: its process, whose CPU time the throughput phases count."""
     out: dict[str, float] = {}
     if unbatched_only:
         return run_unbatched(bootstrap, n, seconds)
     for partitions in (1, 8):
         topic = f"bench-{partitions}-{uuid.uuid4().hex[:6]}"
         create_topic(bootstrap, topic, partitions)
-        out[f"produce_p{partitions}"] = produce_throughput(bootstrap, topic, partitions, n)
-        out[f"consume_p{partitions}"] = consume_throughput(bootstrap, topic, partitions, n)
+        for phase, measure in (("produce", produce_throughput), ("consume", consume_throughput)):
+            before = cpu_seconds(pid)
+            out[f"{phase}_p{partitions}"] = measure(bootstrap, topic, partitions, n)
+            out[f"cpu_us_per_msg_{phase}_p{partitions}"] = (cpu_seconds(pid) - before) / n * 1e6
     topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, 1)
     out["lat_p50_ms"], out["lat_p99_ms"] = produce_latency(bootstrap, topic, 10_000, seconds)
@@ -270,7 +274,7 @@ def main() -> None:
                 continue
             proc, bootstrap = started
             try:
-                results[name] = run(bootstrap, args.messages, args.latency_seconds, args.unbatched_only)
+                results[name] = run(bootstrap, proc.pid, args.messages, args.latency_seconds, args.unbatched_only)
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -282,8 +286,10 @@ def main() -> None:
     pairs = {f"nereus_{k}": v for k, v in results["nereus"].items()}
     if "tansu" in results:
         pairs.update({f"tansu_{k}": v for k, v in results["tansu"].items()})
-        for key in ("produce_p1", "produce_p8", "consume_p1", "consume_p8", "unbatched_produce_p1"):
-            if key in results["nereus"]:
+        for key in ("produce_p1", "produce_p8", "consume_p1", "consume_p8", "unbatched_produce_p1",
+                    "cpu_us_per_msg_produce_p1", "cpu_us_per_msg_produce_p8", "cpu_us_per_msg_consume_p1",
+                    "cpu_us_per_msg_consume_p8"):
+            if key in results["nereus"] and results["tansu"].get(key):
                 pairs[f"ratio_{key}"] = results["nereus"][key] / results["tansu"][key]
     print(" ".join(f"{k}={v:.2f}" for k, v in pairs.items()))
 
