@@ -29,9 +29,10 @@ from typing import Any, Iterable
 
 from kio.serial import entity_writer
 
+from .writers import length, string, uvarint
+
 FETCH = 1
 FLEXIBLE_FROM = 12
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _ERROR_SESSION = struct.Struct(">hi")
@@ -72,21 +73,6 @@ class RecordChunks:
         return f"RecordChunks({len(self.chunks)} chunks, {self.size} bytes)"
 
 
-def _uvarint(buf: bytearray, value: int) -> None:
-    while value > 0x7F:
-        buf.append((value & 0x7F) | 0x80)
-        value >>= 7
-    buf.append(value)
-
-
-def _length(buf: bytearray, n: int, flexible: bool) -> None:
-    """A length or count; -1 is null."""
-    if flexible:
-        _uvarint(buf, n + 1)
-    else:
-        buf += _I32.pack(n)
-
-
 def _ms(delta) -> int:
     return round(delta.total_seconds() * 1000)
 
@@ -110,13 +96,13 @@ def _writer(cls):
 def _tags(buf: bytearray, obj) -> None:
     present = [(tag, getattr(obj, name)) for tag, name, default in _tagged_fields(type(obj))
                if getattr(obj, name) != default]
-    _uvarint(buf, len(present))
+    uvarint(buf, len(present))
     for tag, value in present:
         out = io.BytesIO()
         _writer(type(value))(out, value)
         data = out.getvalue()
-        _uvarint(buf, tag)
-        _uvarint(buf, len(data))
+        uvarint(buf, tag)
+        uvarint(buf, len(data))
         buf += data
 
 
@@ -132,21 +118,16 @@ def encode_fetch_response(correlation_id: int, version: int, body) -> list[bytes
     buf += _I32.pack(_ms(body.throttle_time))
     if version >= 7:
         buf += _ERROR_SESSION.pack(body.error_code, body.session_id)
-    _length(buf, len(body.responses), flexible)
+    length(buf, len(body.responses), flexible)
     for topic in body.responses:
-        name = topic.topic.encode()
-        if flexible:
-            _uvarint(buf, len(name) + 1)
-        else:
-            buf += _I16.pack(len(name))
-        buf += name
-        _length(buf, len(topic.partitions), flexible)
+        string(buf, topic.topic, flexible)
+        length(buf, len(topic.partitions), flexible)
         for p in topic.partitions:
             buf += _PARTITION.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
             aborted = p.aborted_transactions
-            _length(buf, -1 if aborted is None else len(aborted), flexible)
+            length(buf, -1 if aborted is None else len(aborted), flexible)
             for txn in aborted or ():
                 buf += _ABORTED.pack(txn.producer_id, txn.first_offset)
                 if flexible:
@@ -154,7 +135,7 @@ def encode_fetch_response(correlation_id: int, version: int, body) -> list[bytes
             if version >= 11:
                 buf += _I32.pack(p.preferred_read_replica)
             records = p.records
-            _length(buf, -1 if records is None else len(records), flexible)
+            length(buf, -1 if records is None else len(records), flexible)
             if records:
                 out.append(buf)
                 if isinstance(records, RecordChunks):

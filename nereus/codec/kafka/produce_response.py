@@ -22,9 +22,10 @@ import datetime
 import functools
 import struct
 
+from .writers import length, string
+
 FLEXIBLE_FROM = 9
 _I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 _PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _I64 = struct.Struct(">q")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -39,10 +40,10 @@ def encode(correlation_id: int, version: int, body) -> bytes | None:
     out += _I32.pack(correlation_id)
     if flexible:
         out.append(0)  # header tags
-    _array_length(out, len(body.responses), flexible)
+    length(out, len(body.responses), flexible)
     for topic in body.responses:
-        _string(out, topic.name, flexible)
-        _array_length(out, len(topic.partition_responses), flexible)
+        string(out, topic.name, flexible)
+        length(out, len(topic.partition_responses), flexible)
         for part in topic.partition_responses:
             if flexible and _has_tags(part, "current_leader"):
                 return None
@@ -50,13 +51,13 @@ def encode(correlation_id: int, version: int, body) -> bytes | None:
             if version >= 5:
                 out += _I64.pack(part.log_start_offset)
             if version >= 8:
-                _array_length(out, len(part.record_errors), flexible)
+                length(out, len(part.record_errors), flexible)
                 for error in part.record_errors:
                     out += _I32.pack(error.batch_index)
-                    _string(out, error.batch_index_error_message, flexible)
+                    string(out, error.batch_index_error_message, flexible)
                     if flexible:
                         out.append(0)
-                _string(out, part.error_message, flexible)
+                string(out, part.error_message, flexible)
             if flexible:
                 out.append(0)
         if flexible:
@@ -79,35 +80,6 @@ def _throttle_ms(value) -> int:
     if isinstance(value, datetime.timedelta):
         return (value.days * 86_400 + value.seconds) * 1000 + value.microseconds // 1000
     return int(value)
-
-
-def _uvarint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _array_length(out: bytearray, length: int, flexible: bool) -> None:
-    if flexible:
-        _uvarint(out, length + 1)
-    else:
-        out += _I32.pack(length)
-
-
-def _string(out: bytearray, text: str | None, flexible: bool) -> None:
-    if text is None:
-        if flexible:
-            out.append(0)
-        else:
-            out += _I16.pack(-1)
-        return
-    data = text.encode()
-    if flexible:
-        _uvarint(out, len(data) + 1)
-    else:
-        out += _I16.pack(len(data))
-    out += data
 
 
 def _has_tags(entity, name: str) -> bool:
