@@ -26,7 +26,7 @@ from typing import Awaitable, Callable
 
 from ..ledger.naming import TopicName
 from ..storage import Stream, StreamFenced, key_view
-from ..tasks import unless
+from ..tasks import spawn, unless
 from . import persistence
 from .dedup import Dedup
 from .key_compaction import entries_keys
@@ -205,10 +205,9 @@ class Topic:
             await self.registry.claim(self.name)  # NotOwner: another broker serves it
             await self.handle.acquire()
             await self.dedup.restore(self.handle)
-            try:
-                await self.time_marks.restore()
-            except Exception as exc:  # lookups by time only scan further without marks
-                log.warning("%s: time marks not restored: %s", self.name, exc)
+            # Beside the first appends (it may read hundreds of objects); lookups by time only
+            # scan further without marks, so a failure is no reason to refuse writes.
+            spawn(self.time_marks.restore(), f"{self.name}: restoring time marks")
             log.info("%s: append session %s taken at offset %d", self.name, self.handle.fencing_token,
                      self.handle.next_offset())
 

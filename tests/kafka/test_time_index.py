@@ -123,3 +123,42 @@ async def test_max_timestamp_reads_the_tail_and_one_interval(service):
     reads.clear()
     assert await offsets.max_timestamp(part) == (total + PER_BATCH - 1, BASE_TS + 2 * 10**9 + total + PER_BATCH - 1)
     assert min(reads) >= spike - INTERVAL - PER_BATCH
+
+
+async def test_appends_made_while_the_marks_are_restored_are_tracked(service, monkeypatch):
+    """The restore runs beside the new writer's first appends; what they commit meanwhile is
+    taken once it is done, so the next mark still covers every record below it."""
+    import asyncio
+
+    await service.catalog.create("beside", 1)
+    part = await service.catalog.partition("beside", 0)
+    await part.ensure_writer()
+    for b in range(6):
+        await append(part, b * PER_BATCH, PER_BATCH, lambda o: BASE_TS + o)
+    stream_id = part.handle.stream_id
+    before = await time_index.last(service.meta, stream_id)
+    await service.registry.unload(part.topic, "test")
+
+    gate, entered = asyncio.Event(), asyncio.Event()
+    real_last = time_index.last
+
+    async def held_last(meta, sid):
+        entered.set()
+        await gate.wait()
+        return await real_last(meta, sid)
+
+    monkeypatch.setattr(time_index, "last", held_last)
+    part = await service.catalog.partition("beside", 0)
+    await asyncio.wait_for(part.ensure_writer(), 30)  # the session does not wait for the restore
+    await asyncio.wait_for(entered.wait(), 30)
+    for b in range(6, 8):  # committed while the restore is held
+        await append(part, b * PER_BATCH, PER_BATCH, lambda o: BASE_TS + o)
+    gate.set()
+    for b in range(8, 14):
+        await append(part, b * PER_BATCH, PER_BATCH, lambda o: BASE_TS + o)
+    deadline = asyncio.get_running_loop().time() + 30
+    while (after := await real_last(service.meta, stream_id))[0] <= 8 * PER_BATCH:  # marks are written beside
+        assert asyncio.get_running_loop().time() < deadline, f"no mark past the held restore: {after}"
+        await asyncio.sleep(0.01)
+    assert after[0] > before[0]
+    assert after[1] < BASE_TS + after[0]  # no mark claims a record it did not see
