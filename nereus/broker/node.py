@@ -406,6 +406,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar, node=node)
     await pulsar.serve()
     await kafka.serve()
+    await membership.set_serving()
     log.info("broker %s ready (nereus %s, node %d, zone %s): pulsar=%s kafka=%s http=%s metadata=%s objects=%s",
              name, _version(), node_id, options.zone, address.pulsar_url, address.kafka_address, address.http_url,
              metadata_url, objects_url.partition("?")[0])  # the query may hold credentials

@@ -71,6 +71,7 @@ class Broker:
         self.meta.add_session_listener(lambda: asyncio.ensure_future(self.placement.session_lost()))
         await self.membership.start()
         self.placement.start()
+        await self.membership.set_serving()  # its listener accepts already, as a broker's does once ready
         return self
 
     async def stop(self) -> None:
@@ -102,6 +103,8 @@ async def cluster(names, zones=None):
     brokers = [await Broker(engine, objects, n, z).start() for n, z in zip(names, zones or ["default"] * len(names))]
     try:
         await wait_for(lambda: all(len(b.membership.ring) == len(brokers) for b in brokers), what="ring of all")
+        await wait_for(lambda: all(r.serving for b in brokers for r in b.membership.brokers.values()),
+                       what="every broker seen serving")
         yield brokers, engine, objects
     finally:
         for b in brokers:
@@ -305,3 +308,23 @@ async def test_an_owner_that_died_is_replaced_before_its_session_expires():
         answer, _final = await asker.placement.lookup(topic)
         assert answer.name != owner.name
         assert owner.name not in asker.membership.brokers
+
+
+async def test_a_broker_still_starting_is_not_taken_for_dead():
+    """Registered before its listeners serve, a starting broker refuses connections for a while:
+    only a broker that announced it serves is judged dead by a refusal."""
+    async with cluster(["b0", "b1", "b2"]) as (brokers, _engine, _objects):
+        topic = "persistent://public/default/starting-owner"
+        owner = next(b for b in brokers if b.membership.ring.owner(topic) == b.name)
+        asker = next(b for b in brokers if b is not owner)
+        await owner.placement.lookup(topic, authoritative=True)
+        owner.membership.serving = False  # as between its registration and its listeners' start
+        await owner.membership.register()
+        await wait_for(lambda: not asker.membership.brokers[owner.name].serving, what="seen as not serving yet")
+        owner.listener.close()
+        await owner.listener.wait_closed()
+        asker.placement._probes.clear()
+        with pytest.raises(NotOwner):  # no leader for now, rather than a dead one or a takeover
+            await asker.placement.owner(topic)
+        assert owner.name in asker.membership.brokers
+        assert await asker.meta.get(owner_key(topic)) is not None

@@ -48,16 +48,18 @@ class BrokerRecord:
     state: str = ACTIVE
     started_ms: int = 0
     load: dict = field(default_factory=dict)
+    #: Its listeners accept connections: from then on, one that refuses them means it died.
+    serving: bool = False
 
     def encode(self) -> bytes:
         return json.dumps({"address": asdict(self.address), "incarnation": self.incarnation, "state": self.state,
-                           "started_ms": self.started_ms, "load": self.load}).encode()
+                           "started_ms": self.started_ms, "load": self.load, "serving": self.serving}).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> "BrokerRecord":
         value = json.loads(raw)
         return cls(_address(value["address"]), value["incarnation"], value.get("state", ACTIVE),
-                   value.get("started_ms", 0), value.get("load") or {})
+                   value.get("started_ms", 0), value.get("load") or {}, bool(value.get("serving", False)))
 
 
 def _address(value: dict) -> BrokerAddress:
@@ -95,6 +97,7 @@ class Membership:
         self.started_ms = int(time.time() * 1000)
         self.state = ACTIVE
         self.load: dict = {}
+        self.serving = False
         self.brokers: dict[str, BrokerRecord] = {}
         #: The last record of each broker that left the registry (where a dead owner listened).
         self.departed: dict[str, BrokerRecord] = {}
@@ -126,7 +129,7 @@ class Membership:
             self._task = None
 
     def _record(self) -> BrokerRecord:
-        return BrokerRecord(self.address, self.incarnation, self.state, self.started_ms, self.load)
+        return BrokerRecord(self.address, self.incarnation, self.state, self.started_ms, self.load, self.serving)
 
     async def register(self, *, new_incarnation: bool = False) -> None:
         """Put this broker's ephemeral record (again, after a lost session: a new incarnation)."""
@@ -142,6 +145,12 @@ class Membership:
         self.state = state
         await self.register()
         await self.refresh()
+
+    async def set_serving(self) -> None:
+        """Announce that the listeners accept connections (registered before they do, a broker
+        refuses connections while it starts: that must not read as its death)."""
+        self.serving = True
+        await self.register()
 
     async def publish_load(self, load: dict) -> None:
         self.load = load

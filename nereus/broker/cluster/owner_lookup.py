@@ -3,8 +3,9 @@
 The record ``/nereus/cluster/owners/{topic}`` (broker name and incarnation; ``releasing``
 while its owner hands it over) is ephemeral: it vanishes with its owner's metadata
 session. An owner seen dead does not keep its topics until then: one whose listener
-refuses connections (nothing listens on its port: the process died; a stalled one still
-accepts) is removed from the registry and its record deleted, and so is the record of
+refuses connections once it announced it serves (nothing listens on its port: the process
+died; a stalled one still accepts) is removed from the registry and its record deleted,
+and so is the record of
 an incarnation a newer one of the same broker replaced (it could bind the ports the name
 stands for). Storage fencing, not this judgement, keeps a wrongly judged owner from
 writing. An owner that is gone from the registry or cannot be reached otherwise (a
@@ -92,7 +93,7 @@ class OwnerLookup(Placement):
                     return record.address
                 if not probe or await self._answers(record.address):
                     return record.address
-                if await self._refuses(record.address):
+                if record.serving and await self._refuses(record.address):
                     await self.membership.forget(record)
                     if await self._take_from_dead(topic, rec.version.version_id):
                         return None
@@ -120,7 +121,7 @@ class OwnerLookup(Placement):
         if record is not None:
             return True  # a newer incarnation registered: it could bind the old one's ports
         departed: BrokerRecord | None = self.membership.departed.get(name)
-        return (probe and departed is not None and departed.incarnation == incarnation
+        return (probe and departed is not None and departed.incarnation == incarnation and departed.serving
                 and await self._refuses(departed.address))
 
     async def _take_from_dead(self, topic: str, version: int) -> bool:
