@@ -11,6 +11,7 @@ import pytest
 from tests.standalone_process import Standalone, running
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+BASIC_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic"
 
 
 def shared_standalone(name: str, directory: str, extra_args: list[str] | None = None):
@@ -23,17 +24,23 @@ def shared_standalone(name: str, directory: str, extra_args: list[str] | None = 
     return fixture
 
 
-def token_auth_standalone(name: str, directory: str):
+def token_auth_standalone(name: str, directory: str, *, htpasswd: str | None = None):
     """A fixture ``name``: one standalone per test module with token authentication and
     authorization on (``admin`` a superuser); its ``secret`` signs tokens of any role
-    (``create_token(role, secret_key=node.secret)``)."""
+    (``create_token(role, secret_key=node.secret)``). ``htpasswd``: basic authentication
+    too, with these users (an htpasswd file's text)."""
     @pytest.fixture(scope="module", name=name)
     def fixture(tmp_path_factory):
         root = tmp_path_factory.mktemp(directory)
         subprocess.run([sys.executable, "-m", "nereus.cli", "tokens", "create-secret-key", "--output",
                         str(root / "secret.key")], check=True, capture_output=True, timeout=60)
+        providers, basic = TOKEN_PROVIDER, ""
+        if htpasswd is not None:
+            (root / "htpasswd").write_text(htpasswd)
+            providers += "," + BASIC_PROVIDER
+            basic = f"basicAuthConf=file://{root / 'htpasswd'}\n"
         config = root / "standalone.conf"
-        config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
+        config.write_text(f"authenticationEnabled=true\nauthenticationProviders={providers}\n{basic}"
                           f"tokenSecretKey=file://{root / 'secret.key'}\n"
                           "authorizationEnabled=true\nsuperUserRoles=admin\n")
         node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])

@@ -5,40 +5,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import subprocess
-import sys
 
-import pytest
 from playwright.sync_api import expect
 
 from nereus.auth.tokens import create_token
 from tests.console import test_browser
-from tests.standalone_process import Standalone
+from tests.standalone_fixtures import token_auth_standalone
 
-TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
-BASIC_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic"
 PASSWORD = "pässword:1"  # non-ASCII and a colon: the browser must encode it as UTF-8
 
 browser, page = test_browser.browser, test_browser.page  # the same headless Chromium set-up
 
 
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory):
-    root = tmp_path_factory.mktemp("console-auth")
-    subprocess.run([sys.executable, "-m", "nereus.cli", "tokens", "create-secret-key", "--output",
-                    str(root / "secret.key")], check=True, capture_output=True, timeout=60)
-    digest = base64.b64encode(hashlib.sha1(PASSWORD.encode()).digest()).decode()
-    (root / "htpasswd").write_text(f"admin:{{SHA}}{digest}\n")
-    config = root / "standalone.conf"
-    config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER},{BASIC_PROVIDER}\n"
-                      f"basicAuthConf=file://{root / 'htpasswd'}\n"
-                      f"tokenSecretKey=file://{root / 'secret.key'}\n"
-                      "authorizationEnabled=true\nsuperUserRoles=admin\n")
-    node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
-    node.start()
-    node.secret = (root / "secret.key").read_bytes()
-    yield node
-    node.stop()
+secured = token_auth_standalone(
+    "secured", "console-auth",
+    htpasswd=f"admin:{{SHA}}{base64.b64encode(hashlib.sha1(PASSWORD.encode()).digest()).decode()}\n")
 
 
 def _sign_in(page, token: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from nereus.codec.kafka import split_batches
@@ -71,15 +73,21 @@ async def test_lookup_reads_one_interval_not_the_stream(service):
     assert reads[0][0] >= total - INTERVAL - PER_BATCH
 
 
-async def test_marks_continue_after_a_new_session(service):
-    await service.catalog.create("resumed", 1)
-    part = await service.catalog.partition("resumed", 0)
+async def marked_then_unloaded(service, topic: str) -> tuple[int, tuple[int, int]]:
+    """A one-partition topic with 6 batches written (marks left), then unloaded: (stream id, newest mark)."""
+    await service.catalog.create(topic, 1)
+    part = await service.catalog.partition(topic, 0)
     await part.ensure_writer()
     for b in range(6):
         await append(part, b * PER_BATCH, PER_BATCH, lambda o: BASE_TS + o)
     stream_id = part.handle.stream_id
     before = await time_index.last(service.meta, stream_id)
     await service.registry.unload(part.topic, "test")
+    return stream_id, before
+
+
+async def test_marks_continue_after_a_new_session(service):
+    stream_id, before = await marked_then_unloaded(service, "resumed")
     part = await service.catalog.partition("resumed", 0)
     await part.ensure_writer()
     for b in range(6, 12):
@@ -128,16 +136,7 @@ async def test_max_timestamp_reads_the_tail_and_one_interval(service):
 async def test_appends_made_while_the_marks_are_restored_are_tracked(service, monkeypatch):
     """The restore runs beside the new writer's first appends; what they commit meanwhile is
     taken once it is done, so the next mark still covers every record below it."""
-    import asyncio
-
-    await service.catalog.create("beside", 1)
-    part = await service.catalog.partition("beside", 0)
-    await part.ensure_writer()
-    for b in range(6):
-        await append(part, b * PER_BATCH, PER_BATCH, lambda o: BASE_TS + o)
-    stream_id = part.handle.stream_id
-    before = await time_index.last(service.meta, stream_id)
-    await service.registry.unload(part.topic, "test")
+    stream_id, before = await marked_then_unloaded(service, "beside")
 
     gate, entered = asyncio.Event(), asyncio.Event()
     real_last = time_index.last
