@@ -9,7 +9,8 @@ then its record.
 A pending marker older than the timeout belongs to a dead (or hopelessly slow)
 writer. A writer's reserved block (a marker without a kind): each unsealed name of
 it is resolved from the object's own slice directory and the offset index (the
-slices' base-offset hints say where to look). A marker of another kind is handed to
+slices' base-offset hints say where to look); a sealed name keeps only the slices
+the index holds (the writer may have died before releasing those that failed). A marker of another kind is handed to
 the resolver registered for it (``RESOLVERS``: compaction finishes or undoes a dead
 compactor's change, ``compaction.resolve_marker``; a key view's builder likewise,
 ``key_view.resolve_marker``).
@@ -38,7 +39,7 @@ from ..wal.errors import WalError
 from ..objstore import ObjectExists, ObjectNotFound, ObjectStore
 from . import compaction, key_view, metrics, records, wal_format, wal_locator, wal_replicas
 from .errors import CorruptObject
-from .gc import object_name, seal
+from .gc import object_name, release, seal
 from .records import Tail
 from .wal_replicas import ReplicaDirectory, WalUnavailable
 
@@ -133,8 +134,11 @@ class GarbageCollector:
         for seq in range(value["first"], value["first"] + value["count"]):
             name = object_name(value["prefix"], seq)
             record = await self.meta.get(records.object_key(name))
-            if record is not None and records.decode(record.value).get("state") == "sealed":
-                continue
+            if record is not None:
+                sealed = records.decode(record.value)
+                if sealed.get("state") == "sealed":
+                    await self._release_uncommitted(name, sealed["live"])
+                    continue
             try:
                 await metrics.put_object(self.objects, name, TOMBSTONE, "tombstone")
                 data = TOMBSTONE  # never written: now it never will be
@@ -167,6 +171,28 @@ class GarbageCollector:
                     except Exception as exc:  # its janitor drops it on seeing the marker gone
                         log.debug("gc: dropping block %s on replica %s failed: %s", marker.key, replica_id, exc)
         return True
+
+    async def _release_uncommitted(self, object_key: str, live: list) -> None:
+        """Release the slices a sealed object names that never committed.
+
+        The writer seals an object in its commit round, naming every slice of it, and
+        releases the slices whose commit failed afterwards: a writer that died between
+        the two left them named. A slice whose stream has committed past its base either
+        is in the index or can never land (its commit expected the tail it had then);
+        otherwise the tail is fenced first, so what the index then holds is final. (Streams
+        that moved on are not fenced: their new owners' commits go on undisturbed.)
+        """
+        stale = []
+        for stream_id in sorted({sid for sid, _ in live}):
+            bases = [base for sid, base in live if sid == stream_id]
+            tail = await self.meta.get(records.tail_key(stream_id), partition_key=records.stream_partition(stream_id))
+            if tail is not None and Tail.decode(tail.value).next <= max(bases):
+                await self._fence_tail(stream_id)
+            committed = set(await self._committed_slices(stream_id, min(bases), object_key))
+            stale += [[stream_id, base] for base in bases if (stream_id, base) not in committed]
+        if stale:
+            log.info("gc: object %s named %d slice(s) that never committed; released", object_key, len(stale))
+            await release(self.meta, object_key, stale)
 
     async def _recover_replicated(self, marker_key: str, value: dict) -> bool:
         """Fence a dead writer's block on its WAL replicas, then upload every object they hold.

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from nereus.storage import StorageOptions, StreamFenced, StreamStorage, WalOptions, records, wal_format
+from nereus.storage import GarbageCollector, StorageOptions, StreamFenced, StreamStorage, WalOptions, records, wal_format, wal_writer
 
 from .test_session_lifecycle import Held
 
@@ -219,3 +219,42 @@ async def until(predicate, turns: int = 1000) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError("condition not reached")
+
+
+async def test_a_fenced_slice_its_writer_died_before_releasing_is_released_by_the_collector(meta, objects, monkeypatch):
+    storage = StreamStorage(meta, objects, node_id="old", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+    newer = StreamStorage(meta, objects, node_id="new", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+
+    async def died(*args, **kwargs):
+        raise ConnectionError("the writer died before its release")
+
+    monkeypatch.setattr(wal_writer.gc, "release", died)
+    try:
+        a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
+        for s in (a, b):
+            await asyncio.wait_for(s.append(b"warm-up", 1), GUARD)
+        objects.hold_puts()
+        kept = asyncio.ensure_future(a.append(b"a1", 1))
+        fenced = asyncio.ensure_future(b.append(b"b1", 1))
+        await asyncio.wait_for(objects.wait_held(1), GUARD)
+        taker = await newer.open_stream("b")
+        await taker.acquire()
+        objects.hold_puts(False)
+        assert (await asyncio.wait_for(kept, GUARD)).base_offset == 1
+        with pytest.raises(StreamFenced):
+            await asyncio.wait_for(fenced, GUARD)
+        await storage.writer.flush()
+        key = [k for k in objects.inner.keys() if k.startswith("wal/") and "-old-" in k][-1]
+        object_record = records.object_key(key)
+        assert sorted(records.decode((await meta.get(object_record)).value)["live"]) == sorted(
+            [[a.stream_id, 1], [b.stream_id, 1]])  # the seal of the commit round names both
+
+        monkeypatch.undo()
+        collector = GarbageCollector(meta, objects, pending_timeout_seconds=0, grace_seconds=0)
+        await collector.collect()
+        assert records.decode((await meta.get(object_record)).value)["live"] == [[a.stream_id, 1]]
+        assert [e.data for e in (await a.fetch(1, max_bytes=1 << 20)).entries] == [b"a1"]
+    finally:
+        objects.hold_puts(False)
+        await storage.close()
+        await newer.close()
