@@ -29,6 +29,7 @@ from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES,
                           ConnectionLimits)
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
+from ..pulsar.replication import ReplicationManager
 from ..pulsar.server.policy_follower import follow_policies
 from ..transactions import BrokerParticipants, StreamTransactions, TransactionCoordinator
 from ..storage import GarbageCollector, StorageOptions, StreamStorage, WalOptions
@@ -332,6 +333,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                         kafka.start(serve=False, plaintext=options.kafka_port is not None))
     stack.push_async_callback(kafka.stop)
     transactions = _build_transactions(stack, meta, registry, kafka, pulsar, options.transactional_id_expiration)
+    pulsar.replication = ReplicationManager(registry, meta, objects, options.cluster_name, service=pulsar)
+    stack.push_async_callback(pulsar.replication.close)
     if options.kafka_ssl_port is not None:
         await bind_listener("kafka-ssl", options.bind, options.kafka_ssl_port,
                             kafka.add_listener("SSL", options.bind, options.kafka_ssl_port, ssl=tls_context,

@@ -11,7 +11,8 @@ broker wrote, after a failed append.
 The snapshot is written by compare-and-set against the version this broker last
 read or wrote: a broker that lost the stream cannot overwrite its successor's.
 
-Whether duplicates are dropped is the namespace policy ``deduplicationEnabled``,
+Whether duplicates are dropped is the namespace policy ``deduplicationEnabled``
+(always, for the producers of other clusters' replicators: ``REPLICATOR_PREFIX``),
 read when a topic is loaded and again whenever the policy is changed or removed
 through the admin API. Without a policy the broker default
 ``BROKER_DEDUPLICATION_ENABLED`` applies: True here, where Pulsar's
@@ -42,6 +43,9 @@ from ..storage.records import stream_partition
 log = logging.getLogger(__name__)
 
 SNAPSHOT_EVERY = 256
+#: Producer names of other clusters' replicators: always deduplicated, whatever the policy,
+#: since their resends after a restart or a cut link are expected and must not be stored twice.
+REPLICATOR_PREFIX = "pulsar.repl."
 # Broker default for namespaces without a deduplication policy (Pulsar: false).
 BROKER_DEDUPLICATION_ENABLED = True
 PRODUCER_EXPIRY_MS = 6 * 3600 * 1000
@@ -120,10 +124,10 @@ class Dedup:
 
     def last_sequence(self, name: str) -> int:
         """What PRODUCER_SUCCESS reports: -1 while deduplication is disabled, as Pulsar does."""
-        return self.persisted.get(name, -1) if self.enabled else -1
+        return self.persisted.get(name, -1) if self.enabled or name.startswith(REPLICATOR_PREFIX) else -1
 
     def is_duplicate(self, name: str, sequence: int) -> bool:
-        return self.enabled and sequence <= self.pushed.get(name, -1)
+        return (self.enabled or name.startswith(REPLICATOR_PREFIX)) and sequence <= self.pushed.get(name, -1)
 
     def accept(self, name: str, highest: int) -> None:
         if highest > self.pushed.get(name, -1):

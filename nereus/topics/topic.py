@@ -82,6 +82,7 @@ class Topic:
         self._append_listeners: list[Callable[[], None]] = []
         self._unload_listeners: list[Callable[[str], Awaitable[None] | None]] = []
         self._busy_checks: list[Callable[[], bool]] = []
+        self._policy_listeners: list[Callable[[], None]] = []
         # Rate policies (Pulsar's publishRate / dispatchRate / subscriptionDispatchRate): the
         # policy JSON in force (the topic's, else the namespace's) and the topic-wide limits.
         self.rate_policies: dict[str, dict | None] = {"publish": None, "dispatch": None, "subscription": None}
@@ -120,6 +121,12 @@ class Topic:
         threshold = own.get("compactionThreshold")
         if (threshold if threshold is not None else namespace.get("compaction_threshold") or 0) > 0:
             self.key_log.enable()
+        for listener in self._policy_listeners:
+            listener()
+
+    def on_policies(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` each time the topic's policies were read again (a change through any broker)."""
+        self._policy_listeners.append(listener)
 
     def _apply_rates(self, policies: dict[str, dict | None]) -> None:
         """Rebuild only the limits whose policy changed: a refresh must not refill a bucket."""

@@ -20,6 +20,7 @@ from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...storage import view
 from ...pulsar.server.dispatcher import THROTTLE_EVENTS
+from ...pulsar.replication.manager import ATTACHMENT as REPLICATION
 from ...topics.rates import RateMeter, combined_rates
 from .common import AdminError, context, flag, partitions, require_topic, topic_name
 
@@ -118,12 +119,18 @@ async def topic_stats(ctx, topic) -> dict:
         "bytesOutCounter": sum(m.bytes for m in meters), "msgOutCounter": sum(m.messages for m in meters),
         "averageMsgSize": inbound.average_size, "msgChunkPublished": False,
         "storageSize": storage_size, "backlogSize": int(backlog_total * per_record), "offloadedStorageSize": 0,
-        "publishers": publishers, "waitingPublishers": 0, "subscriptions": subs, "replication": {},
-        "deduplicationStatus": "Enabled", "topicEpoch": topic.epoch,
+        "publishers": publishers, "waitingPublishers": 0, "subscriptions": subs,
+        "replication": _replication_stats(topic), "deduplicationStatus": "Enabled", "topicEpoch": topic.epoch,
         "publishRateLimitedTimes": topic.core.publish_rate_limited,
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
         **_wal_stats(ctx, topic),
     }
+
+
+def _replication_stats(topic) -> dict:
+    """Pulsar's ``replication``: each remote cluster's replicator on this (owning) broker."""
+    state = topic.core.attachments.get(REPLICATION)
+    return state.stats() if state is not None else {}
 
 
 def _wal_stats(ctx, topic) -> dict:

@@ -1,0 +1,211 @@
+"""Which replicators run on this broker: one per loaded topic and remote cluster of its policy.
+
+A topic's replication clusters are its topic policy's ``replicationClusters``, else its
+namespace's ``replication_clusters``; every cluster named there but the local one gets
+a replicator, on the broker that owns the topic. They are read when the topic loads and
+again on every policy change (``Topic.on_policies``). A replicator with a backlog keeps
+its topic loaded; an unload (the topic moved, the broker stops) stops it, and the next
+owner resumes from the cursor and the remote's last sequence id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+
+import aiohttp
+
+from ...ledger.clusters import ClusterData, get_cluster
+from ...ledger.policies import policies_key, topic_policies_key
+from ...tasks import spawn
+from ...topics.partitioned import partitions_of
+from ...topics.placement import NotOwner
+from ..client import ClientError, ClusterClient
+from .replicator import ReplicationError, Replicator
+
+log = logging.getLogger(__name__)
+
+ATTACHMENT = "replication"
+
+
+async def replication_clusters(meta, name) -> list[str]:
+    """The clusters ``name`` (a topic, or a partition of one) is replicated to, the local one included."""
+    base = name.base
+    rec = await meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
+    own = json.loads(rec.value).get("replicationClusters") if rec is not None else None
+    if own:
+        return list(own)
+    rec = await meta.get(policies_key(name.tenant, name.namespace))
+    return list((json.loads(rec.value).get("replication_clusters") if rec is not None else None) or [])
+
+
+def _ssl_context(cluster: ClusterData, url: str) -> ssl.SSLContext | None:
+    """The TLS context for ``url`` (a Pulsar or an admin URL of ``cluster``), None without TLS."""
+    fields = cluster.fields
+    if not url.startswith(("pulsar+ssl://", "https://")):
+        return None
+    context = ssl.create_default_context(cafile=fields.get("brokerClientTrustCertsFilePath") or None)
+    context.check_hostname = False  # brokers register by address, as Pulsar's broker clients assume
+    if fields.get("tlsAllowInsecureConnection"):
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class ReplicationManager:
+    """The replicators of this broker's loaded topics, and one client per remote cluster."""
+
+    def __init__(self, registry, meta, objects, local_cluster: str, service=None) -> None:
+        self.registry = registry
+        self.meta = meta
+        self.objects = objects
+        self.local_cluster = local_cluster
+        self.service = service  # the Pulsar service: its transaction views, once enabled
+        self._clients: dict[str, tuple[bytes, ClusterClient]] = {}
+        registry.on_load(self._loaded)
+
+    @property
+    def stream_txns(self):
+        return getattr(self.service, "stream_txns", None)
+
+    def _loaded(self, topic) -> None:
+        state = TopicReplication(self, topic, topic.handle.next_offset())
+        topic.attachments[ATTACHMENT] = state
+        topic.on_policies(state.sync_soon)
+        topic.on_append(state.wake)
+        topic.on_unload(state.stop)
+        topic.busy_while(state.busy)
+        state.sync_soon()
+
+    async def client(self, remote: str) -> ClusterClient:
+        """The client of cluster ``remote`` as its record says now (a changed record: a new client)."""
+        cluster = await get_cluster(self.meta, remote)
+        if cluster is None or not cluster.broker_service_url:
+            raise ReplicationError(f"cluster {remote} is not known here (no brokerServiceUrl): "
+                                   f"PUT /admin/v2/clusters/{remote}")
+        fingerprint = cluster.encode()
+        cached = self._clients.get(remote)
+        if cached is not None and cached[0] == fingerprint:
+            return cached[1]
+        if cached is not None:
+            cached[1].close()
+        client = ClusterClient(cluster.broker_service_url, token=cluster.auth_token(), ssl_context=_ssl_context(cluster, cluster.broker_service_url))
+        client.cluster = cluster
+        self._clients[remote] = (fingerprint, client)
+        return client
+
+    def topics(self):
+        """(topic, TopicReplication) of every loaded topic with a replicator."""
+        for topic in list(self.registry.topics.values()):
+            state = topic.attachments.get(ATTACHMENT)
+            if state is not None and state.replicators:
+                yield topic, state
+
+    async def close(self) -> None:
+        for topic, state in list(self.topics()):
+            await state.stop("broker stopping")
+        for _, client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+
+class TopicReplication:
+    """The replicators of one loaded topic, by remote cluster name."""
+
+    def __init__(self, manager: ReplicationManager, topic, initial: int) -> None:
+        self.manager = manager
+        self.topic = topic
+        self.initial = initial  # where a new replicator starts: the end at load (Pulsar's latest)
+        self.replicators: dict[str, Replicator] = {}
+        self._remote_topic_checked: set[str] = set()
+        self._sync: asyncio.Task | None = None
+        self._again = False
+        self._stopped = False
+
+    def busy(self) -> bool:
+        return any(r.backlog() > 0 for r in self.replicators.values())
+
+    def wake(self) -> None:
+        for replicator in self.replicators.values():
+            replicator.wake()
+
+    def sync_soon(self) -> None:
+        if self._sync is not None and not self._sync.done():
+            self._again = True
+            return
+        self._sync = spawn(self._sync_loop(), f"{self.topic.name}: replication clusters")
+
+    async def _sync_loop(self) -> None:
+        self._again = True
+        while self._again and not self._stopped:
+            self._again = False
+            try:
+                await self._sync_once()
+            except Exception as exc:  # the next policy change or load tries again
+                log.warning("%s: replication not started: %s", self.topic.name, exc)
+
+    async def _sync_once(self) -> None:
+        local = self.manager.local_cluster
+        wanted = {c for c in await replication_clusters(self.manager.meta, self.topic.name) if c != local}
+        for remote in set(self.replicators) - wanted:
+            log.info("%s: replication to %s stopped (policy)", self.topic.name, remote)
+            await self.replicators.pop(remote).stop()
+        missing = wanted - set(self.replicators)
+        if not missing or self._stopped:
+            return
+        try:  # replicators run where the topic's writes are served
+            await self.topic.registry.claim(self.topic.name)
+        except NotOwner:
+            return
+        initial = self.initial if not self.replicators else self.topic.handle.next_offset()
+        for remote in sorted(missing):
+            if self._stopped or self.topic.closed:
+                return
+            log.info("%s: replicating to %s", self.topic.name, remote)
+            self.replicators[remote] = Replicator(self, remote, initial)
+
+    async def ensure_remote_topic(self, client: ClusterClient) -> None:
+        """Create the partitioned topic on the remote cluster when a partition of it is replicated."""
+        name = self.topic.name
+        if name.partition_index < 0 or client.service_url in self._remote_topic_checked:
+            return
+        base = name.base
+        if await client.partitions(str(base)) == 0:
+            count = await partitions_of(self.manager.meta, base)
+            if count > 0:
+                await _create_partitioned(client, base, count)
+        self._remote_topic_checked.add(client.service_url)
+
+    async def stop(self, reason: str = "") -> None:
+        self._stopped = True
+        if self._sync is not None:
+            self._sync.cancel()
+        replicators, self.replicators = list(self.replicators.values()), {}
+        await asyncio.gather(*(r.stop() for r in replicators), return_exceptions=True)
+
+    def stats(self) -> dict:
+        return {remote: r.stats() for remote, r in sorted(self.replicators.items())}
+
+
+async def _create_partitioned(client: ClusterClient, base, count: int) -> None:
+    cluster = client.cluster
+    url = cluster.service_url
+    if not url:
+        raise ReplicationError(f"cluster {cluster.name} has no serviceUrl to create {base} with {count} partitions")
+    headers = {"Content-Type": "application/json"}
+    token = cluster.auth_token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    path = f"/admin/v2/persistent/{base.tenant}/{base.namespace}/{base.local}/partitions"
+    ssl_context = _ssl_context(cluster, url)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        async with session.put(url.rstrip("/") + path, data=str(count), headers=headers,
+                               ssl=ssl_context if ssl_context is not None else None) as response:
+            if response.status not in (200, 204, 409):  # 409: made meanwhile (another partition's replicator)
+                raise ClientError(f"creating {base} on {cluster.name}: HTTP {response.status} "
+                                  f"{(await response.text())[:200]}")
+    log.info("created %s with %d partitions on cluster %s", base, count, cluster.name)
+
+
+__all__ = ["ATTACHMENT", "ReplicationManager", "TopicReplication", "replication_clusters"]

@@ -1,0 +1,263 @@
+"""One replicator: a topic's committed entries sent on to one remote cluster, exactly once.
+
+It reads the local stream through a durable cursor named ``pulsar.repl.{remote}``
+(a subscription like any: it holds retention and shows in stats) and sends each
+entry as it is stored (metadata and payload, batches and compression kept) with a
+producer named ``pulsar.repl.{local}`` on the same topic of the remote cluster.
+Each SEND carries the entry's offset range as its sequence ids, and the remote
+always deduplicates a replicator's producer name (``topics.dedup``): a resend after
+a restart, an owner move or a cut link is dropped there, and the producer's
+``last_sequence_id`` tells a new replicator where the remote stands.
+
+Not sent: entries that came from another cluster (``replicated_from`` set, so a full
+mesh has no loops), entries whose ``replicate_to`` leaves this remote out,
+transaction markers and aborted records, and nothing above the last stable offset.
+Records of committed transactions go out as plain records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+
+from ...ledger.cursor import Cursor, CursorFenced
+from ...storage import OffsetOutOfRange
+from ...topics.dedup import REPLICATOR_PREFIX
+from ...topics.rates import RateMeter
+from ..client import ClusterClient, RemoteProducer
+from ..server import entries, visibility
+
+log = logging.getLogger(__name__)
+
+#: Entries sent and not yet acknowledged by the remote, at most.
+MAX_IN_FLIGHT = 1000
+#: Bytes read from the stream per step.
+READ_BYTES = 1 << 20
+#: Seconds between cursor writes while entries are acknowledged.
+PERSIST_SECONDS = 1.0
+#: Longest wait between retries after a failure.
+MAX_BACKOFF = 10.0
+
+
+def cursor_name(remote: str) -> str:
+    return f"{REPLICATOR_PREFIX}{remote}"
+
+
+def producer_name(local: str) -> str:
+    return f"{REPLICATOR_PREFIX}{local}"
+
+
+class ReplicationError(Exception):
+    """The remote cluster cannot be reached as configured (unknown, no URL)."""
+
+
+class Replicator:
+    """Replicates one loaded topic to one remote cluster while it runs."""
+
+    def __init__(self, owner, remote: str, initial: int, clock=time.monotonic) -> None:
+        self.owner = owner  # the topic's TopicReplication
+        self.topic = owner.topic
+        self.remote = remote
+        self.initial = initial
+        self.rate = RateMeter(clock)
+        self.cursor: Cursor | None = None
+        self.connected = False
+        self.connected_since: str | None = None
+        self.remote_url: str | None = None
+        self.error: str | None = None
+        self._wake = asyncio.Event()
+        self._inflight: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
+        self._oldest_publish_ms: collections.deque[int] = collections.deque()  # of the entries in flight
+        self._producer: RemoteProducer | None = None
+        self._task = asyncio.ensure_future(self._run())
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def acked_below(self) -> int:
+        return self.cursor.acks.acked_below if self.cursor is not None else self.initial
+
+    def backlog(self) -> int:
+        """Messages of the stream the remote has not acknowledged (markers included)."""
+        return max(0, self.topic.handle.next_offset() - self.acked_below)
+
+    def delay_seconds(self) -> float:
+        if not self._oldest_publish_ms:
+            return 0.0
+        return max(0.0, time.time() - self._oldest_publish_ms[0] / 1000)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop sending; what the remote acknowledged is persisted in the cursor."""
+        self._task.cancel()
+        try:
+            await self._task
+        except (asyncio.CancelledError, Exception):
+            pass
+        if self._producer is not None:
+            await self._producer.close()
+        if self.cursor is not None and self.cursor.dirty:
+            try:
+                await self.cursor.persist()
+            except Exception as exc:  # the next replicator resumes from the remote's last sequence id
+                log.info("%s -> %s: replication cursor not persisted at stop: %s", self.topic.name, self.remote, exc)
+
+    # -- the loop ----------------------------------------------------------------------
+    async def _run(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self._replicate()
+                return
+            except asyncio.CancelledError:
+                raise
+            except CursorFenced as exc:
+                log.info("%s -> %s: replication cursor taken by another broker: %s", self.topic.name,
+                         self.remote, exc)
+                return
+            except Exception as exc:
+                self.error = str(exc) or type(exc).__name__
+                was_connected, self.connected = self.connected, False
+                if was_connected:
+                    delay = 0.1
+                if was_connected or delay in (0.1, MAX_BACKOFF):
+                    log.warning("%s -> %s: replication interrupted: %s", self.topic.name, self.remote, self.error,
+                            exc_info=log.isEnabledFor(logging.DEBUG))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF)
+
+    async def _replicate(self) -> None:
+        client = await self.owner.manager.client(self.remote)
+        self.remote_url = client.service_url
+        if self.cursor is None:
+            self.cursor, created = await Cursor.open(
+                self.owner.manager.meta, self.topic.stream_id, cursor_name(self.remote), initial=self.initial,
+                objects=self.owner.manager.objects)
+            if created:
+                log.info("%s: replicator to %s starts at offset %d", self.topic.name, self.remote, self.initial)
+        await self.owner.ensure_remote_topic(client)
+        self._producer = producer = RemoteProducer(client, str(self.topic.name),
+                                                   producer_name(self.owner.manager.local_cluster))
+        last_sequence = await producer.open()
+        log.debug("%s -> %s: producer open, remote has up to %d", self.topic.name, self.remote, last_sequence)
+        if last_sequence + 1 > self.cursor.acks.acked_below and last_sequence < self.topic.handle.next_offset():
+            self.cursor.ack_cumulative(last_sequence)  # the remote has them already
+        self.connected, self.error = True, None
+        self.connected_since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._inflight = asyncio.Queue(MAX_IN_FLIGHT)
+        self._oldest_publish_ms.clear()
+        sender = asyncio.ensure_future(self._send_loop(producer, self.cursor.acks.acked_below))
+        acker = asyncio.ensure_future(self._ack_loop())
+        try:
+            done, _ = await asyncio.wait((sender, acker), return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()
+        finally:
+            for task in (sender, acker):
+                task.cancel()
+            await asyncio.gather(sender, acker, return_exceptions=True)
+            self._discard_inflight()
+            await producer.close()
+            self._producer = None
+
+    async def _visible_end(self):
+        end = self.topic.handle.next_offset()
+        streams = self.owner.manager.stream_txns
+        txns = await streams.view(self.topic.stream_id, end) if streams is not None else None
+        return (min(end, txns.lso) if txns is not None else end), txns
+
+    async def _send_loop(self, producer: RemoteProducer, position: int) -> None:
+        local = self.owner.manager.local_cluster
+        while True:
+            end, txns = await self._visible_end()
+            if position >= end:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                fetched = (await self.topic.handle.fetch(position, end, max_bytes=READ_BYTES)).entries
+            except OffsetOutOfRange:
+                start = self.topic.handle.start_offset()
+                log.warning("%s -> %s: offsets %d-%d were trimmed before they were replicated", self.topic.name,
+                            self.remote, position, start)
+                await self._inflight.put((start, None, 0, 0))  # acknowledged as if sent
+                position = start
+                continue
+            for entry in fetched:
+                if entry.base_offset < position:
+                    continue
+                future, size = self._send(producer, entry, txns, local)
+                await self._inflight.put((entry.end_offset, future, size, entry.end_offset - entry.base_offset))
+                position = entry.end_offset
+            await producer.drain()
+
+    def _send(self, producer: RemoteProducer, entry, txns, local: str):
+        """Send ``entry`` on; (receipt future, payload bytes), the future None for an entry the remote
+        must not get."""
+        header, body = entries.split(entry.data)
+        if visibility.hidden(header, entry.base_offset, txns):
+            return None, 0
+        meta = entries.metadata_of(body)
+        if meta.replicated_from or (len(meta.replicate_to) and self.remote not in meta.replicate_to):
+            return None, 0
+        last = entry.end_offset - 1
+        meta.producer_name = producer.name
+        meta.sequence_id = entry.base_offset
+        if meta.HasField("num_messages_in_batch"):
+            meta.highest_sequence_id = last
+        meta.replicated_from = local
+        del meta.replicate_to[:]
+        meta.ClearField("txnid_least_bits")  # committed: a plain record over there
+        meta.ClearField("txnid_most_bits")
+        payload = entries.payload_of(body)
+        future = producer.send(meta.SerializeToString(), payload, entry.base_offset, last,
+                               entry.end_offset - entry.base_offset)
+        self._oldest_publish_ms.append(meta.publish_time)
+        return future, payload.nbytes
+
+    async def _ack_loop(self) -> None:
+        cursor = self.cursor
+        persisted_at = time.monotonic()
+        while True:
+            if self._inflight.empty() and cursor.dirty:
+                await cursor.persist()
+                persisted_at = time.monotonic()
+            end, future, size, messages = await self._inflight.get()
+            if future is not None:
+                await future
+                self.rate.record(messages, size)
+                if self._oldest_publish_ms:
+                    self._oldest_publish_ms.popleft()
+            if end > cursor.acks.acked_below:
+                cursor.ack_cumulative(end - 1)
+            if time.monotonic() - persisted_at >= PERSIST_SECONDS:
+                await cursor.persist()
+                persisted_at = time.monotonic()
+
+    def _discard_inflight(self) -> None:
+        while not self._inflight.empty():
+            _, future, _, _ = self._inflight.get_nowait()
+            if future is not None and future.done() and not future.cancelled():
+                future.exception()  # retrieved: it was answered by the failure that stopped us
+            elif future is not None:
+                future.cancel()
+        self._oldest_publish_ms.clear()
+
+    def stats(self) -> dict:
+        """Pulsar's ``ReplicatorStats`` of this replicator."""
+        rate, throughput = self.rate.rates()
+        return {"msgRateIn": 0.0, "msgThroughputIn": 0.0, "msgRateOut": rate, "msgThroughputOut": throughput,
+                "msgRateExpired": 0.0, "replicationBacklog": self.backlog(), "connected": self.connected,
+                "replicationDelayInSeconds": int(self.delay_seconds()),
+                "inboundConnection": None, "inboundConnectedSince": None,
+                "outboundConnection": self.remote_url, "outboundConnectedSince": self.connected_since,
+                "error": self.error}
+
+
+__all__ = ["MAX_IN_FLIGHT", "ReplicationError", "Replicator", "cursor_name", "producer_name"]
