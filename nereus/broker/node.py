@@ -30,6 +30,7 @@ from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES,
 from ..objstore import ObjectStore
 from ..pulsar.server import PulsarService
 from ..pulsar.replication import ReplicationManager
+from ..pulsar.replication.sweep import run_sweeps
 from ..pulsar.server.policy_follower import follow_policies
 from ..transactions import BrokerParticipants, StreamTransactions, TransactionCoordinator
 from ..storage import GarbageCollector, StorageOptions, StreamStorage, WalOptions
@@ -404,6 +405,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
         stack.push_async_callback(_cancel_and_wait, task)
     transactions.start()
     stack.push_async_callback(transactions.close)
+    sweeps = asyncio.ensure_future(run_sweeps(pulsar.replication))
+    stack.push_async_callback(_cancel_and_wait, sweeps)
     node = BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases,
                       transactions)
     await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar, node=node)

@@ -13,6 +13,7 @@ import logging
 from ...ledger.subscription import ConsumerBusy, ConsumerSlot, SubType
 from ...topics import NotOwner
 from ...topics.rates import RateMeter
+from ...topics.dedup import REPLICATOR_PREFIX
 from ...codec.pulsar import pb, wrap
 from . import positions, schemas, txn_acks
 from .existence import TopicMissing, usable_topic
@@ -74,6 +75,9 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         return
     if not cmd.subscription:
         conn.send_error(cmd.request_id, pb.UnknownError, "empty subscription name")
+        return
+    if cmd.subscription.startswith(REPLICATOR_PREFIX):  # the replicators' cursors (as Pulsar refuses it)
+        conn.send_error(cmd.request_id, pb.InvalidTopicName, "Subscription with reserved subscription name attempted")
         return
     try:
         topic = await conn.service.registry.placement.while_serving(str(name), usable_topic(conn.service, name))

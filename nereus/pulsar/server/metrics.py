@@ -45,7 +45,7 @@ class _Collector:
                 total += value
                 sub_backlog.add_metric([name, sub_name], value)
             backlog.add_metric([name], total)
-        return [topics, producers, consumers, subs, backlog, sub_backlog, *self._rates()]
+        return [topics, producers, consumers, subs, backlog, sub_backlog, *self._rates(), *self._replication()]
 
     def _rates(self):
         """Per-topic rates of every loaded topic, whichever protocol it carries."""
@@ -73,6 +73,28 @@ class _Collector:
                                ("pulsar_rate_out", rate_out), ("pulsar_throughput_out", throughput_out)):
                 families[key].add_metric([name], value)
         return [*families.values(), sub_rate, sub_throughput]
+
+
+    def _replication(self):
+        """Each replicator's gauges (Pulsar's ``pulsar_replication_*``), by topic and remote cluster."""
+        families = {key: GaugeMetricFamily(key, doc, labels=["topic", "remote_cluster"]) for key, doc in (
+            ("pulsar_replication_rate_out", "Messages per second sent to the remote cluster"),
+            ("pulsar_replication_throughput_out", "Bytes per second sent to the remote cluster"),
+            ("pulsar_replication_backlog", "Messages not yet acknowledged by the remote cluster"),
+            ("pulsar_replication_connected_count", "1 while the replicator's producer is connected"),
+            ("pulsar_replication_delay_in_seconds", "Age of the oldest message sent and not acknowledged"))}
+        manager = getattr(self.service, "replication", None)
+        for core, state in (manager.topics() if manager is not None else ()):
+            name = str(core.name)
+            for remote, replicator in list(state.replicators.items()):
+                rate, throughput = replicator.rate.rates()
+                for key, value in (("pulsar_replication_rate_out", rate),
+                                   ("pulsar_replication_throughput_out", throughput),
+                                   ("pulsar_replication_backlog", replicator.backlog()),
+                                   ("pulsar_replication_connected_count", int(replicator.connected)),
+                                   ("pulsar_replication_delay_in_seconds", replicator.delay_seconds())):
+                    families[key].add_metric([name, remote], value)
+        return list(families.values())
 
 
 def register(service) -> object:

@@ -62,6 +62,7 @@ class PulsarService:
         self.stream_txns = None
         self.txn_participants = None
         self.by_stream: dict[int, PulsarTopic] = {}  # loaded persistent topics by stream id
+        self.replication = None  # the ReplicationManager, when the broker replicates to other clusters
 
     @property
     def service_url(self) -> str:

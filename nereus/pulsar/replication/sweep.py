@@ -1,0 +1,102 @@
+"""Resume replication of topics that nobody loads: after a restart, an owner's death, an idle unload.
+
+Replicators run on loaded topics, and a topic loads when a client uses it. A topic whose
+producers are gone with entries not yet replicated would wait for its next client; each
+broker therefore looks, every ``SWEEP_SECONDS``, through the topics of the replicated
+namespaces for a replication cursor behind the stream's end, and loads those whose owner
+it is (or becomes: the lookup places an unowned topic as any lookup does). The loaded
+topic stays loaded while its backlog lasts, then unloads when idle as any topic.
+
+Each sweep reads every replicated namespace's stream list and one cursor per topic and
+remote: fine for thousands of replicated topics, not for millions (then a per-namespace
+index of lagging topics is the next step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from ...ledger.cursor import Cursor
+from ...ledger.naming import TopicName
+from ...ledger.policies import POLICIES_ROOT
+from ...topics.placement import NotOwner
+from .replicator import cursor_name
+
+log = logging.getLogger(__name__)
+
+SWEEP_SECONDS = 30.0
+FIRST_SWEEP_SECONDS = 2.0
+
+
+async def replicated_namespaces(meta, local: str) -> dict[str, list[str]]:
+    """``tenant/namespace`` -> its remote clusters, for each namespace replicated from here."""
+    out = {}
+    async for rec in meta.range_scan(POLICIES_ROOT + "/", POLICIES_ROOT + "/\uffff"):
+        try:
+            clusters = json.loads(rec.value).get("replication_clusters") or []
+        except ValueError:
+            continue
+        remotes = [c for c in clusters if c != local]
+        if remotes:
+            out[rec.key[len(POLICIES_ROOT) + 1:]] = remotes
+    return out
+
+
+async def lagging_topics(manager) -> list[TopicName]:
+    """Persistent topics of replicated namespaces, not loaded here, whose replication is behind."""
+    namespaces = await replicated_namespaces(manager.meta, manager.local_cluster)
+    if not namespaces:
+        return []
+    storage = manager.registry.storage
+    out = []
+    for stream in await storage.list_streams():
+        if not stream.startswith("persistent://"):
+            continue
+        name = TopicName.parse(stream)
+        remotes = namespaces.get(f"{name.tenant}/{name.namespace}")
+        if not remotes or manager.registry.loaded(name) is not None:
+            continue
+        stream_id = await storage.stream_id(stream)
+        end = (await storage.tail(stream_id)).next
+        for remote in remotes:
+            cursor = await Cursor.load(manager.meta, stream_id, cursor_name(remote), objects=manager.objects)
+            if cursor is not None and cursor.acks.acked_below < end:
+                out.append(name)
+                break
+    return out
+
+
+async def sweep_once(manager) -> int:
+    """Load the lagging topics this broker owns; returns how many were loaded."""
+    loaded = 0
+    registry = manager.registry
+    placement = registry.placement
+    for name in await lagging_topics(manager):
+        try:
+            if (await placement.owner(str(name))).name != placement.local.name:
+                continue  # its owner's sweep loads it
+            await registry.claim(name)
+            await registry.get(name)
+        except NotOwner:
+            continue  # its owner's sweep loads it
+        except Exception as exc:  # an owner not reachable yet: the next sweep
+            log.info("%s: not loaded to resume its replication: %s", name, exc)
+            continue
+        log.info("%s: loaded to resume its replication", name)
+        loaded += 1
+    return loaded
+
+
+async def run_sweeps(manager, *, interval: float = SWEEP_SECONDS, first: float = FIRST_SWEEP_SECONDS) -> None:
+    await asyncio.sleep(first)
+    while True:
+        try:
+            await sweep_once(manager)
+        except Exception as exc:  # the next sweep tries again
+            log.warning("replication sweep failed: %s", exc)
+        await asyncio.sleep(interval)
+
+
+__all__ = ["lagging_topics", "replicated_namespaces", "run_sweeps", "sweep_once"]

@@ -1,0 +1,150 @@
+"""Geo-replication between two clusters (one standalone each) with the official Pulsar client.
+
+East reaches west through a cutting proxy (``geo.py``); west reaches east directly.
+"""
+
+from __future__ import annotations
+
+import pulsar
+import pytest
+
+from tests.replication.geo import admin, clusters, replicate_namespace, stats
+from tests.waiting import wait_until
+
+NAMESPACE = "geo/ns"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    with clusters(tmp_path_factory.mktemp("geo"), ["east", "west"], behind_proxy=("west",)) as (east, west):
+        replicate_namespace([east, west], NAMESPACE)
+        yield east, west
+
+
+@pytest.fixture(scope="module")
+def clients(pair):
+    east, west = pair
+    made = pulsar.Client(east.node.url), pulsar.Client(west.node.url)
+    yield made
+    for client in made:
+        client.close()
+
+
+def receive_all(consumer, count: int, timeout_ms: int = 30_000) -> list:
+    out = []
+    while len(out) < count:
+        message = consumer.receive(timeout_millis=timeout_ms)
+        consumer.acknowledge(message)
+        out.append(message)
+    return out
+
+
+def nothing_more(consumer) -> bool:
+    try:
+        message = consumer.receive(timeout_millis=500)
+    except pulsar.Timeout:
+        return True
+    raise AssertionError(f"unexpected message {message.data()!r} from {message.topic_name()}")
+
+
+def test_east_publishes_and_west_consumes_everything_once_in_order_and_back(pair, clients):
+    east, west = pair
+    east_client, west_client = clients
+    topic = f"persistent://{NAMESPACE}/both-ways"
+    in_west = west_client.subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
+    in_east = east_client.subscribe(topic, "e", initial_position=pulsar.InitialPosition.Earliest)
+    producer = east_client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
+    for i in range(500):
+        producer.send_async(f"east-{i}".encode(), None, properties={"i": str(i)}, partition_key=f"k{i % 7}",
+                            event_timestamp=1_000_000 + i)
+    producer.flush()
+    got = receive_all(in_west, 500)
+    assert [m.data() for m in got] == [f"east-{i}".encode() for i in range(500)]
+    assert [m.properties() for m in got] == [{"i": str(i)} for i in range(500)]
+    assert [m.partition_key() for m in got] == [f"k{i % 7}" for i in range(500)]
+    assert [m.event_timestamp() for m in got] == [1_000_000 + i for i in range(500)]
+    assert len(receive_all(in_east, 500)) == 500  # east's own
+
+    back = west_client.create_producer(topic)
+    for i in range(20):
+        back.send(f"west-{i}".encode())
+    assert [m.data() for m in receive_all(in_east, 20)] == [f"west-{i}".encode() for i in range(20)]
+    assert [m.data() for m in receive_all(in_west, 20)] == [f"west-{i}".encode() for i in range(20)]
+    # Nothing comes back: what west got from east is not sent to east again, nor the reverse.
+    assert nothing_more(in_west) and nothing_more(in_east)
+    assert stats(west.node, topic)["msgInCounter"] == 520
+    assert stats(east.node, topic)["msgInCounter"] == 520
+    replication = wait_until(lambda: (r := stats(east.node, topic)["replication"].get("west"))
+                             and r["replicationBacklog"] == 0 and r, "east's replicator to west caught up")
+    assert replication["connected"] is True
+    assert "pulsar.repl.west" in stats(east.node, topic)["subscriptions"]  # its cursor holds the backlog
+    metrics = east.node.metrics()
+    assert f'pulsar_replication_backlog{{remote_cluster="west",topic="{topic}"}} 0.0' in metrics
+    assert f'pulsar_replication_connected_count{{remote_cluster="west",topic="{topic}"}} 1.0' in metrics
+
+
+def test_a_partitioned_topic_replicates_partition_by_partition_and_is_created_remotely(pair, clients):
+    east, west = pair
+    east_client, west_client = clients
+    topic = f"persistent://{NAMESPACE}/parted"
+    admin(east.node, "PUT", f"/persistent/{NAMESPACE}/parted/partitions", 3)
+    producer = east_client.create_producer(topic, batching_enabled=False)
+    for i in range(60):
+        producer.send(f"p-{i}".encode(), partition_key=f"key-{i % 5}")
+    wait_until(lambda: admin(west.node, "GET", f"/persistent/{NAMESPACE}/parted/partitions")["partitions"] == 3,
+               "the partitioned topic made in west")
+    consumer = west_client.subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_all(consumer, 60)
+    per_key: dict[str, list[int]] = {}
+    for message in got:
+        per_key.setdefault(message.partition_key(), []).append(int(message.data()[2:]))
+    assert sorted(int(m.data()[2:]) for m in got) == list(range(60))
+    assert all(values == sorted(values) for values in per_key.values())  # order kept per partition
+    assert nothing_more(consumer)
+
+
+def test_a_cut_link_catches_up_with_no_loss_and_no_duplicate(pair, clients):
+    east, west = pair
+    east_client, west_client = clients
+    topic = f"persistent://{NAMESPACE}/cut"
+    consumer = west_client.subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
+    producer = east_client.create_producer(topic, batching_enabled=True, batching_max_messages=20,
+                                           block_if_queue_full=True)
+    west.proxy.start_cutting(0.05, 0.3, 15)
+    for i in range(3000):
+        producer.send_async(f"c-{i}".encode(), None)
+        if i % 200 == 0:
+            producer.flush()
+    producer.flush()
+    wait_until(lambda: west.proxy.cuts >= 3, "the link cut a few times")
+    west.proxy.stop_cutting()
+    got = receive_all(consumer, 3000, timeout_ms=60_000)
+    assert [m.data() for m in got] == [f"c-{i}".encode() for i in range(3000)]
+    assert nothing_more(consumer)
+
+
+def test_only_committed_transactions_are_replicated(pair, clients):
+    east, west = pair
+    topic = f"persistent://{NAMESPACE}/txn"
+    client = pulsar.Client(east.node.url, enable_transaction=True)
+    try:
+        consumer = clients[1].subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=0)
+        committed = client.new_transaction()
+        aborted = client.new_transaction()
+        for i in range(5):
+            producer.send(f"kept-{i}".encode(), txn=committed)
+            producer.send(f"dropped-{i}".encode(), txn=aborted)
+        aborted.abort()
+        committed.commit()
+        producer.send(b"plain")
+        got = [m.data() for m in receive_all(consumer, 6)]
+        assert got == [f"kept-{i}".encode() for i in range(5)] + [b"plain"]
+        assert nothing_more(consumer)
+    finally:
+        client.close()
+
+
+def test_the_replicator_cursor_name_is_reserved(clients):
+    with pytest.raises(pulsar.PulsarException):
+        clients[0].subscribe(f"persistent://{NAMESPACE}/reserved", "pulsar.repl.west")
