@@ -98,8 +98,13 @@ def message_id(text: str) -> dict:
             "partitionIndex": int(m.group(3)) if m.group(3) is not None else -1}
 
 
-__all__ = ["message_id", "namespace_path", "reset_timestamp_ms", "retention_minutes", "schema_path", "seconds",
+__all__ = ["actions_list", "csv_list", "message_id", "namespace_path", "reset_timestamp_ms", "retention_minutes", "schema_path", "seconds",
            "size_mb", "topic_path"]
+
+
+def csv_list(text: str) -> list[str]:
+    """``a,b, c`` -> ``["a", "b", "c"]`` (empty items dropped)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def actions_list(text: str) -> list[str]:

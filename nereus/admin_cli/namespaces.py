@@ -1,15 +1,16 @@
 """``nereus admin namespaces``: list, create, delete, policies, topics, unload, retention, persistence,
-deduplication."""
+deduplication, replication clusters."""
 
 from __future__ import annotations
 
 import click
 
 from . import persistence, retention
-from .args import _q, actions_list, namespace_path
+from .args import _q, actions_list, csv_list, namespace_path
 from .session import group, json_option, pass_session
 
-namespaces = group("namespaces", "Namespaces: list, create, delete, policies, retention, deduplication, permissions.")
+namespaces = group("namespaces", "Namespaces: list, create, delete, policies, retention, deduplication, "
+                                "replication clusters, permissions.")
 
 
 @namespaces.command("list")
@@ -154,6 +155,24 @@ def set_deduplication(s, namespace, enable):
 def remove_deduplication(s, namespace):
     """Remove NAMESPACE's deduplication policy (the broker default applies)."""
     s.client.delete(f"/namespaces/{namespace_path(namespace)}/deduplication")
+
+
+@namespaces.command("get-clusters")
+@click.argument("namespace")
+@json_option
+@pass_session
+def get_clusters(s, namespace):
+    """Show the clusters NAMESPACE's topics replicate to."""
+    s.emit(s.client.get(f"/namespaces/{namespace_path(namespace)}/replication"))
+
+
+@namespaces.command("set-clusters")
+@click.argument("namespace")
+@click.option("-c", "--clusters", required=True, help="Comma-separated clusters (each allowed for the tenant).")
+@pass_session
+def set_clusters(s, namespace, clusters):
+    """Replicate NAMESPACE's topics to CLUSTERS (list the local cluster too)."""
+    s.client.post(f"/namespaces/{namespace_path(namespace)}/replication", csv_list(clusters))
 
 
 @namespaces.command("permissions")

@@ -1,15 +1,17 @@
-"""``nereus admin topics``: create, list, delete, partitions, stats, unload, retention (and subscriptions)."""
+"""``nereus admin topics``: create, list, delete, partitions, stats, unload, retention, replication clusters (and
+subscriptions)."""
 
 from __future__ import annotations
 
 import click
 
 from . import message_view, output, persistence, retention
-from .args import _q, actions_list, namespace_path, topic_path
+from .args import _q, actions_list, csv_list, namespace_path, topic_path
 from .session import group, json_option, pass_session
 from .subscriptions import TOPIC_COMMANDS
 
-topics = group("topics", "Topics: create, list, delete, stats, unload, retention, subscriptions, permissions.",
+topics = group("topics", "Topics: create, list, delete, stats, unload, retention, replication clusters, "
+                         "subscriptions, permissions.",
                aliases={"create-partitioned": "create-partitioned-topic",
                         "delete-partitioned": "delete-partitioned-topic", "internal-stats": "stats-internal"})
 
@@ -217,6 +219,34 @@ def set_retention(s, topic, size, time_):
 def remove_retention(s, topic):
     """Remove TOPIC's retention (its namespace's applies)."""
     s.client.delete(f"{topic_path(topic)}/retention")
+
+
+@topics.command("get-replication-clusters")
+@click.argument("topic")
+@click.option("--applied", is_flag=True, help="The clusters in force (the topic's, else its namespace's).")
+@json_option
+@pass_session
+def get_replication_clusters(s, topic, applied):
+    """Show the clusters TOPIC replicates to."""
+    value = s.client.get(f"{topic_path(topic)}/replication", query={"applied": "true"} if applied else None)
+    s.emit(value, view=lambda v: "not set (the namespace's apply)" if v is None else "\n".join(v))
+
+
+@topics.command("set-replication-clusters")
+@click.argument("topic")
+@click.option("-c", "--clusters", required=True, help="Comma-separated clusters (each allowed for the tenant).")
+@pass_session
+def set_replication_clusters(s, topic, clusters):
+    """Replicate TOPIC to CLUSTERS (overrides its namespace's)."""
+    s.client.post(f"{topic_path(topic)}/replication", csv_list(clusters))
+
+
+@topics.command("remove-replication-clusters")
+@click.argument("topic")
+@pass_session
+def remove_replication_clusters(s, topic):
+    """Remove TOPIC's replication clusters (its namespace's apply)."""
+    s.client.delete(f"{topic_path(topic)}/replication")
 
 
 for _name, _command in TOPIC_COMMANDS.items():

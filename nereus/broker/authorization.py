@@ -4,7 +4,9 @@ With ``authorizationEnabled`` (after authentication gave the request a role):
 
 - superusers may call everything;
 - creating, updating and deleting tenants, listing them, the brokers' and the
-  console's calls are for superusers only (any role may list and read clusters);
+  console's calls are for superusers only; any role may list the clusters and read
+  their failure domains, but a cluster's data (which may carry the credentials a
+  replicator presents there) and its writes are for superusers, as in Pulsar;
 - a tenant's admins may call everything under their tenant;
 - other roles may read a topic (lookup, stats, metadata: GET) when they may produce
   to or consume from it; any role may look up the transaction coordinators' topic.
@@ -15,6 +17,7 @@ Refused: 401 with Pulsar's ``{"reason": ...}`` body (as Pulsar's admin API answe
 from __future__ import annotations
 
 import logging
+import re
 
 from aiohttp import web
 
@@ -27,6 +30,8 @@ log = logging.getLogger(__name__)
 AUTHORIZER = web.AppKey("nereus_authorizer", object)
 _CHECKED = ("/admin/", "/lookup/", "/console/api/")
 _OPEN_READS = ("/admin/v2/clusters",)
+#: Under ``_OPEN_READS``, what only superusers read: a cluster's data and its peers.
+_CLUSTER_DATA = re.compile(r"^/admin/v2/clusters/[^/]+(/peers)?/?$")
 
 
 def _refused(request: web.Request, role, reason: str) -> web.Response:
@@ -58,7 +63,8 @@ async def authorize(request: web.Request, handler):
         return await handler(request)
     tenant = request.match_info.get("tenant")
     if tenant is None or request.path.startswith("/console/"):
-        if request.method == "GET" and request.path.startswith(_OPEN_READS):
+        if request.method == "GET" and request.path.startswith(_OPEN_READS) and \
+                not _CLUSTER_DATA.match(request.path):
             return await handler(request)
         return _refused(request, role, "This operation requires super-user access")
     if request.path.startswith("/admin/v2/tenants/") and request.method != "GET":

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..auth import Authenticator, AuthSettings
 from ..auth.authorization import Authorizer
 from ..kafka.server import KafkaService
+from ..ledger.policies import ensure_default_namespace
 from ..kafka.server.share.groups import STREAMS_PREFIX
 from ..meta import MetadataStore
 from ..net_limits import (DEFAULT_FRAME_READ_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_BYTES_PER_BROKER,
@@ -303,6 +304,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     pulsar = PulsarService(storage, meta, host=options.bind, port=options.pulsar_port, advertised_host=host,
                            registry=registry, authenticator=authenticator, authorizer=authorizer,
                            limits=options.connection_limits("pulsar", budget), **sizes)
+    # ``public`` allows this cluster by name (the Pulsar service alone would allow ``standalone``).
+    await ensure_default_namespace(meta, options.cluster_name)
     # Bound now; clients are accepted once the broker registered.
     await bind_listener("pulsar", options.bind, options.pulsar_port, pulsar.start(serve=False))
     stack.push_async_callback(pulsar.stop)

@@ -8,6 +8,11 @@ authenticate there: ``brokerClientAuthenticationPlugin`` /
 ``brokerClientTlsEnabled``, ``brokerClientTrustCertsFilePath``,
 ``tlsAllowInsecureConnection``. The local cluster (``--cluster-name``) needs no record:
 it is always known; a record of it, if written, only adds its URLs.
+
+Which clusters a topic replicates to is a policy: the topic's ``replicationClusters``
+(Pulsar's ``TopicPolicies``; a partitioned topic's applies to its partitions), else its
+namespace's ``replication_clusters`` (Pulsar's ``Policies``). ``replication_clusters``
+reads it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import json
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
+from .naming import TopicName
+from .policies import policies_key, topic_policies_key
+
 CLUSTERS_ROOT = "/nereus/pulsar/clusters"
 
 #: The ``ClusterData`` fields kept (others a client sends are ignored, as Pulsar ignores unknown ones).
@@ -23,6 +31,10 @@ FIELDS = ("serviceUrl", "serviceUrlTls", "brokerServiceUrl", "brokerServiceUrlTl
           "brokerClientAuthenticationPlugin", "brokerClientAuthenticationParameters",
           "brokerClientTlsEnabled", "brokerClientTrustCertsFilePath", "tlsAllowInsecureConnection",
           "peerClusterNames")
+#: The replication policy's field in a namespace's record (Pulsar's ``Policies``).
+NAMESPACE_REPLICATION_FIELD = "replication_clusters"
+#: The replication policy's field in a topic's record (Pulsar's ``TopicPolicies``).
+TOPIC_REPLICATION_FIELD = "replicationClusters"
 
 
 def cluster_key(name: str) -> str:
@@ -98,9 +110,37 @@ async def put_cluster(meta, data: ClusterData, *, expected_version_id: int | Non
     return await meta.put(cluster_key(data.name), data.encode(), expected_version_id=expected_version_id)
 
 
-async def delete_cluster(meta, name: str) -> None:
-    await meta.delete(cluster_key(name))
+async def delete_cluster(meta, name: str) -> bool:
+    """Forget a cluster's record; False if it had none."""
+    return await meta.delete(cluster_key(name))
 
 
-__all__ = ["CLUSTERS_ROOT", "FIELDS", "ClusterData", "cluster_key", "delete_cluster", "get_cluster",
-           "list_clusters", "name_of_key", "put_cluster"]
+async def _stored_list(meta, key: str, field_name: str) -> list[str] | None:
+    """The list at ``field_name`` of the JSON record at ``key``; None when either is absent."""
+    rec = await meta.get(key)
+    if rec is None:
+        return None
+    try:
+        value = json.loads(rec.value).get(field_name)
+    except (ValueError, AttributeError):
+        return None
+    return list(value) if isinstance(value, list) else None
+
+
+async def replication_clusters(meta, tenant: str, namespace: str, local_topic_name: str) -> list[str]:
+    """The clusters topic ``local_topic_name`` of ``tenant/namespace`` replicates to.
+
+    The topic's own policy (a partition ``x-partition-N`` reads ``x``'s), else its
+    namespace's, else none (``[]``). The names are as stored: the local cluster is
+    usually among them, and a name may no longer have a record.
+    """
+    base = TopicName("persistent", tenant, namespace, local_topic_name).base.local
+    own = await _stored_list(meta, topic_policies_key(tenant, namespace, base), TOPIC_REPLICATION_FIELD)
+    if own:
+        return own
+    return await _stored_list(meta, policies_key(tenant, namespace), NAMESPACE_REPLICATION_FIELD) or []
+
+
+__all__ = ["CLUSTERS_ROOT", "FIELDS", "NAMESPACE_REPLICATION_FIELD", "TOPIC_REPLICATION_FIELD", "ClusterData",
+           "cluster_key", "delete_cluster", "get_cluster", "list_clusters", "name_of_key", "put_cluster",
+           "replication_clusters"]

@@ -2,7 +2,7 @@
 
 One module per resource: tenants, namespaces (and their policies), topics, topic
 policies, permissions (grants), subscriptions, stats, schemas, broker configuration (brokers.py), the
-cluster and its brokers (cluster.py), Pulsar's
+clusters and this one's brokers (cluster.py; replication.py checks replication clusters lists), Pulsar's
 HTTP lookup (lookup.py); retention.py applies retention policies; routing.py sends
 topic calls to the topic's owner. ``register(app)`` adds the routes and the
 middlewares; ``attach(app, ...)`` hands them the running storage, metadata store,
@@ -24,7 +24,7 @@ from ..cluster.lease import run_under_lease
 from . import (brokers, cluster, compaction, lookup, messages, namespace_unload, namespaces, non_persistent,
                permissions, rate_policies,
                retention, routing, schemas, stats, subscriptions, tenants, topic_policies, topics)
-from .common import CONTEXT, AdminContext, errors
+from .common import CONTEXT, DEFAULT_CLUSTER, AdminContext, errors
 
 #: The lease under which one broker of the cluster applies retention policies.
 RETENTION_LEASE = "retention"
@@ -49,7 +49,7 @@ async def attach(app: web.Application, *, storage, meta, pulsar, node=None,
     runs on one broker of the cluster at a time (its lease status is in ``node.leases``).
     """
     ctx = app[CONTEXT]
-    await tenants.ensure_tenant(meta, "public")
+    await tenants.ensure_tenant(meta, "public", node.options.cluster_name if node is not None else DEFAULT_CLUSTER)
     await namespaces.ensure_namespace(meta, "public", "default")
     ctx.storage, ctx.meta, ctx.pulsar, ctx.node = storage, meta, pulsar, node
     if node is None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from ...ledger.clusters import list_clusters
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import InvalidRequest, MetadataStore, UnexpectedVersion, cas
 from ...ledger.policies import POLICIES_ROOT, TENANTS_ROOT, policies_key, tenant_key
@@ -169,6 +170,11 @@ async def require_tenant(meta: MetadataStore, tenant: str) -> dict:
     return json.loads(rec.value)
 
 
+async def known_clusters(ctx: AdminContext) -> set[str]:
+    """The clusters this broker knows: its own and every one with a record."""
+    return {ctx.cluster_name, *await list_clusters(ctx.meta)}
+
+
 async def namespace_policies(meta: MetadataStore, tenant: str, namespace: str) -> dict | None:
     rec = await meta.get(policies_key(tenant, namespace))
     return json.loads(rec.value) if rec is not None else None
@@ -215,5 +221,5 @@ async def partitions(ctx: AdminContext, name: TopicName) -> list[TopicName]:
 
 
 __all__ = ["AdminContext", "AdminError", "CONTEXT", "TENANTS_ROOT", "body", "check_name", "context", "errors",
-           "flag", "list_children", "namespace_policies", "namespaces_of", "no_content", "partitions",
+           "flag", "known_clusters", "list_children", "namespace_policies", "namespaces_of", "no_content", "partitions",
            "require_namespace", "require_tenant", "require_topic", "stream_exists", "tenant_key", "topic_name"]

@@ -2,8 +2,8 @@
 
 Each field of Pulsar's ``Policies`` that this broker keeps is checked and stored as its own
 admin path stores it: ``auth_policies`` (``namespace_auth``, ``destination_auth``,
-``subscription_auth_roles``), ``replication_clusters`` (each one of the tenant's allowed
-clusters, else 403 as Pulsar answers), ``retention_policies``, ``deduplicationEnabled``,
+``subscription_auth_roles``), ``replication_clusters`` (each a known cluster and one of
+the tenant's allowed clusters, else 403 as Pulsar answers), ``retention_policies``, ``deduplicationEnabled``,
 ``schema_compatibility_strategy``, ``is_allow_auto_update_schema``,
 ``schema_auto_update_compatibility_strategy``, ``autoTopicCreationOverride``, the rates
 (``publishMaxMessageRate``, ``topicDispatchRate``, ``subscriptionDispatchRate``, per
@@ -17,15 +17,17 @@ shape is a 400 that names it.
 from __future__ import annotations
 
 from ...auth.authorization import AUTH_FIELD, InvalidActions, empty_auth_policies, validate_actions
+from ...ledger.clusters import NAMESPACE_REPLICATION_FIELD
 from ...ledger.naming import InvalidTopicName, TopicName
 from ...topics.autocreate import OVERRIDE_FIELD, InvalidAutoCreation, PartitionsOverLimit, validate_override
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention
-from .common import DEFAULT_CLUSTER, AdminError
+from .common import AdminError
 from .compaction import NAMESPACE_FIELD as COMPACTION_FIELD, validate_threshold
 from .rate_policies import POLICIES as RATE_POLICIES
+from .replication import replication_clusters_of
 
-REPLICATION_FIELD = "replication_clusters"
+REPLICATION_FIELD = NAMESPACE_REPLICATION_FIELD
 #: namespace field -> validator of one cluster's rate
 _RATE_VALIDATORS = {field: validate for field, _, validate in RATE_POLICIES.values()}
 
@@ -69,17 +71,6 @@ def auth_policies_of(value) -> dict:
     return out
 
 
-def _clusters(value, tenant: str, tenant_info: dict) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(c, str) and c for c in value):
-        raise _bad(REPLICATION_FIELD, "must be a list of cluster names")
-    allowed = tenant_info.get("allowedClusters") or [DEFAULT_CLUSTER]
-    for cluster in value:
-        if cluster not in allowed:  # Pulsar's answer and words
-            raise AdminError(403, f"Cluster [{cluster}] is not in the list of allowed clusters list for "
-                                  f"tenant [{tenant}]")
-    return sorted(set(value))
-
-
 def _flag(value, field: str) -> bool:
     if not isinstance(value, bool):
         raise _bad(field, "must be true or false")
@@ -91,8 +82,12 @@ def _rates(value, field: str) -> dict:
     return {cluster: validate(rate) for cluster, rate in _mapping(value, field).items() if rate is not None}
 
 
-def policies_from_body(given, tenant: str, tenant_info: dict, max_partitions: int) -> dict:
-    """The namespace record to create from a ``Policies`` body (None or empty: no policies)."""
+def policies_from_body(given, tenant: str, tenant_info: dict, max_partitions: int, *, local_cluster: str,
+                       known_clusters: set[str]) -> dict:
+    """The namespace record to create from a ``Policies`` body (None or empty: no policies).
+
+    ``local_cluster``: the tenant's allowed cluster when its record names none;
+    ``known_clusters``: the clusters a replication list may name."""
     if given is None:
         return {}
     if not isinstance(given, dict):
@@ -107,7 +102,9 @@ def policies_from_body(given, tenant: str, tenant_info: dict, max_partitions: in
                 stored[field] = auth
         elif field == REPLICATION_FIELD:
             if value:  # empty: the local cluster, as Pulsar defaults it
-                stored[field] = _clusters(value, tenant, tenant_info)
+                stored[field] = replication_clusters_of(
+                    value, tenant=tenant, allowed=tenant_info.get("allowedClusters") or [local_cluster],
+                    known=known_clusters)
         elif field == "retention_policies":
             stored[field] = retention.validate(value)
         elif field in ("deduplicationEnabled", "is_allow_auto_update_schema"):

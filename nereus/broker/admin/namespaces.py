@@ -7,8 +7,10 @@ topics of the namespace whenever it is set or removed here, and at every topic l
 unset means the broker default, enabled) and ``schema_compatibility_strategy`` (read by the schema
 registry when a producer or ``POST .../schema`` registers a schema) and
 ``autoTopicCreationOverride`` (read by the Pulsar broker on every first use of a
-missing topic: ``topics/autocreate.py``). A namespace is created with the policies of
-its ``Policies`` body (``namespace_body.py``).
+missing topic: ``topics/autocreate.py``) and ``replication_clusters`` (``GET``/``POST
+.../replication``: the clusters its topics replicate to, read by the replicator through
+``nereus.ledger.clusters.replication_clusters``; unset reads as the local cluster). A
+namespace is created with the policies of its ``Policies`` body (``namespace_body.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from ...ledger.policies import policies_key
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
 from .namespace_body import REPLICATION_FIELD, auto_creation, policies_from_body
-from .common import (DEFAULT_CLUSTER, AdminError, body, check_name, context, flag, namespaces_of, no_content,
+from .replication import replication_clusters_of
+from .common import (AdminError, body, check_name, context, flag, known_clusters, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
 
 #: Pulsar's BundlesData: topics are not grouped in bundles here, so one bundle covers the whole hash range.
@@ -35,10 +38,10 @@ BUNDLES = {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1}
 RATE_FIELDS = ("publishMaxMessageRate", "topicDispatchRate", "subscriptionDispatchRate")  # rate_policies.py
 
 
-def _policies(stored: dict) -> dict:
+def _policies(stored: dict, local_cluster: str) -> dict:
     """Pulsar's Policies JSON (the subset this broker keeps) from the stored record."""
     return {
-        REPLICATION_FIELD: stored.get(REPLICATION_FIELD) or [DEFAULT_CLUSTER],
+        REPLICATION_FIELD: stored.get(REPLICATION_FIELD) or [local_cluster],
         "bundles": BUNDLES,
         "retention_policies": stored.get("retention_policies"),
         "deduplicationEnabled": stored.get("deduplicationEnabled"),
@@ -68,7 +71,8 @@ async def create_namespace(request: web.Request) -> web.Response:
     tenant, namespace = _names(request)
     check_name(namespace, "Namespace")
     tenant_info = await require_tenant(ctx.meta, tenant)
-    stored = policies_from_body(await body(request), tenant, tenant_info, ctx.max_partitions)
+    stored = policies_from_body(await body(request), tenant, tenant_info, ctx.max_partitions,
+                                local_cluster=ctx.cluster_name, known_clusters=await known_clusters(ctx))
     try:
         await ctx.meta.put(policies_key(tenant, namespace), json.dumps(stored).encode(),
                            expected_version_id=EXPECT_ABSENT)
@@ -94,7 +98,7 @@ async def get_bundles(request: web.Request) -> web.Response:
 
 async def get_namespace(request: web.Request) -> web.Response:
     ctx = context(request)
-    return web.json_response(_policies(await require_namespace(ctx.meta, *_names(request))))
+    return web.json_response(_policies(await require_namespace(ctx.meta, *_names(request)), ctx.cluster_name))
 
 
 async def delete_namespace(request: web.Request) -> web.Response:
@@ -185,6 +189,27 @@ async def set_auto_creation(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def get_replication(request: web.Request) -> web.Response:
+    """The clusters the namespace's topics replicate to (unset: only the local one, as Pulsar defaults it)."""
+    ctx = context(request)
+    stored = await require_namespace(ctx.meta, *_names(request))
+    return web.json_response(stored.get(REPLICATION_FIELD) or [ctx.cluster_name])
+
+
+async def set_replication(request: web.Request) -> web.Response:
+    """Pulsar's ``setNamespaceReplicationClusters``: a JSON list of known clusters the tenant allows."""
+    ctx = context(request)
+    tenant, namespace = _names(request)
+    given = await body(request)
+    tenant_info = await require_tenant(ctx.meta, tenant)
+    await require_namespace(ctx.meta, tenant, namespace)
+    clusters = replication_clusters_of(given, tenant=tenant, allowed=tenant_info.get("allowedClusters") or
+                                       [ctx.cluster_name], known=await known_clusters(ctx))
+    await _update(ctx, tenant, namespace, REPLICATION_FIELD, clusters)
+    await refresh_policies(ctx.pulsar, tenant, namespace)  # loaded topics start or stop replicating at once
+    return no_content()
+
+
 async def get_strategy(request: web.Request) -> web.Response:
     ctx = context(request)
     stored = await require_namespace(ctx.meta, *_names(request))
@@ -262,6 +287,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(ns + "/autoTopicCreation", _field_getter(OVERRIDE_FIELD))
     router.add_post(ns + "/autoTopicCreation", set_auto_creation)
     router.add_delete(ns + "/autoTopicCreation", _field_remover(OVERRIDE_FIELD))
+    router.add_get(ns + "/replication", get_replication)
+    router.add_post(ns + "/replication", set_replication)
     router.add_get(ns + "/schemaCompatibilityStrategy", get_strategy)
     router.add_put(ns + "/schemaCompatibilityStrategy", set_strategy)
     router.add_get(ns + "/isAllowAutoUpdateSchema", get_auto_update)

@@ -40,6 +40,7 @@ TOPIC_ROUTE = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 ANYWHERE = {("PUT", ""), ("GET", "/partitions"), ("PUT", "/partitions"), ("POST", "/partitions"),
             ("GET", "/retention"), ("POST", "/retention"), ("DELETE", "/retention"),
             ("GET", "/persistence"), ("POST", "/persistence"), ("DELETE", "/persistence"),
+            ("GET", "/replication"), ("POST", "/replication"), ("DELETE", "/replication"),
             ("GET", "/compactionThreshold"), ("POST", "/compactionThreshold"), ("PUT", "/compactionThreshold"),
             ("DELETE", "/compactionThreshold"),
             ("GET", "/permissions"), ("POST", "/permissions/{role}"), ("DELETE", "/permissions/{role}")}

@@ -1,4 +1,8 @@
-"""``/admin/v2/tenants``: list, create, get, update, delete (``public`` always exists)."""
+"""``/admin/v2/tenants``: list, create, get, update, delete (``public`` always exists).
+
+A tenant's ``allowedClusters`` must name known clusters (the local one or one with a record;
+else 412 "Clusters do not exist", as Pulsar answers); without any, the local cluster.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,30 @@ import json
 from aiohttp import web
 
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
-from .common import (DEFAULT_CLUSTER, TENANTS_ROOT, AdminError, body, check_name, context, list_children,
-                     namespaces_of, no_content, require_tenant, tenant_key, update_record)
+from .common import (DEFAULT_CLUSTER, TENANTS_ROOT, AdminContext, AdminError, body, check_name, context,
+                     known_clusters, list_children, namespaces_of, no_content, require_tenant, tenant_key,
+                     update_record)
 
 
-def _tenant_info(value) -> dict:
+def _tenant_info(value, local_cluster: str) -> dict:
     if value is None:
         value = {}
     if not isinstance(value, dict):
         raise AdminError(400, "The tenant info must be a JSON object")
     roles = value.get("adminRoles") or []
-    clusters = value.get("allowedClusters") or [DEFAULT_CLUSTER]
+    clusters = value.get("allowedClusters") or [local_cluster]
     if not isinstance(roles, list) or not isinstance(clusters, list) or not all(
             isinstance(x, str) for x in roles + clusters):
         raise AdminError(400, "adminRoles and allowedClusters must be lists of strings")
     return {"adminRoles": sorted(set(roles)), "allowedClusters": sorted(set(clusters))}
+
+
+async def _checked_tenant_info(ctx: AdminContext, value) -> dict:
+    """The body as a tenant record; 412 when it allows a cluster this broker does not know."""
+    info = _tenant_info(value, ctx.cluster_name)
+    if not set(info["allowedClusters"]) <= await known_clusters(ctx):
+        raise AdminError(412, "Clusters do not exist")
+    return info
 
 
 async def list_tenants(request: web.Request) -> web.Response:
@@ -37,7 +50,7 @@ async def get_tenant(request: web.Request) -> web.Response:
 async def create_tenant(request: web.Request) -> web.Response:
     ctx = context(request)
     tenant = check_name(request.match_info["tenant"], "Tenant")
-    info = _tenant_info(await body(request))
+    info = await _checked_tenant_info(ctx, await body(request))
     try:
         await ctx.meta.put(tenant_key(tenant), json.dumps(info).encode(), expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
@@ -48,7 +61,7 @@ async def create_tenant(request: web.Request) -> web.Response:
 async def update_tenant(request: web.Request) -> web.Response:
     ctx = context(request)
     tenant = request.match_info["tenant"]
-    info = _tenant_info(await body(request))
+    info = await _checked_tenant_info(ctx, await body(request))
     # On the version read: a tenant deleted meanwhile is not brought back.
     await update_record(ctx.meta, tenant_key(tenant), lambda _stored: info, what="Tenant")
     return no_content()
@@ -64,10 +77,11 @@ async def delete_tenant(request: web.Request) -> web.Response:
     return no_content()
 
 
-async def ensure_tenant(meta, tenant: str) -> None:
-    """Create ``tenant`` if absent (the standalone's ``public``)."""
+async def ensure_tenant(meta, tenant: str, cluster: str = DEFAULT_CLUSTER) -> None:
+    """Create ``tenant`` if absent (the standalone's ``public``), allowed on ``cluster``."""
     try:
-        await meta.put(tenant_key(tenant), json.dumps(_tenant_info(None)).encode(), expected_version_id=EXPECT_ABSENT)
+        await meta.put(tenant_key(tenant), json.dumps(_tenant_info(None, cluster)).encode(),
+                       expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
         pass
 

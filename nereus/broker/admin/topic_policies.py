@@ -6,6 +6,9 @@ shaped like Pulsar's ``TopicPolicies``. Set on a partitioned topic, a policy app
 to each partition. A topic's retention overrides its namespace's in enforcement
 (``retention.py``). ``GET ...?applied=true`` answers the policy in force: the topic's,
 else the namespace's, else the broker's ``defaultRetention*`` settings (-1 and -1 unless set).
+``.../replication`` (GET, POST, DELETE) is the topic's ``replicationClusters``: checked as a
+namespace's (``replication.py``), it overrides the namespace's
+``replication_clusters`` for the replicator (``nereus.ledger.clusters.replication_clusters``).
 Metadata only, so any broker answers (see ``routing.ANYWHERE``).
 """
 
@@ -19,10 +22,12 @@ from ...meta import UnexpectedVersion, cas
 from ...tasks import spawn
 from ...pulsar.server.topics import refresh_policies
 from ...topics import partitions_of, persistence, schemas
+from ...ledger.clusters import NAMESPACE_REPLICATION_FIELD, TOPIC_REPLICATION_FIELD
 from ...ledger.policies import topic_policies_key, topic_policies_prefix
 from . import retention
-from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, flag, namespace_policies,
-                     no_content, require_namespace, stream_exists, topic_name)
+from .common import (UPDATE_ATTEMPTS, AdminContext, AdminError, body, context, flag, known_clusters,
+                     namespace_policies, no_content, require_namespace, require_tenant, stream_exists, topic_name)
+from .replication import replication_clusters_of
 
 async def require_policy_topic(ctx: AdminContext, request: web.Request):
     name = topic_name(request)
@@ -169,6 +174,41 @@ async def remove_persistence(request: web.Request) -> web.Response:
     return no_content()
 
 
+async def get_replication(request: web.Request) -> web.Response:
+    """The topic's replication clusters; ``?applied=true``: the ones in force (the topic's, else its
+    namespace's, else the local cluster)."""
+    ctx = context(request)
+    name = await require_policy_topic(ctx, request)
+    raw = await ctx.meta.get(topic_policies_key(name.tenant, name.namespace, name.local))
+    own = json.loads(raw.value).get(TOPIC_REPLICATION_FIELD) if raw is not None else None
+    if own is not None:
+        return web.json_response(own)
+    if not flag(request, "applied"):
+        return no_content()
+    policies = await namespace_policies(ctx.meta, name.tenant, name.namespace) or {}
+    return web.json_response(policies.get(NAMESPACE_REPLICATION_FIELD) or [ctx.cluster_name])
+
+
+async def set_replication(request: web.Request) -> web.Response:
+    ctx = context(request)
+    given = await body(request)
+    name = await require_policy_topic(ctx, request)
+    tenant_info = await require_tenant(ctx.meta, name.tenant)
+    clusters = replication_clusters_of(given, tenant=name.tenant, allowed=tenant_info.get("allowedClusters") or
+                                       [ctx.cluster_name], known=await known_clusters(ctx))
+    await set_policy(ctx, name, TOPIC_REPLICATION_FIELD, clusters)
+    await refresh_policies(ctx.pulsar, name.tenant, name.namespace)  # its loaded partitions follow at once
+    return no_content()
+
+
+async def remove_replication(request: web.Request) -> web.Response:
+    ctx = context(request)
+    name = await require_policy_topic(ctx, request)
+    await set_policy(ctx, name, TOPIC_REPLICATION_FIELD, None)
+    await refresh_policies(ctx.pulsar, name.tenant, name.namespace)
+    return no_content()
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     t = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
     router.add_get(t + "/persistence", get_persistence)
@@ -177,6 +217,9 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(t + "/schemaCompatibilityStrategy", get_schema_strategy)
     router.add_put(t + "/schemaCompatibilityStrategy", set_schema_strategy)
     router.add_delete(t + "/schemaCompatibilityStrategy", remove_schema_strategy)
+    router.add_get(t + "/replication", get_replication)
+    router.add_post(t + "/replication", set_replication)
+    router.add_delete(t + "/replication", remove_replication)
     router.add_get(t + "/retention", get_retention)
     router.add_post(t + "/retention", set_retention)
     router.add_delete(t + "/retention", remove_retention)
