@@ -8,6 +8,7 @@ from __future__ import annotations
 import pulsar
 import pytest
 
+from tests.pulsar_txn.txn_client import TxnClient
 from tests.replication.geo import admin, clusters, replicate_namespace, stats
 from tests.waiting import wait_until
 
@@ -110,33 +111,33 @@ def test_a_cut_link_catches_up_with_no_loss_and_no_duplicate(pair, clients):
     consumer = west_client.subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
     producer = east_client.create_producer(topic, batching_enabled=True, batching_max_messages=20,
                                            block_if_queue_full=True)
-    west.proxy.start_cutting(0.05, 0.3, 15)
-    for i in range(3000):
-        producer.send_async(f"c-{i}".encode(), None)
-        if i % 200 == 0:
-            producer.flush()
-    producer.flush()
-    wait_until(lambda: west.proxy.cuts >= 3, "the link cut a few times")
+    west.proxy.start_cutting(0.05, 0.3, 1000)
+    sent = 0
+    while west.proxy.cuts < 5 or sent < 3000:  # publishing goes on across several cuts
+        for _ in range(100):
+            producer.send_async(f"c-{sent}".encode(), None)
+            sent += 1
+        producer.flush()
     west.proxy.stop_cutting()
-    got = receive_all(consumer, 3000, timeout_ms=60_000)
-    assert [m.data() for m in got] == [f"c-{i}".encode() for i in range(3000)]
+    got = receive_all(consumer, sent, timeout_ms=60_000)
+    assert [m.data() for m in got] == [f"c-{i}".encode() for i in range(sent)]
     assert nothing_more(consumer)
 
 
 def test_only_committed_transactions_are_replicated(pair, clients):
     east, west = pair
     topic = f"persistent://{NAMESPACE}/txn"
-    client = pulsar.Client(east.node.url, enable_transaction=True)
+    client = TxnClient(east.node.pulsar_port)
     try:
+        assert client.connect_coordinator() == 1
         consumer = clients[1].subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
-        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=0)
-        committed = client.new_transaction()
-        aborted = client.new_transaction()
+        producer = client.create_producer(topic)
+        committed, aborted = client.new_txn(), client.new_txn()
         for i in range(5):
-            producer.send(f"kept-{i}".encode(), txn=committed)
-            producer.send(f"dropped-{i}".encode(), txn=aborted)
-        aborted.abort()
-        committed.commit()
+            producer.send(f"kept-{i}".encode(), committed)
+            producer.send(f"dropped-{i}".encode(), aborted)
+        client.end_txn(aborted, commit=False)
+        client.end_txn(committed, commit=True)
         producer.send(b"plain")
         got = [m.data() for m in receive_all(consumer, 6)]
         assert got == [f"kept-{i}".encode() for i in range(5)] + [b"plain"]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from ...codec.pulsar import Frame, FrameDecoder, PulsarCodecError, encode_command, pb, wrap
+from ...tasks import wait_for
 from ...codec.pulsar.commands import type_name
 
 log = logging.getLogger(__name__)
@@ -89,14 +90,14 @@ class ClientConnection:
         last: Exception | None = None
         for host, port in hosts:
             try:
-                reader, writer = await asyncio.wait_for(
+                reader, writer = await wait_for(
                     asyncio.open_connection(host, port, ssl=ssl_context if tls else None), timeout)
             except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
                 last = exc
                 continue
             conn = cls(reader, writer, token)
             try:
-                await asyncio.wait_for(conn._handshake(proxy_to_broker_url), timeout)
+                await wait_for(conn._handshake(proxy_to_broker_url), timeout)
             except BaseException:
                 conn.close()
                 raise
@@ -198,7 +199,7 @@ class ClientConnection:
         self._requests[request_id] = waiter
         self._writer.write(encode_command(wrap(build(request_id))))
         try:
-            frame = await asyncio.wait_for(waiter, timeout)
+            frame = await wait_for(waiter, timeout)
         finally:
             self._requests.pop(request_id, None)
         if frame.type == _T.Value("ERROR"):

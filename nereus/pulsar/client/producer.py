@@ -96,6 +96,9 @@ class RemoteProducer:
         self.producer_id = 0
         self._pending: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
         self.failed: Exception | None = None
+        #: Done (with the reason) once the producer cannot send any more: its connection was
+        #: lost, the broker closed it or refused a send.
+        self.lost: asyncio.Future = asyncio.get_running_loop().create_future()
 
     async def open(self) -> int:
         """Create the producer; returns the highest sequence id the remote holds from this name."""
@@ -149,6 +152,8 @@ class RemoteProducer:
 
     def _fail(self, reason: Exception) -> None:
         self.failed = self.failed or reason
+        if not self.lost.done():
+            self.lost.set_result(self.failed)
         if self.conn is not None:
             self.conn.producers.pop(self.producer_id, None)
         while self._pending:

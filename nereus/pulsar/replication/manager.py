@@ -11,14 +11,12 @@ owner resumes from the cursor and the remote's last sequence id.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 
 import aiohttp
 
-from ...ledger.clusters import ClusterData, get_cluster
-from ...ledger.policies import policies_key, topic_policies_key
+from ...ledger.clusters import ClusterData, get_cluster, replication_clusters
 from ...tasks import spawn
 from ...topics.partitioned import partitions_of
 from ...topics.placement import NotOwner
@@ -28,17 +26,6 @@ from .replicator import ReplicationError, Replicator
 log = logging.getLogger(__name__)
 
 ATTACHMENT = "replication"
-
-
-async def replication_clusters(meta, name) -> list[str]:
-    """The clusters ``name`` (a topic, or a partition of one) is replicated to, the local one included."""
-    base = name.base
-    rec = await meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
-    own = json.loads(rec.value).get("replicationClusters") if rec is not None else None
-    if own:
-        return list(own)
-    rec = await meta.get(policies_key(name.tenant, name.namespace))
-    return list((json.loads(rec.value).get("replication_clusters") if rec is not None else None) or [])
 
 
 def _ssl_context(cluster: ClusterData, url: str) -> ssl.SSLContext | None:
@@ -147,7 +134,9 @@ class TopicReplication:
 
     async def _sync_once(self) -> None:
         local = self.manager.local_cluster
-        wanted = {c for c in await replication_clusters(self.manager.meta, self.topic.name) if c != local}
+        name = self.topic.name
+        wanted = {c for c in await replication_clusters(self.manager.meta, name.tenant, name.namespace, name.local)
+                  if c != local}
         for remote in set(self.replicators) - wanted:
             log.info("%s: replication to %s stopped (policy)", self.topic.name, remote)
             await self.replicators.pop(remote).stop()
@@ -208,4 +197,4 @@ async def _create_partitioned(client: ClusterClient, base, count: int) -> None:
     log.info("created %s with %d partitions on cluster %s", base, count, cluster.name)
 
 
-__all__ = ["ATTACHMENT", "ReplicationManager", "TopicReplication", "replication_clusters"]
+__all__ = ["ATTACHMENT", "ReplicationManager", "TopicReplication"]

@@ -26,7 +26,8 @@ from ...ledger.cursor import Cursor, CursorFenced
 from ...storage import OffsetOutOfRange
 from ...topics.dedup import REPLICATOR_PREFIX
 from ...topics.rates import RateMeter
-from ..client import ClusterClient, RemoteProducer
+from ...tasks import wait_for
+from ..client import RemoteProducer
 from ..server import entries, visibility
 
 log = logging.getLogger(__name__)
@@ -115,17 +116,25 @@ class Replicator:
             except asyncio.CancelledError:
                 raise
             except CursorFenced as exc:
-                log.info("%s -> %s: replication cursor taken by another broker: %s", self.topic.name,
-                         self.remote, exc)
-                return
+                if self.topic.closed:
+                    return
+                # Another copy wrote the cursor (a write whose answer was lost, a broker that
+                # served the topic a moment ago): read it again. The remote's deduplication
+                # keeps a second sender, if there is one, from storing anything twice.
+                log.warning("%s -> %s: replication cursor changed elsewhere, reading it again: %s",
+                            self.topic.name, self.remote, exc)
+                self.cursor = None
+                self.connected = False
+                await asyncio.sleep(delay)
+                continue
             except Exception as exc:
                 self.error = str(exc) or type(exc).__name__
                 was_connected, self.connected = self.connected, False
                 if was_connected:
                     delay = 0.1
-                if was_connected or delay in (0.1, MAX_BACKOFF):
-                    log.warning("%s -> %s: replication interrupted: %s", self.topic.name, self.remote, self.error,
-                            exc_info=log.isEnabledFor(logging.DEBUG))
+                log.log(logging.WARNING if was_connected or delay >= MAX_BACKOFF else logging.INFO,
+                        "%s -> %s: replication interrupted: %s (%s)", self.topic.name, self.remote, self.error,
+                        type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF)
 
@@ -152,8 +161,10 @@ class Replicator:
         sender = asyncio.ensure_future(self._send_loop(producer, self.cursor.acks.acked_below))
         acker = asyncio.ensure_future(self._ack_loop())
         try:
-            done, _ = await asyncio.wait((sender, acker), return_when=asyncio.FIRST_EXCEPTION)
+            done, _ = await asyncio.wait((sender, acker, producer.lost), return_when=asyncio.FIRST_COMPLETED)
             for task in done:
+                if task is producer.lost:
+                    raise task.result()  # a cut link: reconnect now, even with nothing to send
                 task.result()
         finally:
             for task in (sender, acker):
@@ -176,7 +187,7 @@ class Replicator:
             if position >= end:
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                    await wait_for(self._wake.wait(), 1.0)
                 except asyncio.TimeoutError:
                     pass
                 continue
@@ -218,6 +229,7 @@ class Replicator:
         payload = entries.payload_of(body)
         future = producer.send(meta.SerializeToString(), payload, entry.base_offset, last,
                                entry.end_offset - entry.base_offset)
+        future.add_done_callback(_retrieved)
         self._oldest_publish_ms.append(meta.publish_time)
         return future, payload.nbytes
 
@@ -258,6 +270,12 @@ class Replicator:
                 "inboundConnection": None, "inboundConnectedSince": None,
                 "outboundConnection": self.remote_url, "outboundConnectedSince": self.connected_since,
                 "error": self.error}
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    """Mark a receipt's failure as seen: the acknowledging loop may have stopped before it."""
+    if not future.cancelled():
+        future.exception()
 
 
 __all__ = ["MAX_IN_FLIGHT", "ReplicationError", "Replicator", "cursor_name", "producer_name"]

@@ -77,7 +77,7 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
         conn.send_error(cmd.request_id, pb.UnknownError, "empty subscription name")
         return
     if cmd.subscription.startswith(REPLICATOR_PREFIX):  # the replicators' cursors (as Pulsar refuses it)
-        conn.send_error(cmd.request_id, pb.InvalidTopicName, "Subscription with reserved subscription name attempted")
+        conn.send_error(cmd.request_id, pb.NotAllowedError, "Subscription with reserved subscription name attempted")
         return
     try:
         topic = await conn.service.registry.placement.while_serving(str(name), usable_topic(conn.service, name))
