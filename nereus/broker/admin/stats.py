@@ -19,6 +19,7 @@ from aiohttp import web
 from ...ledger.ackset import AckSet
 from ...ledger.cursor import cursor_key, list_cursors, stream_partition
 from ...storage import view
+from ...pulsar.server.consumers import REPLICATED_SUBSCRIPTION
 from ...pulsar.server.dispatcher import THROTTLE_EVENTS
 from ...pulsar.replication.manager import ATTACHMENT as REPLICATION
 from ...topics.rates import RateMeter, combined_rates
@@ -95,9 +96,11 @@ async def topic_stats(ctx, topic) -> dict:
             "type": _SUB_TYPES.get(int(sub.type), "Exclusive") if sub is not None else "Exclusive",
             "activeConsumerName": active.name if active is not None else None,
             "msgRateExpired": 0.0, "totalMsgExpired": 0, "consumers": consumers,
-            "isDurable": sub.cursor.durable if sub is not None else True, "isReplicated": False,
+            "isDurable": sub.cursor.durable if sub is not None else True,
+            "isReplicated": bool(sub is not None and sub.cursor.properties.get(REPLICATED_SUBSCRIPTION)),
             "nonContiguousDeletedMessagesRanges": len(acks.ranges),
-            "subscriptionProperties": dict(sub.cursor.properties) if sub is not None else {},
+            "subscriptionProperties": {k: v for k, v in sub.cursor.properties.items() if k != REPLICATED_SUBSCRIPTION}
+            if sub is not None else {},
             **(dispatcher.throttle_events if dispatcher is not None else dict.fromkeys(THROTTLE_EVENTS, 0)),
         }
     publishers = []

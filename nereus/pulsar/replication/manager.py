@@ -21,11 +21,13 @@ from ...tasks import spawn
 from ...topics.partitioned import partitions_of
 from ...topics.placement import NotOwner
 from ..client import ClientError, ClusterClient
+from ..server.producers import REPLICATION
 from .replicator import ReplicationError, Replicator
+from .subscriptions import ReplicatedSubscriptions
 
 log = logging.getLogger(__name__)
 
-ATTACHMENT = "replication"
+ATTACHMENT = REPLICATION  # the topic attachment the Pulsar server hands markers to
 
 
 def _ssl_context(cluster: ClusterData, url: str) -> ssl.SSLContext | None:
@@ -109,6 +111,7 @@ class TopicReplication:
         self._sync: asyncio.Task | None = None
         self._again = False
         self._stopped = False
+        self.subscriptions = ReplicatedSubscriptions(self)
 
     def busy(self) -> bool:
         return any(r.backlog() > 0 for r in self.replicators.values())
@@ -153,6 +156,7 @@ class TopicReplication:
                 return
             log.info("%s: replicating to %s", self.topic.name, remote)
             self.replicators[remote] = Replicator(self, remote, initial)
+        self.subscriptions.start()
 
     async def ensure_remote_topic(self, client: ClusterClient) -> None:
         """Create the partitioned topic on the remote cluster when a partition of it is replicated."""
@@ -171,7 +175,13 @@ class TopicReplication:
         if self._sync is not None:
             self._sync.cancel()
         replicators, self.replicators = list(self.replicators.values()), {}
-        await asyncio.gather(*(r.stop() for r in replicators), return_exceptions=True)
+        await asyncio.gather(self.subscriptions.stop(), *(r.stop() for r in replicators), return_exceptions=True)
+
+    def marker_stored(self, marker_type: int, payload: bytes, offset: int) -> None:
+        """A replicated-subscription marker from another cluster was stored at ``offset``."""
+        if not self._stopped:
+            spawn(self.subscriptions.marker_stored(marker_type, payload, offset),
+                  f"{self.topic.name}: replicated subscription marker")
 
     def stats(self) -> dict:
         return {remote: r.stats() for remote, r in sorted(self.replicators.items())}

@@ -12,6 +12,7 @@ a restart, an owner move or a cut link is dropped there, and the producer's
 Not sent: entries that came from another cluster (``replicated_from`` set, so a full
 mesh has no loops), entries whose ``replicate_to`` leaves this remote out,
 transaction markers and aborted records, and nothing above the last stable offset.
+The markers of replicated subscriptions (``subscriptions.py``) are sent as entries are.
 Records of committed transactions go out as plain records.
 """
 
@@ -23,15 +24,18 @@ import logging
 import time
 
 from ...ledger.cursor import Cursor, CursorFenced
+from ...ledger.entry import EntryFlags
 from ...storage import OffsetOutOfRange
 from ...topics.dedup import REPLICATOR_PREFIX
 from ...topics.rates import RateMeter
 from ...tasks import wait_for
 from ..client import RemoteProducer
 from ..server import entries, visibility
+from .subscriptions import SENT_MARKERS
 
 log = logging.getLogger(__name__)
 
+_CONTROL = int(EntryFlags.CONTROL)
 #: Entries sent and not yet acknowledged by the remote, at most.
 MAX_IN_FLIGHT = 1000
 #: Bytes read from the stream per step.
@@ -212,9 +216,12 @@ class Replicator:
         """Send ``entry`` on; (receipt future, payload bytes), the future None for an entry the remote
         must not get."""
         header, body = entries.split(entry.data)
-        if visibility.hidden(header, entry.base_offset, txns):
+        control = header.flags & _CONTROL
+        if not control and visibility.hidden(header, entry.base_offset, txns):
             return None, 0
         meta = entries.metadata_of(body)
+        if control and meta.marker_type not in SENT_MARKERS:
+            return None, 0  # transaction markers and the like mean nothing over there
         if meta.replicated_from or (len(meta.replicate_to) and self.remote not in meta.replicate_to):
             return None, 0
         last = entry.end_offset - 1

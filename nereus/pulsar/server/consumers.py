@@ -22,6 +22,9 @@ from .errors import pulsar_error
 
 log = logging.getLogger(__name__)
 
+#: Pulsar's cursor property of a replicated subscription (``nereus.pulsar.replication.subscriptions``).
+REPLICATED_SUBSCRIPTION = "pulsar.replicated.subscription"
+
 _Ack = pb.CommandAck
 
 
@@ -104,6 +107,10 @@ async def handle_subscribe(conn, cmd: pb.CommandSubscribe) -> None:
     dispatcher = await topic.subscription(cmd.subscription, sub_type, durable=durable, initial=initial,
                                           properties={kv.key: kv.value for kv in cmd.subscription_properties})
     dispatcher.read_compacted = cmd.read_compacted
+    cursor = dispatcher.sub.cursor
+    if cmd.replicate_subscription_state and cursor.durable and not cursor.properties.get(REPLICATED_SUBSCRIPTION):
+        cursor.set_property(REPLICATED_SUBSCRIPTION, True)  # its position reaches the other clusters
+        await cursor.persist()
     consumer = Consumer(conn, cmd.consumer_id, topic, dispatcher, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
                         cmd.priority_level, durable)
     try:

@@ -16,12 +16,17 @@ from collections import deque
 
 from ...storage import StreamFenced
 from ...topics import NotOwner
+from ...topics.dedup import REPLICATOR_PREFIX
 from ...topics.rates import RateMeter
 from ...codec.pulsar import pb, wrap
 from . import access, entries, metrics, schemas, txn_sends
 from .errors import ProtocolViolation, pulsar_error
 from .existence import TopicMissing, usable_topic
 from .lookup import admitted_topic
+
+#: The topic attachment of geo-replication (``nereus.pulsar.replication``), which takes the
+#: markers of replicated subscriptions that other clusters' replicators store here.
+REPLICATION = "replication"
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,8 @@ class Producer:
         self.token = conn.service.next_token()
         self.schema_version = b""
         self.meter = RateMeter()  # msgRateIn, msgThroughputIn, averageMsgSize of its stats
+        # Another cluster's replicator: always deduplicated, and its markers are handed on.
+        self.replicator = name.startswith(REPLICATOR_PREFIX)
         self._queue: deque[_Pending] = deque()
         # The last transaction check in flight (txn_sends.py): appends after it wait for it.
         self.gate: asyncio.Future | None = None
@@ -252,7 +259,7 @@ def handle_send(conn, frame) -> None:
         _append(conn, producer, frame, meta, seq, highest, None, -1)
         return
     dedup = topic.dedup
-    if dedup.enabled and seq <= dedup.pushed.get(name, -1):  # Dedup.is_duplicate, inlined
+    if (dedup.enabled or producer.replicator) and seq <= dedup.pushed.get(name, -1):  # Dedup.is_duplicate, inlined
         topic.duplicates.inc()
         original = dedup.inflight.get((name, seq))
         if original is not None:
@@ -300,6 +307,10 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
         topic.dedup.committed(name, stored_highest, t.result().base_offset + count)
         topic.traffic.published(count, size)
         producer.meter.record(count, size)
+        if producer.replicator and meta.HasField("marker_type"):
+            replication = core.attachments.get(REPLICATION) if core is not None else None
+            if replication is not None:
+                replication.marker_stored(meta.marker_type, bytes(frame.payload), t.result().base_offset)
 
     task.add_done_callback(done)
     producer.enqueue(_Pending(seq, highest, task))
