@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import pulsar
 import pytest
+from pulsar.schema import AvroSchema, Integer, Record, String
 
 from tests.pulsar_txn.txn_client import TxnClient
 from tests.replication.geo import admin, clusters, replicate_namespace, stats
 from tests.waiting import wait_until
 
 NAMESPACE = "geo/ns"
+
+
+class Reading(Record):
+    sensor = String()
+    value = Integer()
+
+
+class Earlier(Record):
+    sensor = String()
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +186,21 @@ def test_a_replicated_subscription_resumes_in_the_other_cluster_no_earlier_than_
     in_west = west_client.subscribe(topic, "rs", replicate_subscription_state_enabled=True)
     assert [m.data() for m in receive_all(in_west, 10)] == [f"after-{i}".encode() for i in range(10)]
     assert nothing_more(in_west)
+
+
+def test_schemas_are_registered_in_the_other_cluster_and_typed_consumers_read_there(pair, clients):
+    east, west = pair
+    east_client, west_client = clients
+    topic = f"persistent://{NAMESPACE}/typed"
+    # West has a version of its own first, so the numbers differ between the clusters.
+    admin(west.node, "PUT", f"/namespaces/{NAMESPACE}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    west_client.create_producer(topic, schema=AvroSchema(Earlier)).close()
+    producer = east_client.create_producer(topic, schema=AvroSchema(Reading))
+    for i in range(20):
+        producer.send(Reading(sensor=f"s{i % 3}", value=i))
+    consumer = west_client.subscribe(topic, "typed", schema=AvroSchema(Reading),
+                                     initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_all(consumer, 20)
+    assert [(m.value().sensor, m.value().value) for m in got] == [(f"s{i % 3}", i) for i in range(20)]
+    versions = admin(west.node, "GET", f"/schemas/{NAMESPACE}/typed/schemas")["getSchemaResponses"]
+    assert len(versions) == 2 and "value" in versions[-1]["data"]  # east's registered after west's own

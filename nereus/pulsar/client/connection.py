@@ -29,7 +29,7 @@ HIGH_WATER = 4 << 20
 
 _T = pb.BaseCommand.Type
 _RESPONSES = {_T.Value(name) for name in ("SUCCESS", "ERROR", "LOOKUP_RESPONSE", "PARTITIONED_METADATA_RESPONSE",
-                                           "PRODUCER_SUCCESS")}
+                                           "PRODUCER_SUCCESS", "GET_OR_CREATE_SCHEMA_RESPONSE")}
 _PING, _PONG = _T.Value("PING"), _T.Value("PONG")
 _RECEIPT, _SEND_ERROR = _T.Value("SEND_RECEIPT"), _T.Value("SEND_ERROR")
 _CLOSE_PRODUCER, _AUTH_CHALLENGE = _T.Value("CLOSE_PRODUCER"), _T.Value("AUTH_CHALLENGE")

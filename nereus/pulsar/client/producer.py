@@ -114,6 +114,16 @@ class RemoteProducer:
             raise
         return answer.last_sequence_id
 
+    async def schema_version(self, schema: pb.Schema) -> bytes:
+        """The remote topic's version of ``schema``, registering it there if it is new (or ClientError)."""
+        if self.conn is None:
+            raise ConnectionClosed("producer not open")
+        answer = (await self.conn.request(lambda rid: pb.CommandGetOrCreateSchema(
+            request_id=rid, topic=self.topic, schema=schema), self.client.timeout)).body
+        if answer.HasField("error_code") and answer.error_code:
+            raise ClientError(f"schema of {self.topic} refused: {answer.error_message}", answer.error_code)
+        return answer.schema_version
+
     def send(self, metadata: bytes, payload, sequence_id: int, highest_sequence_id: int,
              count: int) -> asyncio.Future:
         """Send one entry now; its receipt (or failure) completes the returned future."""

@@ -13,6 +13,8 @@ Not sent: entries that came from another cluster (``replicated_from`` set, so a 
 mesh has no loops), entries whose ``replicate_to`` leaves this remote out,
 transaction markers and aborted records, and nothing above the last stable offset.
 The markers of replicated subscriptions (``subscriptions.py``) are sent as entries are.
+An entry's schema is registered on the remote topic first (its version there replaces
+ours in the entry's metadata), as a Pulsar producer with that schema would.
 Records of committed transactions go out as plain records.
 """
 
@@ -30,7 +32,7 @@ from ...topics.dedup import REPLICATOR_PREFIX
 from ...topics.rates import RateMeter
 from ...tasks import wait_for
 from ..client import RemoteProducer
-from ..server import entries, visibility
+from ..server import entries, schemas, visibility
 from .subscriptions import SENT_MARKERS
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ class Replicator:
         self._inflight: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         self._oldest_publish_ms: collections.deque[int] = collections.deque()  # of the entries in flight
         self._producer: RemoteProducer | None = None
+        self._schema_versions: dict[bytes, bytes] = {}  # schema version here -> the remote's
         self._task = asyncio.ensure_future(self._run())
 
     # -- state -------------------------------------------------------------------------
@@ -207,12 +210,12 @@ class Replicator:
             for entry in fetched:
                 if entry.base_offset < position:
                     continue
-                future, size = self._send(producer, entry, txns, local)
+                future, size = await self._send(producer, entry, txns, local)
                 await self._inflight.put((entry.end_offset, future, size, entry.end_offset - entry.base_offset))
                 position = entry.end_offset
             await producer.drain()
 
-    def _send(self, producer: RemoteProducer, entry, txns, local: str):
+    async def _send(self, producer: RemoteProducer, entry, txns, local: str):
         """Send ``entry`` on; (receipt future, payload bytes), the future None for an entry the remote
         must not get."""
         header, body = entries.split(entry.data)
@@ -233,12 +236,26 @@ class Replicator:
         del meta.replicate_to[:]
         meta.ClearField("txnid_least_bits")  # committed: a plain record over there
         meta.ClearField("txnid_most_bits")
+        if meta.schema_version:
+            meta.schema_version = await self._remote_schema_version(producer, meta.schema_version)
         payload = entries.payload_of(body)
         future = producer.send(meta.SerializeToString(), payload, entry.base_offset, last,
                                entry.end_offset - entry.base_offset)
         future.add_done_callback(_retrieved)
         self._oldest_publish_ms.append(meta.publish_time)
         return future, payload.nbytes
+
+    async def _remote_schema_version(self, producer: RemoteProducer, version: bytes) -> bytes:
+        """The remote's version of the schema stored here as ``version`` (registered there once)."""
+        known = self._schema_versions.get(version)
+        if known is not None:
+            return known
+        info = await schemas.get(self.owner.manager.meta, self.topic.name, schemas.version_from_bytes(version))
+        if info is None or info.deleted:
+            return version  # unknown here: its consumers over there meet what ours would
+        remote = await producer.schema_version(schemas.to_proto(info, str(self.topic.name.base)))
+        self._schema_versions[version] = remote
+        return remote
 
     async def _ack_loop(self) -> None:
         cursor = self.cursor
