@@ -89,6 +89,9 @@ def test_east_publishes_and_west_consumes_everything_once_in_order_and_back(pair
                              and r["replicationBacklog"] == 0 and r, "east's replicator to west caught up")
     assert replication["connected"] is True
     assert "pulsar.repl.west" in stats(east.node, topic)["subscriptions"]  # its cursor holds the backlog
+    backlog = admin(east.node, "GET", f"/persistent/{NAMESPACE}/both-ways/backlog")
+    assert backlog["cursorDetails"]["pulsar.repl.west"]["cursorBacklog"] == 0
+    assert backlog["totalMessages"] == 520
     metrics = east.node.metrics()
     assert f'pulsar_replication_backlog{{remote_cluster="west",topic="{topic}"}} 0.0' in metrics
     assert f'pulsar_replication_connected_count{{remote_cluster="west",topic="{topic}"}} 1.0' in metrics
@@ -104,6 +107,8 @@ def test_a_partitioned_topic_replicates_partition_by_partition_and_is_created_re
         producer.send(f"p-{i}".encode(), partition_key=f"key-{i % 5}")
     wait_until(lambda: admin(west.node, "GET", f"/persistent/{NAMESPACE}/parted/partitions")["partitions"] == 3,
                "the partitioned topic made in west")
+    replication = admin(east.node, "GET", f"/persistent/{NAMESPACE}/parted/partitioned-stats")["replication"]
+    assert replication["west"]["connected"] is True
     consumer = west_client.subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
     got = receive_all(consumer, 60)
     per_key: dict[str, list[int]] = {}

@@ -13,6 +13,7 @@ id), entry ids are offsets (as in message ids), so ``markDeletePosition`` is
 from __future__ import annotations
 
 import json
+import time
 
 from aiohttp import web
 
@@ -202,6 +203,24 @@ async def get_internal_stats(request: web.Request) -> web.Response:
     return web.json_response(await internal_stats(ctx, topic))
 
 
+async def get_backlog(request: web.Request) -> web.Response:
+    """Pulsar's ``PersistentOfflineTopicStats``: each cursor's backlog, the replicators' included."""
+    ctx, topic = await _single(request)
+    await topic.handle.refresh()
+    end, start = topic.handle.next_offset(), topic.handle.start_offset()
+    tail = await ctx.storage.tail(topic.stream_id)
+    cursors = {name: {"cursorBacklog": max(0, end - acks.acked_below - acks.acked_count_between(acks.acked_below, end)),
+                      "cursorLedgerId": -1}
+               for name, (acks, _read, _d) in sorted((await _cursors(ctx, topic)).items())}
+    return web.json_response({
+        "storageSize": max(0, tail.size - await _size_below(ctx, topic.stream_id, start, tail)),
+        "totalMessages": end - start,
+        "messageBacklog": max((c["cursorBacklog"] for c in cursors.values()), default=0),
+        "brokerName": getattr(ctx.placement.local, "name", ""), "topicName": str(topic.name),
+        "dataLedgerDetails": [], "cursorDetails": cursors,
+        "statGeneratedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter", "msgInCounter",
            "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize")
 
@@ -237,6 +256,16 @@ def aggregate(per: dict[str, dict], *, per_partition: bool) -> dict:
                 agg[k] += sub[k]
             agg["consumers"] += sub["consumers"]
     total["subscriptions"] = subs
+    replication: dict[str, dict] = {}
+    for s in per.values():
+        for remote, rep in s.get("replication", {}).items():
+            agg = replication.setdefault(remote, {"msgRateOut": 0.0, "msgThroughputOut": 0.0, "replicationBacklog": 0,
+                                                  "connected": True, "replicationDelayInSeconds": 0})
+            for k in ("msgRateOut", "msgThroughputOut", "replicationBacklog"):
+                agg[k] += rep[k]
+            agg["connected"] = agg["connected"] and rep["connected"]
+            agg["replicationDelayInSeconds"] = max(agg["replicationDelayInSeconds"], rep["replicationDelayInSeconds"])
+    total["replication"] = replication
     if per_partition:
         total["partitions"] = per
     return total
@@ -247,3 +276,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(t + "/stats", get_stats)
     router.add_get(t + "/internalStats", get_internal_stats)
     router.add_get(t + "/partitioned-stats", get_partitioned_stats)
+    router.add_get(t + "/backlog", get_backlog)

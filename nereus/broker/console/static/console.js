@@ -303,11 +303,13 @@ async function showTopic(main, name) {
   const subs = el("div", {id: "subscriptions"});
   const kafkaGroups = el("div", {id: "kafka-groups"});
   const producers = el("div", {id: "producers"});
+  const replication = el("div", {id: "replication"});
   const builtin = el("div", {id: "builtin-table"}, el("p", {class: "note"}, "loading…"));
   const browser = messageBrowser(name);
   main.replaceChildren(el("p", {}, el("a", {href: "#/"}, "← Overview")), el("h1", {id: "topic-name"}, name), cards,
     el("div", {class: "charts"}, rates.root, backlog.root), ...section("Subscriptions", subs),
-    ...section("Kafka consumer groups", kafkaGroups), ...section("Producers", producers), ...section("Messages", browser.root),
+    ...section("Kafka consumer groups", kafkaGroups), ...section("Producers", producers), ...section("Geo-replication", replication),
+    ...section("Messages", browser.root),
     ...section("Built-in table", builtin));
   const mine = page;
   if (!overview) await loadOverview().catch(() => null);
@@ -351,6 +353,13 @@ async function showTopic(main, name) {
       pubs.map(p => el("tr", {"data-producer": p.producerName}, td(p.producerName, "name"), num(p.producerId),
         td(p.address), td(p.accessMode), num(rate(p.msgRateIn)), num(bytesRate(p.msgThroughputIn)))),
       {id: "producers-table"}) : el("p", {class: "note"}, "no producers connected"));
+    const remotes = Object.entries(s.replication || {});
+    replication.replaceChildren(remotes.length ? table(["Remote cluster", "Connected", {label: "Out msg/s", num: true},
+      {label: "Out bytes/s", num: true}, {label: "Backlog", num: true}, {label: "Delay s", num: true}, "Error"],
+      remotes.map(([cluster, r]) => el("tr", {"data-remote": cluster}, td(cluster, "name"), td(r.connected ? "yes" : "no"),
+        num(rate(r.msgRateOut)), num(bytesRate(r.msgThroughputOut)), el("td", {class: "num replication-backlog"},
+        count(r.replicationBacklog)), num(count(r.replicationDelayInSeconds)), td(r.error || "–"))),
+      {id: "replication-table"}) : el("p", {class: "note"}, "not replicated to another cluster"));
     if (polls++ % TABLE_EVERY === 0) {
       const view = await getJSON(tablesPath(name));
       const rows = view.catalog.exists ? await getJSON(tablesPath(name) + "/rows?limit=" + PREVIEW_ROWS) : null;
