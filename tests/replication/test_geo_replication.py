@@ -134,6 +134,15 @@ def test_a_cut_link_catches_up_with_no_loss_and_no_duplicate(pair, clients):
             sent += 1
         producer.flush()
     west.proxy.stop_cutting()
+    # Then an outage: every connection is cut at once for a while, and publishing goes on.
+    cuts = west.proxy.cuts
+    west.proxy.start_cutting(0.0, 0.02, 100_000)
+    while west.proxy.cuts < cuts + 30:
+        for _ in range(50):
+            producer.send_async(f"c-{sent}".encode(), None)
+            sent += 1
+        producer.flush()
+    west.proxy.stop_cutting()
     got = receive_all(consumer, sent, timeout_ms=60_000)
     assert [m.data() for m in got] == [f"c-{i}".encode() for i in range(sent)]
     assert nothing_more(consumer)
