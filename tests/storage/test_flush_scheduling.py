@@ -179,25 +179,35 @@ async def test_one_metadata_round_commits_the_slices_and_seals_their_object(meta
         await storage.close()
 
 
+def two_writers(meta, objects) -> tuple[StreamStorage, StreamStorage]:
+    return tuple(StreamStorage(meta, objects, node_id=node, options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+                 for node in ("old", "new"))
+
+
+async def fence_one_slice_of_a_flush(storage, newer, objects):
+    """Streams a and b of ``storage`` share one object whose commit round finds b taken over by
+    ``newer``: a commits, b fails. Returns (a, b, the object's key)."""
+    a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
+    for s in (a, b):
+        await asyncio.wait_for(s.append(b"warm-up", 1), GUARD)
+    objects.hold_puts()
+    kept = asyncio.ensure_future(a.append(b"a1", 1))
+    fenced = asyncio.ensure_future(b.append(b"b1", 1))
+    await asyncio.wait_for(objects.wait_held(1), GUARD)  # one object holds both slices
+    taker = await newer.open_stream("b")
+    await taker.acquire()  # b's session in the flush is fenced before its commit
+    objects.hold_puts(False)
+    assert (await asyncio.wait_for(kept, GUARD)).base_offset == 1
+    with pytest.raises(StreamFenced):
+        await asyncio.wait_for(fenced, GUARD)
+    await storage.writer.flush()
+    return a, b, [k for k in objects.inner.keys() if k.startswith("wal/") and "-old-" in k][-1]
+
+
 async def test_a_slice_fenced_in_its_commit_round_is_not_left_live_in_the_seal(meta, objects):
-    storage = StreamStorage(meta, objects, node_id="old", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
-    newer = StreamStorage(meta, objects, node_id="new", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+    storage, newer = two_writers(meta, objects)
     try:
-        a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
-        for s in (a, b):
-            await asyncio.wait_for(s.append(b"warm-up", 1), GUARD)
-        objects.hold_puts()
-        kept = asyncio.ensure_future(a.append(b"a1", 1))
-        fenced = asyncio.ensure_future(b.append(b"b1", 1))
-        await asyncio.wait_for(objects.wait_held(1), GUARD)  # one object holds both slices
-        taker = await newer.open_stream("b")
-        await taker.acquire()  # b's session in the flush is fenced before its commit
-        objects.hold_puts(False)
-        assert (await asyncio.wait_for(kept, GUARD)).base_offset == 1
-        with pytest.raises(StreamFenced):
-            await asyncio.wait_for(fenced, GUARD)
-        await storage.writer.flush()
-        key = [k for k in objects.inner.keys() if k.startswith("wal/") and "-old-" in k][-1]
+        a, _, key = await fence_one_slice_of_a_flush(storage, newer, objects)
 
         async def live():
             return records.decode((await meta.get(records.object_key(key))).value).get("live")
@@ -222,29 +232,14 @@ async def until(predicate, turns: int = 1000) -> None:
 
 
 async def test_a_fenced_slice_its_writer_died_before_releasing_is_released_by_the_collector(meta, objects, monkeypatch):
-    storage = StreamStorage(meta, objects, node_id="old", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
-    newer = StreamStorage(meta, objects, node_id="new", options=StorageOptions(wal=WalOptions(flush_interval=NO_TIMER)))
+    storage, newer = two_writers(meta, objects)
 
     async def died(*args, **kwargs):
         raise ConnectionError("the writer died before its release")
 
     monkeypatch.setattr(wal_writer.gc, "release", died)
     try:
-        a, b = await storage.open_stream("a", create=True), await storage.open_stream("b", create=True)
-        for s in (a, b):
-            await asyncio.wait_for(s.append(b"warm-up", 1), GUARD)
-        objects.hold_puts()
-        kept = asyncio.ensure_future(a.append(b"a1", 1))
-        fenced = asyncio.ensure_future(b.append(b"b1", 1))
-        await asyncio.wait_for(objects.wait_held(1), GUARD)
-        taker = await newer.open_stream("b")
-        await taker.acquire()
-        objects.hold_puts(False)
-        assert (await asyncio.wait_for(kept, GUARD)).base_offset == 1
-        with pytest.raises(StreamFenced):
-            await asyncio.wait_for(fenced, GUARD)
-        await storage.writer.flush()
-        key = [k for k in objects.inner.keys() if k.startswith("wal/") and "-old-" in k][-1]
+        a, b, key = await fence_one_slice_of_a_flush(storage, newer, objects)
         object_record = records.object_key(key)
         assert sorted(records.decode((await meta.get(object_record)).value)["live"]) == sorted(
             [[a.stream_id, 1], [b.stream_id, 1]])  # the seal of the commit round names both
