@@ -15,6 +15,7 @@ import pytest
 
 from nereus.auth.tokens import create_token
 from nereus.codec.pulsar import pb, wrap
+from tests.auth.rest import rest_as
 from tests.pulsar_broker.rawclient import RawClient
 from tests.standalone_process import Standalone
 
@@ -45,19 +46,7 @@ def _token(node, role: str) -> str:
     return create_token(role, secret_key=node.secret)
 
 
-def _rest(node, role: str, method: str, path: str, body=None):
-    """(status, decoded JSON body or None) of an admin call made as ``role``."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(node.http + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {_token(node, role)}",
-                                              "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=15) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
+_rest = rest_as
 
 
 def _client(node, role: str) -> pulsar.Client:

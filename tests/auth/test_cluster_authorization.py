@@ -5,10 +5,8 @@ replication clusters."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
-from nereus.auth.tokens import create_token
+from tests.auth.rest import rest_as
 from tests.standalone_fixtures import token_auth_standalone
 
 server = token_auth_standalone("server", "clusterauth")
@@ -18,18 +16,7 @@ REMOTE = {"serviceUrl": "http://east:8080", "brokerServiceUrl": "pulsar://east:6
 
 
 def _rest(node, role: str, method: str, path: str, body=None):
-    """(status, decoded JSON body or None) of an admin call made as ``role``."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{node.http}/admin/v2{path}", data=data, method=method,
-                                     headers={"Authorization": f"Bearer {create_token(role, secret_key=node.secret)}",
-                                              "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=15) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
+    return rest_as(node, role, method, "/admin/v2" + path, body)
 
 
 def test_cluster_writes_and_data_are_for_superusers(server):
