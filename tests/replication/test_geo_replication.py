@@ -218,3 +218,16 @@ def test_schemas_are_registered_in_the_other_cluster_and_typed_consumers_read_th
     assert [(m.value().sensor, m.value().value) for m in got] == [(f"s{i % 3}", i) for i in range(20)]
     versions = admin(west.node, "GET", f"/schemas/{NAMESPACE}/typed/schemas")["getSchemaResponses"]
     assert len(versions) == 2 and "value" in versions[-1]["data"]  # east's registered after west's own
+
+
+def test_a_cluster_taken_out_of_the_replication_list_drops_its_replicator_and_cursor(pair, clients):
+    east, west = pair
+    namespace = "geo/leaving"
+    replicate_namespace([east, west], namespace)
+    topic = f"persistent://{namespace}/t"
+    producer = clients[0].create_producer(topic)
+    producer.send(b"one")
+    wait_until(lambda: "pulsar.repl.west" in stats(east.node, topic)["subscriptions"], "the replicator's cursor")
+    admin(east.node, "POST", f"/namespaces/{namespace}/replication", ["east"])
+    wait_until(lambda: stats(east.node, topic)["replication"] == {}, "the replicator stopped")
+    wait_until(lambda: "pulsar.repl.west" not in stats(east.node, topic)["subscriptions"], "its cursor dropped")

@@ -141,8 +141,8 @@ class TopicReplication:
         wanted = {c for c in await replication_clusters(self.manager.meta, name.tenant, name.namespace, name.local)
                   if c != local}
         for remote in set(self.replicators) - wanted:
-            log.info("%s: replication to %s stopped (policy)", self.topic.name, remote)
-            await self.replicators.pop(remote).stop()
+            log.info("%s: replication to %s stopped (policy): its cursor is dropped", self.topic.name, remote)
+            await self.replicators.pop(remote).stop(forget=True)
         missing = wanted - set(self.replicators)
         if not missing or self._stopped:
             return

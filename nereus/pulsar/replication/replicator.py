@@ -98,8 +98,9 @@ class Replicator:
     def wake(self) -> None:
         self._wake.set()
 
-    async def stop(self) -> None:
-        """Stop sending; what the remote acknowledged is persisted in the cursor."""
+    async def stop(self, *, forget: bool = False) -> None:
+        """Stop sending; what the remote acknowledged is persisted in the cursor, or with ``forget``
+        (the cluster left the topic's replication) the cursor is dropped: it holds no retention."""
         self._task.cancel()
         try:
             await self._task
@@ -107,6 +108,12 @@ class Replicator:
             pass
         if self._producer is not None:
             await self._producer.close()
+        if forget:
+            cursor = self.cursor or await Cursor.load(self.owner.manager.meta, self.topic.stream_id,
+                                                      cursor_name(self.remote), objects=self.owner.manager.objects)
+            if cursor is not None:
+                await cursor.delete()
+            return
         if self.cursor is not None and self.cursor.dirty:
             try:
                 await self.cursor.persist()
