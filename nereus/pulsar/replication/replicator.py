@@ -214,12 +214,19 @@ class Replicator:
                 await self._inflight.put((start, None, 0, 0))  # acknowledged as if sent
                 position = start
                 continue
+            skipped_to = None  # entries not sent are acknowledged with the next one sent, or at the end
             for entry in fetched:
                 if entry.base_offset < position:
                     continue
                 future, size = await self._send(producer, entry, txns, local)
-                await self._inflight.put((entry.end_offset, future, size, entry.end_offset - entry.base_offset))
+                if future is None:
+                    skipped_to = entry.end_offset
+                else:
+                    skipped_to = None
+                    await self._inflight.put((entry.end_offset, future, size, entry.end_offset - entry.base_offset))
                 position = entry.end_offset
+            if skipped_to is not None:
+                await self._inflight.put((skipped_to, None, 0, 0))
             await producer.drain()
 
     async def _send(self, producer: RemoteProducer, entry, txns, local: str):
@@ -265,13 +272,18 @@ class Replicator:
         return remote
 
     async def _ack_loop(self) -> None:
+        # The cursor is written at most once per PERSIST_SECONDS (a restart resumes from the
+        # remote's last sequence id anyway), and once more when the queue stays empty that long.
         cursor = self.cursor
         persisted_at = time.monotonic()
         while True:
-            if self._inflight.empty() and cursor.dirty:
-                await cursor.persist()
-                persisted_at = time.monotonic()
-            end, future, size, messages = await self._inflight.get()
+            try:
+                end, future, size, messages = await wait_for(self._inflight.get(), PERSIST_SECONDS)
+            except asyncio.TimeoutError:
+                if cursor.dirty:
+                    await cursor.persist()
+                    persisted_at = time.monotonic()
+                continue
             if future is not None:
                 await future
                 self.rate.record(messages, size)
