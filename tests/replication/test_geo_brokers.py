@@ -23,6 +23,7 @@ import urllib.request
 import pulsar
 import pytest
 
+from tests.ports import free_port
 from tests.replication.geo import Cluster, admin, introduce, replicate_namespace
 from tests.waiting import wait_until
 
@@ -281,3 +282,46 @@ def test_unloading_the_topic_in_either_cluster_loses_nothing_and_stores_nothing_
     wait_caught_up(east, west, topic)
     for cluster in (east, west):
         check_stored(cluster, topic, published)
+
+
+def test_partitions_nobody_uses_resume_replication_on_their_next_owner_after_kill_9(spread):
+    """No client brings the killed broker's partitions back: a broker that adopts them, or else each
+    broker's sweep of lagging topics, loads them, and their replicators resume from the cursors."""
+    east, west = spread
+    east.wait_all_brokers()
+    topic = spread_topic(east)
+    path = topic.split("://", 1)[1]
+    # West has the topic, and replicates nothing of it back: no replicator of west's brings
+    # east's partitions back either.
+    admin(west.node, "PUT", f"/persistent/{path}/partitions", PARTITIONS)
+    admin(west.node, "POST", f"/persistent/{path}/replication", ["west"])
+    reachable = admin(east.node, "GET", "/clusters/west")
+    admin(east.node, "POST", "/clusters/west", {**reachable, "brokerServiceUrl": f"pulsar://127.0.0.1:{free_port()}"})
+    client = pulsar.Client(east.node.url, operation_timeout_seconds=120,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
+        for n in range(PROGRESS):
+            producer.send_async(f"east-{n}".encode(), None, partition_key=f"k{n % KEYS}")
+        producer.flush()
+        # Every partition's replicator has made its cursor (and failed to reach west) before the kill.
+        wait_until(lambda: (per := partition_stats(east, topic)) and all(
+            (r := s["replication"].get("west")) and r["error"] and r["replicationBacklog"] for s in per.values()),
+            "every partition's replicator behind, west out of reach")
+        producer.close()  # no client of east's brings a partition back
+        placed = owners(east, topic)
+        victim = max((i for i in placed if i > 0), key=lambda i: len(placed[i]))
+        process = east.child(victim)
+        process.kill()
+        process.wait(30)
+        wait_until(lambda: (child := east.child(victim)) and child.pid != process.pid,
+                   "the killed broker started again", timeout=90)
+        east.wait_all_brokers()
+    finally:
+        client.close()
+        admin(east.node, "POST", "/clusters/west", reachable)
+    # From here on, no stats of east's partitions: asking for them would load them.
+    wait_until(lambda: (per := partition_stats(west, topic)) and sum(
+        s["msgInCounter"] for s in per.values()) >= PROGRESS, "east's messages in west", timeout=CATCH_UP_SECONDS,
+        interval=0.5)
+    check_stored(west, topic, {"east": PROGRESS})
