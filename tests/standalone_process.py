@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from tests.ports import free_port
+from tests.ports import free_port, port_run
 
 NEREUS = [sys.executable, "-m", "nereus.cli", "--log-level", "WARNING", "standalone"]
 LISTENERS = ("http", "pulsar", "kafka", "oxia")
@@ -36,13 +36,15 @@ class PortTaken(Exception):
 
 
 class Standalone:
-    """One standalone process; restartable (also after SIGKILL) on the same data dir and ports."""
+    """One standalone process; restartable (also after SIGKILL) on the same data dir and ports.
+    ``brokers``: run as ``--brokers N`` (``ports`` are then broker 0's; broker i's are each + i)."""
 
-    def __init__(self, data_dir: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None, *, brokers: int = 1) -> None:
         self.data_dir = data_dir
         # No compaction worker unless a test asks for one: it is a Spark process.
         self.extra_args = extra_args if extra_args is not None else ["--compaction-interval", "0"]
-        self.ports = {name: free_port() for name in LISTENERS}
+        self.brokers = brokers
+        self.ports = self._new_ports()
         self.proc: subprocess.Popen | None = None
         self.log = data_dir.parent / f"{data_dir.name}.log"
 
@@ -81,10 +83,18 @@ class Standalone:
             except PortTaken:
                 if not first_start or attempt == 2:
                     raise
-                self.ports = {name: free_port() for name in LISTENERS}
+                self.ports = self._new_ports()
+
+    def _new_ports(self) -> dict[str, int]:
+        if self.brokers == 1:
+            return {name: free_port() for name in LISTENERS}
+        # ``--brokers N``: broker i listens on each port + i; the metadata engine's port is one.
+        return {name: free_port() if name == "oxia" else port_run(self.brokers) for name in LISTENERS}
 
     def _start_once(self, timeout: float) -> None:
         args = ["--data-dir", str(self.data_dir), *self.extra_args, *wal_profile_args(self.extra_args)]
+        if self.brokers > 1:
+            args += ["--brokers", str(self.brokers)]
         for name, port in self.ports.items():
             args += [f"--{name}-port", str(port)]
         log_start = self.log.stat().st_size if self.log.exists() else 0

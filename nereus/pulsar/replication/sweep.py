@@ -20,7 +20,7 @@ import logging
 
 from ...ledger.cursor import Cursor
 from ...ledger.naming import TopicName
-from ...ledger.policies import POLICIES_ROOT
+from ...ledger.policies import POLICIES_ROOT, TENANTS_ROOT
 from ...topics.placement import NotOwner
 from .replicator import cursor_name
 
@@ -28,19 +28,26 @@ log = logging.getLogger(__name__)
 
 SWEEP_SECONDS = 30.0
 FIRST_SWEEP_SECONDS = 2.0
+#: The end of a range of a key's children: above any last segment.
+_LAST = "/\U0010ffff"
 
 
 async def replicated_namespaces(meta, local: str) -> dict[str, list[str]]:
     """``tenant/namespace`` -> its remote clusters, for each namespace replicated from here."""
     out = {}
-    async for rec in meta.range_scan(POLICIES_ROOT + "/", POLICIES_ROOT + "/\uffff"):
-        try:
-            clusters = json.loads(rec.value).get("replication_clusters") or []
-        except ValueError:
-            continue
-        remotes = [c for c in clusters if c != local]
-        if remotes:
-            out[rec.key[len(POLICIES_ROOT) + 1:]] = remotes
+    # Keys sort level by level (Oxia's order): a range below a key holds its children only,
+    # and a namespace's record is a grandchild of POLICIES_ROOT. So: each tenant's children.
+    tenants = [key[len(TENANTS_ROOT) + 1:] async for key in meta.list(TENANTS_ROOT + "/", TENANTS_ROOT + _LAST)]
+    for tenant in tenants:
+        prefix = f"{POLICIES_ROOT}/{tenant}/"
+        async for rec in meta.range_scan(prefix, f"{POLICIES_ROOT}/{tenant}{_LAST}"):
+            try:
+                clusters = json.loads(rec.value).get("replication_clusters") or []
+            except ValueError:
+                continue
+            remotes = [c for c in clusters if c != local]
+            if remotes:
+                out[rec.key[len(POLICIES_ROOT) + 1:]] = remotes
     return out
 
 
