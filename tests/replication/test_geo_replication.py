@@ -5,6 +5,8 @@ East reaches west through a cutting proxy (``geo.py``); west reaches east direct
 
 from __future__ import annotations
 
+import time
+
 import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, Record, String
@@ -14,6 +16,8 @@ from tests.replication.geo import admin, clusters, replicate_namespace, stats
 from tests.waiting import wait_until
 
 NAMESPACE = "geo/ns"
+#: How long the link is down in the outage test (the issue's scenario: a minute).
+OUTAGE_SECONDS = 60.0
 
 
 class Reading(Record):
@@ -231,3 +235,28 @@ def test_a_cluster_taken_out_of_the_replication_list_drops_its_replicator_and_cu
     admin(east.node, "POST", f"/namespaces/{namespace}/replication", ["east"])
     wait_until(lambda: stats(east.node, topic)["replication"] == {}, "the replicator stopped")
     wait_until(lambda: "pulsar.repl.west" not in stats(east.node, topic)["subscriptions"], "its cursor dropped")
+
+
+def test_a_link_down_for_a_minute_catches_up_with_no_loss_and_no_duplicate(pair, clients):
+    east, west = pair
+    east_client, west_client = clients
+    topic = f"persistent://{NAMESPACE}/outage"
+    consumer = west_client.subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest)
+    producer = east_client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
+    producer.send(b"o-0")
+    receive_all(consumer, 1)
+    cuts = west.proxy.cuts
+    west.proxy.start_cutting(0.0, 0.01, 10**9)  # every connection east makes to west dies at once
+    deadline = time.monotonic() + OUTAGE_SECONDS
+    sent = 1
+    while time.monotonic() < deadline:  # a minute of publishing while west is out of reach
+        for _ in range(20):
+            producer.send_async(f"o-{sent}".encode(), None)
+            sent += 1
+        producer.flush()
+        time.sleep(0.05)  # paces the publishing only; nothing waits on it
+    assert west.proxy.cuts > cuts + 10  # the replicator kept trying, and kept being cut
+    west.proxy.stop_cutting()
+    got = receive_all(consumer, sent - 1, timeout_ms=60_000)
+    assert [m.data() for m in got] == [f"o-{i}".encode() for i in range(1, sent)]
+    assert nothing_more(consumer)
