@@ -15,9 +15,9 @@ import json
 import pulsar
 import pytest
 
-from nereus.ledger.policies import policies_key, tenant_key
+from nereus.ledger.policies import policies_key, tenant_key, topic_policies_key
 from nereus.meta import connect
-from nereus.pulsar.replication.sweep import replicated_namespaces
+from nereus.pulsar.replication.sweep import replicated_namespaces, replicated_topics
 from tests.ports import free_port
 from tests.replication.geo import admin, clusters, replicate_namespace, stats
 from tests.waiting import wait_until
@@ -38,6 +38,19 @@ async def test_the_sweep_finds_the_namespaces_replicated_from_here():
             policies = {} if clusters is None else {"replication_clusters": clusters}
             await meta.put(policies_key(tenant, namespace), json.dumps(policies).encode())
         assert await replicated_namespaces(meta, "east") == {"acme/geo": ["west", "north"], "globex/geo": ["west"]}
+    finally:
+        await meta.close()
+
+
+async def test_the_sweep_finds_the_topics_replicated_by_their_own_policy():
+    meta = connect("embedded://")
+    try:
+        await meta.put(tenant_key("acme"), b"{}")
+        await meta.put(policies_key("acme", "app"), b"{}")
+        for local, clusters in {"orders": ["east", "west"], "audit": ["east"], "plain": None}.items():
+            policies = {} if clusters is None else {"replicationClusters": clusters}
+            await meta.put(topic_policies_key("acme", "app", local), json.dumps(policies).encode())
+        assert await replicated_topics(meta, "east") == {"acme/app/orders": ["west"], "acme/app/audit": []}
     finally:
         await meta.close()
 

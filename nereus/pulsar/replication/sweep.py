@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from urllib.parse import unquote
 
 from ...ledger.cursor import Cursor
 from ...ledger.naming import TopicName
-from ...ledger.policies import POLICIES_ROOT, TENANTS_ROOT
+from ...ledger.clusters import TOPIC_REPLICATION_FIELD
+from ...ledger.policies import POLICIES_ROOT, TENANTS_ROOT, topic_policies_prefix
 from ...topics.placement import NotOwner
 from .replicator import cursor_name
 
@@ -51,10 +53,32 @@ async def replicated_namespaces(meta, local: str) -> dict[str, list[str]]:
     return out
 
 
+async def replicated_topics(meta, local: str) -> dict[str, list[str]]:
+    """``tenant/namespace/topic`` -> its remote clusters, for each topic with a replication policy of
+    its own (a partitioned topic's name stands for its partitions; an empty list sets nothing)."""
+    out = {}
+    tenants = [key[len(TENANTS_ROOT) + 1:] async for key in meta.list(TENANTS_ROOT + "/", TENANTS_ROOT + _LAST)]
+    for tenant in tenants:
+        namespaces = [key[len(POLICIES_ROOT) + 1:]
+                      async for key in meta.list(f"{POLICIES_ROOT}/{tenant}/", f"{POLICIES_ROOT}/{tenant}{_LAST}")]
+        for path in namespaces:
+            prefix = topic_policies_prefix(*path.split("/", 1))
+            async for rec in meta.range_scan(prefix + "/", prefix + _LAST):
+                try:
+                    clusters = json.loads(rec.value).get(TOPIC_REPLICATION_FIELD) or []
+                except ValueError:
+                    continue
+                if clusters:
+                    out[f"{path}/{unquote(rec.key[len(prefix) + 1:])}"] = [c for c in clusters if c != local]
+    return out
+
+
 async def lagging_topics(manager) -> list[TopicName]:
-    """Persistent topics of replicated namespaces, not loaded here, whose replication is behind."""
+    """Persistent topics replicated from here (by their namespace's or their own policy), not loaded
+    here, whose replication is behind."""
     namespaces = await replicated_namespaces(manager.meta, manager.local_cluster)
-    if not namespaces:
+    topics = await replicated_topics(manager.meta, manager.local_cluster)
+    if not namespaces and not any(topics.values()):
         return []
     storage = manager.registry.storage
     out = []
@@ -62,7 +86,10 @@ async def lagging_topics(manager) -> list[TopicName]:
         if not stream.startswith("persistent://"):
             continue
         name = TopicName.parse(stream)
-        remotes = namespaces.get(f"{name.tenant}/{name.namespace}")
+        base = name.base
+        remotes = topics.get(f"{base.tenant}/{base.namespace}/{base.local}")
+        if remotes is None:
+            remotes = namespaces.get(f"{name.tenant}/{name.namespace}")
         if not remotes or manager.registry.loaded(name) is not None:
             continue
         stream_id = await storage.stream_id(stream)
@@ -106,4 +133,4 @@ async def run_sweeps(manager, *, interval: float = SWEEP_SECONDS, first: float =
         await asyncio.sleep(interval)
 
 
-__all__ = ["lagging_topics", "replicated_namespaces", "run_sweeps", "sweep_once"]
+__all__ = ["lagging_topics", "replicated_namespaces", "replicated_topics", "run_sweeps", "sweep_once"]
