@@ -281,7 +281,7 @@ class Replicator:
                 end, future, size, messages = await wait_for(self._inflight.get(), PERSIST_SECONDS)
             except asyncio.TimeoutError:
                 if cursor.dirty:
-                    await cursor.persist()
+                    await _persist(cursor)
                     persisted_at = time.monotonic()
                 continue
             if future is not None:
@@ -292,7 +292,7 @@ class Replicator:
             if end > cursor.acks.acked_below:
                 cursor.ack_cumulative(end - 1)
             if time.monotonic() - persisted_at >= PERSIST_SECONDS:
-                await cursor.persist()
+                await _persist(cursor)
                 persisted_at = time.monotonic()
 
     def _discard_inflight(self) -> None:
@@ -313,6 +313,14 @@ class Replicator:
                 "inboundConnection": None, "inboundConnectedSince": None,
                 "outboundConnection": self.remote_url, "outboundConnectedSince": self.connected_since,
                 "error": self.error}
+
+
+async def _persist(cursor: Cursor) -> None:
+    """Write the cursor; a cancellation (a cut link ends the loop) lets the write finish, so the
+    cursor knows its record's version and the next write does not find it changed."""
+    write = asyncio.ensure_future(cursor.persist())
+    write.add_done_callback(_retrieved)
+    await asyncio.shield(write)
 
 
 def _retrieved(future: asyncio.Future) -> None:
