@@ -115,32 +115,38 @@ async def delete_cluster(meta, name: str) -> bool:
     return await meta.delete(cluster_key(name))
 
 
-async def _stored_list(meta, key: str, field_name: str) -> list[str] | None:
-    """The list at ``field_name`` of the JSON record at ``key``; None when either is absent."""
+def _list_at(record: dict | None, field_name: str) -> list[str]:
+    value = record.get(field_name) if isinstance(record, dict) else None
+    return list(value) if isinstance(value, list) else []
+
+
+def applied_replication_clusters(topic_policies: dict | None, namespace_policies: dict | None) -> list[str]:
+    """The clusters a topic replicates to, from its policy records as stored: its own list
+    when not empty, else its namespace's, else none. The local cluster is usually among them,
+    and a name may no longer have a record."""
+    return (_list_at(topic_policies, TOPIC_REPLICATION_FIELD)
+            or _list_at(namespace_policies, NAMESPACE_REPLICATION_FIELD))
+
+
+async def _record(meta, key: str) -> dict | None:
     rec = await meta.get(key)
     if rec is None:
         return None
     try:
-        value = json.loads(rec.value).get(field_name)
-    except (ValueError, AttributeError):
+        return json.loads(rec.value)
+    except ValueError:
         return None
-    return list(value) if isinstance(value, list) else None
 
 
 async def replication_clusters(meta, tenant: str, namespace: str, local_topic_name: str) -> list[str]:
-    """The clusters topic ``local_topic_name`` of ``tenant/namespace`` replicates to.
-
-    The topic's own policy (a partition ``x-partition-N`` reads ``x``'s), else its
-    namespace's, else none (``[]``). The names are as stored: the local cluster is
-    usually among them, and a name may no longer have a record.
-    """
+    """``applied_replication_clusters`` of topic ``local_topic_name`` (a partition ``x-partition-N``
+    reads ``x``'s policy), read from the metadata plane."""
     base = TopicName("persistent", tenant, namespace, local_topic_name).base.local
-    own = await _stored_list(meta, topic_policies_key(tenant, namespace, base), TOPIC_REPLICATION_FIELD)
-    if own:
-        return own
-    return await _stored_list(meta, policies_key(tenant, namespace), NAMESPACE_REPLICATION_FIELD) or []
+    return applied_replication_clusters(await _record(meta, topic_policies_key(tenant, namespace, base)),
+                                        await _record(meta, policies_key(tenant, namespace)))
 
 
 __all__ = ["CLUSTERS_ROOT", "FIELDS", "NAMESPACE_REPLICATION_FIELD", "TOPIC_REPLICATION_FIELD", "ClusterData",
+           "applied_replication_clusters",
            "cluster_key", "delete_cluster", "get_cluster", "list_clusters", "name_of_key", "put_cluster",
            "replication_clusters"]

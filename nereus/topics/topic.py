@@ -31,6 +31,7 @@ from . import persistence
 from .dedup import Dedup
 from .key_compaction import entries_keys
 from .key_log import KeyRecorder
+from ..ledger.clusters import applied_replication_clusters
 from ..ledger.policies import policies_key, topic_policies_key
 from .throttle import dispatch_limit, publish_limit
 from .time_marks import TimeMarks
@@ -89,6 +90,7 @@ class Topic:
         self.publish_limit = None
         self.dispatch_limit = None
         self.publish_rate_limited = 0  # times a producer's connection was paused (publishRateLimitedTimes)
+        self.replication_clusters: list[str] = []  # Pulsar's replication clusters (the local one included)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def load(self) -> None:
@@ -118,6 +120,7 @@ class Topic:
             await self.handle.set_durability(durability)
         self._apply_rates({kind: own.get(topic_field) or _local(namespace.get(namespace_field))
                            for kind, topic_field, namespace_field in _RATE_FIELDS})
+        self.replication_clusters = applied_replication_clusters(own, namespace)
         threshold = own.get("compactionThreshold")
         if (threshold if threshold is not None else namespace.get("compaction_threshold") or 0) > 0:
             self.key_log.enable()

@@ -16,7 +16,7 @@ import ssl
 
 import aiohttp
 
-from ...ledger.clusters import ClusterData, get_cluster, replication_clusters
+from ...ledger.clusters import ClusterData, get_cluster
 from ...tasks import spawn
 from ...topics.partitioned import partitions_of
 from ...topics.placement import NotOwner
@@ -137,9 +137,7 @@ class TopicReplication:
 
     async def _sync_once(self) -> None:
         local = self.manager.local_cluster
-        name = self.topic.name
-        wanted = {c for c in await replication_clusters(self.manager.meta, name.tenant, name.namespace, name.local)
-                  if c != local}
+        wanted = {c for c in self.topic.replication_clusters if c != local}  # as its policies were last read
         for remote in set(self.replicators) - wanted:
             log.info("%s: replication to %s stopped (policy): its cursor is dropped", self.topic.name, remote)
             await self.replicators.pop(remote).stop(forget=True)
