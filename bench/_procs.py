@@ -26,6 +26,16 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """Keep every thread of process ``pid`` (and the threads and processes it makes later, which inherit
+    the mask) on ``cpus``."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+
+
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -18,7 +18,9 @@ replicator back to east), ``georep/local`` exists in east only. Three parts:
   timed until west counts every message (the replicator alone, no producer beside
   it); and the CPU time per message of the producer processes and of each standalone
   (``/proc``): on one machine west and the replicator take their CPU from the same
-  two cores as the producers and east.
+  two cores as the producers and east. ``--pin`` gives west the last CPU to itself and
+  keeps east, the producer processes and this script on the others, as two regions'
+  machines would be (both cases run on the same CPUs).
 * ``delay``: east publishes 1 KiB messages at a paced ``--rate`` for
   ``--delay-seconds``, each carrying its send time; a consumer of west (its own
   process, subscribed before the first send) takes receive time minus send time
@@ -39,7 +41,7 @@ replicator back to east), ``georep/local`` exists in east only. Three parts:
 
 Usage: .venv/bin/python bench/georep.py [--only throughput,delay,kills] [--messages 200000]
        [--producers 2] [--rounds 1] [--rate 5000] [--delay-seconds 30] [--kills 10]
-       [--kill-rate 2000] [--seed 1] [--one-way] [--keep]
+       [--kill-rate 2000] [--seed 1] [--one-way] [--pin] [--keep]
 A run with the defaults takes about 2 minutes. The last line is ``key=value`` pairs; a
 part that fails prints why and the others still run. ``--keep`` keeps the work
 directory (the standalones' logs, the clients' log).
@@ -64,7 +66,7 @@ from pathlib import Path
 
 import pulsar
 
-from _procs import cpu_seconds  # bench/ is on sys.path
+from _procs import cpu_seconds, pin_process  # bench/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -86,6 +88,8 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 #: the first client a process made, so every client here gets this one; east's kills would otherwise
 #: fill the console with refused connections.
 CLIENT_LOG: Path | None = None
+#: With --pin: the CPUs of east, the producer processes and this script (west has the others).
+PRODUCER_CPUS: set[int] | None = None
 
 
 def client_logger():
@@ -140,9 +144,11 @@ def replicator_connected(east, topic: str, timeout: float = 60) -> None:
 
 
 # -- part 1: throughput -------------------------------------------------------------------------------------
-def _produce_worker(url: str, topic: str, count: int, barrier, results) -> None:
+def _produce_worker(url: str, topic: str, count: int, barrier, results, cpus: set[int] | None) -> None:
     """One producer process (its own client): send ``count`` messages; report (first send, last receipt,
     acked, CPU seconds of the process while sending)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     client = pulsar.Client(url, io_threads=1, operation_timeout_seconds=30, logger=QUIET)
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
                                       batching_max_allowed_size_in_bytes=128 * 1024,
@@ -191,7 +197,8 @@ def produce(url: str, topic: str, count: int, processes: int, west=None) -> dict
     barrier = ctx.Barrier(processes)
     results = ctx.Queue()
     share = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
-    workers = [ctx.Process(target=_produce_worker, args=(url, topic, n, barrier, results)) for n in share]
+    workers = [ctx.Process(target=_produce_worker, args=(url, topic, n, barrier, results, PRODUCER_CPUS))
+               for n in share]
     for worker in workers:
         worker.start()
     west_done = None
@@ -294,8 +301,9 @@ def run_throughput(args, east, west) -> dict[str, float]:
     figures = {key: sorted(values)[len(values) // 2] for key, values in rounds.items()}  # medians
     # What the ratio would be if the machine's CPU alone set both rates: on one host every message
     # replicated also costs west's CPU (and the replicator's in east), taken from the same cores.
-    total = {case: sum(figures[f"cpu_us_per_msg_{who}_{case}"] for who in ("clients", "east", "west"))
-             for case in ("local", "repl")}
+    # Pinned (--pin), west has a CPU of its own: only the clients' and east's CPU compete.
+    sharing = ("clients", "east") if PRODUCER_CPUS else ("clients", "east", "west")
+    total = {case: sum(figures[f"cpu_us_per_msg_{who}_{case}"] for who in sharing) for case in ("local", "repl")}
     figures["cpu_bound_ratio"] = total["local"] / total["repl"]
     return figures
 
@@ -515,6 +523,8 @@ def run_kills(args, east, west) -> dict[str, float]:
         east.node.kill()
         began = time.monotonic()
         east.node.start(timeout=120)
+        if PRODUCER_CPUS:
+            pin_process(east.node.proc.pid, PRODUCER_CPUS)
         restarts.append(time.monotonic() - began)
         print(f"  kill {k + 1}/{args.kills}: {load.sent:,} sent, {len(load.acked):,} acknowledged; "
               f"east listening again after {restarts[-1]:.1f} s", flush=True)
@@ -572,6 +582,22 @@ def run_kills(args, east, west) -> dict[str, float]:
 
 
 # -- main -----------------------------------------------------------------------------------------------------
+def pin_clusters(east, west) -> None:
+    """West on the last CPU alone; east, the producer processes and this script on the others. On one
+    host the replicated case otherwise pays west's CPU from the cores the producers and east use, which
+    two regions' machines do not share; the local case is measured on the same CPUs."""
+    global PRODUCER_CPUS
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    PRODUCER_CPUS = set(cpus[:-1])
+    pin_process(west.node.proc.pid, {cpus[-1]})
+    pin_process(east.node.proc.pid, PRODUCER_CPUS)
+    os.sched_setaffinity(0, PRODUCER_CPUS)
+    print(f"pinned: west on CPU {cpus[-1]}; east, producers and this script on CPUs "
+          f"{', '.join(map(str, sorted(PRODUCER_CPUS)))}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="throughput,delay,kills", help="parts to run, comma-separated")
@@ -587,6 +613,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--one-way", action="store_true",
                         help="west's namespaces list west only: east -> west, no replicator from west back to east")
+    parser.add_argument("--pin", action="store_true",
+                        help="west on the last CPU alone, east and every client on the others (two regions' "
+                             "machines, as far as one host allows)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args()
     parts = set(args.only.split(","))
@@ -610,6 +639,8 @@ def main() -> None:
         if args.one_way:  # west runs no replicator back to east on these topics
             for namespace in (REPLICATED, LATER):
                 admin(west.node, "POST", f"/namespaces/{namespace}/replication", ["west"])
+        if args.pin:
+            pin_clusters(east, west)
         print(f"east pid {east.node.proc.pid} ({east.node.url}), west pid {west.node.proc.pid} ({west.node.url}); "
               f"work directory {workdir}", flush=True)
         runs = {"throughput": (f"{args.messages:,} x 1 KiB, {args.producers} producer processes", run_throughput),
@@ -640,7 +671,7 @@ def main() -> None:
               f"{figures['throughput_ratio']:.2f} "
               f"(target >= 0.8: {'met' if met else 'NOT met'}); east acked that load at "
               f"{figures['replicated_produce_msgs_s']:,.0f} msgs/s; the ratio if CPU alone decided (CPU per message "
-              f"of clients + east + west, local / replicated): {figures['cpu_bound_ratio']:.2f}; a stored backlog "
+              f"of clients + east{'' if PRODUCER_CPUS else ' + west'}, local / replicated): {figures['cpu_bound_ratio']:.2f}; a stored backlog "
               f"caught up at "
               f"{figures['catch_up_msgs_s']:,.0f} msgs/s ({figures['catch_up_ratio']:.2f} x local produce)")
     if "delay_p99_ms" in figures:
