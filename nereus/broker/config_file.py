@@ -147,7 +147,7 @@ IGNORED_PREFIXES = (
     "protocolHandler", "entryFormat", "offloaders", "systemTopic", "topicLevelPolicies", "backlogQuota",
     "brokerDeleteInactive", "brokerShutdownTimeoutMs", "numIOThreads", "numHttpServerThreads",
     "numOrderedExecutorThreads", "numExecutorThreadPoolSize", "isRunningStandalone", "webSocket",
-    "schemaRegistry", "exposeTopicLevelMetricsInPrometheus",
+    "schemaRegistry",
     "statusFilePath", "brokerDeduplication", "allowAutoSubscriptionCreation",
     "bootstrapNamespaces", "maxUnacked", "dispatch", "subscription",
 )

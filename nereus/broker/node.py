@@ -33,6 +33,7 @@ from ..pulsar.server import PulsarService
 from ..pulsar.replication import ReplicationManager
 from ..pulsar.replication.sweep import run_sweeps
 from ..pulsar.server.policy_follower import follow_policies
+from ..pulsar.server.metrics import TopicMetricsLevel
 from ..transactions import BrokerParticipants, StreamTransactions, TransactionCoordinator
 from ..storage import GarbageCollector, StorageOptions, StreamStorage, WalOptions
 from ..storage import metrics as storage_metrics
@@ -87,6 +88,8 @@ class BrokerOptions:
     lease_poll_seconds: float = 2.0
     session_timeout: float = 10.0
     topic_idle_seconds: float = 300.0  # a loaded topic with nothing attached is unloaded after this (0: never)
+    expose_topic_level_metrics: bool = True  # exposeTopicLevelMetricsInPrometheus (else per namespace)
+    topic_level_metrics_max_topics: int = 10_000  # loaded topics above which metrics are per namespace (0: none)
     auto_topic_creation: bool = True  # missing topics are created on first use (Pulsar and Kafka clients)
     auto_topic_creation_type: str = "non-partitioned"  # what a Pulsar client's first use creates
     default_partitions: int = 1  # partitions of an auto-created partitioned topic (and of Kafka's)
@@ -337,6 +340,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                         kafka.start(serve=False, plaintext=options.kafka_port is not None))
     stack.push_async_callback(kafka.stop)
     transactions = _build_transactions(stack, meta, registry, kafka, pulsar, options.transactional_id_expiration)
+    pulsar.topic_metrics = TopicMetricsLevel(options.expose_topic_level_metrics, options.topic_level_metrics_max_topics)
     pulsar.replication = ReplicationManager(registry, meta, objects, options.cluster_name, service=pulsar)
     stack.push_async_callback(pulsar.replication.close)
     if options.kafka_ssl_port is not None:

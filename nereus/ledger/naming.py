@@ -9,7 +9,7 @@ each partition is one stream, named by its full topic name.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PARTITION_SUFFIX = "-partition-"
 DEFAULT_TENANT = "public"
@@ -28,6 +28,11 @@ class TopicName:
     tenant: str
     namespace: str
     local: str  # includes the partition suffix for partitions
+    # The full name, made once: it keys the broker's maps and labels, which then share one string.
+    _full: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_full", f"{self.domain}://{self.tenant}/{self.namespace}/{self.local}")
 
     @classmethod
     def parse(cls, name: str) -> "TopicName":
@@ -56,7 +61,7 @@ class TopicName:
         return cls(domain, tenant, namespace, local)
 
     def __str__(self) -> str:
-        return f"{self.domain}://{self.tenant}/{self.namespace}/{self.local}"
+        return self._full
 
     @property
     def namespace_name(self) -> str:

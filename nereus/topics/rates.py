@@ -10,7 +10,6 @@ advance time by hand.
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Callable
 
 #: Seconds of traffic a rate covers (a meter younger than that: its age, at least one bucket).
@@ -32,7 +31,9 @@ class RateMeter:
         self._clock = clock
         self._width = window / buckets
         self._count = buckets
-        self._buckets: deque[list] = deque()  # [bucket index, messages, bytes], oldest first
+        # [bucket index, messages, bytes], oldest first; a list, not a deque: at most ``buckets``
+        # long, and an idle meter (one per loaded topic) costs a few bytes instead of a deque's block.
+        self._buckets: list[list] = []
         self._born = clock()
 
     def record(self, messages: int, size: int) -> None:
@@ -47,7 +48,7 @@ class RateMeter:
         else:
             self._buckets.append([index, messages, size])
             while self._buckets[0][0] <= index - self._count:
-                self._buckets.popleft()
+                del self._buckets[0]
 
     def rates(self) -> tuple[float, float]:
         """(messages per second, bytes per second) over the window."""

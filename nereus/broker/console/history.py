@@ -66,7 +66,9 @@ class History:
             else:
                 self._write(name, slot, (0.0, 0.0, 0.0), seen=False)
         for name, sample in values.items():
-            if name in self._rings or len(self._rings) - 1 < self.max_topics:  # - 1: the totals
+            # A topic idle all along needs no ring (its series reads as zeros): rings go to the
+            # topics with traffic, not to the first ``max_topics`` loaded.
+            if name in self._rings or (any(sample) and len(self._rings) - 1 < self.max_topics):  # - 1: the totals
                 self._write(name, slot, sample)
         self.ticks += 1
 

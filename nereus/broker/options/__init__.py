@@ -332,6 +332,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--topic-idle-seconds", ("topicIdleSeconds",), click.FloatRange(0), 300,
            "Seconds a loaded topic with no producer, consumer or reader attached and no append stays loaded; "
            "then it is unloaded and its memory given back (0: never unloaded)."),
+    Option("--expose-topic-level-metrics/--no-expose-topic-level-metrics", ("exposeTopicLevelMetricsInPrometheus",),
+           None, True, "Metrics per topic (label topic); off: summed per namespace (label namespace)."),
+    Option("--topic-level-metrics-max-topics", ("topicLevelMetricsMaxTopics",), click.IntRange(0), 10_000,
+           "Loaded topics above which metrics are summed per namespace even with --expose-topic-level-metrics, "
+           "so a scrape stays small (0: no limit)."),
     Option("--session-timeout", ("metadataStoreSessionTimeoutMillis",), click.FloatRange(0.5), 10,
            "Seconds after which a broker that stopped heartbeating loses its topics.", parse=_millis),
     Option("--gc-interval", ("gcIntervalSeconds",), click.FloatRange(0.1), 30,

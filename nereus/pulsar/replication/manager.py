@@ -59,13 +59,30 @@ class ReplicationManager:
         return getattr(self.service, "stream_txns", None)
 
     def _loaded(self, topic) -> None:
-        state = TopicReplication(self, topic, topic.handle.next_offset())
-        topic.attachments[ATTACHMENT] = state
-        topic.on_policies(state.sync_soon)
-        topic.on_append(state.wake)
-        topic.on_unload(state.stop)
-        topic.busy_while(state.busy)
+        # Most topics are not replicated: their state is made only once their policies name another
+        # cluster (or a marker from one arrives), so an idle loaded topic costs nothing here.
+        initial = topic.handle.next_offset()
+        topic.on_policies(lambda: self._policies_read(topic, initial))
+        self._policies_read(topic, initial)
+
+    def _policies_read(self, topic, initial: int) -> None:
+        state = topic.attachments.get(ATTACHMENT)
+        if state is None:
+            if not any(cluster != self.local_cluster for cluster in topic.replication_clusters):
+                return
+            state = self.attach(topic, initial)
         state.sync_soon()
+
+    def attach(self, topic, initial: int | None = None) -> "TopicReplication":
+        """The replication state of loaded ``topic``, made now if it has none yet."""
+        state = topic.attachments.get(ATTACHMENT)
+        if state is None:
+            state = TopicReplication(self, topic, topic.handle.next_offset() if initial is None else initial)
+            topic.attachments[ATTACHMENT] = state
+            topic.on_append(state.wake)
+            topic.on_unload(state.stop)
+            topic.busy_while(state.busy)
+        return state
 
     async def client(self, remote: str) -> ClusterClient:
         """The client of cluster ``remote`` as its record says now (a changed record: a new client)."""

@@ -124,7 +124,7 @@ class NonPersistentTopic:
         self.epoch = 0
         self.exclusive_waiters: list = []
         self.traffic = TopicTraffic(str(name))
-        self.duplicates = _NoCounter()
+        self.duplicates = 0  # SENDs dropped as duplicates: never, nothing is deduplicated here
         self.closed = False
 
     @property
@@ -204,11 +204,6 @@ class NonPersistentTopic:
                 consumer.conn.consumers.pop(consumer.consumer_id, None)
                 dispatcher.sub.remove(slot.token)
                 consumer.conn.send(wrap(pb.CommandCloseConsumer(consumer_id=consumer.consumer_id, request_id=0)))
-
-
-class _NoCounter:
-    def inc(self, _amount: float = 1) -> None:
-        pass
 
 
 __all__ = ["MemoryDispatcher", "NonPersistentTopic"]

@@ -260,7 +260,7 @@ def handle_send(conn, frame) -> None:
         return
     dedup = topic.dedup
     if (dedup.enabled or producer.replicator) and seq <= dedup.pushed.get(name, -1):  # Dedup.is_duplicate, inlined
-        topic.duplicates.inc()
+        topic.duplicates += 1
         original = dedup.inflight.get((name, seq))
         if original is not None:
             producer.enqueue(_Pending(seq, highest, original))
@@ -308,9 +308,9 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
         topic.traffic.published(count, size)
         producer.meter.record(count, size)
         if producer.replicator and meta.HasField("marker_type"):
-            replication = core.attachments.get(REPLICATION) if core is not None else None
-            if replication is not None:
-                replication.marker_stored(meta.marker_type, bytes(frame.payload), t.result().base_offset)
+            manager = conn.service.replication
+            if core is not None and manager is not None:  # a topic's first marker makes its replication state
+                manager.attach(core).marker_stored(meta.marker_type, bytes(frame.payload), t.result().base_offset)
 
     task.add_done_callback(done)
     producer.enqueue(_Pending(seq, highest, task))

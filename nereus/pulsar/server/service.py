@@ -63,6 +63,7 @@ class PulsarService:
         self.txn_participants = None
         self.by_stream: dict[int, PulsarTopic] = {}  # loaded persistent topics by stream id
         self.replication = None  # the ReplicationManager, when the broker replicates to other clusters
+        self.topic_metrics = metrics.TopicMetricsLevel()  # per topic or per namespace (the broker's options)
 
     @property
     def service_url(self) -> str:

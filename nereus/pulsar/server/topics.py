@@ -23,7 +23,7 @@ from ...topics import Topic
 from ...topics import (PARTITIONED_ROOT, create_partitioned_topic, list_partitioned_topics,  # noqa: F401
                        partitioned_key, partitions_of)
 from ...codec.pulsar import pb, wrap
-from . import metrics, pending_acks
+from . import pending_acks
 from .dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class PulsarTopic:
         self.exclusive_waiters: list[asyncio.Future] = []  # WaitForExclusive producers, in order
         self.txn_begun: set[int] = set()  # pids of open transactions checked for this partition (txn_sends.py)
         self.traffic = core.traffic
-        self.duplicates = metrics.DUPLICATES.labels(str(core.name))  # looked up once, not per SEND
+        self.duplicates = 0  # SENDs dropped as duplicates (pulsar_deduplicated_messages, read at scrape)
         self._sub_lock = asyncio.Lock()
         core.attachments[ATTACHMENT] = self
         service.by_stream[self.stream_id] = self
@@ -185,10 +185,6 @@ class PulsarTopic:
             del self.service.by_stream[self.stream_id]
         self.disconnect_clients()
         await self.close()
-        try:  # a label per topic ever loaded would grow without bound
-            metrics.DUPLICATES.remove(str(self.name))
-        except KeyError:
-            pass
 
     async def close(self) -> None:
         for dispatcher in list(self.dispatchers.values()):
