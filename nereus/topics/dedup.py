@@ -59,6 +59,9 @@ def snapshot_key(stream_id: int) -> str:
 class Dedup:
     """Per-topic sequence tracking: persisted (durable) and pushed (accepted) highs."""
 
+    __slots__ = ("meta", "stream_id", "enabled", "persisted", "pushed", "last_seen", "inflight", "_clock", "_covered",
+                 "_since_snapshot", "_snapshot_version", "_snapshotting")  # one per loaded topic
+
     def __init__(self, meta: MetadataStore, stream_id: int, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.meta = meta

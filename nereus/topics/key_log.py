@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -184,16 +183,21 @@ class KeyRecorder:
 
     ``extract`` gives the keys of many stored entries (``key_compaction.entries_keys``);
     it runs in an executor, a flush at a time, never on the append path.
-    ``session_token()``: the token of the topic's append session this broker holds; the
-    log's own session is taken only while the topic's tail still carries it, so an
-    owner paused past a handoff does not take the log from the topic's new owner.
+    ``session``: the topic's stream handle (its ``fencing_token`` is the append session this
+    broker holds); the log's own session is taken only while the topic's tail still carries
+    it, so an owner paused past a handoff does not take the log from the topic's new owner.
     """
 
-    def __init__(self, storage, stream_id: int, extract, session_token: Callable[[], int | None] | None = None) -> None:
+    # One per loaded topic, most never enabled: slots keep the idle ones small. ``_flushing`` holds
+    # the running flush (a strong reference, so no task set is needed).
+    __slots__ = ("storage", "stream_id", "extract", "session", "enabled", "_pending", "_given", "_pending_bytes",
+                 "_handle", "_start", "_flushing", "_timer", "_closed", "_gone")
+
+    def __init__(self, storage, stream_id: int, extract, session=None) -> None:
         self.storage = storage
         self.stream_id = stream_id
         self.extract = extract
-        self.session_token = session_token
+        self.session = session
         self.enabled = False
         self._pending: list[FetchedEntry] = []
         self._given: dict[int, GivenKeys] = {}  # by base offset: the pending entries' keys handed over
@@ -202,7 +206,6 @@ class KeyRecorder:
         self._start = 0  # the log's start offset, as this recorder last knew it
         self._flushing: asyncio.Task | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._gone = False  # the topic was deleted or is another broker's now: nothing more is recorded
 
@@ -235,7 +238,7 @@ class KeyRecorder:
             self._timer.cancel()
             self._timer = None
         if self._flushing is None or self._flushing.done():
-            self._flushing = spawn(self.flush(), f"key log of stream {self.stream_id}", self._tasks)
+            self._flushing = spawn(self.flush(), f"key log of stream {self.stream_id}")
 
     async def drain(self) -> None:
         """Write what is pending now, after any flush under way (a build is about to read the log)."""
@@ -293,7 +296,7 @@ class KeyRecorder:
                 except StreamNotFound:
                     pass
                 return
-            if self.session_token is not None and tail.token != self.session_token():
+            if self.session is not None and tail.token != self.session.fencing_token:
                 self._stop("is appended to by a newer session (which records its keys)")
                 return
             self._handle = handle
@@ -314,7 +317,7 @@ class KeyRecorder:
             self._timer.cancel()
             self._timer = None
         if self._pending and (self._flushing is None or self._flushing.done()):
-            self._flushing = spawn(self.flush(), f"key log of stream {self.stream_id}", self._tasks)
+            self._flushing = spawn(self.flush(), f"key log of stream {self.stream_id}")
         if self._flushing is not None:
             try:
                 await wait_for(asyncio.shield(self._flushing), CLOSE_SECONDS)

@@ -58,6 +58,8 @@ class TopicRegistry:
         self._unloading: dict[str, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self._loaded_listeners: list = []
+        self._policy_listeners: list = []
+        self._unloading_listeners: list = []
         self._sweeper: asyncio.Task | None = None
         # Key-compacted views: built by this broker for its topics, cached for readers.
         self.key_views = KeyViews(storage)
@@ -80,6 +82,19 @@ class TopicRegistry:
     def on_load(self, listener) -> None:
         """Call ``listener(topic)`` for each topic loaded from now on."""
         self._loaded_listeners.append(listener)
+
+    def on_policies(self, listener) -> None:
+        """Call ``listener(topic)`` each time a topic's policies were read (at its load, and again
+        after a change through any broker): one listener for all topics, none held by each."""
+        self._policy_listeners.append(listener)
+
+    def policies_read(self, topic: Topic) -> None:
+        for listener in self._policy_listeners:
+            listener(topic)
+
+    def on_unloading(self, listener) -> None:
+        """Call ``listener(name)`` as each loaded topic starts to unload (before its own listeners)."""
+        self._unloading_listeners.append(listener)
 
     def loaded(self, name: TopicName | str) -> Topic | None:
         return self.topics.get(str(name))
@@ -119,6 +134,7 @@ class TopicRegistry:
         handle = await self.storage.open_stream(str(name), create=True)
         topic = Topic(self, name, handle)
         await topic.load()
+        topic.end_at_load = handle.next_offset()
         for listener in self._loaded_listeners:
             listener(topic)
         self.topics[str(name)] = topic
@@ -174,6 +190,11 @@ class TopicRegistry:
                 del self.topics[key]
             log.info("topic %s unloading: %s", key, reason)
             started = time.monotonic()
+            for listener in self._unloading_listeners:
+                try:
+                    listener(key)
+                except Exception:
+                    log.exception("%s: an unloading listener failed", key)
             await topic.run_unload_listeners(reason)
             detached = time.monotonic()
             try:

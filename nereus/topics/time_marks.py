@@ -26,6 +26,8 @@ INTERVAL = 1000  # records between two marks
 class TimeMarks:
     """The running max timestamp of one stream's writer, and the marks it leaves."""
 
+    __slots__ = ("meta", "handle", "interval", "max_ts", "end", "since", "_meanwhile")  # one per loaded topic
+
     def __init__(self, meta, handle, interval: int | None = None) -> None:
         self.meta = meta
         self.handle = handle

@@ -57,8 +57,22 @@ class TopicUnloaded(StreamFenced):
     """The topic was unloaded (its stream moved or its session was lost); look it up again."""
 
 
+#: The rate policies of a topic with none (shared: replaced, never changed in place).
+_NO_RATES: dict[str, dict | None] = {"publish": None, "dispatch": None, "subscription": None}
+
+
 class Topic:
-    """The broker-side state of one stream that every protocol shares."""
+    """The broker-side state of one stream that every protocol shares.
+
+    A broker may hold a great many loaded topics, most of them idle: the class has slots, and
+    what only a writing or replicated topic needs (the writer lock, the abandon future, rate
+    limits) is made on first use.
+    """
+
+    __slots__ = ("registry", "meta", "name", "handle", "stream_id", "dedup", "time_marks", "key_log",
+                 "attachments", "traffic", "closed", "_loop", "_abandoned", "last_active", "_writer_lock",
+                 "_append_listeners", "_unload_listeners", "_busy_checks", "rate_policies", "end_at_load",
+                 "publish_limit", "dispatch_limit", "publish_rate_limited", "replication_clusters", "__weakref__")
 
     def __init__(self, registry, name: TopicName, handle: Stream) -> None:
         self.registry = registry
@@ -68,29 +82,34 @@ class Topic:
         self.stream_id = handle.stream_id
         self.dedup = Dedup(registry.meta, handle.stream_id)
         self.time_marks = TimeMarks(registry.meta, handle)
-        self.key_log = KeyRecorder(registry.storage, handle.stream_id, entries_keys,
-                                   session_token=lambda: self.handle.fencing_token)
+        self.key_log = KeyRecorder(registry.storage, handle.stream_id, entries_keys, session=handle)
         self.attachments: dict[str, object] = {}
         self.traffic = TopicTraffic(str(name))  # counts and rates of both protocols
         self.closed = False
         self._loop = asyncio.get_running_loop()
-        # Done when the broker drops the topic without finishing its writes (its metadata session
-        # was lost, see ``abandon``): appends in flight will not be answered here, their waiters
-        # stop waiting. A future, not an event: waiting for it or an append needs no task.
-        self.abandoned: asyncio.Future = self._loop.create_future()
+        self._abandoned: asyncio.Future | None = None
         self.last_active = time.monotonic()
-        self._writer_lock = asyncio.Lock()
+        self._writer_lock: asyncio.Lock | None = None
         self._append_listeners: list[Callable[[], None]] = []
         self._unload_listeners: list[Callable[[str], Awaitable[None] | None]] = []
         self._busy_checks: list[Callable[[], bool]] = []
-        self._policy_listeners: list[Callable[[], None]] = []
+        self.end_at_load = -1  # the stream's end once loaded (where a new replicator starts)
         # Rate policies (Pulsar's publishRate / dispatchRate / subscriptionDispatchRate): the
         # policy JSON in force (the topic's, else the namespace's) and the topic-wide limits.
-        self.rate_policies: dict[str, dict | None] = {"publish": None, "dispatch": None, "subscription": None}
+        self.rate_policies: dict[str, dict | None] = _NO_RATES
         self.publish_limit = None
         self.dispatch_limit = None
         self.publish_rate_limited = 0  # times a producer's connection was paused (publishRateLimitedTimes)
-        self.replication_clusters: list[str] = []  # Pulsar's replication clusters (the local one included)
+        self.replication_clusters: tuple[str, ...] = ()  # Pulsar's replication clusters (the local one included)
+
+    @property
+    def abandoned(self) -> asyncio.Future:
+        """Done when the broker drops the topic without finishing its writes (its metadata session
+        was lost, see ``abandon``): appends in flight will not be answered here, their waiters stop
+        waiting. A future, not an event: waiting for it or an append needs no task."""
+        if self._abandoned is None:
+            self._abandoned = self._loop.create_future()
+        return self._abandoned
 
     # -- lifecycle ------------------------------------------------------------------------
     async def load(self) -> None:
@@ -118,18 +137,14 @@ class Topic:
             log.info("%s: acknowledged writes go to the %s WAL (%d/%d/%d)", self.name, durability.profile,
                      durability.ensemble, durability.write_quorum, durability.ack_quorum)
             await self.handle.set_durability(durability)
-        self._apply_rates({kind: own.get(topic_field) or _local(namespace.get(namespace_field))
-                           for kind, topic_field, namespace_field in _RATE_FIELDS})
-        self.replication_clusters = applied_replication_clusters(own, namespace)
+        rates = {kind: own.get(topic_field) or _local(namespace.get(namespace_field))
+                 for kind, topic_field, namespace_field in _RATE_FIELDS}
+        self._apply_rates(rates if any(rates.values()) else _NO_RATES)
+        self.replication_clusters = tuple(applied_replication_clusters(own, namespace))
         threshold = own.get("compactionThreshold")
         if (threshold if threshold is not None else namespace.get("compaction_threshold") or 0) > 0:
             self.key_log.enable()
-        for listener in self._policy_listeners:
-            listener()
-
-    def on_policies(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` each time the topic's policies were read again (a change through any broker)."""
-        self._policy_listeners.append(listener)
+        self.registry.policies_read(self)
 
     def _apply_rates(self, policies: dict[str, dict | None]) -> None:
         """Rebuild only the limits whose policy changed: a refresh must not refill a bucket."""
@@ -207,6 +222,8 @@ class Topic:
             raise TopicUnloaded(f"{self.name} was abandoned: this broker lost its metadata session")
 
     async def _take_writer(self) -> None:
+        if self._writer_lock is None:
+            self._writer_lock = asyncio.Lock()
         async with self._writer_lock:
             if self.closed:
                 raise TopicUnloaded(f"{self.name} was unloaded")

@@ -271,12 +271,21 @@ def test_history_serves_the_recent_samples_of_a_topic_and_the_totals(node):
 def test_history_rings_are_bounded():
     ring = history.History(capacity=4, max_topics=2)
     for tick in range(6):
-        ring.record(tick * 3000, {"a": (1.0, 2.0, 3.0), "b": (tick, 0.0, 0.0), "c": (5.0, 0.0, 0.0)})
-    assert ring.series() == [[t * 3000, 6.0 + t, 2.0, 3.0] for t in range(2, 6)]  # the totals count every topic
-    assert ring.series(["b"]) == [[t * 3000, float(t), 0.0, 0.0] for t in range(2, 6)]
-    assert ring.series(["a", "b"])[-1] == [15000, 6.0, 2.0, 3.0]
+        ring.record(tick * 3000, {"a": (1.0, 2.0, 3.0), "b": (tick + 1.0, 0.0, 0.0), "c": (5.0, 0.0, 0.0)})
+    assert ring.series() == [[t * 3000, 7.0 + t, 2.0, 3.0] for t in range(2, 6)]  # the totals count every topic
+    assert ring.series(["b"]) == [[t * 3000, t + 1.0, 0.0, 0.0] for t in range(2, 6)]
+    assert ring.series(["a", "b"])[-1] == [15000, 7.0, 2.0, 3.0]
     assert ring.series(["c"]) == [[t * 3000, 0.0, 0.0, 0.0] for t in range(2, 6)]  # beyond max_topics
     for tick in range(6, 10):  # "a" and "b" unloaded: zeros, then gone after a whole window, making room for "c"
         ring.record(tick * 3000, {"c": (5.0, 0.0, 0.0)})
     assert ring.series(["a"]) == ring.series(["b"]) == [[t * 3000, 0.0, 0.0, 0.0] for t in range(6, 10)]
     assert ring.series(["c"])[-1] == [27000, 5.0, 0.0, 0.0] and set(ring._rings) == {history.TOTAL, "c"}
+
+
+def test_idle_topics_take_no_ring():
+    ring = history.History(capacity=4, max_topics=2)
+    for tick in range(3):  # many idle topics loaded first must not use up the rings
+        ring.record(tick * 3000, {**{f"idle-{i}": (0.0, 0.0, 0.0) for i in range(5)}, "busy": (2.0, 0.0, 0.0)})
+    assert set(ring._rings) == {history.TOTAL, "busy"}
+    assert ring.series(["idle-0"]) == [[t * 3000, 0.0, 0.0, 0.0] for t in range(3)]
+    assert ring.series(["busy"])[-1] == [6000, 2.0, 0.0, 0.0]

@@ -5,6 +5,7 @@ recorder of the old owner (a paused process waking up) cannot append any more.""
 from __future__ import annotations
 
 import json
+import types
 
 from nereus.codec.kafka.records import Record, build_batch
 from nereus.ledger.entry import EntryFormat, EntryHeader, encode_entry
@@ -52,8 +53,8 @@ async def test_a_moved_topic_keeps_recording_its_keys_and_a_stale_recorder_is_fe
             await topic.append(kafka_entry(rows), len(rows))
         sid = topic.stream_id
         # What a paused old owner still holds: the keys of a commit it made before the move.
-        stale = key_log.KeyRecorder(first.storage, sid, entries_keys, session_token=lambda: token)
-        token = topic.handle.fencing_token
+        session = types.SimpleNamespace(fencing_token=topic.handle.fencing_token)
+        stale = key_log.KeyRecorder(first.storage, sid, entries_keys, session=session)
         stale.enable()
         stale.committed(0, 3, kafka_entry(updates[0]))
 

@@ -77,7 +77,7 @@ class ClusterPlacement(Rebalancing):
     def bind(self, registry) -> None:
         """Serve for ``registry``: unloads release ownership; handoffs unload."""
         self.registry = registry
-        registry.on_load(lambda topic: topic.on_unload(lambda _reason, name=str(topic.name): self._unloaded(name)))
+        registry.on_unloading(self._unloaded)
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._rebalance_loop())

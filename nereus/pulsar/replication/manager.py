@@ -3,7 +3,7 @@
 A topic's replication clusters are its topic policy's ``replicationClusters``, else its
 namespace's ``replication_clusters``; every cluster named there but the local one gets
 a replicator, on the broker that owns the topic. They are read when the topic loads and
-again on every policy change (``Topic.on_policies``). A replicator with a backlog keeps
+again on every policy change (``TopicRegistry.on_policies``). A replicator with a backlog keeps
 its topic loaded; an unload (the topic moved, the broker stops) stops it, and the next
 owner resumes from the cursor and the remote's last sequence id.
 """
@@ -52,32 +52,27 @@ class ReplicationManager:
         self.local_cluster = local_cluster
         self.service = service  # the Pulsar service: its transaction views, once enabled
         self._clients: dict[str, tuple[bytes, ClusterClient]] = {}
-        registry.on_load(self._loaded)
+        registry.on_load(self._policies_read)
+        registry.on_policies(self._policies_read)
 
-    @property
-    def stream_txns(self):
-        return getattr(self.service, "stream_txns", None)
-
-    def _loaded(self, topic) -> None:
+    def _policies_read(self, topic) -> None:
         # Most topics are not replicated: their state is made only once their policies name another
         # cluster (or a marker from one arrives), so an idle loaded topic costs nothing here.
-        initial = topic.handle.next_offset()
-        topic.on_policies(lambda: self._policies_read(topic, initial))
-        self._policies_read(topic, initial)
-
-    def _policies_read(self, topic, initial: int) -> None:
+        if topic.end_at_load < 0:
+            return  # still loading: its load (on_load) reads them once it is
         state = topic.attachments.get(ATTACHMENT)
         if state is None:
             if not any(cluster != self.local_cluster for cluster in topic.replication_clusters):
                 return
-            state = self.attach(topic, initial)
+            state = self.attach(topic)
         state.sync_soon()
 
-    def attach(self, topic, initial: int | None = None) -> "TopicReplication":
+    def attach(self, topic) -> "TopicReplication":
         """The replication state of loaded ``topic``, made now if it has none yet."""
         state = topic.attachments.get(ATTACHMENT)
         if state is None:
-            state = TopicReplication(self, topic, topic.handle.next_offset() if initial is None else initial)
+            # A new replicator starts where the stream ended at load (Pulsar's latest).
+            state = TopicReplication(self, topic, max(topic.end_at_load, 0))
             topic.attachments[ATTACHMENT] = state
             topic.on_append(state.wake)
             topic.on_unload(state.stop)

@@ -194,7 +194,7 @@ def _marker_coming(core, pid: int) -> None:
     """A transaction's marker is about to be appended: a later SEND of it is checked again (refused)."""
     topic = core.attachments.get(ATTACHMENT)
     if topic is not None:
-        topic.txn_begun.discard(pid)
+        topic.txn_begun.pop(pid, None)
 
 
 __all__ = ["PulsarService"]

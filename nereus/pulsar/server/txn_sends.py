@@ -74,7 +74,7 @@ async def begin(topic, most: int, pid: int) -> None:
     except txn_errors.TransactionError as exc:
         raise TxnSendRefused(f"transaction ({most},{pid}) cannot write to {topic.name}: {exc}") from exc
     await service.stream_txns.begin(topic.stream_id, pid, 0, topic.handle.next_offset())
-    topic.txn_begun.add(pid)
+    topic.txn_begun[pid] = None
 
 
 __all__ = ["TxnSendRefused", "append", "begin", "txn_of"]
