@@ -9,6 +9,7 @@ each partition is one stream, named by its full topic name.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 
 PARTITION_SUFFIX = "-partition-"
@@ -58,7 +59,8 @@ class TopicName:
                 raise InvalidTopicName(f"invalid tenant or namespace in {name!r}")
         if not local or "\x00" in local or "/" in local:
             raise InvalidTopicName(f"invalid local topic name in {name!r}")
-        return cls(domain, tenant, namespace, local)
+        # Interned: a broker holds many names of few tenants and namespaces.
+        return cls(sys.intern(domain), sys.intern(tenant), sys.intern(namespace), local)
 
     def __str__(self) -> str:
         return self._full

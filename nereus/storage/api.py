@@ -44,6 +44,8 @@ class FetchResult:
 class Stream(abc.ABC):
     """A handle on one stream. Appends need the handle's append session."""
 
+    __slots__ = ()  # a broker holds one handle per loaded topic: implementations keep theirs small
+
     stream_id: int
     name: str
     durability: "Durability"  # where its acknowledged appends live until they are in an object

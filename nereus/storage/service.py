@@ -341,6 +341,9 @@ class StreamStorage:
 class StreamHandle(Stream):
     """One stream as seen by this process: appends (with a session) and reads."""
 
+    __slots__ = ("storage", "stream_id", "name", "durability", "_writer", "_switching", "_session", "_acquiring",
+                 "_start", "_next", "_closed")
+
     def __init__(self, storage: StreamStorage, stream_id: int, name: str, durability: Durability = OBJECT_STORE):
         self.storage = storage
         self.stream_id = stream_id
@@ -349,7 +352,7 @@ class StreamHandle(Stream):
         self._writer = storage.writer_for(durability)
         self._switching: asyncio.Future | None = None
         self._session: AppendSession | None = None
-        self._acquiring: asyncio.Lock = asyncio.Lock()
+        self._acquiring: asyncio.Lock | None = None  # made by the first acquisition (most handles only read)
         self._start = 0
         self._next = 0
         self._closed = False
@@ -375,11 +378,16 @@ class StreamHandle(Stream):
         if not self.writable:
             self._next = max(self._next, tail.next)
 
+    def _acquisition(self) -> asyncio.Lock:
+        if self._acquiring is None:
+            self._acquiring = asyncio.Lock()
+        return self._acquiring
+
     async def acquire(self) -> None:
         """Take a new append session now, fencing any other writer (and this handle's old one)."""
         if self._closed:
             raise StreamClosed(self.name)
-        async with self._acquiring:
+        async with self._acquisition():
             session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
             self._next = session.next_offset
             self._session = session
@@ -394,7 +402,7 @@ class StreamHandle(Stream):
         if self._closed:
             raise StreamClosed(self.name)
         if self._session is None:
-            async with self._acquiring:
+            async with self._acquisition():
                 if self._session is None:
                     session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
                     self._next = session.next_offset

@@ -54,6 +54,9 @@ class AppendSession:
     results. One commit per session at a time (the writer commits flushes in order).
     """
 
+    __slots__ = ("meta", "stream_id", "token", "next_offset", "size", "fenced", "lost", "_pending", "_tail_version",
+                 "_partition", "_prepared")  # one per written loaded topic
+
     def __init__(self, meta: MetadataStore, stream_id: int, token: int, tail: Tail, tail_version: int):
         self.meta = meta
         self.stream_id = stream_id
@@ -65,6 +68,7 @@ class AppendSession:
         self._pending = [(e, records.encode_entry_json(e)) for e in tail.pending]
         self._tail_version = tail_version
         self._partition = records.stream_partition(stream_id)
+        self._prepared = None
 
     def prepare(self, object_key: str, position: int, length: int, entries: int,
                 record_count: int) -> tuple[list[PutOp], IndexEntry]:
@@ -123,6 +127,7 @@ class AppendSession:
 
     async def _finish(self, results: list) -> IndexEntry:
         entry, entry_json, grouped = self._prepared
+        self._prepared = None
         tail_result = results[-1]
         if isinstance(tail_result, UnexpectedVersion):
             await self._tail_moved()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import types
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -178,6 +179,11 @@ async def delete_topic_stream(storage, name: str) -> None:
         pass
 
 
+# A recorder's containers until ``enable`` makes its own (immutable: a mistaken write fails loudly).
+_NOTHING_PENDING: tuple = ()
+_NO_KEYS = types.MappingProxyType({})
+
+
 class KeyRecorder:
     """Writes the key log of one topic from the entries it commits (in commit order).
 
@@ -199,8 +205,9 @@ class KeyRecorder:
         self.extract = extract
         self.session = session
         self.enabled = False
-        self._pending: list[FetchedEntry] = []
-        self._given: dict[int, GivenKeys] = {}  # by base offset: the pending entries' keys handed over
+        # Made by ``enable``: most topics never record keys.
+        self._pending: list[FetchedEntry] = _NOTHING_PENDING
+        self._given: dict[int, GivenKeys] = _NO_KEYS  # by base offset: the pending entries' keys handed over
         self._pending_bytes = 0
         self._handle = None
         self._start = 0  # the log's start offset, as this recorder last knew it
@@ -213,6 +220,7 @@ class KeyRecorder:
         if not self.enabled and not self._closed:
             log.info("stream %d: recording its keys for compaction", self.stream_id)
             self.enabled = True
+            self._pending, self._given = [], {}
 
     def committed(self, base: int, count: int, data: bytes | memoryview, keys: GivenKeys | None = None) -> None:
         """An entry committed at ``base`` (called in offset order); ``keys``: its records'

@@ -60,6 +60,8 @@ class RateMeter:
                 messages += m
                 size += b
         if not messages and not size:
+            if self._buckets and self._buckets[-1][0] < first:
+                self._buckets = []  # all out of the window: an idle meter keeps nothing
             return 0.0, 0.0
         since = max(first * self._width, self._born)
         span = max(now - since, self._width)

@@ -11,6 +11,8 @@ topics in use, not every topic ever touched.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import time
 
@@ -30,6 +32,25 @@ LOCAL = BrokerAddress("local", 0, "default", "", "", 0, "")
 log = logging.getLogger(__name__)
 #: How long a build waits for the topic's pending keys to be written to its key log.
 DRAIN_SECONDS = 5.0
+
+
+#: Topics unloaded at once after which the C allocator is asked to give free memory back.
+TRIM_AFTER_UNLOADS = 1000
+
+
+def _trim_heap() -> None:
+    """glibc's ``malloc_trim(0)``: free pages at the top and inside the heap go back to the OS."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc: nothing to ask
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
 
 
 class TopicRegistry:
@@ -58,6 +79,7 @@ class TopicRegistry:
         self._unloading: dict[str, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self._loaded_listeners: list = []
+        self._abandoned: asyncio.Future | None = None
         self._policy_listeners: list = []
         self._unloading_listeners: list = []
         self._sweeper: asyncio.Task | None = None
@@ -141,12 +163,24 @@ class TopicRegistry:
         log.info("topic %s loaded (stream %d, next offset %d)", name, handle.stream_id, handle.next_offset())
         return topic
 
+    @property
+    def abandoned(self) -> asyncio.Future:
+        """The future every loaded topic's ``abandoned`` is until ``abandon_all``."""
+        if self._abandoned is None:
+            self._abandoned = asyncio.get_running_loop().create_future()
+        return self._abandoned
+
     def abandon_all(self, reason: str) -> None:
         """Unload every topic now, and every topic being loaded once it is, without waiting for
         anything (the broker lost its metadata session): clients go at once, waiters on appends
         are told (``Topic.abandoned``), the rest finishes in the background."""
         for topic in list(self.topics.values()):
             self.unload_soon(topic, reason, abandon=True)
+        # Each of those topics has its own done future now; the shared one wakes whoever waited
+        # on it, and topics loaded from now on get a new one.
+        told, self._abandoned = self._abandoned, None
+        if told is not None:
+            told.set_result(None)
         for loading in list(self._loading.values()):
             loading.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
                                       or self.unload_soon(f.result(), reason, abandon=True))
@@ -215,6 +249,10 @@ class TopicRegistry:
                 if now - t.last_active >= self.idle_seconds and not t.busy()]
         for topic in idle:
             await self.unload(topic, "idle")
+        if len(idle) >= TRIM_AFTER_UNLOADS:
+            # Freed objects leave the allocator's arenas mostly empty but still mapped: give
+            # them back, so the RSS follows the topics in use (off the loop: it walks the heap).
+            await asyncio.get_running_loop().run_in_executor(None, _trim_heap)
         return len(idle)
 
     async def _sweep_loop(self) -> None:

@@ -106,10 +106,9 @@ class Topic:
     def abandoned(self) -> asyncio.Future:
         """Done when the broker drops the topic without finishing its writes (its metadata session
         was lost, see ``abandon``): appends in flight will not be answered here, their waiters stop
-        waiting. A future, not an event: waiting for it or an append needs no task."""
-        if self._abandoned is None:
-            self._abandoned = self._loop.create_future()
-        return self._abandoned
+        waiting. A future, not an event: waiting for it or an append needs no task. Until then it is
+        the registry's, shared by every topic (all are abandoned at once)."""
+        return self._abandoned if self._abandoned is not None else self.registry.abandoned
 
     # -- lifecycle ------------------------------------------------------------------------
     async def load(self) -> None:
@@ -161,9 +160,11 @@ class Topic:
         self._append_listeners.append(listener)
 
     def abandon(self) -> None:
-        """Tell whoever waits on this topic's appends that they will not be answered here."""
-        if not self.abandoned.done():
-            self.abandoned.set_result(None)
+        """Tell whoever waits on this topic's appends that they will not be answered here (with
+        the registry's future, by ``TopicRegistry.abandon_all``)."""
+        if self._abandoned is None:
+            self._abandoned = self._loop.create_future()
+            self._abandoned.set_result(None)
 
     def on_unload(self, listener: Callable[[str], Awaitable[None] | None]) -> None:
         """Call ``listener(reason)`` when the topic unloads (drop clients, close state)."""

@@ -19,6 +19,22 @@ BATCHES, PER_BATCH, INTERVAL = 40, 50, 200
 BASE_TS = 1_700_000_000_000
 
 
+class CountingReads:
+    """A stream handle whose reads are reported to ``seen(start, result)`` (the rest passes through)."""
+
+    def __init__(self, handle, seen) -> None:
+        self._handle = handle
+        self._seen = seen
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    async def fetch(self, start, end=None, max_bytes=1 << 20):
+        result = await self._handle.fetch(start, end, max_bytes=max_bytes)
+        self._seen(start, result)
+        return result
+
+
 @pytest.fixture
 async def service(monkeypatch):
     monkeypatch.setattr(time_marks, "INTERVAL", INTERVAL)
@@ -55,14 +71,8 @@ async def test_lookup_reads_one_interval_not_the_stream(service):
     assert newest is not None and newest[0] >= total - INTERVAL - PER_BATCH
 
     reads = []
-    fetch = part.handle.fetch
-
-    async def counting(start, end=None, max_bytes=1 << 20):
-        result = await fetch(start, end, max_bytes=max_bytes)
-        reads.append((start, sum(e.end_offset - e.base_offset for e in result.entries)))
-        return result
-
-    part.handle.fetch = counting
+    part.handle = CountingReads(part.handle, lambda start, result: reads.append(
+        (start, sum(e.end_offset - e.base_offset for e in result.entries))))
     for target_offset in (0, 1, 777, 1500, total - 3):
         reads.clear()
         expected = min(o for o in range(total) if stamp(o) >= stamp(target_offset))
@@ -114,14 +124,7 @@ async def test_max_timestamp_reads_the_tail_and_one_interval(service):
     assert newest is not None and newest[0] > spike + INTERVAL + PER_BATCH
 
     reads = []
-    fetch = part.handle.fetch
-
-    async def counting(start, end=None, max_bytes=1 << 20):
-        result = await fetch(start, end, max_bytes=max_bytes)
-        reads.append(start)
-        return result
-
-    part.handle.fetch = counting
+    part.handle = CountingReads(part.handle, lambda start, _result: reads.append(start))
     batch_end = (spike // PER_BATCH + 1) * PER_BATCH - 1
     assert await offsets.max_timestamp(part) == (batch_end, stamp(spike))
     assert min(reads) >= spike - INTERVAL - PER_BATCH  # not from the start of the stream

@@ -55,6 +55,10 @@ class ReplicationManager:
         registry.on_load(self._policies_read)
         registry.on_policies(self._policies_read)
 
+    @property
+    def stream_txns(self):
+        return getattr(self.service, "stream_txns", None)
+
     def _policies_read(self, topic) -> None:
         # Most topics are not replicated: their state is made only once their policies name another
         # cluster (or a marker from one arrives), so an idle loaded topic costs nothing here.

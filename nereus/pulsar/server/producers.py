@@ -70,6 +70,8 @@ class Producer:
 
     def detach(self) -> None:
         self.topic.producers.pop(self.token, None)
+        if not self.topic.producers:  # a dict keeps the table it grew to: an idle topic keeps an empty one
+            self.topic.producers = {}
         self._queue.clear()
         access.next_turn(self.topic)
         if not self.topic.persistent:
@@ -300,6 +302,8 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
         conn.send_finished(size)
         if dedup is not None and dedup.inflight.get(key) is t:  # a disabled dedup lets ids repeat
             del dedup.inflight[key]
+            if not dedup.inflight:  # the table it grew to goes (one per loaded topic)
+                dedup.inflight = {}
         if t.cancelled() or t.exception() is not None:  # (also marks the exception retrieved)
             if dedup is not None:
                 dedup.failed(name)

@@ -1,0 +1,162 @@
+"""The ``loaded`` part of bench/scale.py: broker memory per loaded idle topic, and after unload.
+
+A ``nereus standalone`` (its own process; its metadata engine is embedded, so what the
+engine keeps per owned topic counts too) with ``--topic-idle-seconds`` set. A Pulsar
+client (the project's asyncio one, many producers at once) opens a producer on each of
+``--loaded-topics`` new topics, sends one message and closes it: each topic stays loaded,
+idle, with nothing attached. After ``--settle`` seconds (rates and pending index groups
+age out) the standalone's anonymous RSS (``RssAnon``: heap, not the metadata engine's
+mapped file) is read against the figure before the load: bytes per loaded idle topic.
+Then the broker unloads them for idleness; once ``pulsar_topics_count`` is back to where
+it was, RssAnon is read again: how much of the memory went back to the OS.
+
+Targets: <= 4 KB per loaded idle topic; after unload, RSS within 10% of the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from _procs import start_nereus  # bench/ is on sys.path
+
+from nereus.codec.pulsar import pb
+from nereus.pulsar.client.producer import ClusterClient, RemoteProducer
+
+TARGET_BYTES_PER_TOPIC = 4096
+TARGET_UNLOAD_RATIO = 1.10
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--loaded-topics", type=int, default=20_000, help="topics loaded idle (the loaded part)")
+    parser.add_argument("--idle-seconds", type=float, default=60.0,
+                        help="the standalone's --topic-idle-seconds (the loaded part)")
+    parser.add_argument("--settle", type=float, default=15.0,
+                        help="seconds between the last load and the memory reading (the loaded part)")
+    parser.add_argument("--concurrency", type=int, default=200, help="producers opened at once (the loaded part)")
+
+
+def rss_anon(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no RssAnon in /proc status")
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc status")
+
+
+def topics_loaded(http_port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    match = re.search(r"^pulsar_topics_count (\S+)$", text, re.M)
+    return int(float(match.group(1))) if match else 0
+
+
+async def load_topics(url: str, prefix: str, count: int, concurrency: int, progress) -> None:
+    """Open a producer on each of ``count`` topics, send one message, close it."""
+    client = ClusterClient(url)
+    gate = asyncio.Semaphore(concurrency)
+    payload = b"x" * 100
+    done = 0
+
+    async def one(i: int) -> None:
+        nonlocal done
+        name = f"p-{i}"
+        async with gate:
+            producer = RemoteProducer(client, f"persistent://public/default/{prefix}-{i}", name)
+            await producer.open()
+            metadata = pb.MessageMetadata(producer_name=name, sequence_id=0,
+                                          publish_time=int(time.time() * 1000)).SerializeToString()
+            await producer.send(metadata, payload, 0, 0, 1)
+            await producer.close()
+        done += 1
+        if done % 5000 == 0:
+            progress(done)
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(count)))
+    finally:
+        client.close()
+
+
+def wait_for(condition, timeout: float, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    return None
+
+
+def run_loaded(args) -> dict[str, float]:
+    count = args.loaded_topics
+    workdir = Path(tempfile.mkdtemp(prefix="scale-loaded-"))
+    proc, ports = start_nereus(workdir, ["--compaction-interval", "0", "--topic-idle-seconds", str(args.idle_seconds)])
+    url = f"pulsar://127.0.0.1:{ports['pulsar']}"
+    try:
+        # Warm-up (not counted): imports, first connections, caches that are bounded.
+        # Unloaded again before the start is read, so the start is a broker that has been through
+        # one load and unload.
+        asyncio.run(load_topics(url, "warm", 1000, args.concurrency, lambda n: None))
+        if wait_for(lambda: topics_loaded(ports["http"]) == 0, timeout=args.idle_seconds * 3 + 120) is None:
+            raise RuntimeError("the warm-up topics were not unloaded")
+        time.sleep(args.settle)
+        before, before_total = rss_anon(proc.pid), rss(proc.pid)
+        loaded_before = 0
+        started = time.monotonic()
+        asyncio.run(load_topics(url, "t", count, args.concurrency,
+                                lambda n: print(f"  {n:,} of {count:,} topics loaded", flush=True)))
+        load_seconds = time.monotonic() - started
+        time.sleep(args.settle)
+        loaded = topics_loaded(ports["http"])
+        after_load = rss_anon(proc.pid)
+        per_topic = (after_load - before) / count
+        print(f"  {loaded:,} topics loaded ({count:,} new in {load_seconds:.1f} s); RssAnon {before / 2**20:.1f} -> "
+              f"{after_load / 2**20:.1f} MiB: {per_topic:,.0f} bytes per loaded idle topic "
+              f"(target <= {TARGET_BYTES_PER_TOPIC:,}); VmRSS {before_total / 2**20:.1f} -> "
+              f"{rss(proc.pid) / 2**20:.1f} MiB", flush=True)
+        if loaded - loaded_before < count * 0.99:
+            raise RuntimeError(f"only {loaded - loaded_before} of {count} topics stayed loaded; raise --idle-seconds")
+        unloading = time.monotonic()
+        back = wait_for(lambda: topics_loaded(ports["http"]) <= loaded_before and time.monotonic(),
+                        timeout=args.idle_seconds * 3 + 120)
+        if back is None:
+            raise RuntimeError("the idle topics were not unloaded")
+        time.sleep(5)  # the trim after a large unload runs in the background
+        after_unload = rss_anon(proc.pid)
+        ratio = after_unload / before
+        print(f"  unloaded for idleness {back - unloading:.0f} s later; RssAnon {after_unload / 2**20:.1f} MiB "
+              f"= {ratio:.2f} x the start (target <= {TARGET_UNLOAD_RATIO:.2f})", flush=True)
+        return {"loaded_topics": count, "loaded_load_seconds": load_seconds,
+                "loaded_rss_anon_start_mib": before / 2**20, "loaded_rss_anon_loaded_mib": after_load / 2**20,
+                "loaded_bytes_per_topic": per_topic, "loaded_rss_anon_unloaded_mib": after_unload / 2**20,
+                "loaded_unload_ratio": ratio}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except Exception:  # noqa: BLE001 - a standalone that does not stop is killed
+            proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def summary(figures: dict[str, float]) -> str:
+    met_topic = figures["loaded_bytes_per_topic"] <= TARGET_BYTES_PER_TOPIC
+    met_unload = figures["loaded_unload_ratio"] <= TARGET_UNLOAD_RATIO
+    return (f"loaded idle topics: {figures['loaded_bytes_per_topic']:,.0f} bytes each (target <= "
+            f"{TARGET_BYTES_PER_TOPIC:,}: {'met' if met_topic else 'NOT met'}); after unload RssAnon "
+            f"{figures['loaded_unload_ratio']:.2f} x the start (target <= {TARGET_UNLOAD_RATIO}: "
+            f"{'met' if met_unload else 'NOT met'})")
