@@ -35,17 +35,25 @@ class _StreamTail:
             self.head = 0
 
 
+#: Bytes an entry is charged beyond its data (its places in the lists, the eviction order): many
+#: streams of small entries stay within the bound too.
+ENTRY_OVERHEAD = 64
+
+
 class TailCache:
     """Recently committed entries, per stream, evicted oldest-first across streams.
 
-    Eviction goes by the batches ``add`` was given (one per stream and flush), oldest first.
+    Eviction goes by the batches ``add`` was given (one per stream and flush), oldest first;
+    a stream whose entries are all evicted is forgotten (a broker may have a million quiet
+    streams, each written once).
     """
 
     def __init__(self, max_bytes: int = 64 << 20):
         self.max_bytes = max_bytes
         self.bytes = 0
         self._streams: dict[int, _StreamTail] = {}
-        self._order: deque[tuple[_StreamTail, int, int]] = deque()  # (owner, entries, bytes) in insertion order
+        # (stream id, owner, entries, bytes) in insertion order
+        self._order: deque[tuple[int, _StreamTail, int, int]] = deque()
 
     def add(self, stream_id: int, base: int, entries: list[tuple[int, bytes | memoryview]]) -> None:
         tail = self._streams.setdefault(stream_id, _StreamTail())
@@ -57,16 +65,21 @@ class TailCache:
             tail.bases.append(base)
             tail.counts.append(count)
             tail.datas.append(data)
-            size += len(data)
+            size += len(data) + ENTRY_OVERHEAD
             base += count
-        self._order.append((tail, len(entries), size))
+        self._order.append((stream_id, tail, len(entries), size))
         self.bytes += size
         while self.bytes > self.max_bytes and self._order:
-            owner, n, size = self._order.popleft()
+            sid, owner, n, size = self._order.popleft()
             if owner.head < len(owner.bases):  # a dropped owner was accounted already
                 self.bytes -= size
                 owner.head += n
-                owner.compact()
+                if owner.head >= len(owner.bases):  # nothing left: forget the stream (and its entries' data)
+                    if self._streams.get(sid) is owner:
+                        del self._streams[sid]
+                    owner.bases, owner.counts, owner.datas, owner.head = [], [], [], 0
+                else:
+                    owner.compact()
 
     def read(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[FetchedEntry]:
         """Contiguous cached entries from the one containing ``offset``; [] on a miss."""
@@ -92,8 +105,8 @@ class TailCache:
         tail = self._streams.pop(stream_id, None)
         if tail is not None:
             # Its sizes stay in _order until popped; account them now and mark it empty.
-            self.bytes -= sum(len(d) for d in tail.datas[tail.head:])
-            tail.head = len(tail.bases)
+            self.bytes -= sum(len(d) + ENTRY_OVERHEAD for d in tail.datas[tail.head:])
+            tail.bases, tail.counts, tail.datas, tail.head = [], [], [], 0
 
 
 class BlockCache:

@@ -81,6 +81,9 @@ class TopicRegistry:
         self._loaded_listeners: list = []
         self._abandoned: asyncio.Future | None = None
         self._policy_listeners: list = []
+        self.append_listeners: list = []
+        self.unload_listeners: list = []
+        self.busy_checks: list = []
         self._unloading_listeners: list = []
         self._sweeper: asyncio.Task | None = None
         # Key-compacted views: built by this broker for its topics, cached for readers.
@@ -104,6 +107,21 @@ class TopicRegistry:
     def on_load(self, listener) -> None:
         """Call ``listener(topic)`` for each topic loaded from now on."""
         self._loaded_listeners.append(listener)
+
+    # Listeners of every loaded topic, called with the topic: a protocol's state hangs off each topic
+    # (an attachment) without each topic holding the protocol's callbacks.
+    def on_any_append(self, listener) -> None:
+        """Call ``listener(topic)`` after each committed append to any loaded topic."""
+        self.append_listeners.append(listener)
+
+    def on_any_unload(self, listener) -> None:
+        """Call ``listener(topic, reason)`` (it may be a coroutine function) as any topic unloads,
+        beside the topic's own unload listeners."""
+        self.unload_listeners.append(listener)
+
+    def busy_while_any(self, check) -> None:
+        """No topic is unloaded for idleness while ``check(topic)`` is True."""
+        self.busy_checks.append(check)
 
     def on_policies(self, listener) -> None:
         """Call ``listener(topic)`` each time a topic's policies were read (at its load, and again

@@ -19,6 +19,7 @@ listeners, so none reaches into another's internals.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -90,9 +91,11 @@ class Topic:
         self._abandoned: asyncio.Future | None = None
         self.last_active = time.monotonic()
         self._writer_lock: asyncio.Lock | None = None
-        self._append_listeners: list[Callable[[], None]] = []
-        self._unload_listeners: list[Callable[[str], Awaitable[None] | None]] = []
-        self._busy_checks: list[Callable[[], bool]] = []
+        # Each topic's own listeners, tuples grown on the rare add; what every topic needs (the Pulsar
+        # state's) is the registry's, called with the topic (``TopicRegistry.on_any_append`` ...).
+        self._append_listeners: tuple[Callable[[], None], ...] = ()
+        self._unload_listeners: tuple[Callable[[str], Awaitable[None] | None], ...] = ()
+        self._busy_checks: tuple[Callable[[], bool], ...] = ()
         self.end_at_load = -1  # the stream's end once loaded (where a new replicator starts)
         # Rate policies (Pulsar's publishRate / dispatchRate / subscriptionDispatchRate): the
         # policy JSON in force (the topic's, else the namespace's) and the topic-wide limits.
@@ -157,7 +160,7 @@ class Topic:
 
     def on_append(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after each committed append (wakes readers of this broker)."""
-        self._append_listeners.append(listener)
+        self._append_listeners += (listener,)
 
     def abandon(self) -> None:
         """Tell whoever waits on this topic's appends that they will not be answered here (with
@@ -168,14 +171,15 @@ class Topic:
 
     def on_unload(self, listener: Callable[[str], Awaitable[None] | None]) -> None:
         """Call ``listener(reason)`` when the topic unloads (drop clients, close state)."""
-        self._unload_listeners.append(listener)
+        self._unload_listeners += (listener,)
 
     def busy_while(self, check: Callable[[], bool]) -> None:
         """The topic is not unloaded for idleness while ``check()`` is True (clients attached)."""
-        self._busy_checks.append(check)
+        self._busy_checks += (check,)
 
     def busy(self) -> bool:
-        return any(check() for check in self._busy_checks) or bool(self.dedup.inflight)
+        return (any(check(self) for check in self.registry.busy_checks) or any(check() for check in self._busy_checks)
+                or bool(self.dedup.inflight))
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
@@ -184,7 +188,8 @@ class Topic:
         """Start every listener at once, then wait for them all: one that waits on the metadata
         plane (a cursor flush) must not keep the others' clients attached meanwhile."""
         pending = []
-        for listener in self._unload_listeners:
+        for listener in (*(functools.partial(hook, self) for hook in self.registry.unload_listeners),
+                         *self._unload_listeners):
             try:
                 result = listener(reason)
             except Exception:
@@ -258,6 +263,8 @@ class Topic:
             base = task.result().base_offset
             self.time_marks.committed(base, count, data)
             self.key_log.committed(base, count, data, keys)
+            for hook in self.registry.append_listeners:
+                hook(self)
             for listener in self._append_listeners:
                 listener()
         elif isinstance(exc, StreamFenced) or not self.handle.writable:

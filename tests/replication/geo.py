@@ -47,6 +47,16 @@ def stats(node: Standalone, topic: str, *, token: str | None = None) -> dict:
     return admin(node, "GET", f"/persistent/{topic.split('://', 1)[-1]}/stats", token=token)
 
 
+def stats_once_there(node: Standalone, topic: str) -> dict | None:
+    """The topic's stats, None while the cluster has no such topic yet (its replicator has not created it)."""
+    try:
+        return stats(node, topic)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
 class Cluster:
     """One standalone named ``name``; ``proxy`` (when made with one) fronts a second Pulsar listener."""
 

@@ -12,7 +12,7 @@ import pytest
 from pulsar.schema import AvroSchema, Integer, Record, String
 
 from tests.pulsar_txn.txn_client import TxnClient
-from tests.replication.geo import admin, clusters, replicate_namespace, stats
+from tests.replication.geo import admin, clusters, replicate_namespace, stats, stats_once_there
 from tests.waiting import wait_until
 
 NAMESPACE = "geo/ns"
@@ -194,7 +194,8 @@ def test_a_replicated_subscription_resumes_in_the_other_cluster_no_earlier_than_
 
     def west_subscription_past_the_messages():
         # Its backlog still counts the snapshot markers after the last message (never delivered).
-        subscription = stats(west.node, topic)["subscriptions"].get("rs")
+        there = stats_once_there(west.node, topic)
+        subscription = there["subscriptions"].get("rs") if there is not None else None
         return subscription is not None and subscription["msgBacklog"] < 10
 
     wait_until(west_subscription_past_the_messages, "the subscription carried to west, past the 1,000 messages")

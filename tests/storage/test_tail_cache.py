@@ -1,8 +1,11 @@
 """TailCache: contiguous reads of recent entries, eviction oldest batch first, bounded by bytes."""
 
 import gc
+import weakref
 
-from nereus.storage.cache import TailCache
+from nereus.storage.cache import ENTRY_OVERHEAD, TailCache
+
+E = 10 + ENTRY_OVERHEAD  # what an entry of ``entries`` is charged
 
 
 def entries(first: int, n: int, size: int = 10, count: int = 2) -> list[tuple[int, bytes]]:
@@ -23,11 +26,11 @@ def test_reads_are_contiguous_from_the_entry_holding_the_offset():
 
 
 def test_the_oldest_batches_of_any_stream_go_first():
-    cache = TailCache(max_bytes=50)
-    cache.add(1, 0, entries(0, 2))  # 20 bytes
-    cache.add(2, 0, entries(0, 2))  # 40
-    cache.add(1, 4, entries(2, 2))  # 60: stream 1's first batch goes
-    assert cache.bytes == 40
+    cache = TailCache(max_bytes=5 * E)
+    cache.add(1, 0, entries(0, 2))  # 2 entries
+    cache.add(2, 0, entries(0, 2))  # 4
+    cache.add(1, 4, entries(2, 2))  # 6: stream 1's first batch goes
+    assert cache.bytes == 4 * E
     assert cache.read(1, 0, 10, 1 << 20) == []
     assert [e.base_offset for e in cache.read(1, 4, 10, 1 << 20)] == [4, 6]
     assert [e.base_offset for e in cache.read(2, 0, 10, 1 << 20)] == [0, 2]
@@ -37,7 +40,7 @@ def test_a_gap_or_a_drop_starts_the_stream_afresh_and_frees_its_bytes():
     cache = TailCache()
     cache.add(1, 0, entries(0, 2))
     cache.add(1, 10, entries(2, 1))  # not contiguous with 0..3
-    assert cache.read(1, 0, 20, 1 << 20) == [] and cache.bytes == 10
+    assert cache.read(1, 0, 20, 1 << 20) == [] and cache.bytes == E
     cache.drop(1)
     assert cache.bytes == 0 and cache.read(1, 10, 20, 1 << 20) == []
     cache.add(1, 20, entries(0, 1))
@@ -45,7 +48,7 @@ def test_a_gap_or_a_drop_starts_the_stream_afresh_and_frees_its_bytes():
 
 
 def test_eviction_over_many_batches_keeps_the_count_of_bytes_exact():
-    cache = TailCache(max_bytes=1000)
+    cache = TailCache(max_bytes=3000)
     bases: dict[int, list[int]] = {sid: [0] for sid in range(7)}
     for i in range(500):
         sid, n = i % 7, 1 + i % 3
@@ -55,8 +58,8 @@ def test_eviction_over_many_batches_keeps_the_count_of_bytes_exact():
     for sid, starts in bases.items():  # what is left of a stream is its newest batches, contiguous
         kept = next((got for b in starts if (got := cache.read(sid, b, starts[-1], 1 << 30))), [])
         assert not kept or kept[-1].end_offset == starts[-1]
-        cached += sum(len(e.data) for e in kept)
-    assert cache.bytes == cached and 1000 - 30 < cached <= 1000  # within one batch of the bound
+        cached += sum(len(e.data) + ENTRY_OVERHEAD for e in kept)
+    assert cache.bytes == cached and 3000 - 3 * E < cached <= 3000  # within one batch of the bound
 
 
 def test_cached_entries_of_bytes_add_no_objects_for_the_cyclic_collector():
@@ -70,3 +73,17 @@ def test_cached_entries_of_bytes_add_no_objects_for_the_cyclic_collector():
         base += 5
     gc.collect()
     assert len(gc.get_objects()) - before < 2000 + 100  # one per batch (its eviction record), not per entry
+
+
+def test_streams_evicted_whole_are_forgotten_with_their_data():
+    cache = TailCache(max_bytes=10 * E)
+    first = memoryview(b"a" * 10)
+    alive = weakref.ref(first)
+    cache.add(0, 0, [(1, first)])
+    del first
+    for sid in range(1, 1000):  # many quiet streams written once each
+        cache.add(sid, 0, [(1, b"b" * 10)])
+    gc.collect()
+    assert alive() is None  # not held by an evicted stream's lists
+    assert len(cache._streams) == 10 and cache.bytes == 10 * E
+    assert cache.read(0, 0, 1, 1 << 20) == [] and [e.base_offset for e in cache.read(999, 0, 1, 1 << 20)] == [0]

@@ -37,6 +37,9 @@ class PulsarService:
         self.meta = meta
         self._own_registry = registry is None
         self.registry = registry if registry is not None else TopicRegistry(storage, meta)
+        self.registry.on_any_append(_appended)
+        self.registry.on_any_unload(_unloaded)
+        self.registry.busy_while_any(_connected)
         self.host = host
         self.port = port
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
@@ -188,6 +191,23 @@ class PulsarService:
             if topic is not None and not core.closed:
                 self.topics[str(name)] = topic
                 return topic
+
+
+def _appended(core) -> None:
+    topic = core.attachments.get(ATTACHMENT)
+    if topic is not None:
+        topic.appended()
+
+
+async def _unloaded(core, reason: str) -> None:
+    topic = core.attachments.get(ATTACHMENT)
+    if topic is not None:
+        await topic.unloaded(reason)
+
+
+def _connected(core) -> bool:
+    topic = core.attachments.get(ATTACHMENT)
+    return topic is not None and topic.connected()
 
 
 def _marker_coming(core, pid: int) -> None:

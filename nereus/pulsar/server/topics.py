@@ -61,9 +61,8 @@ class PulsarTopic:
         self._sub_lock: asyncio.Lock | None = None  # made by the first subscription
         core.attachments[ATTACHMENT] = self
         service.by_stream[self.stream_id] = self
-        core.on_append(self.appended)
-        core.on_unload(self._unloaded)
-        core.busy_while(self.connected)
+        # Its append, unload and busy hooks are the service's, registered once on the registry
+        # (``PulsarService``): a broker holds many loaded topics.
 
     @property
     def partition(self) -> int:
@@ -182,7 +181,7 @@ class PulsarTopic:
         for dispatcher in list(self.dispatchers.values()):
             self.close_consumers(dispatcher)
 
-    async def _unloaded(self, reason: str) -> None:
+    async def unloaded(self, reason: str) -> None:
         if self.service.topics.get(str(self.name)) is self:
             del self.service.topics[str(self.name)]
         if self.service.by_stream.get(self.stream_id) is self:
