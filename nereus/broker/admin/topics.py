@@ -30,7 +30,7 @@ async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str,
                            domains: tuple[str, ...] = ("persistent",)) -> list[TopicName]:
     """Non-partitioned topics and partitions of a namespace (partitions listed one by one, as Pulsar does)."""
     prefixes = tuple(f"{domain}://{tenant}/{namespace}/" for domain in domains)
-    names = {TopicName.parse(n) for n in await ctx.storage.list_streams() if n.startswith(prefixes)}
+    names = {TopicName.parse(n) for prefix in prefixes for n in await ctx.storage.list_streams(prefix)}
     for base in await partitioned_topics(ctx, tenant, namespace, domains):
         names.update(base.partition(i) for i in range(await partitions_of(ctx.meta, base)))
     if "non-persistent" in domains:  # those served from memory here now
@@ -40,8 +40,8 @@ async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str,
 
 async def partitioned_topics(ctx: AdminContext, tenant: str, namespace: str,
                              domains: tuple[str, ...] = ("persistent",)) -> list[TopicName]:
-    prefixes = tuple(f"{domain}://{tenant}/{namespace}/" for domain in domains)
-    return [TopicName.parse(n) for n in await list_partitioned_topics(ctx.meta) if n.startswith(prefixes)]
+    return [TopicName.parse(n) for domain in domains
+            for n in await list_partitioned_topics(ctx.meta, f"{domain}://{tenant}/{namespace}/")]
 
 
 def close_consumers(dispatcher) -> None:
