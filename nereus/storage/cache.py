@@ -39,13 +39,16 @@ class TailCache:
     """Recently committed entries, per stream, evicted oldest-first across streams.
 
     Eviction goes by the batches ``add`` was given (one per stream and flush), oldest first.
+    A stream whose entries are all evicted is forgotten: the cache holds nothing for the
+    streams it once held, however many that was.
     """
 
     def __init__(self, max_bytes: int = 64 << 20):
         self.max_bytes = max_bytes
         self.bytes = 0
         self._streams: dict[int, _StreamTail] = {}
-        self._order: deque[tuple[_StreamTail, int, int]] = deque()  # (owner, entries, bytes) in insertion order
+        # (stream id, owner, entries, bytes) in insertion order
+        self._order: deque[tuple[int, _StreamTail, int, int]] = deque()
 
     def add(self, stream_id: int, base: int, entries: list[tuple[int, bytes | memoryview]]) -> None:
         tail = self._streams.setdefault(stream_id, _StreamTail())
@@ -59,14 +62,16 @@ class TailCache:
             tail.datas.append(data)
             size += len(data)
             base += count
-        self._order.append((tail, len(entries), size))
+        self._order.append((stream_id, tail, len(entries), size))
         self.bytes += size
         while self.bytes > self.max_bytes and self._order:
-            owner, n, size = self._order.popleft()
+            owner_id, owner, n, size = self._order.popleft()
             if owner.head < len(owner.bases):  # a dropped owner was accounted already
                 self.bytes -= size
                 owner.head += n
                 owner.compact()
+                if owner.head >= len(owner.bases) and self._streams.get(owner_id) is owner:
+                    del self._streams[owner_id]
 
     def read(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[FetchedEntry]:
         """Contiguous cached entries from the one containing ``offset``; [] on a miss."""

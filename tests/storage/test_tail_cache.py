@@ -70,3 +70,16 @@ def test_cached_entries_of_bytes_add_no_objects_for_the_cyclic_collector():
         base += 5
     gc.collect()
     assert len(gc.get_objects()) - before < 2000 + 100  # one per batch (its eviction record), not per entry
+
+
+def test_streams_whose_entries_are_all_evicted_are_forgotten():
+    cache = TailCache(max_bytes=100)
+    for stream in range(1000):  # one entry each, many more streams than fit
+        cache.add(stream, 0, [(1, b"x" * 10)])
+    assert len(cache._streams) == 10 and cache.bytes == 100
+    assert sorted(cache._streams) == list(range(990, 1000))
+    assert cache.read(989, 0, 1, 1 << 20) == []
+    assert [e.base_offset for e in cache.read(999, 0, 1, 1 << 20)] == [0]
+    cache.add(999, 1, [(1, b"y" * 95)])  # evicts every other stream, and 999's first entry
+    assert list(cache._streams) == [999]
+    assert [bytes(e.data) for e in cache.read(999, 1, 2, 1 << 20)] == [b"y" * 95]
