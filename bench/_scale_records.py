@@ -18,7 +18,8 @@ functions the admin REST handlers call (``broker/admin``: tenants, namespaces,
 Then, at the full count: lookups of random topics over a Pulsar binary connection to the
 broker (PARTITIONED_METADATA of the topic, then LOOKUP of it or of one of its partitions:
 what a client does before it produces; the first LOOKUP of a topic claims it for the
-broker, a write; a second LOOKUP finds it owned), one namespace listed page by page
+broker, a write; a second LOOKUP finds it owned; between those, a LOOKUP of the transaction
+coordinators' topic, answered without metadata, measures what the machine adds), one namespace listed page by page
 (``StreamStorage.list_streams_page``) and whole (what ``GET /admin/v2/persistent/{t}/{ns}``
 returns), and a restart: broker and engine closed, the engine opened again, the broker
 started, the first lookup answered. RSS is sampled throughout: ``rss`` counts LMDB's
@@ -46,6 +47,7 @@ from nereus.ledger.naming import TopicName
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.pulsar.client.connection import ClientConnection
+from nereus.pulsar.server.transactions import TC_ASSIGN_TOPIC
 
 _Lookup = pb.CommandLookupTopicResponse
 _Meta = pb.CommandPartitionedTopicMetadataResponse
@@ -67,6 +69,9 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--page-size", type=int, default=1000, help="names per page of the namespace listing")
     group.add_argument("--progress-seconds", type=float, default=15.0)
     group.add_argument("--keep", action="store_true", help="keep the data directory (its path is printed)")
+    group.add_argument("--existing", default=None, metavar="DIR",
+                       help="measure lookups, listing and restart on the data directory of an earlier run "
+                            "(kept with --keep; give the same layout options), creating nothing")
 
 
 class Layout:
@@ -284,11 +289,19 @@ async def measure_lookups(broker: Broker, layout: Layout, count: int, rng: rando
         took_meta, took_lookup = await lookup(conn, name, partitions, rng)
         metas.append(took_meta)
         firsts.append(took_lookup)
+    # The control: the transaction coordinators' topic is answered from memory, by the same connection
+    # and handlers, without a metadata read: what this machine adds to any lookup at the moment.
+    coordinators = str(TopicName.parse(TC_ASSIGN_TOPIC).partition(0))
+    controls = []
     for i in picked:  # owned by the broker now: a lookup that reads only
         name, partitions = layout.topic(i)
         seconds_.append((await lookup(conn, name, partitions, rng))[1])
+        took, answer = await request(conn, lambda rid: pb.CommandLookupTopic(topic=coordinators, request_id=rid))
+        assert answer.response == _Lookup.Connect, answer
+        controls.append(took)
     out = {}
-    for what, samples in (("partitioned_metadata", metas), ("lookup_first", firsts), ("lookup_owned", seconds_)):
+    for what, samples in (("partitioned_metadata", metas), ("lookup_first", firsts), ("lookup_owned", seconds_),
+                          ("lookup_no_metadata", controls)):
         out.update({f"{what}_{k}": v for k, v in percentiles(samples).items()})
     return out
 
@@ -321,7 +334,7 @@ async def measure_listing(broker: Broker, page_size: int, namespaces_: list[tupl
 
 async def run(args: argparse.Namespace) -> dict:
     layout = Layout(args)
-    root = Path(tempfile.mkdtemp(prefix="scale-records-", dir=args.dir))
+    root = Path(args.existing) if args.existing else Path(tempfile.mkdtemp(prefix="scale-records-", dir=args.dir))
     print(f"records: {layout.records:,} topic records = {layout.names:,} topics "
           f"(every {layout.every}th partitioned x {layout.partitions}) in {layout.tenants} tenants x "
           f"{layout.namespaces} namespaces; {args.shards} metadata shards; data in {root}; "
@@ -330,8 +343,12 @@ async def run(args: argparse.Namespace) -> dict:
     rng = random.Random(20261129)
     figures: dict = {"shards": args.shards, "concurrency": args.concurrency, "load_start": round(os.getloadavg()[0], 1)}
     try:
+        t0 = time.perf_counter()
         broker = await Broker(root, args.shards).start()
-        figures.update(await create_topics(broker, layout, args, memory))
+        if args.existing:
+            figures.update({"records": layout.records, "existing_open_s": round(time.perf_counter() - t0, 2)})
+        else:
+            figures.update(await create_topics(broker, layout, args, memory))
         rss, anon = memory.sample()
         figures.update({"rss_after_create_mb": mb(rss), "anon_after_create_mb": mb(anon)})
         allocated, apparent = disk_usage(str(root / "meta"))
@@ -363,7 +380,7 @@ async def run(args: argparse.Namespace) -> dict:
         await broker.close()
     finally:
         memory.stop()
-        if args.keep:
+        if args.keep or args.existing:
             print(f"  kept {root}", flush=True)
         else:
             shutil.rmtree(root, ignore_errors=True)
