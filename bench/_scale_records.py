@@ -68,6 +68,7 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--lookups", type=int, default=10_000, help="random topics looked up at the full count")
     group.add_argument("--page-size", type=int, default=1000, help="names per page of the namespace listing")
     group.add_argument("--progress-seconds", type=float, default=15.0)
+    group.add_argument("--seed", type=int, default=20261129, help="of the random topics looked up")
     group.add_argument("--keep", action="store_true", help="keep the data directory (its path is printed)")
     group.add_argument("--existing", default=None, metavar="DIR",
                        help="measure lookups, listing and restart on the data directory of an earlier run "
@@ -340,7 +341,7 @@ async def run(args: argparse.Namespace) -> dict:
           f"{layout.namespaces} namespaces; {args.shards} metadata shards; data in {root}; "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     memory = Memory()
-    rng = random.Random(20261129)
+    rng = random.Random(args.seed)
     figures: dict = {"shards": args.shards, "concurrency": args.concurrency, "load_start": round(os.getloadavg()[0], 1)}
     try:
         t0 = time.perf_counter()
