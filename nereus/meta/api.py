@@ -28,6 +28,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
+from .keys import compare_keys, key_after
+from .validation import check_page_size
+
 log = logging.getLogger(__name__)
 
 #: ``expected_version_id`` value meaning "the record must not exist yet".
@@ -273,6 +276,39 @@ class MetadataStore(abc.ABC):
         secondary keys are in ``[min, max)``, in index order.
         """
         return self._scan(min_key_inclusive, max_key_exclusive, partition_key, page_size, False, use_index)
+
+    async def list_page(
+        self,
+        min_key_inclusive: str,
+        max_key_exclusive: str,
+        *,
+        start_after: str | None = None,
+        limit: int = 1000,
+        partition_key: str | None = None,
+    ) -> list[str]:
+        """One page of ``list``: at most ``limit`` keys of ``[min, max)`` that sort after ``start_after``.
+
+        A listing resumes from the last key of the previous page, so a caller holds one
+        page at a time however many keys the range has.
+        """
+        check_page_size(limit)
+        lo = min_key_inclusive
+        if start_after is not None:
+            resume = key_after(start_after)
+            if compare_keys(resume, lo) > 0:
+                lo = resume
+        out: list[str] = []
+        if compare_keys(lo, max_key_exclusive) >= 0:
+            return out
+        keys = self.list(lo, max_key_exclusive, partition_key=partition_key, page_size=limit)
+        try:
+            async for key in keys:
+                out.append(key)
+                if len(out) >= limit:
+                    break
+        finally:
+            await keys.aclose()  # type: ignore[attr-defined]
+        return out
 
     def range_scan(
         self,

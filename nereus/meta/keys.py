@@ -45,6 +45,14 @@ def encode_key(key: str) -> bytes:
     return b"\x01" + head.replace(b"/", b"\x00\x01") + b"\x00\x00" + last
 
 
+def key_after(key: str) -> str:
+    """The smallest key of ``key``'s depth that sorts after it: where a listing resumes past ``key``.
+
+    No key holds NUL, so nothing of that depth lies between ``key`` and ``key + "\\x01"``.
+    """
+    return key + "\x01"
+
+
 def index_key(name: str, secondary_key: str) -> bytes:
     """The encoded key of a secondary index entry (the embedded engine's ``idx`` key; its value
     is the primary key): checked against ``MAX_ENCODED_KEY`` by every backend."""

@@ -64,9 +64,14 @@ def name_key(name: str) -> str:
     return f"{STREAMS_ROOT}/by-name/{quote(name, safe='')}"
 
 
-def names_range() -> tuple[str, str]:
-    prefix = f"{STREAMS_ROOT}/by-name/"
-    return prefix, prefix + "\U0010ffff"
+def names_range(prefix: str = "") -> tuple[str, str]:
+    """Key range of the streams whose names start with ``prefix``.
+
+    ``quote`` works character by character, so a name's prefix quotes to a prefix of
+    its key: one namespace's streams are one range, listed without reading the others.
+    """
+    lo = name_key(prefix)
+    return lo, lo + "\U0010ffff"
 
 
 def name_from_key(key: str) -> str:

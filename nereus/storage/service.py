@@ -145,9 +145,17 @@ class StreamStorage:
         rec = await self.meta.get(records.meta_key(stream_id), partition_key=records.stream_partition(stream_id))
         return rec is not None
 
-    async def list_streams(self) -> list[str]:
-        lo, hi = records.names_range()
+    async def list_streams(self, prefix: str = "") -> list[str]:
+        """Names of the streams whose names start with ``prefix`` (in key order)."""
+        lo, hi = records.names_range(prefix)
         return [records.name_from_key(k) async for k in self.meta.list(lo, hi)]
+
+    async def list_streams_page(self, prefix: str = "", *, start_after: str | None = None,
+                                limit: int = 1000) -> list[str]:
+        """At most ``limit`` names of ``list_streams(prefix)``, those after the name ``start_after``."""
+        lo, hi = records.names_range(prefix)
+        after = records.name_key(start_after) if start_after is not None else None
+        return [records.name_from_key(k) for k in await self.meta.list_page(lo, hi, start_after=after, limit=limit)]
 
     async def open_stream(self, name: str, *, create: bool = False,
                           durability: Durability | None = None) -> "StreamHandle":

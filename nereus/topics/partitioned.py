@@ -66,9 +66,17 @@ async def is_declared_partition(meta: MetadataStore, topic: TopicName) -> bool:
     return topic.partition_index >= 0 and topic.partition_index < await partitions_of(meta, topic.base)
 
 
-async def list_partitioned_topics(meta: MetadataStore) -> list[str]:
-    prefix = PARTITIONED_ROOT + "/"
-    return [unquote(k[len(prefix):]) async for k in meta.list(prefix, prefix + "\U0010ffff")]
+def _partitioned_range(prefix: str) -> tuple[str, str]:
+    # ``quote`` works character by character: the names starting with ``prefix`` are one key range.
+    lo = f"{PARTITIONED_ROOT}/{quote(prefix, safe='')}"
+    return lo, lo + "\U0010ffff"
+
+
+async def list_partitioned_topics(meta: MetadataStore, prefix: str = "") -> list[str]:
+    """Names of the partitioned topics starting with ``prefix`` (e.g. one namespace's ``persistent://t/ns/``)."""
+    lo, hi = _partitioned_range(prefix)
+    start = len(PARTITIONED_ROOT) + 1
+    return [unquote(k[start:]) async for k in meta.list(lo, hi)]
 
 
 __all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "ensure_stream", "is_declared_partition",

@@ -14,7 +14,9 @@ range is listed before its open record goes.
 ``StreamTransactions`` caches each stream's index and keeps one subscription to the
 metadata plane's change notifications to drop a stream's entry when another process
 changes it; a stream that never had a transaction costs one cached "nothing" answer.
-Nothing is cached while the subscription is down (every view reads the metadata).
+At most ``MAX_CACHED`` streams are cached (the least recently used go first), so a broker
+that reads millions of streams over its life holds no entry for each of them. Nothing is
+cached while the subscription is down (every view reads the metadata).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import bisect
 import json
 import logging
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -146,13 +149,20 @@ def aborted_view(ranges, high_watermark: int = 0) -> TxnView:
                    high_watermark)
 
 
+#: Most streams whose index a broker keeps cached.
+MAX_CACHED = 100_000
+
+
 class StreamTransactions:
     """The transaction index of every stream, cached per broker and invalidated by notifications."""
 
-    def __init__(self, meta: MetadataStore, *, backoff_cap: float = 5.0) -> None:
+    def __init__(self, meta: MetadataStore, *, backoff_cap: float = 5.0, max_cached: int = MAX_CACHED) -> None:
         self.meta = meta
-        self._cache: dict[int, StreamIndex] = {}
-        self._generation: dict[int, int] = {}
+        self._cache: OrderedDict[int, StreamIndex] = OrderedDict()  # least recently used first
+        self._max_cached = max_cached
+        # Streams with reads in flight -> (invalidations since the first began, reads in flight):
+        # a read that an invalidation overtook is not cached.
+        self._reading: dict[int, list[int]] = {}
         self._resets = 0
         self._live = False
         self._task: asyncio.Task | None = None
@@ -244,12 +254,22 @@ class StreamTransactions:
     async def index(self, stream_id: int) -> StreamIndex:
         cached = self._cache.get(stream_id)
         if cached is not None:
+            self._cache.move_to_end(stream_id)
             return cached
         self._subscribe()
-        generation, resets, live = self._generation.get(stream_id, 0), self._resets, self._live
-        index = await self._read(stream_id)
-        if live and self._live and resets == self._resets and generation == self._generation.get(stream_id, 0):
+        reading = self._reading.setdefault(stream_id, [0, 0])
+        reading[1] += 1
+        generation, resets, live = reading[0], self._resets, self._live
+        try:
+            index = await self._read(stream_id)
+        finally:
+            reading[1] -= 1
+            if not reading[1]:
+                del self._reading[stream_id]
+        if live and self._live and resets == self._resets and generation == reading[0]:
             self._cache[stream_id] = index
+            if len(self._cache) > self._max_cached:
+                self._cache.popitem(last=False)
         return index
 
     async def _read(self, stream_id: int) -> StreamIndex:
@@ -262,7 +282,9 @@ class StreamTransactions:
         self._listeners.append(callback)
 
     def _invalidate(self, stream_id: int) -> None:
-        self._generation[stream_id] = self._generation.get(stream_id, 0) + 1
+        reading = self._reading.get(stream_id)
+        if reading is not None:
+            reading[0] += 1
         self._cache.pop(stream_id, None)
         for callback in list(self._listeners):
             try:

@@ -180,6 +180,27 @@ async def test_paging(store):
     assert await collect(store.list("/p/5", "/p/4")) == []
 
 
+async def test_list_page_resumes_after_a_key(store):
+    keys = [f"/lp/{i:03d}" for i in range(23)] + ["/lp/a%2F", "/lp/a%2Fb", "/lp/a~"]
+    await asyncio.gather(*(store.put(k, b"v") for k in keys + ["/lp/010/deeper", "/lq"]))
+    want = oxia_sorted(keys)
+    for limit in (1, 4, 23, 100):
+        seen, after = [], None
+        while True:
+            page = await store.list_page("/lp/", "/lp/\U0010ffff", start_after=after, limit=limit)
+            assert len(page) <= limit
+            seen += page
+            if len(page) < limit:
+                break
+            after = page[-1]
+        assert seen == want
+    # A resume point below the range starts at its beginning; one past its end gives nothing.
+    assert await store.list_page("/lp/005", "/lp/008", start_after="/lp/") == ["/lp/005", "/lp/006", "/lp/007"]
+    assert await store.list_page("/lp/", "/lp/008", start_after="/lp/009") == []
+    with pytest.raises(InvalidRequest):
+        await store.list_page("/lp/", "/lp/~", limit=0)
+
+
 async def test_partition_colocation(store):
     keys = [f"/col/{i}" for i in range(40)]
     await asyncio.gather(*(store.put(k, b"x", partition_key="tenant-7") for k in keys))

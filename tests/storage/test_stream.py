@@ -144,6 +144,25 @@ async def test_names_are_unique_and_unknown_streams_fail(storage):
     assert await storage.list_streams() == ["persistent://public/default/a"]
 
 
+async def test_listing_by_prefix_reads_one_namespace_page_by_page(storage):
+    names = [f"persistent://t/ns/topic-{i:02d}" for i in range(25)] + ["persistent://t/ns/a b", "persistent://t/ns/x%y"]
+    others = ["persistent://t/ns2/topic-00", "persistent://t/n/topic-00", "persistent://t/nsx", "non-persistent://t/ns/q"]
+    for name in names + others:
+        await storage.create_stream(name)
+    listed = await storage.list_streams("persistent://t/ns/")
+    assert sorted(listed) == sorted(names)
+    for limit in (1, 7, 27, 100):
+        paged, after = [], None
+        while True:
+            page = await storage.list_streams_page("persistent://t/ns/", start_after=after, limit=limit)
+            paged += page
+            if len(page) < limit:
+                break
+            after = page[-1]
+        assert paged == listed
+    assert sorted(await storage.list_streams()) == sorted(names + others)
+
+
 @pytest.mark.parametrize("entry,count", [(b"", 1), (b"x", 0), (b"x", -5), ("text", 1), (b"x", 1.5)])
 async def test_bad_appends_are_rejected_and_change_nothing(storage, entry, count):
     stream = await storage.open_stream("bad", create=True)

@@ -87,3 +87,18 @@ def test_streams_evicted_whole_are_forgotten_with_their_data():
     assert alive() is None  # not held by an evicted stream's lists
     assert len(cache._streams) == 10 and cache.bytes == 10 * E
     assert cache.read(0, 0, 1, 1 << 20) == [] and [e.base_offset for e in cache.read(999, 0, 1, 1 << 20)] == [0]
+
+
+def test_streams_whose_entries_are_all_evicted_are_forgotten():
+    cache = TailCache(max_bytes=10 * E)
+    for stream in range(1000):  # one entry each, many more streams than fit
+        cache.add(stream, 0, [(1, b"x" * 10)])
+    assert len(cache._streams) == 10 and cache.bytes == 10 * E
+    assert sorted(cache._streams) == list(range(990, 1000))
+    assert cache.read(989, 0, 1, 1 << 20) == []
+    assert [e.base_offset for e in cache.read(999, 0, 1, 1 << 20)] == [0]
+    cache.add(999, 1, [(1, b"y" * (9 * E - ENTRY_OVERHEAD + 1))])  # evicts every other stream, and 999's first entry
+    assert list(cache._streams) == [999]
+    assert [bytes(e.data) for e in cache.read(999, 1, 2, 1 << 20)] == [b"y" * (9 * E - ENTRY_OVERHEAD + 1)]
+    assert cache.read(999, 0, 1, 1 << 20) == []
+

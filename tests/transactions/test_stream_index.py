@@ -69,3 +69,39 @@ async def test_another_brokers_change_reaches_the_cache_by_notification(broker):
         await wait_until(lso_back)
     finally:
         await other.close()
+
+
+async def test_the_cache_is_bounded_and_keeps_nothing_per_stream_once_reads_end(broker):
+    txns = StreamTransactions(broker.meta, max_cached=5)
+    try:
+        await txns.view(0, 1)
+        await wait_until(lambda: asyncio.sleep(0, txns.live))
+        for stream_id in range(1, 40):  # reads of many streams that never had a transaction
+            assert (await txns.view(stream_id, 10)).lso == 10
+        assert len(txns._cache) == 5 and not txns._reading
+        assert list(txns._cache) == list(range(35, 40))
+        await txns.view(35, 10)  # used again: the last to go
+        await txns.view(40, 10)
+        assert list(txns._cache) == [37, 38, 39, 35, 40]
+        reads = txns.reads
+        await txns.view(35, 10)
+        assert txns.reads == reads  # from the cache
+
+        # A change that overtakes a read in flight keeps that read out of the cache.
+        gate = asyncio.Event()
+        read = txns._read
+
+        async def slow_read(stream_id):
+            await gate.wait()
+            return await read(stream_id)
+
+        txns._read = slow_read
+        pending = asyncio.ensure_future(txns.view(50, 10))
+        await asyncio.sleep(0)
+        assert txns._reading == {50: [0, 1]}
+        txns._invalidate(50)
+        gate.set()
+        await pending
+        assert 50 not in txns._cache and not txns._reading
+    finally:
+        await txns.close()

@@ -28,9 +28,7 @@ async def unload_namespace(request: web.Request) -> web.Response:
     await require_namespace(ctx.meta, tenant, namespace)
     prefix = f"persistent://{tenant}/{namespace}/"
     here, elsewhere = [], []
-    for stream in await ctx.storage.list_streams():
-        if not stream.startswith(prefix):
-            continue
+    for stream in await ctx.storage.list_streams(prefix):
         name = TopicName.parse(stream)
         try:
             owner = await ctx.placement.owner(stream)

@@ -30,7 +30,7 @@ from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
 from .namespace_body import REPLICATION_FIELD, auto_creation, policies_from_body
 from .replication import replication_clusters_of
-from .common import (AdminError, body, check_name, context, flag, known_clusters, namespaces_of, no_content,
+from .common import (AdminContext, AdminError, body, check_name, context, flag, known_clusters, namespaces_of, no_content,
                      require_namespace, require_tenant, update_record)
 
 #: Pulsar's BundlesData: topics are not grouped in bundles here, so one bundle covers the whole hash range.
@@ -68,10 +68,15 @@ async def list_namespaces(request: web.Request) -> web.Response:
 
 async def create_namespace(request: web.Request) -> web.Response:
     ctx = context(request)
-    tenant, namespace = _names(request)
+    await create(ctx, *_names(request), await body(request))
+    return no_content()
+
+
+async def create(ctx: AdminContext, tenant: str, namespace: str, policies) -> None:
+    """``PUT /admin/v2/namespaces/{tenant}/{namespace}`` with the ``Policies`` body ``policies``."""
     check_name(namespace, "Namespace")
     tenant_info = await require_tenant(ctx.meta, tenant)
-    stored = policies_from_body(await body(request), tenant, tenant_info, ctx.max_partitions,
+    stored = policies_from_body(policies, tenant, tenant_info, ctx.max_partitions,
                                 local_cluster=ctx.cluster_name, known_clusters=await known_clusters(ctx))
     try:
         await ctx.meta.put(policies_key(tenant, namespace), json.dumps(stored).encode(),
@@ -80,7 +85,6 @@ async def create_namespace(request: web.Request) -> web.Response:
         raise AdminError(409, "Namespace already exists") from None
     if stored.keys() & {"deduplicationEnabled", *RATE_FIELDS}:
         await refresh_policies(ctx.pulsar, tenant, namespace)
-    return no_content()
 
 
 async def ensure_namespace(meta, tenant: str, namespace: str) -> None:

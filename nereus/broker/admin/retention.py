@@ -229,10 +229,9 @@ async def enforce_namespace(ctx: AdminContext, tenant: str, namespace: str, only
                 for local, value in (await _topic_retentions(ctx, tenant, namespace)).items()})
     if default is None and not own:
         return
-    prefix = f"persistent://{tenant}/{namespace}/"
-    for stream in await ctx.storage.list_streams():
-        if not stream.startswith(prefix):
-            continue
+    # One topic's streams (its partitions share its name as a prefix), else the namespace's.
+    prefix = str(only.base) if only is not None else f"persistent://{tenant}/{namespace}/"
+    for stream in await ctx.storage.list_streams(prefix):
         name = TopicName.parse(stream)
         if only is not None and name.base != only.base:
             continue

@@ -49,13 +49,18 @@ async def get_tenant(request: web.Request) -> web.Response:
 
 async def create_tenant(request: web.Request) -> web.Response:
     ctx = context(request)
-    tenant = check_name(request.match_info["tenant"], "Tenant")
-    info = await _checked_tenant_info(ctx, await body(request))
+    await create(ctx, request.match_info["tenant"], await body(request))
+    return no_content()
+
+
+async def create(ctx: AdminContext, tenant: str, info) -> None:
+    """``PUT /admin/v2/tenants/{tenant}`` with the tenant info ``info`` (409 when it exists)."""
+    check_name(tenant, "Tenant")
+    checked = await _checked_tenant_info(ctx, info)
     try:
-        await ctx.meta.put(tenant_key(tenant), json.dumps(info).encode(), expected_version_id=EXPECT_ABSENT)
+        await ctx.meta.put(tenant_key(tenant), json.dumps(checked).encode(), expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
         raise AdminError(409, "Tenant already exists") from None
-    return no_content()
 
 
 async def update_tenant(request: web.Request) -> web.Response:

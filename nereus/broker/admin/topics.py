@@ -30,7 +30,7 @@ async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str,
                            domains: tuple[str, ...] = ("persistent",)) -> list[TopicName]:
     """Non-partitioned topics and partitions of a namespace (partitions listed one by one, as Pulsar does)."""
     prefixes = tuple(f"{domain}://{tenant}/{namespace}/" for domain in domains)
-    names = {TopicName.parse(n) for n in await ctx.storage.list_streams() if n.startswith(prefixes)}
+    names = {TopicName.parse(n) for prefix in prefixes for n in await ctx.storage.list_streams(prefix)}
     for base in await partitioned_topics(ctx, tenant, namespace, domains):
         names.update(base.partition(i) for i in range(await partitions_of(ctx.meta, base)))
     if "non-persistent" in domains:  # those served from memory here now
@@ -40,8 +40,8 @@ async def namespace_topics(ctx: AdminContext, tenant: str, namespace: str,
 
 async def partitioned_topics(ctx: AdminContext, tenant: str, namespace: str,
                              domains: tuple[str, ...] = ("persistent",)) -> list[TopicName]:
-    prefixes = tuple(f"{domain}://{tenant}/{namespace}/" for domain in domains)
-    return [TopicName.parse(n) for n in await list_partitioned_topics(ctx.meta) if n.startswith(prefixes)]
+    return [TopicName.parse(n) for domain in domains
+            for n in await list_partitioned_topics(ctx.meta, f"{domain}://{tenant}/{namespace}/")]
 
 
 def close_consumers(dispatcher) -> None:
@@ -116,8 +116,12 @@ async def list_partitioned(request: web.Request) -> web.Response:
 
 
 async def create_topic(request: web.Request) -> web.Response:
-    ctx = context(request)
-    name = topic_name(request)
+    await create_non_partitioned(context(request), topic_name(request))
+    return no_content()
+
+
+async def create_non_partitioned(ctx: AdminContext, name: TopicName) -> None:
+    """``PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}``: one stream (409 when the topic exists)."""
     await require_namespace(ctx.meta, name.tenant, name.namespace)
     if await partitions_of(ctx.meta, name):
         raise AdminError(409, "This topic already exists")
@@ -125,7 +129,6 @@ async def create_topic(request: web.Request) -> web.Response:
         await ctx.storage.create_stream(str(name))
     except StreamExists:
         raise AdminError(409, "This topic already exists") from None
-    return no_content()
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -143,7 +146,14 @@ async def delete(request: web.Request) -> web.Response:
 async def create_partitioned(request: web.Request) -> web.Response:
     ctx = context(request)
     name = topic_name(request)
-    count = _partition_count(await body(request), ctx.max_partitions)
+    await create_partitioned_with_partitions(ctx, name, await body(request))
+    return no_content()
+
+
+async def create_partitioned_with_partitions(ctx: AdminContext, name: TopicName, partition_count) -> None:
+    """``PUT .../{topic}/partitions`` with the body ``partition_count``: the partitioned topic's record,
+    then a stream per partition (409 when the topic exists)."""
+    count = _partition_count(partition_count, ctx.max_partitions)
     if name.partition_index >= 0:
         raise AdminError(412, "A partition cannot itself be partitioned")
     await require_namespace(ctx.meta, name.tenant, name.namespace)
@@ -152,7 +162,6 @@ async def create_partitioned(request: web.Request) -> web.Response:
     if not await create_partitioned_topic(ctx.meta, name, count):
         raise AdminError(409, "Partitioned topic already exists")
     await _create_streams(ctx, [name.partition(i) for i in range(count)])
-    return no_content()
 
 
 async def update_partitioned(request: web.Request) -> web.Response:

@@ -116,6 +116,10 @@ class Claims(OwnerLookup):
             log.debug("%s: owned by this broker now", topic)
 
         await cas.retry(put_owner, exhausted=lambda: NotOwner(f"{topic}: its ownership record keeps changing", None))
+        if topic in self.owned:  # held until released: rebalancing reads it from memory
+            await self.leader_preferences.hold(topic)
+            if topic not in self.owned:  # released while its preference was read
+                self.leader_preferences.forget(topic)
 
     # -- releases -------------------------------------------------------------------------
     def _unloaded(self, topic: str) -> None:
@@ -210,6 +214,7 @@ class Claims(OwnerLookup):
         """
         self.handoffs += len(self.owned)
         self.owned = {}
+        self.leader_preferences.drop_held()
         self._orphans.clear()
         lost, self._lost = self._lost_future(), None
         lost.set_result(None)

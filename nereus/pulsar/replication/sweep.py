@@ -7,9 +7,9 @@ namespaces for a replication cursor behind the stream's end, and loads those who
 it is (or becomes: the lookup places an unowned topic as any lookup does). The loaded
 topic stays loaded while its backlog lasts, then unloads when idle as any topic.
 
-Each sweep reads every replicated namespace's stream list and one cursor per topic and
-remote: fine for thousands of replicated topics, not for millions (then a per-namespace
-index of lagging topics is the next step).
+Each sweep reads the stream list of every replicated namespace (and replicated topic) and one
+cursor per topic and remote, never the streams of other namespaces: fine for thousands of
+replicated topics, not for millions (then a per-namespace index of lagging topics is the next step).
 """
 
 from __future__ import annotations
@@ -81,10 +81,13 @@ async def lagging_topics(manager) -> list[TopicName]:
     if not namespaces and not any(topics.values()):
         return []
     storage = manager.registry.storage
+    # Only the replicated namespaces' streams and those of topics with a policy of their own
+    # (a topic's name is a prefix of its partitions'): not every stream of the cluster.
+    prefixes = {f"persistent://{path}/" for path in namespaces}
+    prefixes.update(f"persistent://{path}" for path, remotes in topics.items() if remotes)
+    streams = sorted({s for prefix in prefixes for s in await storage.list_streams(prefix)})
     out = []
-    for stream in await storage.list_streams():
-        if not stream.startswith("persistent://"):
-            continue
+    for stream in streams:
         name = TopicName.parse(stream)
         base = name.base
         remotes = topics.get(f"{base.tenant}/{base.namespace}/{base.local}")

@@ -190,12 +190,11 @@ async def handle_get_topics(conn, cmd: pb.CommandGetTopicsOfNamespace) -> None:
     domains = {_Mode.PERSISTENT: ("persistent",), _Mode.NON_PERSISTENT: ("non-persistent",),
                _Mode.ALL: ("persistent", "non-persistent")}[cmd.mode]
     prefixes = tuple(f"{d}://{namespace}/" for d in domains)
-    names = {n for n in await conn.service.storage.list_streams() if n.startswith(prefixes)}
+    names = {n for prefix in prefixes for n in await conn.service.storage.list_streams(prefix)}
     names.update(n for n in conn.service.registry.memory_topics if n.startswith(prefixes))
-    for base in await list_partitioned_topics(conn.service.meta):
-        if base.startswith(prefixes):
-            topic = TopicName.parse(base)
-            names.update(str(topic.partition(i)) for i in range(await partitions_of(conn.service.meta, topic)))
+    for base in [b for prefix in prefixes for b in await list_partitioned_topics(conn.service.meta, prefix)]:
+        topic = TopicName.parse(base)
+        names.update(str(topic.partition(i)) for i in range(await partitions_of(conn.service.meta, topic)))
     topics = sorted(names)
     filtered = False
     if cmd.HasField("topics_pattern"):

@@ -198,16 +198,13 @@ class Catalog:
     async def list_topics(self) -> dict[str, int]:
         """Every topic of public/default with its partition count."""
         out: dict[str, int] = {}
-        for full in await list_partitioned_topics(self.meta):
-            if full.startswith(NAMESPACE_PREFIX):
-                local = full[len(NAMESPACE_PREFIX):]
-                if valid_name(local):
-                    rec = await self.meta.get(partitioned_key(pulsar_name(local)))
-                    if rec is not None:
-                        out[local] = json.loads(rec.value)["partitions"]
-        for full in await self.storage.list_streams():
-            if not full.startswith(NAMESPACE_PREFIX):
-                continue
+        for full in await list_partitioned_topics(self.meta, NAMESPACE_PREFIX):
+            local = full[len(NAMESPACE_PREFIX):]
+            if valid_name(local):
+                rec = await self.meta.get(partitioned_key(pulsar_name(local)))
+                if rec is not None:
+                    out[local] = json.loads(rec.value)["partitions"]
+        for full in await self.storage.list_streams(NAMESPACE_PREFIX):
             name = TopicName.parse(full)
             if name.partition_index >= 0 or name.local in out or not valid_name(name.local):
                 continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import crc32c
@@ -41,22 +42,39 @@ READ_COMMITTED = 1
 LSO_POLL_SECONDS = 0.5  # a long poll held at the last stable offset also looks again this often
 
 
-class TxnSignals:
-    """Per stream: a generation bumped at each change of its transaction index, and long polls woken by it."""
+#: Most streams whose last change ``TxnSignals`` remembers one by one.
+MAX_SIGNALLED_STREAMS = 100_000
 
-    def __init__(self) -> None:
-        self._generations: dict[int, int] = {}
+
+class TxnSignals:
+    """Per stream: a generation that changes at each change of its transaction index, and long polls woken by it.
+
+    Generations are stamps of one counter, so that only the most recently changed streams
+    need an entry: a forgotten stream answers the highest stamp forgotten, which differs
+    from any stamp it had before a later change (a change takes a new, higher stamp) and may
+    only make a caller look at an index that did not change.
+    """
+
+    def __init__(self, max_streams: int = MAX_SIGNALLED_STREAMS) -> None:
+        self._stamps: OrderedDict[int, int] = OrderedDict()  # stream -> stamp of its last change, oldest first
+        self._last_stamp = 0
+        self._forgotten = 0  # the highest stamp dropped from ``_stamps``
+        self._max_streams = max_streams
         self._waiters: dict[int, list[asyncio.Future]] = {}
 
     def changed(self, stream_id: int) -> None:
         """The stream transaction index's listener: its open transactions or LSO may have changed."""
-        self._generations[stream_id] = self._generations.get(stream_id, 0) + 1
+        self._last_stamp += 1
+        self._stamps[stream_id] = self._last_stamp
+        self._stamps.move_to_end(stream_id)
+        if len(self._stamps) > self._max_streams:
+            self._forgotten = self._stamps.popitem(last=False)[1]
         for fut in self._waiters.pop(stream_id, ()):
             if not fut.done():
                 fut.set_result(True)
 
     def generation(self, stream_id: int) -> int:
-        return self._generations.get(stream_id, 0)
+        return self._stamps.get(stream_id, self._forgotten)
 
     async def wait(self, stream_id: int, timeout: float) -> bool:
         """Wait for the next change of the stream's index; False on timeout."""
