@@ -54,6 +54,7 @@ class TailCache:
         self._streams: dict[int, _StreamTail] = {}
         # (stream id, owner, entries, bytes) in insertion order
         self._order: deque[tuple[int, _StreamTail, int, int]] = deque()
+        self._dropped = 0  # streams dropped since _order was last rebuilt
 
     def add(self, stream_id: int, base: int, entries: list[tuple[int, bytes | memoryview]]) -> None:
         tail = self._streams.setdefault(stream_id, _StreamTail())
@@ -104,9 +105,15 @@ class TailCache:
     def drop(self, stream_id: int) -> None:
         tail = self._streams.pop(stream_id, None)
         if tail is not None:
-            # Its sizes stay in _order until popped; account them now and mark it empty.
+            # Its batches stay in _order until popped; account them now and mark it empty.
             self.bytes -= sum(len(d) + ENTRY_OVERHEAD for d in tail.datas[tail.head:])
             tail.bases, tail.counts, tail.datas, tail.head = [], [], [], 0
+            self._dropped += 1
+            if self._dropped > 1024 and self._dropped * 2 > len(self._order):
+                # Mostly dropped streams' batches (a large unload): keep only the live ones, so
+                # the records of streams long gone do not wait for eviction to be freed.
+                self._order = deque(b for b in self._order if self._streams.get(b[0]) is b[1])
+                self._dropped = 0
 
 
 class BlockCache:

@@ -102,3 +102,14 @@ def test_streams_whose_entries_are_all_evicted_are_forgotten():
     assert [bytes(e.data) for e in cache.read(999, 1, 2, 1 << 20)] == [b"y" * (9 * E - ENTRY_OVERHEAD + 1)]
     assert cache.read(999, 0, 1, 1 << 20) == []
 
+
+def test_a_large_unload_frees_the_dropped_streams_records_before_eviction():
+    cache = TailCache()
+    for sid in range(5000):
+        cache.add(sid, 0, [(1, b"x" * 10)])
+    for sid in range(4000):  # their topics unloaded: far below the bound, nothing is evicted
+        cache.drop(sid)
+    assert len(cache._order) < 2500 and cache.bytes == 1000 * E
+    assert [e.base_offset for e in cache.read(4999, 0, 1, 1 << 20)] == [0]
+    cache.add(4999, 1, [(1, b"y" * 10)])
+    assert [e.base_offset for e in cache.read(4999, 0, 2, 1 << 20)] == [0, 1]
