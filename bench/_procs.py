@@ -36,6 +36,26 @@ def pin_process(pid: int, cpus: set[int]) -> None:
             pass
 
 
+def wait_for(condition, timeout: float, interval: float = 0.1):
+    """``condition()``'s first true value, or None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    return None
+
+
+def status_bytes(pid: int, field: str) -> int:
+    """A ``/proc/{pid}/status`` size (``VmRSS``, ``RssAnon``, ...) in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

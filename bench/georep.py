@@ -66,7 +66,7 @@ from pathlib import Path
 
 import pulsar
 
-from _procs import cpu_seconds, pin_process  # bench/ is on sys.path
+from _procs import cpu_seconds, pin_process, wait_for  # bench/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -125,17 +125,6 @@ def cursor_writes(cluster, topic: str, remote: str) -> int | None:
         return asyncio.run(read())
     except Exception:  # noqa: BLE001 - a figure beside the point: missing, not fatal
         return None
-
-
-def wait_for(condition, timeout: float, interval: float = 0.1):
-    """``condition()``'s first true value, or None after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    return None
 
 
 def replicator_connected(east, topic: str, timeout: float = 60) -> None:
