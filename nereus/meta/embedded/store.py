@@ -1,4 +1,4 @@
-"""One shard's data in LMDB, written only by that shard's thread.
+"""One shard's data in LMDB, driven only by that shard's thread.
 
 LMDB was chosen by measurement (bench/RESULTS.md, "Metadata storage library"): it
 sorts keys by memcmp (so ``keys.encode_key`` yields Oxia order), needs a third of
@@ -100,7 +100,7 @@ def _index_keys(raw: bytes) -> list[bytes]:
 
 
 class ShardStore:
-    """Synchronous LMDB storage of one shard, driven by the shard's thread (``read_committed``: any thread)."""
+    """Synchronous LMDB storage of one shard (not thread-safe: one thread only)."""
 
     def __init__(self, path: str, *, durable: bool, map_size: int, now_ms: Callable[[], int]):
         self.env_lock = threading.Lock()
