@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from nereus.meta import EXPECT_ABSENT, InvalidRequest, MetadataClosed, UnexpectedVersion, open_engine
+from nereus.meta import EXPECT_ABSENT, InvalidRequest, UnexpectedVersion, open_engine
 from nereus.meta.embedded import Engine, ManualClock, NotificationsOverflow
 
 
@@ -185,47 +185,3 @@ async def test_connect_urls(tmp_path):
     await oc.close()
     with pytest.raises(InvalidRequest):
         connect("oxia:localhost")
-
-
-async def test_a_read_sees_what_committed_without_waiting_for_queued_writes(tmp_path):
-    async with open_engine(str(tmp_path), shards=1) as engine:
-        c = engine.client()
-        await c.put("/k/committed", b"1")
-        store = engine.namespace().shards[0]._store
-        execute, entered, release = store.execute, asyncio.Event(), asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def held_execute(ops, notes):  # the shard's thread stops before its next commit
-            loop.call_soon_threadsafe(entered.set)
-            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
-            return execute(ops, notes)
-
-        store.execute = held_execute
-        queued = asyncio.ensure_future(c.put("/k/queued", b"2"))
-        await entered.wait()
-        # The thread is stuck in a batch: an EQUAL read answers at once, from the last commit.
-        assert (await asyncio.wait_for(c.get("/k/committed"), 1)).value == b"1"
-        assert await asyncio.wait_for(c.get("/k/queued"), 1) is None  # not committed: not seen
-        release.set()
-        await queued
-        store.execute = execute
-        assert (await c.get("/k/queued")).value == b"2"  # acknowledged: seen
-
-
-async def test_reads_during_map_growth_and_close(tmp_path):
-    engine = open_engine(str(tmp_path), shards=1, map_size=1 << 20)
-    c = engine.client()
-    big = b"x" * 4096
-
-    async def reader():
-        while not engine.closed:
-            await c.get("/grow/0")
-            await asyncio.sleep(0)
-
-    task = asyncio.ensure_future(reader())
-    for i in range(0, 2000, 100):  # ~8 MB into a 1 MB map: it grows several times meanwhile
-        await asyncio.gather(*(c.put(f"/grow/{j}", big) for j in range(i, i + 100)))
-    assert (await c.get("/grow/1999")).value == big
-    await engine.close()
-    [ended] = await asyncio.gather(task, return_exceptions=True)
-    assert ended is None or isinstance(ended, MetadataClosed)

@@ -13,7 +13,7 @@ from ..errors import InvalidRequest, MetadataClosed, MetadataError, SessionNotFo
 from ..keys import encode_key, validate_key
 from ..validation import (check_deltas, check_expected, check_index_name, check_indexes, check_key,
                           check_page_size, check_value)
-from .shard import NOT_OPEN, Shard
+from .shard import Shard
 from .store import (CLOSE_SESSION, CREATE_SESSION, DELETE, DELETE_RANGE, GET, GET_INDEX, LIST, LIST_INDEX,
                     PUT)
 
@@ -143,11 +143,7 @@ class EmbeddedMetadataStore(MetadataStore):
         if use_index is not None:
             return await self._get_by_index(key, comparison, partition_key, include_value, use_index)
         ekey = check_key(key)
-        if comparison is Comparison.EQUAL:
-            shard = self._route(key, partition_key)
-            found = shard.read_committed(ekey, include_value)
-            return await shard.call(GET, ekey, comparison, include_value) if found is NOT_OPEN else found
-        if partition_key is not None:
+        if comparison is Comparison.EQUAL or partition_key is not None:
             return await self._route(key, partition_key).call(GET, ekey, comparison, include_value)
         found = [r for r in await asyncio.gather(
             *(s.call(GET, ekey, comparison, include_value) for s in self._ns.shards)) if r is not None]

@@ -3,15 +3,9 @@
 Callers (on any event loop, or the sweeper thread) append operations to the queue.
 The shard thread takes EVERYTHING queued while it was busy with the previous batch,
 applies it in one LMDB transaction, commits (+ fsync when durable), and only then
-hands the results back: one ``call_soon_threadsafe`` per event loop per batch.
-
-All operations go through this queue in arrival order, except the plain reads of one
-key (``read_committed``): those read, in the caller's thread, what the last commit left.
-A write is acknowledged only after its commit, so a read issued after a write was
-acknowledged still sees that write (linearizable per key); a read concurrent with a
-queued write may see it or not, as linearizability allows. Such a read waits neither for
-the shard's thread nor for the group commit's fsync of the writes around it (a lookup
-under load would otherwise wait for both, and for the thread to be scheduled).
+hands the results back: one ``call_soon_threadsafe`` per event loop per batch. All
+operations, reads included, go through this queue in arrival order, so a read
+issued after a write was acknowledged sees that write (linearizable per key).
 """
 
 from __future__ import annotations
@@ -31,7 +25,6 @@ from .store import ShardStore
 log = logging.getLogger(__name__)
 
 _STOP = object()
-NOT_OPEN = object()  # read_committed's answer while the environment cannot be read directly
 MAX_BATCH = 20_000  # bounds one transaction's size and the latency of its first op
 
 
@@ -66,17 +59,6 @@ class Shard:
         fut = asyncio.get_running_loop().create_future()
         self.submit((opcode, fut) + args)
         return fut
-
-    def read_committed(self, ekey: bytes, include_value: bool) -> Any:
-        """The record at ``ekey`` as last committed, read in this thread; ``NOT_OPEN`` until the
-        shard's environment is open (or after it failed or closed): then queue the read."""
-        store = self._store
-        if store is None or self._closed:
-            return NOT_OPEN
-        with store.env_lock:
-            if self._store is None:
-                return NOT_OPEN
-            return store.read_committed(ekey, include_value)
 
     def submit(self, op: tuple) -> None:
         """Queue an operation from any thread (``op[1]`` is its future or None)."""
@@ -137,9 +119,8 @@ class Shard:
                 if stop:
                     break
         finally:
-            store, self._store = self._store, None
-            if store is not None:
-                store.close()
+            if self._store is not None:
+                self._store.close()
             self.stopped.set()
 
     def _run_batch(self, batch: list[tuple]) -> None:

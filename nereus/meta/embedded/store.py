@@ -22,19 +22,13 @@ as the record itself: index and records are never out of step, even after a cras
 
 ``execute`` applies a batch of operations in ONE write transaction and commits it
 (fsync'd when durable) before returning; every operation gets its own result or
-error, so a failed CAS does not affect its neighbours. ``read_committed`` reads from
-any thread what the last commit left, in a read transaction of its own.
-
-The map is resized (and the environment closed) only under ``env_lock``, which every
-reader outside the shard's thread holds for its read: LMDB forbids a resize while a
-transaction of the process is open.
+error, so a failed CAS does not affect its neighbours.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-import threading
 from typing import Any, Callable
 
 import lmdb
@@ -103,7 +97,6 @@ class ShardStore:
     """Synchronous LMDB storage of one shard (not thread-safe: one thread only)."""
 
     def __init__(self, path: str, *, durable: bool, map_size: int, now_ms: Callable[[], int]):
-        self.env_lock = threading.Lock()
         self.env = lmdb.open(
             path, map_size=map_size, max_dbs=5, sync=durable, metasync=durable,
             readahead=False, meminit=False,  # random access: do not page in neighbours
@@ -134,14 +127,7 @@ class ShardStore:
             ]
 
     def close(self) -> None:
-        with self.env_lock:
-            self.env.close()
-
-    def read_committed(self, ekey: bytes, include_value: bool) -> Record | None:
-        """The record at ``ekey`` as the last committed transaction left it (any thread; ``env_lock`` held)."""
-        with self.env.begin(db=self.kv) as txn:
-            raw = txn.get(ekey)
-            return None if raw is None else _record(ekey, raw, include_value)
+        self.env.close()
 
     # ---------------------------------------------------------------- batches
     def execute(self, ops: list[tuple], notes: list | None) -> tuple[list, list]:
@@ -160,8 +146,7 @@ class ShardStore:
                     del notes[start_notes:]
                 size = self.env.info()["map_size"] * 2
                 log.info("growing LMDB map of %s to %d bytes", self.env.path(), size)
-                with self.env_lock:
-                    self.env.set_mapsize(size)
+                self.env.set_mapsize(size)
             except BaseException:
                 self.vid = start_vid
                 raise
