@@ -11,6 +11,8 @@ Parts (``--only`` takes a comma list; default: every part):
   listing by pages, restart.
 * ``loaded`` (``_scale_loaded.py``): a broker's memory per loaded idle topic, and after
   they are unloaded for idleness.
+* ``kafka-metadata`` (``_scale_kafka_metadata.py``): the time of a Kafka Metadata answer (v12) for
+  every topic, 100,000 partitions by default.
 
 Each part is a module with ``add_arguments(parser)`` and ``async run(args) -> dict``; a new
 part is one more entry of ``PARTS``. Each part prints progress lines as it goes and, at its
@@ -27,6 +29,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import _scale_kafka_metadata  # noqa: E402
 import _scale_loaded  # noqa: E402
 import _scale_records  # noqa: E402
 
@@ -34,6 +37,7 @@ import _scale_records  # noqa: E402
 PARTS = {
     "records": _scale_records,
     "loaded": _scale_loaded,
+    "kafka-metadata": _scale_kafka_metadata,
 }
 
 

@@ -87,4 +87,15 @@ async def unless(work, stop: asyncio.Future | asyncio.Event) -> tuple[bool, obje
     return False, None
 
 
-__all__ = ["log_failure", "spawn", "unless", "wait_for"]
+async def gather_bounded(func, items, limit: int = 256) -> list:
+    """``[await func(item) for item in items]``, at most ``limit`` at a time (metadata reads, say)."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(item):
+        async with gate:
+            return await func(item)
+
+    return list(await asyncio.gather(*(one(item) for item in items)))
+
+
+__all__ = ["gather_bounded", "log_failure", "spawn", "unless", "wait_for"]

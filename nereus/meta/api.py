@@ -261,6 +261,16 @@ class MetadataStore(abc.ABC):
         and an inexact FLOOR the highest one of the nearest lower secondary key.
         """
 
+    async def get_many(self, keys: Sequence[str], *,
+                       partition_keys: Sequence[str | None] | None = None) -> list[Record | None]:
+        """The record of each key (EQUAL), None where there is none, in order.
+
+        ``partition_keys``: each key's partition key (None: routed by the key). Backends
+        override this to read each shard's keys in one request instead of one per key.
+        """
+        routes = partition_keys if partition_keys is not None else [None] * len(keys)
+        return list(await asyncio.gather(*(self.get(key, partition_key=pk) for key, pk in zip(keys, routes))))
+
     def list(
         self,
         min_key_inclusive: str,

@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
@@ -140,6 +140,11 @@ class StreamStorage:
             raise StreamNotFound(name)
         return records.decode(rec.value)["id"]
 
+    async def stream_ids(self, names: Sequence[str]) -> list[int | None]:
+        """``stream_id`` of each name (None: no such stream), read together."""
+        found = await self.meta.get_many([records.name_key(name) for name in names])
+        return [records.decode(rec.value)["id"] if rec is not None else None for rec in found]
+
     async def exists(self, stream_id: int) -> bool:
         """Whether a stream with this id exists (its record goes last when it is deleted)."""
         rec = await self.meta.get(records.meta_key(stream_id), partition_key=records.stream_partition(stream_id))
@@ -194,6 +199,12 @@ class StreamStorage:
     async def tail(self, stream_id: int) -> Tail:
         rec = await self.meta.get(records.tail_key(stream_id), partition_key=records.stream_partition(stream_id))
         return Tail.decode(rec.value) if rec is not None else Tail(0, 0, 0)
+
+    async def tails(self, stream_ids: Sequence[int]) -> list[Tail]:
+        """``tail`` of each stream, read together."""
+        found = await self.meta.get_many([records.tail_key(i) for i in stream_ids],
+                                         partition_keys=[records.stream_partition(i) for i in stream_ids])
+        return [Tail.decode(rec.value) if rec is not None else Tail(0, 0, 0) for rec in found]
 
     async def start(self, stream_id: int) -> int:
         rec = await self.meta.get(records.start_key(stream_id), partition_key=records.stream_partition(stream_id))

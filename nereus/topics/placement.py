@@ -9,9 +9,12 @@ answers from its membership, ring and ownership records (``nereus.broker.cluster
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..storage import StreamFenced
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,11 @@ class Placement:
         """The broker serving ``topic`` now, or the one that will when it is first used."""
         return self.local
 
+    async def owners(self, topics: list[str]) -> list[BrokerAddress | None]:
+        """``owner`` of each topic, read together (a Metadata answer names thousands); None where
+        nobody can serve one right now."""
+        return [await or_none(self.owner(topic)) for topic in topics]
+
     async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
         """Where a client should go for ``topic``: (broker, final). Not final: ask that broker again."""
         return self.local, True
@@ -121,4 +129,15 @@ class Placement:
         return True
 
 
-__all__ = ["BrokerAddress", "NotOwner", "Placement", "UnknownListener"]
+
+async def or_none(lookup) -> BrokerAddress | None:
+    """The owner ``lookup`` names; None when nobody can serve the topic right now (clients retry)."""
+    try:
+        return await lookup
+    except NotOwner as exc:  # its owner just died and its record has not expired yet
+        log.debug("no owner to name: %s", exc)
+    except Exception as exc:  # one failed lookup must not fail a whole answer
+        log.warning("owner lookup failed: %s", exc)
+    return None
+
+__all__ = ["BrokerAddress", "NotOwner", "Placement", "UnknownListener", "or_none"]

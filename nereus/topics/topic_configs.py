@@ -16,7 +16,6 @@ their next read.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Callable
@@ -128,7 +127,7 @@ async def preferred_leader(meta, topic: str) -> int | None:
 async def replica_layouts(meta, topics) -> dict[str, ReplicaLayout]:
     """Each topic's replica layout as created (and grown)."""
     topics = list(topics)
-    records = await asyncio.gather(*(meta.get(topic_configs_key(topic)) for topic in topics))
+    records = await meta.get_many([topic_configs_key(topic) for topic in topics])
     out = {}
     for topic, rec in zip(topics, records):
         record = _record(rec.value if rec is not None else None)

@@ -90,6 +90,14 @@ def test_kafka_bootstrap_to_one_broker_reaches_partitions_of_every_broker(make_c
     part_owner = {p: owners.get(f"{PUBLIC}{topic}-partition-{p}") for p in range(partitions)}
     assert set(part_owner.values()) == {b.name for b in cluster.brokers_list}, \
         f"partitions are not spread over the three brokers: {part_owner}"
+    # Every broker's Metadata names each partition's owner as its leader (the ownership records of
+    # the others' partitions read together).
+    port_of_owner = {b.name: int(b.bootstrap.rsplit(":", 1)[1]) for b in cluster.brokers_list}
+    for broker in cluster.brokers_list:
+        answer = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(topic, timeout=30)
+        port_of_node = {node.id: node.port for node in answer.brokers.values()}
+        leaders = {p: port_of_node.get(m.leader) for p, m in answer.topics[topic].partitions.items()}
+        assert leaders == {p: port_of_owner[part_owner[p]] for p in range(partitions)}, broker.name
 
     for broker in cluster.brokers_list:
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{broker.name}",

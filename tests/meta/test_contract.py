@@ -217,6 +217,24 @@ async def test_partition_colocation(store):
     assert await store.delete(keys[0], partition_key="tenant-7") is True
 
 
+async def test_get_many_answers_each_key_in_order(store):
+    # Keys of every shard, some absent, some under a partition key, more than one read call carries.
+    keys = [f"/many/{i}" for i in range(2500)]
+    await asyncio.gather(*(store.put(k, k.encode()) for k in keys[::2]))
+    await store.put("/many/colocated", b"c", partition_key="p-1")
+    asked = keys + ["/many/colocated", "/many/colocated"]
+    routes = [None] * len(keys) + ["p-1", None]
+    got = await store.get_many(asked, partition_keys=routes)
+    assert len(got) == len(asked)
+    for i, key in enumerate(keys):
+        assert (got[i].value if got[i] is not None else None) == (key.encode() if i % 2 == 0 else None), key
+    assert got[-2].value == b"c" and got[-2].key == "/many/colocated"
+    assert (await store.get("/many/colocated")) == got[-1]  # routed by the key: the same answer as a get
+    assert await store.get_many([]) == []
+    with pytest.raises(InvalidRequest):
+        await store.get_many(["/many/ok", "/bad\x00key"])
+
+
 # ------------------------------------------------------------ sequence keys
 async def test_sequence_keys(store):
     r1 = await store.put("/seq/a", b"1", partition_key="s", sequence_key_deltas=[1])

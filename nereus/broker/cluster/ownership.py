@@ -32,11 +32,11 @@ import asyncio
 import contextlib
 
 from ...meta import MetadataStore
-from ...tasks import unless
-from ...topics.placement import BrokerAddress, NotOwner
+from ...tasks import gather_bounded, unless
+from ...topics.placement import BrokerAddress, NotOwner, or_none
 from .leader_preference import LeaderPreferences
 from .membership import Membership
-from .owner_lookup import OWNERS, OwnerUnreachable, owner_key
+from .owner_lookup import OWNERS, OwnerUnreachable, decode_owner, owner_key
 from .rebalance import Rebalancing
 
 
@@ -110,6 +110,29 @@ class ClusterPlacement(Rebalancing):
             current = None
         return current if current is not None else await self._home(topic)
 
+    async def owners(self, topics: list[str]) -> list[BrokerAddress | None]:
+        """``owner`` of each topic: the ownership records read together, the live owners they name
+        answered from them; a record that needs more (none, ours of an earlier incarnation, an
+        owner gone or not answering) takes the way of ``owner``, one topic at a time."""
+        found: list[BrokerAddress | None] = [self.local if t in self.owned else None for t in topics]
+        rest = [i for i, address in enumerate(found) if address is None]
+        if not rest or not self._registered.is_set():
+            return found if not rest else [a if a is not None else await or_none(self.owner(t))
+                                           for t, a in zip(topics, found)]
+        records = await self.meta.get_many([owner_key(topics[i]) for i in rest])
+        slow = []
+        for i, rec in zip(rest, records):
+            name, incarnation = decode_owner(rec.value) if rec is not None else ("", "")
+            record = self.membership.brokers.get(name) if name and name != self.local.name else None
+            if record is not None and record.incarnation == incarnation and await self._answers(record.address):
+                found[i] = record.address
+            else:
+                slow.append(i)
+        answers = await gather_bounded(lambda i: or_none(self.owner(topics[i])), slow)
+        for i, address in zip(slow, answers):
+            found[i] = address
+        return found
+
     async def lookup(self, topic: str, *, authoritative: bool = False) -> tuple[BrokerAddress, bool]:
         releasing = self._releasing.get(topic)
         if releasing is not None:  # handing it over: answer with where it goes
@@ -151,6 +174,7 @@ class ClusterPlacement(Rebalancing):
                 hint = self.membership.ring.value(name)
                 break
         raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session", hint)
+
 
 
 __all__ = ["ClusterPlacement", "OWNERS", "OwnerUnreachable", "owner_key"]

@@ -152,6 +152,14 @@ class EmbeddedMetadataStore(MetadataStore):
         pick = min if _NEAREST_IS_MIN[comparison] else max
         return pick(found, key=lambda r: encode_key(r.key))
 
+    async def get_many(self, keys: Sequence[str], *,
+                       partition_keys: Sequence[str | None] | None = None) -> list[Record | None]:
+        self._check()
+        routes = partition_keys if partition_keys is not None else [None] * len(keys)
+        # Each get is a queued operation of its shard: futures, no task per key.
+        return list(await asyncio.gather(*(self._route(key, pk).call(GET, check_key(key), Comparison.EQUAL, True)
+                                           for key, pk in zip(keys, routes))))
+
     async def _get_by_index(self, key: str, comparison: Comparison, partition_key: str | None,
                             include_value: bool, index: str) -> Record | None:
         check_index_name(index)

@@ -24,6 +24,7 @@ from ..errors import (InvalidRequest, MetadataClosed, MetadataError, MetadataUna
 from . import convert as cv
 from ._conn import RETRYABLE, Backoff, Connection, ShardInfo, error_from_rpc
 from ._notify import OxiaNotificationStream
+from ._reads import ShardReads
 from ._writer import DELETE, DELETE_RANGE, PUT, ShardWriter
 from .proto import client_pb2 as pb
 from .tls import OxiaTls
@@ -59,6 +60,7 @@ class OxiaMetadataStore(MetadataStore):
         self.session_timeout = session_timeout
         self._max_inflight = max_inflight
         self._writers: dict[int, ShardWriter] = {}
+        self._reads = ShardReads(self._conn)
         self._sessions: dict[int, int] = {}
         # time.monotonic() at which the last successful keepalive (or the create) of
         # each held session was sent: the server's deadline is at least that plus
@@ -190,6 +192,25 @@ class OxiaMetadataStore(MetadataStore):
         pick = min if _NEAREST_IS_MIN[comparison] else max
         return pick(found, key=lambda r: cv.encode_key(r.key))
 
+    async def get_many(self, keys: Sequence[str], *,
+                       partition_keys: Sequence[str | None] | None = None) -> list[Record | None]:
+        self._check()
+        routes = partition_keys if partition_keys is not None else [None] * len(keys)
+        for key in keys:  # all checked before any is sent
+            cv.check_key(key)
+        equal = cv.COMPARISON_TO_PB[Comparison.EQUAL]
+        reqs = [pb.GetRequest(key=key, include_value=True, comparison_type=equal) for key in keys]
+        futures = [self._reads.submit(await self._route(key, pk), req) for req, key, pk in zip(reqs, keys, routes)]
+        out: list[Record | None] = []
+        for req, res in zip(reqs, await asyncio.gather(*futures)):
+            if res.status == pb.KEY_NOT_FOUND:
+                out.append(None)
+            elif res.status != pb.OK:
+                raise _status_error(res.status, req.key)
+            else:
+                out.append(cv.record_from_pb(res, req.key, True))
+        return out
+
     async def _get_by_index(self, req: pb.GetRequest, comparison: Comparison,
                             partition_key: str | None) -> Record | None:
         found = [r for r in await asyncio.gather(
@@ -205,15 +226,7 @@ class OxiaMetadataStore(MetadataStore):
         return cv.record_from_pb(best, best.key, req.include_value)
 
     async def _get(self, shard: ShardInfo, req: pb.GetRequest, *, raw: bool = False) -> Any:
-        async def call() -> pb.GetResponse:
-            stream = self._conn.stub(shard.leader).Read(
-                pb.ReadRequest(shard=shard.id, gets=[req]), metadata=self._conn.shard_metadata(shard.id))
-            resp = await stream.read()
-            if resp is grpc.aio.EOF:
-                raise MetadataUnavailable("empty read response")
-            return resp.gets[0]
-
-        res = await self._conn.retry(call)
+        res = await self._reads.submit(shard, req)
         if res.status == pb.KEY_NOT_FOUND:
             return None
         if res.status != pb.OK:

@@ -12,7 +12,7 @@ from ....auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from ....topics.topic_configs import ReplicaLayout, replica_layouts
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
-from ..catalog.routing import NO_LEADER, Routing, gather_bounded
+from ..catalog.routing import NO_LEADER, Routing
 from ..security import access
 from ..catalog.catalog import valid_name
 from .context import AdminContext
@@ -36,14 +36,16 @@ def _brokers(cls, name: str, routing: Routing, also=(), protocol: str = "PLAINTE
 
 
 async def handle_metadata(ctx: AdminContext, conn, head, req):
-    catalog, routing = ctx.catalog, ctx.routing
+    routing = ctx.routing
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     wanted, asked_ids, denied = await _wanted(ctx, conn, req)
-    known = [(name, count) for name, count in wanted if count is not None]
-    streams, partitions = await _leaders(ctx, known)
-    layouts = await replica_layouts(ctx.meta, [name for name, _ in known])
+    known = [name for name, count in wanted if count is not None]
+    described, layouts = await asyncio.gather(ctx.catalog.describe_topics(known), replica_layouts(ctx.meta, known))
+    described = dict(zip(known, described))
+    partitions = await _leaders(ctx, described)
     live = [b.node_id for b in routing.brokers()]
+    with_ids = head.api_version >= 10
     topics = []
     for index, (name, count) in enumerate(wanted):
         if index in asked_ids:  # named by an id no topic has
@@ -56,17 +58,19 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
                                topic_id=ZERO_UUID, is_internal=False, partitions=(),
                                topic_authorized_operations=NO_OPERATIONS))
             continue
-        if count is None:
+        if count is None or not described[name][0]:  # not there (or deleted since it was listed)
             code = ErrorCode.invalid_topic_exception if not valid_name(name) else ErrorCode.unknown_topic_or_partition
             topics.append(make(topic_cls, error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
                                partitions=(), topic_authorized_operations=NO_OPERATIONS))
             continue
         parts = _partitions(part_cls, routing, partitions[name], live, layouts.get(name, ReplicaLayout()))
-        topic_id = await catalog.topic_id(name) if head.api_version >= 10 else None
+        topic_id = described[name][1] if with_ids else None
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
                            is_internal=False, partitions=parts, topic_authorized_operations=NO_OPERATIONS))
-    leaders = [leader for name, _ in streams for leader, _ in partitions[name] if leader is not None]
-    brokers, controller = _brokers(cls, "MetadataResponseBroker", routing, also=leaders, protocol=conn.protocol)
+    leaders = {leader.name: leader for described in partitions.values() for leader, _ in described
+               if leader is not None}
+    brokers, controller = _brokers(cls, "MetadataResponseBroker", routing, also=leaders.values(),
+                                   protocol=conn.protocol)
     return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=routing.local.cluster_id,
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 
@@ -108,19 +112,15 @@ async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | N
     return wanted, asked_ids, denied
 
 
-async def _leaders(ctx: AdminContext, known: list[tuple[str, int]]) -> tuple[list, dict[str, list]]:
-    """(topic, its streams) of each known topic, and (leader or None, leader epoch) of its partitions.
+async def _leaders(ctx: AdminContext, described: dict[str, tuple[list, object]]) -> dict[str, list]:
+    """(leader or None, leader epoch) of each partition of each topic described.
 
-    Every partition's leader and epoch are metadata reads: all of them at once."""
-    catalog = ctx.catalog
-    streams = list(zip((n for n, _ in known), await gather_bounded(lambda t: catalog.streams(*t), known)))
-    flat = [stream for _, names in streams for stream in names]
-
-    async def describe(stream):
-        return await asyncio.gather(ctx.routing.leader(str(stream)), catalog.leader_epoch(stream))
-
-    described = iter(await gather_bounded(describe, flat))
-    return streams, {name: [next(described) for _ in names] for name, names in streams}
+    Every partition's leader and epoch are metadata reads: all of them at once, read together."""
+    flat = [stream for streams, _ in described.values() for stream in streams]
+    leaders, epochs = await asyncio.gather(ctx.routing.leaders([str(s) for s in flat]),
+                                           ctx.catalog.leader_epochs(flat))
+    pairs = iter(zip(leaders, epochs))
+    return {name: [next(pairs) for _ in streams] for name, (streams, _) in described.items()}
 
 
 def _partitions(part_cls, routing: Routing, leaders: list, live: list[int], layout: ReplicaLayout) -> tuple:

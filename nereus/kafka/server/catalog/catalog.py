@@ -13,12 +13,13 @@ import json
 import logging
 import re
 import uuid
+from collections import OrderedDict
 
 from ....ledger.naming import TopicName
 from ....meta import cas
 from ....storage import StreamNotFound
-from ....topics.partitioned import ensure_stream
-from ....topics import create_partitioned_topic, key_log, list_partitioned_topics, partitioned_key, partitions_of
+from ....topics.partitioned import ensure_stream, partitioned_topic_counts
+from ....topics import create_partitioned_topic, key_log, partitioned_key, partitions_of
 from ....topics.topic_configs import assign_replicas, delete_topic_configs, replace_topic_configs
 from .partition import ATTACHMENT, Partition
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 _LEGAL = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 NAMESPACE_PREFIX = "persistent://public/default/"
 _CREATE_CONCURRENCY = 64  # partition streams created at once by CreateTopics / CreatePartitions
+MAX_REMEMBERED_IDS = 100_000  # topic id -> name pairs a broker keeps
 _TOPIC_IDS = uuid.UUID("6e657265-7573-4b61-666b-61546f706963")  # the uuid5 namespace of topic ids
 
 
@@ -55,7 +57,7 @@ class Catalog:
         self.registry = registry
         self.configs = configs  # TopicConfigs: told of topics created and deleted
         self.producer_options = producer_options or {}  # of each partition's ProducerStates
-        self._names_by_id: dict[uuid.UUID, str] = {}
+        self._names_by_id: OrderedDict[uuid.UUID, str] = OrderedDict()
         self._writing: dict[tuple[str, int], Partition] = {}  # see partition_to_write
 
     async def partition_count(self, topic: str) -> int | None:
@@ -105,17 +107,27 @@ class Catalog:
         owner. The owner knows its own; others read it from the stream's tail (and a
         partition loaded here for reads serves at least that epoch from now on).
         """
-        loaded = self.registry.loaded(stream)
-        part = loaded.attachments.get(ATTACHMENT) if loaded is not None else None
-        if part is not None and not part.closed and part.handle.writable:
-            return part.leader_epoch
-        try:
-            token = (await self.storage.tail(await self.storage.stream_id(str(stream)))).token
-        except StreamNotFound:
-            return 0  # created on first use
-        if part is not None:
-            part.leader_epoch = max(part.leader_epoch, token)
-        return token
+        return (await self.leader_epochs([stream]))[0]
+
+    async def leader_epochs(self, streams: list[TopicName]) -> list[int]:
+        """``leader_epoch`` of each stream, those not written here read together."""
+        epochs = [0] * len(streams)  # a stream not created yet is on its first epoch
+        reading: list[tuple[int, Partition | None]] = []
+        for i, stream in enumerate(streams):
+            loaded = self.registry.loaded(stream)
+            part = loaded.attachments.get(ATTACHMENT) if loaded is not None else None
+            if part is not None and not part.closed and part.handle.writable:
+                epochs[i] = part.leader_epoch
+            else:
+                reading.append((i, part))
+        ids = await self.storage.stream_ids([str(streams[i]) for i, _ in reading])
+        present = [(i, part, stream_id) for (i, part), stream_id in zip(reading, ids) if stream_id is not None]
+        tails = await self.storage.tails([stream_id for _, _, stream_id in present])
+        for (i, part, _), tail in zip(present, tails):
+            epochs[i] = tail.token
+            if part is not None:
+                part.leader_epoch = max(part.leader_epoch, tail.token)
+        return epochs
 
     async def partition(self, topic: str, index: int) -> Partition | None:
         """The loaded partition, or None if it does not exist."""
@@ -138,6 +150,11 @@ class Catalog:
                 raise
             if not part.closed:
                 return part
+
+    def writing(self, topic: str, index: int) -> bool:
+        """Does this broker write the partition now (``partition_to_write`` answers from memory)?"""
+        part = self._writing.get((topic, index))
+        return part is not None and not part.closed and part.handle.writable
 
     async def partition_to_write(self, topic: str, index: int) -> Partition | None:
         """``partition`` for a produce: from memory, with no metadata read, while this broker holds the
@@ -164,46 +181,65 @@ class Catalog:
         creation time of its partitioned record, else its stream's id), so every
         broker computes the same id without storing one.
         """
-        name = pulsar_name(topic)
-        if not valid_name(topic) or name.partition_index >= 0:
-            return None
-        rec = await self.meta.get(partitioned_key(name))
-        if rec is not None:
-            incarnation = f"p{rec.version.created_timestamp}"
-        else:
-            try:
-                incarnation = f"s{await self.storage.stream_id(str(name))}"
-            except StreamNotFound:
-                return None
+        return (await self.describe_topics([topic]))[0][1]
+
+    async def describe_topics(self, topics: list[str]) -> list[tuple[list[TopicName], uuid.UUID | None]]:
+        """(the streams of its partitions in order, ``topic_id``) of each topic, their records read
+        together; ([], None) for a topic that is not there."""
+        names = [pulsar_name(t) if valid_name(t) and pulsar_name(t).partition_index < 0 else None for t in topics]
+        present = [(i, name) for i, name in enumerate(names) if name is not None]
+        records = await self.meta.get_many([partitioned_key(name) for _, name in present])
+        out: list[tuple[list[TopicName], uuid.UUID | None]] = [([], None)] * len(topics)
+        plain = []
+        for (i, name), rec in zip(present, records):
+            if rec is not None:
+                count = json.loads(rec.value)["partitions"]
+                out[i] = ([name.partition(p) for p in range(count)], self._topic_id(topics[i], f"p{rec.version.created_timestamp}"))
+            else:
+                plain.append((i, name))
+        for (i, name), stream_id in zip(plain, await self.storage.stream_ids([str(name) for _, name in plain])):
+            if stream_id is not None:
+                out[i] = ([name], self._topic_id(topics[i], f"s{stream_id}"))
+        return out
+
+    @staticmethod
+    def _topic_id(topic: str, incarnation: str) -> uuid.UUID:
         return uuid.uuid5(_TOPIC_IDS, f"{topic}/{incarnation}")
 
     async def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id, or None (looked up among the topics of public/default).
 
-        Names found are remembered: a client names its topics by id in every fetch and
-        heartbeat, and a scan computes every topic's id. A remembered name is checked
-        again (the topic may have been deleted or re-created under it).
+        Names found are remembered (up to ``MAX_REMEMBERED_IDS``, the most recently
+        asked kept): a client names its topics by id in every fetch and heartbeat, and a
+        scan computes every topic's id. A remembered name is checked again (the topic
+        may have been deleted or re-created under it).
         """
-        known = self._names_by_id.get(topic_id)
+        remembered = self._names_by_id
+        known = remembered.get(topic_id)
         if known is not None and await self.topic_id(known) == topic_id:
+            remembered.move_to_end(topic_id)
             return known
+        topics = list(await self.list_topics())
         found = None
-        for topic in await self.list_topics():
-            tid = await self.topic_id(topic)
-            if tid is not None:
-                self._names_by_id[tid] = topic
-                found = topic if tid == topic_id else found
+        for topic, (_, tid) in zip(topics, await self.describe_topics(topics)):
+            if tid == topic_id:
+                found = topic
+            elif tid is not None and len(remembered) < MAX_REMEMBERED_IDS:
+                remembered[tid] = topic
+        if found is not None:
+            remembered[topic_id] = found
+            remembered.move_to_end(topic_id)
+            while len(remembered) > MAX_REMEMBERED_IDS:
+                remembered.popitem(last=False)
         return found
 
     async def list_topics(self) -> dict[str, int]:
         """Every topic of public/default with its partition count."""
         out: dict[str, int] = {}
-        for full in await list_partitioned_topics(self.meta, NAMESPACE_PREFIX):
+        for full, count in (await partitioned_topic_counts(self.meta, NAMESPACE_PREFIX)).items():
             local = full[len(NAMESPACE_PREFIX):]
             if valid_name(local):
-                rec = await self.meta.get(partitioned_key(pulsar_name(local)))
-                if rec is not None:
-                    out[local] = json.loads(rec.value)["partitions"]
+                out[local] = count
         for full in await self.storage.list_streams(NAMESPACE_PREFIX):
             name = TopicName.parse(full)
             if name.partition_index >= 0 or name.local in out or not valid_name(name.local):

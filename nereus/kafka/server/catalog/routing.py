@@ -11,16 +11,14 @@ for ``group:{id}``; reads need no owner, so any broker serves them from storage.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from ....topics.placement import BrokerAddress, NotOwner
+from ....topics.placement import BrokerAddress, or_none
 
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
-MAX_CONCURRENT_LOOKUPS = 256  # owner lookups in flight for one Metadata request
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +85,11 @@ class Routing:
 
     async def leader(self, stream: str) -> BrokerAddress | None:
         """The stream's owner; None when nobody can serve it right now (clients retry)."""
-        try:
-            return await self.placement.owner(stream)
-        except NotOwner as exc:  # its owner just died and its record has not expired yet
-            log.debug("kafka: no leader for %s: %s", stream, exc)
-        except Exception as exc:  # one failed lookup must not fail a whole Metadata answer
-            log.warning("kafka: owner lookup of %s failed: %s", stream, exc)
-        return None
+        return await or_none(self.placement.owner(stream))
+
+    async def leaders(self, streams: list[str]) -> list[BrokerAddress | None]:
+        """``leader`` of each stream, read together."""
+        return await self.placement.owners(streams)
 
     # -- groups and transactional ids ------------------------------------------------------
     def coordinator(self, group_id: str) -> BrokerAddress:
@@ -131,15 +127,4 @@ def coordinator_key(group_id: str) -> str:
     return "group:" + group_id
 
 
-async def gather_bounded(func, items, limit: int = MAX_CONCURRENT_LOOKUPS) -> list:
-    """``[await func(item) for item in items]``, at most ``limit`` at a time (metadata reads)."""
-    gate = asyncio.Semaphore(limit)
-
-    async def one(item):
-        async with gate:
-            return await func(item)
-
-    return list(await asyncio.gather(*(one(item) for item in items)))
-
-
-__all__ = ["KafkaBroker", "LocalBroker", "NO_LEADER", "Routing", "coordinator_key", "gather_bounded"]
+__all__ = ["KafkaBroker", "LocalBroker", "NO_LEADER", "Routing", "coordinator_key"]

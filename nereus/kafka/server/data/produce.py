@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ....auth.kafka_acls import TOPIC, TRANSACTIONAL_ID, WRITE
 from ....storage import StreamFenced
-from ....tasks import unless
+from ....tasks import gather_bounded, unless
 from ....codec.kafka import InvalidBatch, UnsupportedMagic, make, nested, split_batches
 from ....codec.kafka.batch import HEADER_SIZE, with_log_append_time
 from ....codec.kafka.inflate import check_decompressed
@@ -32,6 +32,8 @@ from .context import DataContext
 from .record_checks import RecordErrors
 
 log = logging.getLogger(__name__)
+
+COLD_LOADS_AT_ONCE = 64  # partitions of one produce request loaded at once
 
 
 class _Refused(Exception):
@@ -53,6 +55,8 @@ async def handle_produce(ctx: DataContext, conn, head, req):
         conn, TRANSACTIONAL_ID, req.transactional_id, WRITE)
     if req.transactional_id is not None and not txn_refused:
         await txn_data.begin_request(ctx.txns, ctx.catalog, req)
+    if not txn_refused:
+        await _load_cold_partitions(ctx, conn, req)
     for topic in req.topic_data:
         parts = []
         results.append((topic.name, parts))
@@ -84,6 +88,33 @@ async def handle_produce(ctx: DataContext, conn, head, req):
         return make(cls, responses=tuple(topics), throttle_time=throttle_time(throttle_ms))
 
     return respond()
+
+
+async def _load_cold_partitions(ctx: DataContext, conn, req) -> None:
+    """Load together the request's partitions this broker does not write yet, their writers taken.
+
+    A producer's first request to a new topic names all of its partitions, and each one's
+    load waits on metadata writes (the topic claimed, the append session taken): one after
+    the other, that is seconds for a few hundred partitions. The appends that follow still
+    start in the request's order; a failure here is met again, and answered, by that step.
+    """
+    catalog = ctx.catalog
+    cold = [(topic.name, pdata.index) for topic in req.topic_data for pdata in topic.partition_data
+            if not catalog.writing(topic.name, pdata.index)]
+    if len(cold) < 2 or ctx.storage.refusal is not None:
+        return
+
+    async def load(name: str, index: int) -> None:
+        if not await access.allowed(conn, TOPIC, name, WRITE):
+            return
+        try:
+            part = await catalog.partition_to_write(name, index)
+            if part is not None:
+                await part.ensure_writer()
+        except Exception as exc:  # answered for this partition by its produce step
+            log.debug("kafka: loading %s-%d for a produce: %s", name, index, exc)
+
+    await gather_bounded(lambda cold_one: load(*cold_one), cold, limit=COLD_LOADS_AT_ONCE)
 
 
 async def _outcome(outcome):

@@ -1,0 +1,160 @@
+"""The ``kafka-metadata`` part of bench/scale.py: a Kafka Metadata answer for every topic of a big cluster.
+
+A ``nereus oxia`` metadata server and one ``nereus broker``. ``--metadata-topics`` topics of
+``--metadata-partitions`` partitions each are created with Kafka CreateTopics (confluent-kafka's
+admin client, in batches); one message goes to each partition so every partition has an owner
+and a leader epoch, as in a cluster in use. Then a Metadata request v12 for all topics
+(``topics`` null) is timed on a raw socket, from the request sent to the last byte of the answer
+read (the decoding of the answer on the client's side is timed apart, and not counted).
+
+Target: <= 1 s for 100,000 partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import shutil
+import socket
+import statistics
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+from _scale_loaded import start_cluster  # bench/ is on sys.path
+
+TARGET_SECONDS = 1.0
+METADATA = 3
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--metadata-topics", type=int, default=25_000, help="topics (the kafka-metadata part)")
+    parser.add_argument("--metadata-partitions", type=int, default=4, help="partitions per topic (the kafka-metadata part)")
+    parser.add_argument("--metadata-rounds", type=int, default=5, help="Metadata requests timed (the kafka-metadata part)")
+
+
+def metadata_frame(correlation_id: int, version: int = 12) -> bytes:
+    """A Metadata request for every topic (``topics`` null), size prefix included."""
+    from kio.index import load_request_schema
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.serial import entity_writer
+
+    cls = load_request_schema(METADATA, version)
+    buf = io.BytesIO()
+    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=METADATA, request_api_version=version,
+                                                    correlation_id=correlation_id, client_id="bench"))
+    entity_writer(cls)(buf, cls(topics=None, allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False))
+    body = buf.getvalue()
+    return struct.pack(">i", len(body)) + body
+
+
+def read_exactly(sock: socket.socket, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = sock.recv(min(size - len(out), 1 << 20))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        out += chunk
+    return bytes(out)
+
+
+def timed_metadata(port: int, correlation_id: int) -> tuple[float, bytes]:
+    """(seconds from the request sent to the answer's last byte, the answer frame)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
+        frame = metadata_frame(correlation_id)
+        started = time.perf_counter()
+        sock.sendall(frame)
+        size = struct.unpack(">i", read_exactly(sock, 4))[0]
+        answer = read_exactly(sock, size)
+        return time.perf_counter() - started, answer
+
+
+def partitions_in(answer: bytes, version: int = 12) -> tuple[int, int, int]:
+    """(topics, partitions, partitions with a leader) in a Metadata answer frame."""
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    cls = load_response_schema(METADATA, version)
+    resp = entity_reader(cls)(answer, 5)[0]  # correlation id, then the header's empty tagged fields
+    parts = [p for t in resp.topics for p in t.partitions]
+    return len(resp.topics), len(parts), sum(1 for p in parts if p.leader_id >= 0)
+
+
+def create_topics(bootstrap: str, count: int, partitions: int, progress) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    batch = 500
+    for start in range(0, count, batch):
+        futures = admin.create_topics([NewTopic(f"m-{i}", partitions) for i in range(start, min(count, start + batch))],
+                                      request_timeout=300)
+        for future in futures.values():
+            future.result(300)
+        if (start + batch) % 5000 == 0:
+            progress(start + batch)
+
+
+def produce_everywhere(bootstrap: str, count: int, partitions: int, producers: int = 16) -> None:
+    """One message to each partition, from ``producers`` producers at once (each its own connection:
+    a partition's first write waits on its load, and a connection's requests are served in order)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from confluent_kafka import Producer
+
+    def share(first: int) -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000,
+                             "topic.metadata.refresh.interval.ms": 600_000})
+        for i in range(first, count, producers):
+            for p in range(partitions):
+                producer.produce(f"m-{i}", b"x", partition=p)
+            producer.poll(0)
+        if producer.flush(1800) != 0:
+            raise RuntimeError("not every message was acknowledged")
+
+    with ThreadPoolExecutor(producers) as pool:
+        for done in pool.map(share, range(producers)):
+            pass
+
+
+async def run(args) -> dict[str, float]:
+    return await asyncio.to_thread(run_metadata, args)
+
+
+def run_metadata(args) -> dict[str, float]:
+    count, partitions = args.metadata_topics, args.metadata_partitions
+    total = count * partitions
+    workdir = Path(tempfile.mkdtemp(prefix="scale-metadata-", dir=args.dir))
+    (workdir / "objects").mkdir()
+    oxia, broker, ports = start_cluster(workdir, idle_seconds=0)
+    bootstrap = f"127.0.0.1:{ports['kafka']}"
+    try:
+        started = time.monotonic()
+        create_topics(bootstrap, count, partitions, lambda n: print(f"  {n:,} of {count:,} topics created", flush=True))
+        print(f"  {count:,} topics ({total:,} partitions) created in {time.monotonic() - started:.0f} s", flush=True)
+        started = time.monotonic()
+        produce_everywhere(bootstrap, count, partitions)
+        print(f"  one message on each partition in {time.monotonic() - started:.0f} s", flush=True)
+        first, answer = timed_metadata(ports["kafka"], 1)
+        decoding = time.perf_counter()
+        topics, listed, led = partitions_in(answer)
+        decoding = time.perf_counter() - decoding
+        if listed != total or led != total:
+            raise RuntimeError(f"the answer lists {listed:,} partitions ({led:,} with a leader) of {total:,}")
+        timings = [timed_metadata(ports["kafka"], 2 + r)[0] for r in range(args.metadata_rounds)]
+        median = statistics.median(timings)
+        print(f"  Metadata v12 for {topics:,} topics / {listed:,} partitions ({len(answer) / 2**20:.1f} MiB): first "
+              f"{first:.2f} s, then median {median:.2f} s, max {max(timings):.2f} s (target <= {TARGET_SECONDS:.1f} s); "
+              f"the client decodes it in {decoding:.1f} s (not counted)", flush=True)
+        return {"metadata_partitions": total, "metadata_first_seconds": round(first, 3),
+                "metadata_median_seconds": round(median, 3), "metadata_max_seconds": round(max(timings), 3),
+                "metadata_answer_bytes": len(answer)}
+    finally:
+        for process in (broker, oxia):
+            process.terminate()
+            try:
+                process.wait(60)
+            except Exception:  # noqa: BLE001
+                process.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
