@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from collections import defaultdict
@@ -150,10 +151,17 @@ class StreamStorage:
         rec = await self.meta.get(records.meta_key(stream_id), partition_key=records.stream_partition(stream_id))
         return rec is not None
 
-    async def list_streams(self, prefix: str = "") -> list[str]:
-        """Names of the streams whose names start with ``prefix`` (in key order)."""
+    async def list_streams(self, prefix: str = "", *, exclude: re.Pattern | None = None) -> list[str]:
+        """Names of the streams whose names start with ``prefix`` (in key order).
+
+        ``exclude``: names it finds (``search``) are left out before they are decoded. Their
+        keys hold the names URL-quoted, so it must only match characters quoting leaves alone
+        (letters, digits, ``-._~``), as ``-partition-\\d+$`` does.
+        """
         lo, hi = records.names_range(prefix)
-        return [records.name_from_key(k) async for k in self.meta.list(lo, hi)]
+        if exclude is None:
+            return [records.name_from_key(k) async for k in self.meta.list(lo, hi)]
+        return [records.name_from_key(k) async for k in self.meta.list(lo, hi) if not exclude.search(k)]
 
     async def list_streams_page(self, prefix: str = "", *, start_after: str | None = None,
                                 limit: int = 1000) -> list[str]:

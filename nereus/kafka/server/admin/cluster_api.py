@@ -84,8 +84,7 @@ async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | N
     asked_ids: dict[int, object] = {}
     denied: set[str] = set()  # their names are still answered
     if req.topics is None:  # as Kafka: the topics the principal may not describe are left out
-        wanted = [(name, count) for name, count in sorted((await catalog.list_topics()).items())
-                  if await access.allowed(conn, TOPIC, name, DESCRIBE)]
+        wanted = await access.allowed_items(conn, TOPIC, sorted((await catalog.list_topics()).items()), DESCRIBE)
         return wanted, asked_ids, denied
     wanted = []
     for t in req.topics:

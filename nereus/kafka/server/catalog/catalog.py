@@ -15,7 +15,7 @@ import re
 import uuid
 from collections import OrderedDict
 
-from ....ledger.naming import TopicName
+from ....ledger.naming import PARTITION_SUFFIX, TopicName
 from ....meta import cas
 from ....storage import StreamNotFound
 from ....topics.partitioned import ensure_stream, partitioned_topic_counts
@@ -26,6 +26,7 @@ from .partition import ATTACHMENT, Partition
 log = logging.getLogger(__name__)
 
 _LEGAL = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_PARTITION_STREAM = re.compile(r"-partition-\d+$")  # a partition's own stream is not a Kafka topic
 NAMESPACE_PREFIX = "persistent://public/default/"
 _CREATE_CONCURRENCY = 64  # partition streams created at once by CreateTopics / CreatePartitions
 MAX_REMEMBERED_IDS = 100_000  # topic id -> name pairs a broker keeps
@@ -109,7 +110,7 @@ class Catalog:
         """
         return (await self.leader_epochs([stream]))[0]
 
-    async def leader_epochs(self, streams: list[TopicName]) -> list[int]:
+    async def leader_epochs(self, streams: list[TopicName | str]) -> list[int]:
         """``leader_epoch`` of each stream, those not written here read together."""
         epochs = [0] * len(streams)  # a stream not created yet is on its first epoch
         reading: list[tuple[int, Partition | None]] = []
@@ -183,23 +184,24 @@ class Catalog:
         """
         return (await self.describe_topics([topic]))[0][1]
 
-    async def describe_topics(self, topics: list[str]) -> list[tuple[list[TopicName], uuid.UUID | None]]:
-        """(the streams of its partitions in order, ``topic_id``) of each topic, their records read
+    async def describe_topics(self, topics: list[str]) -> list[tuple[list[str], uuid.UUID | None]]:
+        """(the stream names of its partitions in order, ``topic_id``) of each topic, their records read
         together; ([], None) for a topic that is not there."""
         names = [pulsar_name(t) if valid_name(t) and pulsar_name(t).partition_index < 0 else None for t in topics]
         present = [(i, name) for i, name in enumerate(names) if name is not None]
         records = await self.meta.get_many([partitioned_key(name) for _, name in present])
-        out: list[tuple[list[TopicName], uuid.UUID | None]] = [([], None)] * len(topics)
+        out: list[tuple[list[str], uuid.UUID | None]] = [([], None)] * len(topics)
         plain = []
         for (i, name), rec in zip(present, records):
             if rec is not None:
                 count = json.loads(rec.value)["partitions"]
-                out[i] = ([name.partition(p) for p in range(count)], self._topic_id(topics[i], f"p{rec.version.created_timestamp}"))
+                base = f"{name}{PARTITION_SUFFIX}"
+                out[i] = ([f"{base}{p}" for p in range(count)], self._topic_id(topics[i], f"p{rec.version.created_timestamp}"))
             else:
                 plain.append((i, name))
         for (i, name), stream_id in zip(plain, await self.storage.stream_ids([str(name) for _, name in plain])):
             if stream_id is not None:
-                out[i] = ([name], self._topic_id(topics[i], f"s{stream_id}"))
+                out[i] = ([str(name)], self._topic_id(topics[i], f"s{stream_id}"))
         return out
 
     @staticmethod
@@ -240,11 +242,10 @@ class Catalog:
             local = full[len(NAMESPACE_PREFIX):]
             if valid_name(local):
                 out[local] = count
-        for full in await self.storage.list_streams(NAMESPACE_PREFIX):
-            name = TopicName.parse(full)
-            if name.partition_index >= 0 or name.local in out or not valid_name(name.local):
-                continue
-            out[name.local] = 1
+        for full in await self.storage.list_streams(NAMESPACE_PREFIX, exclude=_PARTITION_STREAM):
+            local = full[len(NAMESPACE_PREFIX):]
+            if local not in out and valid_name(local):
+                out[local] = 1
         return out
 
     async def create(self, topic: str, partitions: int, configs: dict[str, str] | None = None,

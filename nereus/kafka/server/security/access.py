@@ -31,6 +31,13 @@ async def allowed(conn, resource_type: int, name: str, operation: int) -> bool:
     return ok
 
 
+async def allowed_items(conn, resource_type: int, items: list, operation: int) -> list:
+    """The (name, ...) items whose resource ``allowed`` lets the principal ``operation`` on, in order."""
+    if conn.authorizer is None:  # a listing of many topics needs no check of each
+        return items
+    return [item for item in items if await allowed(conn, resource_type, item[0], operation)]
+
+
 async def may_create(conn, topic: str) -> bool:
     """CREATE on the topic or on the cluster (a Pulsar produce grant counts, as a Pulsar producer creates)."""
     return await allowed(conn, TOPIC, topic, CREATE) or await allowed(conn, CLUSTER, CLUSTER_NAME, CREATE)
@@ -45,4 +52,4 @@ async def may_write_idempotently(conn) -> bool:
     return await authorizer.kafka_writes_some_topic(conn.principal, _host(conn))
 
 
-__all__ = ["CLUSTER_NAME", "allowed", "may_create", "may_write_idempotently"]
+__all__ = ["CLUSTER_NAME", "allowed", "allowed_items", "may_create", "may_write_idempotently"]
