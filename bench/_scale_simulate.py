@@ -163,7 +163,9 @@ async def admin_run(args: argparse.Namespace, shards: int, records: int, root: P
                "cores": created["create_cpu_s"] / created["create_seconds"],
                "ops_per_record": taken["ops"] / created["records"], "ops_per_commit": taken["ops"] / taken["commits"],
                # Commit rounds of each shard per block of stream ids: constant when the block's CAS paces creation.
-               "rounds_per_id_block": taken["commits"] / shards / (created["records"] / STREAM_ID_BLOCK)}
+               "rounds_per_id_block": taken["commits"] / shards / (created["records"] / STREAM_ID_BLOCK),
+               "ms_per_round": 1000 * taken["seconds"] / (taken["commits"] / shards),
+               "commits_per_record": taken["commits"] / created["records"]}
         if count_lookups:
             run["lookup_claim_ops"], run["lookup_owned_ops"] = await lookup_ops(broker, layout, args.seed)
     finally:
@@ -180,8 +182,19 @@ def print_admin(run: dict) -> None:
     print(f"  shards={run['shards']} {run['creates_per_s']:,.0f} records/s ({run['creates_per_s'] / run['shards']:,.0f} "
           f"per shard), {run['cores']:.2f} cores, {run['cpu_us_per_record']:.0f} us CPU/record, "
           f"{run['ops_per_record']:.2f} ops/record, {run['ops_per_commit']:.0f} ops/commit, "
-          f"{run['rounds_per_id_block']:.1f} commit rounds per {STREAM_ID_BLOCK} stream ids, "
+          f"{run['rounds_per_id_block']:.1f} commit rounds of {run['ms_per_round']:.1f} ms per {STREAM_ID_BLOCK} "
+          f"stream ids, "
           f"{run['bytes_per_record']:.0f} B/record; load {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def cpu_per_commit(runs: list[dict]) -> tuple[float, float]:
+    """CPU microseconds per record = a + b x commits per record, fitted (least squares) over ``runs``:
+    (a, b). More shards in one process spread the same operations over more, smaller commits."""
+    xs, ys = [r["commits_per_record"] for r in runs], [r["cpu_us_per_record"] for r in runs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / spread if spread else 0.0
+    return my - b * mx, b
 
 
 # -- 2. replayed operations ---------------------------------------------------------------------------------
@@ -370,6 +383,11 @@ async def run(args: argparse.Namespace) -> dict:
                                          Path(tempfile.mkdtemp(prefix=f"admin-{shards}-", dir=parent)),
                                          count_lookups=i == 0))
             print_admin(admin[-1])
+        if len(admin) > 1:
+            base, per_commit = cpu_per_commit(admin)
+            print(f"  CPU per record = {base:.0f} us + {per_commit:.0f} us per group commit (a commit's share "
+                  f"grows with the shards)", flush=True)
+            figures.update({"cpu_us_per_record_base": round(base), "cpu_us_per_commit": round(per_commit)})
         claim_ops, owned_ops = admin[0]["lookup_claim_ops"], admin[0]["lookup_owned_ops"]
         print(f"  a lookup: {claim_ops:.2f} metadata ops when it claims the topic, {owned_ops:.2f} when owned",
               flush=True)
@@ -392,7 +410,8 @@ async def run(args: argparse.Namespace) -> dict:
         print_plan(the_plan, targets)
         for r in admin:
             figures.update({f"admin{r['shards']}_creates_per_s": r["creates_per_s"],
-                            f"admin{r['shards']}_cores": round(r["cores"], 2)})
+                            f"admin{r['shards']}_cores": round(r["cores"], 2),
+                            f"admin{r['shards']}_ms_per_round": round(r["ms_per_round"], 1)})
         figures.update({"ops_per_record": round(admin[0]["ops_per_record"], 2),
                         "lookup_owned_ops": round(owned_ops, 2), "lookup_claim_ops": round(claim_ops, 2),
                         "shard_creates_per_s": round(rates.creates_per_s),
