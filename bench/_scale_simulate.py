@@ -17,7 +17,7 @@ Every engine is a fresh durable embedded engine (LMDB, every group commit fsync'
 3. **The plan** (``_scale_plan.plan``) from those rates and the ``--plan-*`` targets, then **the
    simulation**: one metadata server of the plan (its shards per server) in one engine, holding
    ``1/--sim-scale`` of the plan's topic records, created through the admin path. Checks: the records'
-   spread over the shards; bytes per record against the 10M run's; the largest shard extrapolated
+   spread over the shards; bytes per record against the 10M run's; the mean shard extrapolated
    to the plan's records per shard; and the aggregate rate of replayed creations on the server's
    shards against ``machine_rate`` (fsync-bound shards add up until the process's one core of Python
    is used up), alternating with one shard ``--sim-rounds`` times and keeping the best of each (the
