@@ -3,6 +3,7 @@
     .venv/bin/python bench/scale.py --only records --topics 1000000
     .venv/bin/python bench/scale.py --only records            # 10,000,000 topic records
     .venv/bin/python bench/scale.py --only loaded --loaded-topics 20000
+    .venv/bin/python bench/scale.py --only simulate           # about two minutes
 
 Parts (``--only`` takes a comma list; default: every part):
 
@@ -13,6 +14,10 @@ Parts (``--only`` takes a comma list; default: every part):
   they are unloaded for idleness.
 * ``kafka-metadata`` (``_scale_kafka_metadata.py``): the time of a Kafka Metadata answer (v12) for
   every topic, 100,000 partitions by default.
+* ``simulate`` (``_scale_simulate.py``, arithmetic in ``_scale_plan.py``): per-shard rates of the
+  embedded engine (creations, lookups, claims, bytes per topic record), the shards and metadata
+  servers 100M topic records need (``docs/scale.md``), and that plan scaled down on the engine's
+  real shards, checked: spread, aggregate rate, bytes per record and per shard.
 
 Each part is a module with ``add_arguments(parser)`` and ``async run(args) -> dict``; a new
 part is one more entry of ``PARTS``. Each part prints progress lines as it goes and, at its
@@ -32,12 +37,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import _scale_kafka_metadata  # noqa: E402
 import _scale_loaded  # noqa: E402
 import _scale_records  # noqa: E402
+import _scale_simulate  # noqa: E402
 
 #: name -> module of the part (``add_arguments``, ``run``), in the order they run.
 PARTS = {
     "records": _scale_records,
     "loaded": _scale_loaded,
     "kafka-metadata": _scale_kafka_metadata,
+    "simulate": _scale_simulate,
 }
 
 
