@@ -79,12 +79,14 @@ async def list_partitioned_topics(meta: MetadataStore, prefix: str = "") -> list
     return [unquote(k[start:]) async for k in meta.list(lo, hi)]
 
 
-async def partitioned_topic_counts(meta: MetadataStore, prefix: str = "") -> dict[str, int]:
-    """``list_partitioned_topics`` with each one's partition count (its records read in the same scan)."""
+async def partitioned_topic_records(meta: MetadataStore, prefix: str = "") -> dict[str, tuple[int, int]]:
+    """``list_partitioned_topics`` with each one's (partition count, creation time of its record in ms),
+    its records read in the same scan."""
     lo, hi = _partitioned_range(prefix)
     start = len(PARTITIONED_ROOT) + 1
-    return {unquote(rec.key[start:]): json.loads(rec.value)["partitions"] async for rec in meta.range_scan(lo, hi)}
+    return {unquote(rec.key[start:]): (json.loads(rec.value)["partitions"], rec.version.created_timestamp)
+            async for rec in meta.range_scan(lo, hi)}
 
 
 __all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "ensure_stream", "is_declared_partition",
-           "list_partitioned_topics", "partitioned_topic_counts", "partition_limit", "partitioned_key", "partitions_of"]
+           "list_partitioned_topics", "partitioned_topic_records", "partition_limit", "partitioned_key", "partitions_of"]

@@ -25,6 +25,7 @@ from .bounds import LengthError, check_frame
 from .fetch_response import FETCH, encode_fetch_response
 from .produce_request import PRODUCE, decode_produce
 from .produce_response import encode as encode_produce_response
+from .metadata_response import encode as encode_metadata_response
 from .schemas import MalformedRequest, has, make, module_of, nested, request_schema, response_schema
 
 _API = struct.Struct(">hhi")
@@ -87,6 +88,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     92: ("DeleteShareGroupOffsets", 0, 0),
 }
 API_VERSIONS = 18
+METADATA = 3
 #: A response's ``throttle_time`` when the request was not throttled.
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -167,6 +169,8 @@ def encode_response_chunks(head: RequestHead, body: Any) -> list:
     referenced, not copied (fetch_response.py)."""
     if head.api_key == FETCH:
         return encode_fetch_response(head.correlation_id, head.api_version, body)
+    if head.api_key == METADATA:
+        return [encode_metadata_response(head.correlation_id, head.api_version, body)]
     if head.api_key == PRODUCE:
         frame = encode_produce_response(head.correlation_id, head.api_version, body)
         if frame is not None:

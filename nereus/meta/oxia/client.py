@@ -200,7 +200,11 @@ class OxiaMetadataStore(MetadataStore):
             cv.check_key(key)
         equal = cv.COMPARISON_TO_PB[Comparison.EQUAL]
         reqs = [pb.GetRequest(key=key, include_value=True, comparison_type=equal) for key in keys]
-        futures = [self._reads.submit(await self._route(key, pk), req) for req, key, pk in zip(reqs, keys, routes)]
+        if any(pk is not None and not isinstance(pk, str) for pk in routes):
+            raise InvalidRequest("partition_key must be a str")
+        await self._conn.ready()
+        route = self._conn.route
+        futures = [self._reads.submit(route(key if pk is None else pk), req) for req, key, pk in zip(reqs, keys, routes)]
         out: list[Record | None] = []
         for req, res in zip(reqs, await asyncio.gather(*futures)):
             if res.status == pb.KEY_NOT_FOUND:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -2147483648
+NO_LAYOUT = ReplicaLayout()
 
 def _brokers(cls, name: str, routing: Routing, also=(), protocol: str = "PLAINTEXT") -> tuple[tuple, int]:
     """The live brokers (and the leaders ``also`` named) as ``name`` entries of ``cls``, and the controller id.
@@ -39,13 +40,17 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
     routing = ctx.routing
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
-    wanted, asked_ids, denied = await _wanted(ctx, conn, req)
+    wanted, asked_ids, denied, described = await _wanted(ctx, conn, req)
     known = [name for name, count in wanted if count is not None]
-    described, layouts = await asyncio.gather(ctx.catalog.describe_topics(known), replica_layouts(ctx.meta, known))
-    described = dict(zip(known, described))
+    if described is None:
+        described = dict(zip(known, await ctx.catalog.describe_topics(known)))
+    elif len(described) != len(known):  # some left out (not to be described)
+        described = {name: described[name] for name in known}
+    layouts = await replica_layouts(ctx.meta, known)
     partitions = await _leaders(ctx, described)
     live = [b.node_id for b in routing.brokers()]
     with_ids = head.api_version >= 10
+    made: dict = {}  # partition entries by their fields (``_partitions``)
     topics = []
     for index, (name, count) in enumerate(wanted):
         if index in asked_ids:  # named by an id no topic has
@@ -63,7 +68,7 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
             topics.append(make(topic_cls, error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
                                partitions=(), topic_authorized_operations=NO_OPERATIONS))
             continue
-        parts = _partitions(part_cls, routing, partitions[name], live, layouts.get(name, ReplicaLayout()))
+        parts = _partitions(part_cls, routing, partitions[name], live, layouts.get(name, NO_LAYOUT), made)
         topic_id = described[name][1] if with_ids else None
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
                            is_internal=False, partitions=parts, topic_authorized_operations=NO_OPERATIONS))
@@ -75,17 +80,20 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 
 
-async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str]]:
+async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str],
+                                                      dict | None]:
     """The topics a Metadata request asks about, each with its partition count (None: not there, or
     not to be described), auto-created where asked and allowed; the topic ids named that no topic has
-    (by their index among the topics); the named topics the principal may not describe."""
+    (by their index among the topics); the named topics the principal may not describe; and when
+    every topic is asked for, ``describe_all``'s answer (the listing read it)."""
     catalog = ctx.catalog
     auto_create = getattr(req, "allow_auto_topic_creation", True)
     asked_ids: dict[int, object] = {}
     denied: set[str] = set()  # their names are still answered
     if req.topics is None:  # as Kafka: the topics the principal may not describe are left out
-        wanted = await access.allowed_items(conn, TOPIC, sorted((await catalog.list_topics()).items()), DESCRIBE)
-        return wanted, asked_ids, denied
+        everything = await catalog.describe_all()
+        listed = sorted((name, len(streams)) for name, (streams, _) in everything.items())
+        return await access.allowed_items(conn, TOPIC, listed, DESCRIBE), asked_ids, denied, everything
     wanted = []
     for t in req.topics:
         if t.name and not await access.allowed(conn, TOPIC, t.name, DESCRIBE):
@@ -108,7 +116,7 @@ async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | N
                 log.debug("auto-create of %s: %s", t.name, exc)
             count = await catalog.partition_count(t.name)
         wanted.append((t.name, count))
-    return wanted, asked_ids, denied
+    return wanted, asked_ids, denied, None
 
 
 async def _leaders(ctx: AdminContext, described: dict[str, tuple[list, object]]) -> dict[str, list]:
@@ -118,23 +126,43 @@ async def _leaders(ctx: AdminContext, described: dict[str, tuple[list, object]])
     flat = [stream for streams, _ in described.values() for stream in streams]
     leaders, epochs = await asyncio.gather(ctx.routing.leaders([str(s) for s in flat]),
                                            ctx.catalog.leader_epochs(flat))
-    pairs = iter(zip(leaders, epochs))
-    return {name: [next(pairs) for _ in streams] for name, (streams, _) in described.items()}
+    pairs = list(zip(leaders, epochs))
+    out, at = {}, 0
+    for name, (streams, _) in described.items():
+        out[name] = pairs[at:at + len(streams)]
+        at += len(streams)
+    return out
 
 
-def _partitions(part_cls, routing: Routing, leaders: list, live: list[int], layout: ReplicaLayout) -> tuple:
-    """A topic's partitions as Metadata answers them, from (leader or None, leader epoch) of each."""
+def _partitions(part_cls, routing: Routing, leaders: list, live: list[int], layout: ReplicaLayout,
+                made: dict) -> tuple:
+    """A topic's partitions as Metadata answers them, from (leader or None, leader epoch) of each.
+
+    ``made``: the partition entries of this answer so far, by their fields: entries are
+    immutable, and thousands of partitions share the same few (index, leader, epoch, replicas).
+    """
     parts = []
+    node_of: dict = {}
     for index, (leader, epoch) in enumerate(leaders):
         if leader is None:  # clients refresh metadata and try again
-            parts.append(make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=index,
-                              leader_id=NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
-                              offline_replicas=()))
-            continue
-        node = routing.node_id(leader)
-        replicas, isr, offline = _replicas(node, live, layout, index)
-        parts.append(make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
-                          leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline))
+            key = (index, NO_LEADER, epoch, None)
+        else:
+            node = node_of.get(leader)
+            if node is None:
+                node = node_of[leader] = routing.node_id(leader)
+            key = (index, node, epoch, layout.factor if index not in layout.assigned else layout.assigned[index])
+        part = made.get(key)
+        if part is None:
+            if leader is None:
+                part = make(part_cls, error_code=ErrorCode.leader_not_available, partition_index=index,
+                            leader_id=NO_LEADER, leader_epoch=epoch, replica_nodes=(), isr_nodes=(),
+                            offline_replicas=())
+            else:
+                replicas, isr, offline = _replicas(node, live, layout, index)
+                part = make(part_cls, error_code=ErrorCode.none, partition_index=index, leader_id=node,
+                            leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline)
+            made[key] = part
+        parts.append(part)
     return tuple(parts)
 
 

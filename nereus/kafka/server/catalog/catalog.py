@@ -9,6 +9,7 @@ topic (a plain stream) is partition 0. Topics Kafka creates are partitioned.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -18,7 +19,7 @@ from collections import OrderedDict
 from ....ledger.naming import PARTITION_SUFFIX, TopicName
 from ....meta import cas
 from ....storage import StreamNotFound
-from ....topics.partitioned import ensure_stream, partitioned_topic_counts
+from ....topics.partitioned import ensure_stream, partitioned_topic_records
 from ....topics import create_partitioned_topic, key_log, partitioned_key, partitions_of
 from ....topics.topic_configs import assign_replicas, delete_topic_configs, replace_topic_configs
 from .partition import ATTACHMENT, Partition
@@ -194,19 +195,29 @@ class Catalog:
         plain = []
         for (i, name), rec in zip(present, records):
             if rec is not None:
-                count = json.loads(rec.value)["partitions"]
-                base = f"{name}{PARTITION_SUFFIX}"
-                out[i] = ([f"{base}{p}" for p in range(count)], self._topic_id(topics[i], f"p{rec.version.created_timestamp}"))
+                out[i] = _partitioned(topics[i], json.loads(rec.value)["partitions"], rec.version.created_timestamp)
             else:
                 plain.append((i, name))
         for (i, name), stream_id in zip(plain, await self.storage.stream_ids([str(name) for _, name in plain])):
             if stream_id is not None:
-                out[i] = ([str(name)], self._topic_id(topics[i], f"s{stream_id}"))
+                out[i] = ([str(name)], _topic_id(topics[i], f"s{stream_id}"))
         return out
 
-    @staticmethod
-    def _topic_id(topic: str, incarnation: str) -> uuid.UUID:
-        return uuid.uuid5(_TOPIC_IDS, f"{topic}/{incarnation}")
+    async def describe_all(self) -> dict[str, tuple[list[str], uuid.UUID]]:
+        """``describe_topics`` of every topic of public/default: the partitioned ones from the scan
+        that lists them (no read of each), then the non-partitioned ones."""
+        out: dict[str, tuple[list[str], uuid.UUID]] = {}
+        for full, (count, created) in (await partitioned_topic_records(self.meta, NAMESPACE_PREFIX)).items():
+            local = full[len(NAMESPACE_PREFIX):]
+            if valid_name(local):
+                out[local] = _partitioned(local, count, created)
+        plain = [full[len(NAMESPACE_PREFIX):] for full in
+                 await self.storage.list_streams(NAMESPACE_PREFIX, exclude=_PARTITION_STREAM)]
+        plain = [local for local in plain if local not in out and valid_name(local)]
+        for local, described in zip(plain, await self.describe_topics(plain)):
+            if described[1] is not None:  # deleted since it was listed otherwise
+                out[local] = described
+        return out
 
     async def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id, or None (looked up among the topics of public/default).
@@ -221,9 +232,8 @@ class Catalog:
         if known is not None and await self.topic_id(known) == topic_id:
             remembered.move_to_end(topic_id)
             return known
-        topics = list(await self.list_topics())
         found = None
-        for topic, (_, tid) in zip(topics, await self.describe_topics(topics)):
+        for topic, (_, tid) in (await self.describe_all()).items():
             if tid == topic_id:
                 found = topic
             elif tid is not None and len(remembered) < MAX_REMEMBERED_IDS:
@@ -237,16 +247,7 @@ class Catalog:
 
     async def list_topics(self) -> dict[str, int]:
         """Every topic of public/default with its partition count."""
-        out: dict[str, int] = {}
-        for full, count in (await partitioned_topic_counts(self.meta, NAMESPACE_PREFIX)).items():
-            local = full[len(NAMESPACE_PREFIX):]
-            if valid_name(local):
-                out[local] = count
-        for full in await self.storage.list_streams(NAMESPACE_PREFIX, exclude=_PARTITION_STREAM):
-            local = full[len(NAMESPACE_PREFIX):]
-            if local not in out and valid_name(local):
-                out[local] = 1
-        return out
+        return {name: len(streams) for name, (streams, _) in (await self.describe_all()).items()}
 
     async def create(self, topic: str, partitions: int, configs: dict[str, str] | None = None,
                      replication_factor: int | None = None, replicas: dict[int, list[int]] | None = None) -> None:
@@ -315,5 +316,17 @@ class Catalog:
         self.configs.changed(topic)
         log.info("kafka: topic %s deleted", topic)
 
+
+
+def _partitioned(topic: str, count: int, created_ms: int) -> tuple[list[str], uuid.UUID]:
+    """``describe_topics`` of a partitioned topic from its record's partition count and creation time."""
+    base = f"{NAMESPACE_PREFIX}{topic}{PARTITION_SUFFIX}"
+    return [f"{base}{p}" for p in range(count)], _topic_id(topic, f"p{created_ms}")
+
+
+@functools.lru_cache(maxsize=MAX_REMEMBERED_IDS)
+def _topic_id(topic: str, incarnation: str) -> uuid.UUID:
+    """The id of this incarnation of ``topic`` (a hash: computed once, every Metadata answer has it)."""
+    return uuid.uuid5(_TOPIC_IDS, f"{topic}/{incarnation}")
 
 __all__ = ["Catalog", "TopicError", "pulsar_name", "valid_name"]
