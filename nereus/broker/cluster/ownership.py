@@ -116,10 +116,11 @@ class ClusterPlacement(Rebalancing):
         owner gone or not answering) takes the way of ``owner``, one topic at a time."""
         found: list[BrokerAddress | None] = [self.local if t in self.owned else None for t in topics]
         rest = [i for i, address in enumerate(found) if address is None]
-        if not rest or not self._registered.is_set():
-            return found if not rest else [a if a is not None else await or_none(self.owner(t))
-                                           for t, a in zip(topics, found)]
-        records = await self.meta.get_many([owner_key(topics[i]) for i in rest])
+        if not rest:
+            return found
+        # Without a metadata session ``owner`` answers at once (NotOwner, naming no one): no reads.
+        records = await self.meta.get_many([owner_key(topics[i]) for i in rest]) \
+            if self._registered.is_set() else [None] * len(rest)
         slow = []
         for i, rec in zip(rest, records):
             name, incarnation = decode_owner(rec.value) if rec is not None else ("", "")
@@ -174,7 +175,6 @@ class ClusterPlacement(Rebalancing):
                 hint = self.membership.ring.value(name)
                 break
         raise NotOwner(f"{topic}: broker {self.local.name} lost its metadata session", hint)
-
 
 
 __all__ = ["ClusterPlacement", "OWNERS", "OwnerUnreachable", "owner_key"]

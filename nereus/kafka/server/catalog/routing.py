@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ....topics.placement import BrokerAddress, or_none
+from ....topics.placement import BrokerAddress
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,8 @@ class Routing:
         found = (self.kafka_broker(a, protocol) for a in listed.values())
         return sorted((b for b in found if b.port or protocol == "PLAINTEXT"), key=lambda b: b.node_id)
 
-    async def leader(self, stream: str) -> BrokerAddress | None:
-        """The stream's owner; None when nobody can serve it right now (clients retry)."""
-        return await or_none(self.placement.owner(stream))
-
     async def leaders(self, streams: list[str]) -> list[BrokerAddress | None]:
-        """``leader`` of each stream, read together."""
+        """Each stream's owner, read together; None where nobody can serve it right now (clients retry)."""
         return await self.placement.owners(streams)
 
     # -- groups and transactional ids ------------------------------------------------------
