@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import shutil
 import socket
 import statistics
 import struct
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from _scale_loaded import start_cluster  # bench/ is on sys.path
@@ -82,6 +84,13 @@ def partitions_in(answer: bytes, version: int = 12) -> tuple[int, int, int]:
     return len(resp.topics), len(parts), sum(1 for p in parts if p.leader_id >= 0)
 
 
+def owned_topics(http_port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    match = re.search(r"^nereus_cluster_owned_topics (\S+)$", text, re.M)
+    return int(float(match.group(1))) if match else 0
+
+
 def create_topics(bootstrap: str, count: int, partitions: int, progress) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -105,13 +114,20 @@ def produce_everywhere(bootstrap: str, count: int, partitions: int, producers: i
 
     def share(first: int) -> None:
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000,
-                             "topic.metadata.refresh.interval.ms": 600_000})
+                             "topic.metadata.refresh.interval.ms": 600_000, "message.timeout.ms": 1_800_000})
+        failed = []
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                failed.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
         for i in range(first, count, producers):
             for p in range(partitions):
-                producer.produce(f"m-{i}", b"x", partition=p)
+                producer.produce(f"m-{i}", b"x", partition=p, on_delivery=delivered)
             producer.poll(0)
-        if producer.flush(1800) != 0:
-            raise RuntimeError("not every message was acknowledged")
+        # flush counts what is still queued only: a message that timed out or failed was "delivered"
+        if producer.flush(1800) != 0 or failed:
+            raise RuntimeError(f"{len(failed)} message(s) not written, e.g. {failed[:3]}")
 
     with ThreadPoolExecutor(producers) as pool:
         for done in pool.map(share, range(producers)):
@@ -136,6 +152,9 @@ def run_metadata(args) -> dict[str, float]:
         started = time.monotonic()
         produce_everywhere(bootstrap, count, partitions)
         print(f"  one message on each partition in {time.monotonic() - started:.0f} s", flush=True)
+        owned = owned_topics(ports["http"])
+        if owned < total:  # every partition written: each has its owner (and the answer reads no slow path)
+            raise RuntimeError(f"the broker owns {owned:,} of the {total:,} partitions written")
         first, answer = timed_metadata(ports["kafka"], 1)
         decoding = time.perf_counter()
         topics, listed, led = partitions_in(answer)

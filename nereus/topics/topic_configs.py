@@ -109,9 +109,8 @@ class ReplicaLayout:
     assigned: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
-async def preferred_leader(meta, topic: str) -> int | None:
-    """The node id a Kafka client assigned first among the replicas of partition topic ``topic``
-    (its preferred leader), or None when none was assigned."""
+def _assignable(topic: str) -> tuple[str, int] | None:
+    """(Kafka topic, partition index) of a partition topic that may carry an assignment."""
     try:
         name = TopicName.parse(topic)
     except InvalidTopicName:
@@ -119,9 +118,31 @@ async def preferred_leader(meta, topic: str) -> int | None:
     base = str(name.base)
     if name.partition_index < 0 or not base.startswith(KAFKA_NAMESPACE):
         return None
-    rec = await meta.get(topic_configs_key(base[len(KAFKA_NAMESPACE):]))
-    ids = _record(rec.value if rec is not None else None).get("replicas", {}).get(str(name.partition_index))
+    return base[len(KAFKA_NAMESPACE):], name.partition_index
+
+
+def _first_replica(value: bytes | None, index: int) -> int | None:
+    ids = _record(value).get("replicas", {}).get(str(index))
     return ids[0] if ids else None
+
+
+async def preferred_leader(meta, topic: str) -> int | None:
+    """The node id a Kafka client assigned first among the replicas of partition topic ``topic``
+    (its preferred leader), or None when none was assigned."""
+    found = _assignable(topic)
+    if found is None:
+        return None
+    rec = await meta.get(topic_configs_key(found[0]))
+    return _first_replica(rec.value if rec is not None else None, found[1])
+
+
+async def preferred_leaders(meta, topics: list[str]) -> list[int | None]:
+    """``preferred_leader`` of each topic, every record read once (partitions share theirs)."""
+    found = [_assignable(topic) for topic in topics]
+    keys = list(dict.fromkeys(topic_configs_key(f[0]) for f in found if f is not None))
+    values = {key: rec.value if rec is not None else None
+              for key, rec in zip(keys, await meta.get_many(keys) if keys else [])}
+    return [None if f is None else _first_replica(values[topic_configs_key(f[0])], f[1]) for f in found]
 
 
 async def replica_layouts(meta, topics) -> dict[str, ReplicaLayout]:
@@ -167,6 +188,6 @@ async def update_group_configs(meta, group: str, change: Callable[[dict[str, str
     return await _update(meta, GROUP_CONFIGS_ROOT + quote(group, safe=""), change)
 
 __all__ = ["BROKER_CONFIGS_ROOT", "GROUP_CONFIGS_ROOT", "ReplicaLayout", "TOPIC_CONFIGS_ROOT", "all_topic_configs",
-           "assign_replicas", "broker_configs_key", "preferred_leader", "delete_topic_configs", "read_broker_configs", "read_group_configs",
+           "assign_replicas", "broker_configs_key", "preferred_leader", "preferred_leaders", "delete_topic_configs", "read_broker_configs", "read_group_configs",
            "read_topic_configs", "replace_topic_configs", "replica_layouts", "topic_configs_key",
            "update_broker_configs", "update_group_configs", "update_topic_configs"]

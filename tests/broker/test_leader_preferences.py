@@ -8,6 +8,8 @@ import pytest
 
 from nereus.broker.cluster import leader_preference
 from nereus.broker.cluster.leader_preference import CACHE_SECONDS, LeaderPreferences
+from nereus.meta import open_engine
+from nereus.topics.topic_configs import KAFKA_NAMESPACE, assign_replicas, topic_configs_key
 
 
 class Clock:
@@ -72,3 +74,34 @@ async def test_claimed_topics_are_held_until_released(reads):
     prefs.drop_held()
     assert prefs.broker("k-5") is None
     assert len(prefs) == 1
+
+
+async def test_many_preferences_are_read_together_once_per_topic_record():
+    engine = open_engine(None, shards=2)
+    meta = engine.client(namespace="default")
+    try:
+        await assign_replicas(meta, "orders", {0: [3, 1], 1: [1, 3], 2: [9]})
+        gets = []
+        real_get_many = meta.get_many
+
+        async def get_many(keys, **kwargs):
+            gets.append(list(keys))
+            return await real_get_many(keys, **kwargs)
+
+        meta.get_many = get_many
+        clock = Clock()
+        prefs = preferences(clock, max_recent=100)
+        prefs.membership = SimpleNamespace(active=lambda: [SimpleNamespace(node_id=n, name=f"broker-{n}") for n in (1, 3)])
+        topics = [KAFKA_NAMESPACE + "orders-partition-0", KAFKA_NAMESPACE + "orders-partition-1",
+                  KAFKA_NAMESPACE + "orders-partition-2", KAFKA_NAMESPACE + "plain-partition-0",
+                  "persistent://tenant/ns/not-kafka-partition-0", KAFKA_NAMESPACE + "orders"]
+        prefs.meta = meta
+        # node 9 is not active: no preference; topics without an assignment have none
+        assert await prefs.brokers(topics) == ["broker-3", "broker-1", None, None, None, None]
+        assert gets == [[topic_configs_key("orders"), topic_configs_key("plain")]]
+        assert await prefs.brokers(topics[:2]) == ["broker-3", "broker-1"]
+        assert len(gets) == 1  # recent readings are reused
+        assert prefs.broker(topics[0]) == "broker-3"
+    finally:
+        await meta.close()
+        await engine.close()

@@ -197,21 +197,25 @@ def test_assigned_replicas_are_listed_as_given_and_their_first_broker_leads(clus
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
     admin.create_topics([NewTopic(topic, 3, replica_assignment=assigned[:3])])[topic].result(30)
     admin.create_partitions([NewPartitions(topic, 4, replica_assignment=[assigned[3]])])[topic].result(30)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
-    for index in range(4):
-        producer.produce(topic, b"v%d" % index, partition=index)
-    assert producer.flush(60) == 0
 
     def layout(via, name=topic):
         meta = AdminClient({"bootstrap.servers": via.bootstrap}).list_topics(name, timeout=30).topics[name]
         return [(p.leader, p.replicas, p.isrs) for _, p in sorted(meta.partitions.items())]
 
+    def listed_everywhere(expected):
+        for broker in cluster.brokers_list:
+            deadline = time.monotonic() + 30
+            while layout(broker) != expected:
+                assert time.monotonic() < deadline, (broker.name, layout(broker), expected)
+                time.sleep(0.2)
+
     expected = [(ids_[0], ids_, ids_) for ids_ in assigned]
-    for broker in cluster.brokers_list:
-        deadline = time.monotonic() + 30
-        while layout(broker) != expected:
-            assert time.monotonic() < deadline, (broker.name, layout(broker), expected)
-            time.sleep(0.2)
+    listed_everywhere(expected)  # nobody owns a partition yet: each is listed with the broker that will
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
+    for index in range(4):
+        producer.produce(topic, b"v%d" % index, partition=index)
+    assert producer.flush(60) == 0
+    listed_everywhere(expected)
     wide = topic + "-rf5"
     admin.create_topics([NewTopic(wide, 1, replication_factor=5)])[wide].result(30)
     producer.produce(wide, b"v", partition=0)

@@ -154,3 +154,11 @@ def _loaded_rate(standalone, topic):
     except OSError:  # not created yet
         return None
     return stats["msgRateIn"] > 0 and stats["msgThroughputIn"] > 0
+
+
+def test_topics_loaded_by_kafka_count_as_loaded_topics(standalone, topic):
+    before = value(standalone, "pulsar_topics_count")
+    producer = Producer({"bootstrap.servers": standalone.bootstrap})
+    producer.produce(topic, value=b"v")
+    assert producer.flush(20) == 0
+    assert value(standalone, "pulsar_topics_count") == before + 1  # its one partition, no Pulsar client

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from ...topics.topic_configs import preferred_leader
+from ...topics.topic_configs import preferred_leader, preferred_leaders
 
 #: How long a preference read for a topic this broker does not own is reused.
 CACHE_SECONDS = 30.0
@@ -45,7 +45,10 @@ class LeaderPreferences:
         recent = self._recent.get(topic)
         if recent is not None and now - recent[1] < CACHE_SECONDS:
             return
-        self._recent[topic] = (await preferred_leader(self.meta, topic), now)
+        self._remember(topic, await preferred_leader(self.meta, topic), now)
+
+    def _remember(self, topic: str, node: int | None, now: float) -> None:
+        self._recent[topic] = (node, now)
         self._recent.move_to_end(topic)
         while self._recent:  # oldest first: drop what is stale or beyond the bound
             read_at = next(iter(self._recent.values()))[1]
@@ -70,9 +73,29 @@ class LeaderPreferences:
         recent = self._recent.get(topic)
         return recent[0] if recent is not None else None
 
+    async def brokers(self, topics: list[str]) -> list[str | None]:
+        """``broker`` of each topic, the preferences not held or recent read together."""
+        now = self._clock()
+        known: dict[str, int | None] = {}
+        missing = []
+        for topic in topics:
+            if topic in self._held:
+                known[topic] = self._held[topic]
+            elif (recent := self._recent.get(topic)) is not None and now - recent[1] < CACHE_SECONDS:
+                known[topic] = recent[0]
+            else:
+                missing.append(topic)
+        if missing:
+            for topic, node in zip(missing, await preferred_leaders(self.meta, missing)):
+                known[topic] = node
+                self._remember(topic, node, now)
+        return [self._name_of(known[topic]) for topic in topics]
+
     def broker(self, topic: str) -> str | None:
         """The name of the active broker preferred for ``topic``; None: no preference or it is not active."""
-        node = self._node(topic)
+        return self._name_of(self._node(topic))
+
+    def _name_of(self, node: int | None) -> str | None:
         if node is None:
             return None
         for address in self.membership.active():

@@ -135,10 +135,13 @@ class Membership:
         """Put this broker's ephemeral record (again, after a lost session: a new incarnation)."""
         if new_incarnation:
             self.incarnation = uuid.uuid4().hex
-        result = await self.meta.put(BROKERS + self.name, self._record().encode(), ephemeral=True)
-        self._version = result.version.version_id
+        await self._put_record()
         log.info("broker %s registered (node %d, zone %s, %s)", self.name, self.address.node_id, self.address.zone,
                  self.state)
+
+    async def _put_record(self) -> None:
+        result = await self.meta.put(BROKERS + self.name, self._record().encode(), ephemeral=True)
+        self._version = result.version.version_id
 
     async def set_state(self, state: str) -> None:
         """Announce ``active`` or ``draining`` (a draining broker takes no new topics)."""
@@ -154,7 +157,7 @@ class Membership:
 
     async def publish_load(self, load: dict) -> None:
         self.load = load
-        await self.register()
+        await self._put_record()  # the same registration, its load figures updated
 
     async def refresh(self) -> None:
         """Re-read every registration and rebuild the ring."""

@@ -112,8 +112,9 @@ class ClusterPlacement(Rebalancing):
 
     async def owners(self, topics: list[str]) -> list[BrokerAddress | None]:
         """``owner`` of each topic: the ownership records read together, the live owners they name
-        answered from them; a record that needs more (none, ours of an earlier incarnation, an
-        owner gone or not answering) takes the way of ``owner``, one topic at a time."""
+        answered from them, the topics nobody holds from their preferences (read together) and
+        the ring; a record that needs more (ours of an earlier incarnation, an owner gone or not
+        answering) takes the way of ``owner``, one topic at a time."""
         found: list[BrokerAddress | None] = [self.local if t in self.owned else None for t in topics]
         rest = [i for i, address in enumerate(found) if address is None]
         if not rest:
@@ -121,14 +122,25 @@ class ClusterPlacement(Rebalancing):
         # Without a metadata session ``owner`` answers at once (NotOwner, naming no one): no reads.
         records = await self.meta.get_many([owner_key(topics[i]) for i in rest]) \
             if self._registered.is_set() else [None] * len(rest)
-        slow = []
+        slow, unowned = [], []
         for i, rec in zip(rest, records):
-            name, incarnation = decode_owner(rec.value) if rec is not None else ("", "")
-            record = self.membership.brokers.get(name) if name and name != self.local.name else None
+            if rec is None:
+                if self._registered.is_set():
+                    unowned.append(i)
+                else:
+                    slow.append(i)
+                continue
+            name, incarnation = decode_owner(rec.value)
+            record = self.membership.brokers.get(name) if name != self.local.name else None
             if record is not None and record.incarnation == incarnation and await self._answers(record.address):
                 found[i] = record.address
             else:
                 slow.append(i)
+        if unowned:  # nobody holds them: named as ``_home`` names them, the preferences read together
+            preferred = await self.leader_preferences.brokers([topics[i] for i in unowned])
+            for i, name in zip(unowned, preferred):
+                record = self.membership.brokers.get(name) if name is not None else None
+                found[i] = record.address if record is not None else self.preferred(topics[i])
         answers = await gather_bounded(lambda i: or_none(self.owner(topics[i])), slow)
         for i, address in zip(slow, answers):
             found[i] = address
