@@ -50,6 +50,11 @@ class RateMeter:
             while self._buckets[0][0] <= index - self._count:
                 del self._buckets[0]
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing counted since ``rates`` last found the window empty: its rates are zero."""
+        return not self._buckets
+
     def rates(self) -> tuple[float, float]:
         """(messages per second, bytes per second) over the window."""
         now = self._clock()

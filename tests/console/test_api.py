@@ -289,3 +289,26 @@ def test_idle_topics_take_no_ring():
     assert set(ring._rings) == {history.TOTAL, "busy"}
     assert ring.series(["idle-0"]) == [[t * 3000, 0.0, 0.0, 0.0] for t in range(3)]
     assert ring.series(["busy"])[-1] == [6000, 2.0, 0.0, 0.0]
+
+
+def test_a_sample_reads_only_the_topics_with_traffic():
+    from types import SimpleNamespace
+
+    from nereus.topics.traffic import TopicTraffic
+
+    now = [100.0]
+
+    def core(name: str) -> SimpleNamespace:
+        return SimpleNamespace(traffic=TopicTraffic(name, lambda: now[0]), attachments={})
+
+    topics = {f"idle-{i}": core(f"idle-{i}") for i in range(1000)}
+    topics["busy"] = core("busy")
+    topics["busy"].traffic.published(30, 3000)
+    topics["read"] = core("read")
+    topics["read"].traffic.delivered("sub", 6, 60)
+    sampled = history.sample(SimpleNamespace(topics=topics))
+    assert set(sampled) == {"busy", "read"}
+    assert sampled["busy"][0] > 0 and sampled["read"][1] > 0
+    now[0] += 3600  # quiet for an hour: the busy topic's meter empties, then it is skipped too
+    assert history.sample(SimpleNamespace(topics=topics))["busy"] == (0.0, 0.0, 0.0)
+    assert "busy" not in history.sample(SimpleNamespace(topics=topics))

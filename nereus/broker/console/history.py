@@ -110,11 +110,18 @@ def _backlog(core) -> float:
     return float(total)
 
 
+def _subscribed(core) -> bool:
+    pulsar = core.attachments.get(PULSAR)
+    return pulsar is not None and bool(pulsar.dispatchers)
+
+
 def sample(registry) -> dict[str, tuple[float, float, float]]:
-    """(in msg/s, out msg/s, backlog) of every topic loaded in ``registry``."""
+    """(in msg/s, out msg/s, backlog) of every topic loaded in ``registry`` that has any."""
     out = {}
     for name, core in list(registry.topics.items()):
         traffic = core.traffic
+        if traffic.inbound.quiet and not traffic.outbound and not _subscribed(core):
+            continue  # all zeros (most of many loaded topics are idle): read as an unloaded topic's
         rate_out, _ = combined_rates(list(traffic.outbound.values()))
         out[name] = (traffic.inbound.rates()[0], rate_out, _backlog(core))
     return out

@@ -42,9 +42,7 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     wanted, asked_ids, denied, described = await _wanted(ctx, conn, req)
     known = [name for name, count in wanted if count is not None]
-    if described is None:
-        described = dict(zip(known, await ctx.catalog.describe_topics(known)))
-    elif len(described) != len(known):  # some left out (not to be described)
+    if len(described) != len(known):  # some left out (not there, or not to be described)
         described = {name: described[name] for name in known}
     layouts = await replica_layouts(ctx.meta, known)
     partitions = await _leaders(ctx, described)
@@ -81,11 +79,12 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
 
 
 async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str],
-                                                      dict | None]:
+                                                      dict]:
     """The topics a Metadata request asks about, each with its partition count (None: not there, or
     not to be described), auto-created where asked and allowed; the topic ids named that no topic has
-    (by their index among the topics); the named topics the principal may not describe; and when
-    every topic is asked for, ``describe_all``'s answer (the listing read it)."""
+    (by their index among the topics); the named topics the principal may not describe; and
+    ``describe_topics``'s answer for the topics described (``describe_all``'s when every topic
+    is asked for: the listing read it)."""
     catalog = ctx.catalog
     auto_create = getattr(req, "allow_auto_topic_creation", True)
     asked_ids: dict[int, object] = {}
@@ -94,29 +93,31 @@ async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | N
         everything = await catalog.describe_all()
         listed = sorted((name, len(streams)) for name, (streams, _) in everything.items())
         return await access.allowed_items(conn, TOPIC, listed, DESCRIBE), asked_ids, denied, everything
-    wanted = []
+    names: list[str] = []
     for t in req.topics:
-        if t.name and not await access.allowed(conn, TOPIC, t.name, DESCRIBE):
-            denied.add(t.name)
-            wanted.append((t.name, None))
-            continue
-        if not t.name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
+        name = t.name
+        if name and not await access.allowed(conn, TOPIC, name, DESCRIBE):
+            denied.add(name)
+        elif not name and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
             name = await catalog.topic_name(t.topic_id)
             if name is None:
-                asked_ids[len(wanted)] = t.topic_id
-                wanted.append(("", None))
-                continue
-            t = make(type(t), name=name, topic_id=t.topic_id)
-        count = await catalog.partition_count(t.name) if t.name else None
-        if count is None and auto_create and valid_name(t.name) and ctx.limits.auto_create \
-                and await access.may_create(conn, t.name):
+                asked_ids[len(names)] = t.topic_id
+                name = ""
+        names.append(name or "")
+    # Every topic named is described with one read of each record (a client names thousands at once).
+    asked = list(dict.fromkeys(n for n in names if n and n not in denied))
+    described = dict(zip(asked, await catalog.describe_topics(asked)))
+    missing = [n for n in asked if not described[n][0]]
+    if missing and auto_create and ctx.limits.auto_create:
+        created = [n for n in missing if valid_name(n) and await access.may_create(conn, n)]
+        for name in created:
             try:
-                await catalog.create(t.name, ctx.limits.default_partitions)
+                await catalog.create(name, ctx.limits.default_partitions)
             except Exception as exc:  # a concurrent creation is fine
-                log.debug("auto-create of %s: %s", t.name, exc)
-            count = await catalog.partition_count(t.name)
-        wanted.append((t.name, count))
-    return wanted, asked_ids, denied, None
+                log.debug("auto-create of %s: %s", name, exc)
+        described.update(zip(created, await catalog.describe_topics(created)))
+    wanted = [(name, len(described[name][0]) or None if name in described else None) for name in names]
+    return wanted, asked_ids, denied, described
 
 
 async def _leaders(ctx: AdminContext, described: dict[str, tuple[list, object]]) -> dict[str, list]:
