@@ -373,6 +373,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     follow_policies(pulsar, membership)  # policy changes made through other brokers
     # Share-group offsets altered or deleted through another broker (the group's coordinator).
     membership.on_note(STREAMS_PREFIX, kafka.share_groups.note_cursor)
+    kafka.catalog.follow(membership)  # Metadata answered from the topics' listing, kept while changes are heard
     placement = ClusterPlacement(meta, membership, rebalance_delay=options.rebalance_delay,
                                  dead_owner_wait=options.session_timeout + 2)
     placement.bind(registry)

@@ -66,7 +66,8 @@ async def is_declared_partition(meta: MetadataStore, topic: TopicName) -> bool:
     return topic.partition_index >= 0 and topic.partition_index < await partitions_of(meta, topic.base)
 
 
-def _partitioned_range(prefix: str) -> tuple[str, str]:
+def partitioned_range(prefix: str) -> tuple[str, str]:
+    """Key range of the partitioned-topic records whose names start with ``prefix``."""
     # ``quote`` works character by character: the names starting with ``prefix`` are one key range.
     lo = f"{PARTITIONED_ROOT}/{quote(prefix, safe='')}"
     return lo, lo + "\U0010ffff"
@@ -74,7 +75,7 @@ def _partitioned_range(prefix: str) -> tuple[str, str]:
 
 async def list_partitioned_topics(meta: MetadataStore, prefix: str = "") -> list[str]:
     """Names of the partitioned topics starting with ``prefix`` (e.g. one namespace's ``persistent://t/ns/``)."""
-    lo, hi = _partitioned_range(prefix)
+    lo, hi = partitioned_range(prefix)
     start = len(PARTITIONED_ROOT) + 1
     return [unquote(k[start:]) async for k in meta.list(lo, hi)]
 
@@ -82,11 +83,11 @@ async def list_partitioned_topics(meta: MetadataStore, prefix: str = "") -> list
 async def partitioned_topic_records(meta: MetadataStore, prefix: str = "") -> dict[str, tuple[int, int]]:
     """``list_partitioned_topics`` with each one's (partition count, creation time of its record in ms),
     its records read in the same scan."""
-    lo, hi = _partitioned_range(prefix)
+    lo, hi = partitioned_range(prefix)
     start = len(PARTITIONED_ROOT) + 1
     return {unquote(rec.key[start:]): (json.loads(rec.value)["partitions"], rec.version.created_timestamp)
             async for rec in meta.range_scan(lo, hi)}
 
 
 __all__ = ["MAX_PARTITIONS", "PARTITIONED_ROOT", "create_partitioned_topic", "ensure_stream", "is_declared_partition",
-           "list_partitioned_topics", "partitioned_topic_records", "partition_limit", "partitioned_key", "partitions_of"]
+           "list_partitioned_topics", "partitioned_range", "partitioned_topic_records", "partition_limit", "partitioned_key", "partitions_of"]

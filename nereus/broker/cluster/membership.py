@@ -107,6 +107,10 @@ class Membership:
         self._changed = asyncio.Event()
         self._version: int | None = None
         self._note_listeners: list[tuple[str, Callable[[Notification], None]]] = []
+        #: True while every change is heard (``on_note``); ``subscriptions`` counts the times the
+        #: notification stream was opened (changes between two of them were not heard).
+        self.watching = False
+        self.subscriptions = 0
 
     @property
     def name(self) -> str:
@@ -240,6 +244,8 @@ class Membership:
             try:
                 async with self.meta.notifications() as notes:
                     self._changed.set()  # changes before the subscription may have been missed
+                    self.subscriptions += 1  # and whatever kept a view from notifications reads it again
+                    self.watching = True
                     async for note in notes:
                         if note.key.startswith(BROKERS) or note.type == NotificationType.KEY_RANGE_DELETED:
                             self._changed.set()
@@ -253,7 +259,10 @@ class Membership:
                 raise
             except Exception as exc:
                 log.warning("the metadata notification stream broke (%s); subscribing again", exc)
+                self.watching = False
                 await asyncio.sleep(1.0)
+            finally:
+                self.watching = False
 
 
 __all__ = ["ACTIVE", "BROKERS", "DRAINING", "BrokerRecord", "Membership", "node_id_for"]

@@ -44,7 +44,7 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
     known = [name for name, count in wanted if count is not None]
     if len(described) != len(known):  # some left out (not there, or not to be described)
         described = {name: described[name] for name in known}
-    layouts = await replica_layouts(ctx.meta, known)
+    layouts = await (ctx.catalog.all_replica_layouts() if req.topics is None else replica_layouts(ctx.meta, known))
     partitions = await _leaders(ctx, described)
     live = [b.node_id for b in routing.brokers()]
     with_ids = head.api_version >= 10
