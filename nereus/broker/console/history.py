@@ -75,8 +75,8 @@ class History:
     def _write(self, name: str, slot: int, sample, *, seen: bool = True) -> None:
         ring = self._rings.get(name)
         if ring is None:
-            ring = self._rings[name] = array("d", [0.0]) * (self.capacity * _FIELDS)
-        ring[slot * _FIELDS:(slot + 1) * _FIELDS] = array("d", sample)
+            ring = self._rings[name] = array("f", [0.0]) * (self.capacity * _FIELDS)  # 4-byte floats: a chart needs no more
+        ring[slot * _FIELDS:(slot + 1) * _FIELDS] = array("f", sample)
         if seen:
             self._last_seen[name] = self.ticks
 

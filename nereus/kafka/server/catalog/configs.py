@@ -20,6 +20,7 @@ from . import config_defs as defs
 log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 1.0
+MIN_PURGE_AT = 1_000  # topics kept before the out-of-date ones are dropped
 
 
 class TopicConfigs:
@@ -32,6 +33,8 @@ class TopicConfigs:
                         "auto.create.topics.enable": str(auto_create).lower()}
         self.listeners: list[Callable[[str], object]] = []
         self._topics: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
+        self._purge_at = MIN_PURGE_AT
+        self._unset: tuple[list, dict[str, defs.Resolved]] | None = None  # (broker layers, a topic's with none set)
         self._groups: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
         self._layers: tuple[float, list] | None = None
 
@@ -58,10 +61,16 @@ class TopicConfigs:
         cached = self._topics.get(topic)
         if cached is not None and now - cached[0] < CACHE_SECONDS:
             return cached[1]
-        resolved = defs.resolve_topic(await store.read_topic_configs(self.meta, topic),
-                                      await self.broker_layers())
-        if len(self._topics) > 10_000:
-            self._topics.clear()
+        own, layers = await store.read_topic_configs(self.meta, topic), await self.broker_layers()
+        if own:
+            resolved = defs.resolve_topic(own, layers)
+        else:  # most topics set nothing: they share one resolution of the broker's layers
+            if self._unset is None or self._unset[0] is not layers:
+                self._unset = (layers, defs.resolve_topic({}, layers))
+            resolved = self._unset[1]
+        if len(self._topics) >= self._purge_at:  # what is out of date goes (a pass over all topics fills it)
+            self._topics = {t: kept for t, kept in self._topics.items() if now - kept[0] < CACHE_SECONDS}
+            self._purge_at = max(MIN_PURGE_AT, 2 * len(self._topics))
         self._topics[topic] = (now, resolved)
         return resolved
 
