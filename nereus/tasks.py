@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 log = logging.getLogger("nereus.tasks")
@@ -98,4 +99,31 @@ async def gather_bounded(func, items, limit: int = 256) -> list:
     return list(await asyncio.gather(*(one(item) for item in items)))
 
 
-__all__ = ["gather_bounded", "log_failure", "spawn", "unless", "wait_for"]
+class KeyedLocks:
+    """An ``asyncio.Lock`` per key, kept only while someone holds or awaits it: of many objects that
+    each need a lock now and then (loaded topics, stream handles), the idle ones keep none."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self) -> None:
+        self._locks: dict[object, list] = {}  # key -> [lock, holders and waiters]
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: object):
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._locks[key]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+__all__ = ["KeyedLocks", "gather_bounded", "log_failure", "spawn", "unless", "wait_for"]

@@ -59,3 +59,26 @@ async def test_wait_for_times_out_and_cancels_what_it_waited_on():
         await wait_for(future, 0.01)
     assert future.cancelled()
     assert await wait_for(asyncio.sleep(0, "now"), 5) == "now"
+
+
+async def test_keyed_locks_exclude_per_key_and_keep_nothing_once_released():
+    from nereus.tasks import KeyedLocks
+
+    locks, order = KeyedLocks(), []
+
+    async def use(key: str, tag: str) -> None:
+        async with locks.hold(key):
+            order.append(f"{tag}+")
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            order.append(f"{tag}-")
+
+    await asyncio.gather(use("a", "a1"), use("a", "a2"), use("b", "b1"))
+    assert order.index("a1-") < order.index("a2+")  # one key: one at a time
+    assert order.index("b1+") < order.index("a1-")  # another key: alongside
+    assert len(locks) == 0
+
+    with pytest.raises(RuntimeError):
+        async with locks.hold("a"):
+            raise RuntimeError("released all the same")
+    assert len(locks) == 0

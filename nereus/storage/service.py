@@ -30,7 +30,7 @@ from .session import AppendSession, acquire
 from .wal_locator import WalLocator
 from .wal_replicas import OBJECT_STORE, Durability, ReplicaDirectory
 from .wal_writer import WalOptions, WalWriter
-from ..tasks import wait_for
+from ..tasks import KeyedLocks, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class StreamStorage:
         self.writer = self.writer_for(durability)
         self._id_lock = asyncio.Lock()
         self._id_next = self._id_end = 0
+        self.acquisitions = KeyedLocks()  # each handle's, while it takes an append session
         # stream id -> {future: offset}: the long-polls waiting for the stream to pass offset
         self._waiters: dict[int, dict[asyncio.Future, int]] = {}
         self._tail_reads: dict[int, asyncio.Task[None]] = {}  # one tail read per stream at a time
@@ -368,7 +369,7 @@ class StreamStorage:
 class StreamHandle(Stream):
     """One stream as seen by this process: appends (with a session) and reads."""
 
-    __slots__ = ("storage", "stream_id", "name", "durability", "_writer", "_switching", "_session", "_acquiring",
+    __slots__ = ("storage", "stream_id", "name", "durability", "_writer", "_switching", "_session",
                  "_start", "_next", "_closed")
 
     def __init__(self, storage: StreamStorage, stream_id: int, name: str, durability: Durability = OBJECT_STORE):
@@ -379,7 +380,6 @@ class StreamHandle(Stream):
         self._writer = storage.writer_for(durability)
         self._switching: asyncio.Future | None = None
         self._session: AppendSession | None = None
-        self._acquiring: asyncio.Lock | None = None  # made by the first acquisition (most handles only read)
         self._start = 0
         self._next = 0
         self._closed = False
@@ -405,10 +405,8 @@ class StreamHandle(Stream):
         if not self.writable:
             self._next = max(self._next, tail.next)
 
-    def _acquisition(self) -> asyncio.Lock:
-        if self._acquiring is None:
-            self._acquiring = asyncio.Lock()
-        return self._acquiring
+    def _acquisition(self):
+        return self.storage.acquisitions.hold(self)
 
     async def acquire(self) -> None:
         """Take a new append session now, fencing any other writer (and this handle's old one)."""

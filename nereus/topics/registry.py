@@ -19,7 +19,7 @@ import time
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..storage import StreamStorage
-from ..tasks import wait_for
+from ..tasks import KeyedLocks, wait_for
 from .autocreate import AutoCreation
 from .dedup import BROKER_DEDUPLICATION_ENABLED
 from .key_compaction import KeyCompactor, KeyViews
@@ -77,6 +77,7 @@ class TopicRegistry:
         self.memory_topics: dict[str, object] = {}
         self._loading: dict[str, asyncio.Future] = {}
         self._unloading: dict[str, asyncio.Future] = {}
+        self.writer_locks = KeyedLocks()  # a topic's while it takes its stream's append session
         self._tasks: set[asyncio.Task] = set()
         self._loaded_listeners: list = []
         self._abandoned: asyncio.Future | None = None

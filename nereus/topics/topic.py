@@ -71,7 +71,7 @@ class Topic:
     """
 
     __slots__ = ("registry", "meta", "name", "handle", "stream_id", "dedup", "time_marks", "key_log",
-                 "attachments", "traffic", "closed", "_loop", "_abandoned", "last_active", "_writer_lock",
+                 "attachments", "traffic", "closed", "_loop", "_abandoned", "last_active",
                  "_append_listeners", "_unload_listeners", "_busy_checks", "rate_policies", "end_at_load",
                  "publish_limit", "dispatch_limit", "publish_rate_limited", "replication_clusters", "__weakref__")
 
@@ -90,7 +90,6 @@ class Topic:
         self._loop = asyncio.get_running_loop()
         self._abandoned: asyncio.Future | None = None
         self.last_active = time.monotonic()
-        self._writer_lock: asyncio.Lock | None = None
         # Each topic's own listeners, tuples grown on the rare add; what every topic needs (the Pulsar
         # state's) is the registry's, called with the topic (``TopicRegistry.on_any_append`` ...).
         self._append_listeners: tuple[Callable[[], None], ...] = ()
@@ -228,9 +227,7 @@ class Topic:
             raise TopicUnloaded(f"{self.name} was abandoned: this broker lost its metadata session")
 
     async def _take_writer(self) -> None:
-        if self._writer_lock is None:
-            self._writer_lock = asyncio.Lock()
-        async with self._writer_lock:
+        async with self.registry.writer_locks.hold(self):
             if self.closed:
                 raise TopicUnloaded(f"{self.name} was unloaded")
             if self.handle.writable:
