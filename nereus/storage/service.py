@@ -400,6 +400,9 @@ class StreamHandle(Stream):
         return self._session.token if self._session is not None else None
 
     async def refresh(self) -> None:
+        if self.writable:  # its own appends are the committed end
+            self._start = await self.storage.start(self.stream_id)
+            return
         tail, start = await asyncio.gather(self.storage.tail(self.stream_id), self.storage.start(self.stream_id))
         self._start = start
         if not self.writable:

@@ -122,16 +122,16 @@ class Topic:
     async def read_policies(self) -> None:
         """Apply the namespace's deduplication policy (the broker default when unset) and the
         rate policies (the topic's own, else the namespace's)."""
-        rec = await self.meta.get(policies_key(self.name.tenant, self.name.namespace))
+        base = self.name.base
+        rec, own_rec = await self.meta.get_many([policies_key(self.name.tenant, self.name.namespace),
+                                                 topic_policies_key(base.tenant, base.namespace, base.local)])
         namespace = json.loads(rec.value) if rec is not None else {}
         value = namespace.get("deduplicationEnabled")
         enabled = value if isinstance(value, bool) else self.registry.deduplication_enabled
         if enabled != self.dedup.enabled:
             log.info("%s: deduplication %s", self.name, "enabled" if enabled else "disabled")
         self.dedup.enabled = enabled
-        base = self.name.base
-        rec = await self.meta.get(topic_policies_key(base.tenant, base.namespace, base.local))
-        own = json.loads(rec.value) if rec is not None else {}
+        own = json.loads(own_rec.value) if own_rec is not None else {}
         durability = persistence.durability_of(own.get(persistence.FIELD) or namespace.get(persistence.FIELD),
                                                self.registry.storage.durability)
         if durability != self.handle.durability:

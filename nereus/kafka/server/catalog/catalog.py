@@ -135,11 +135,23 @@ class Catalog:
         return bool(await partitions_of(self.meta, pulsar_name(topic)))
 
     async def stream_name(self, topic: str, index: int) -> TopicName | None:
-        count = await self.partition_count(topic)
-        if count is None or not 0 <= index < count:
+        """The stream of partition ``index`` of ``topic`` (None: no such partition); one read when
+        the topic is partitioned (Kafka's topics are)."""
+        if not valid_name(topic):
             return None
         name = pulsar_name(topic)
-        return name.partition(index) if await self.is_partitioned(topic) else name
+        if name.partition_index >= 0:
+            return None
+        count = await partitions_of(self.meta, name)
+        if count:
+            return name.partition(index) if 0 <= index < count else None
+        if index != 0:
+            return None
+        try:
+            await self.storage.stream_id(str(name))
+        except StreamNotFound:
+            return None
+        return name
 
     async def streams(self, topic: str, count: int) -> list[TopicName]:
         """The streams of a topic's ``count`` partitions, in partition order."""
