@@ -71,6 +71,12 @@ async def read_topic_configs(meta, topic: str) -> dict[str, str]:
     return await _read(meta, topic_configs_key(topic))
 
 
+async def read_many_topic_configs(meta, topics: list[str]) -> list[dict[str, str]]:
+    """``read_topic_configs`` of each topic, the records read together."""
+    records = await meta.get_many([topic_configs_key(topic) for topic in topics]) if topics else []
+    return [_decode(rec.value if rec is not None else None) for rec in records]
+
+
 async def update_topic_configs(meta, topic: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict:
     """Apply the pure ``change`` (old configs -> new configs) with one CAS; returns the new configs."""
     return await _update(meta, topic_configs_key(topic), change)
@@ -188,6 +194,6 @@ async def update_group_configs(meta, group: str, change: Callable[[dict[str, str
     return await _update(meta, GROUP_CONFIGS_ROOT + quote(group, safe=""), change)
 
 __all__ = ["BROKER_CONFIGS_ROOT", "GROUP_CONFIGS_ROOT", "ReplicaLayout", "TOPIC_CONFIGS_ROOT", "all_topic_configs",
-           "assign_replicas", "broker_configs_key", "preferred_leader", "preferred_leaders", "delete_topic_configs", "read_broker_configs", "read_group_configs",
+           "assign_replicas", "broker_configs_key", "preferred_leader", "preferred_leaders", "read_many_topic_configs", "delete_topic_configs", "read_broker_configs", "read_group_configs",
            "read_topic_configs", "replace_topic_configs", "replica_layouts", "topic_configs_key",
            "update_broker_configs", "update_group_configs", "update_topic_configs"]

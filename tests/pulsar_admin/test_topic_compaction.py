@@ -285,3 +285,24 @@ def test_a_reader_with_a_small_queue_reads_a_view_of_many_shortened_batches(serv
         got.append(reader.read_next(timeout_millis=10000))
     reader.close()
     assert seen(got) == expected_view(updates, ids)
+
+
+def test_a_kafka_compact_topic_past_its_dirty_ratio_compacts_itself(server, rest):
+    """The monitor's pass reads each loaded Kafka topic's configs (in batches, with the Pulsar
+    policies of the others): a compact topic whose dirty share passes min.cleanable.dirty.ratio
+    starts compacting with nobody asking, one without cleanup.policy=compact does not."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    compact, plain = f"kc-{uuid.uuid4().hex[:8]}", f"kd-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for name, configs in ((compact, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}), (plain, {})):
+        admin.create_topics([NewTopic(name, 1, config=configs)])[name].result(20)
+    producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 0})
+    for name in (compact, plain):
+        for i in range(30):
+            producer.produce(name, key=b"k%d" % (i % 3), value=b"v%d" % i)
+            producer.flush(20)
+    wait_status(rest, f"/persistent/public/default/{compact}-partition-0")
+    status, body = rest.get(f"/persistent/public/default/{plain}-partition-0/compaction")
+    assert status == 200 and body["status"] == "NOT_RUN", body

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 #: Pulsar's default brokerServiceCompactionMonitorIntervalInSeconds.
 MONITOR_INTERVAL = 60.0
+CHECK_BATCH = 1000  # loaded topics whose policies the threshold check reads together
 NAMESPACE_FIELD = "compaction_threshold"
 TOPIC_FIELD = "compactionThreshold"
 #: Pulsar's compactor removes a key whose latest message has an empty payload at once.
@@ -150,30 +151,67 @@ async def threshold_of(ctx: AdminContext, name: TopicName) -> int:
 
 
 async def check_thresholds(ctx: AdminContext) -> list[str]:
-    """Start compacting each loaded topic whose backlog above its horizon passed its threshold."""
+    """Start compacting each loaded topic whose backlog above its horizon passed its threshold.
+
+    Thousands of topics at a time have their policies and configs read together: a broker with
+    many loaded topics passes over all of them every interval.
+    """
     registry = ctx.pulsar.registry
+    loaded = [(key, topic) for key, topic in list(registry.topics.items())
+              if not topic.closed and not registry.key_compactor.running(key)]
     started = []
-    for key, topic in list(registry.topics.items()):
-        if topic.closed or registry.key_compactor.running(key):
-            continue
-        kafka = await _kafka_compaction(ctx, topic.name)
-        threshold = await threshold_of(ctx, topic.name)
-        if threshold <= 0 and kafka is None:
-            continue
-        view, tail = await asyncio.gather(key_view.state(ctx.meta, topic.stream_id),
-                                          ctx.storage.tail(topic.stream_id))
-        dirty = tail.size - view.stream_size
-        if tail.next <= view.horizon or dirty <= 0:
-            continue
-        if kafka is not None and dirty >= kafka[0] * tail.size:
-            registry.key_compactor.trigger(key, delete_retention_ms=kafka[1], min_lag_ms=kafka[2])
-        elif threshold > 0 and dirty > threshold:
-            registry.key_compactor.trigger(key, delete_retention_ms=PULSAR_DELETE_RETENTION_MS)
-        else:
-            continue
-        started.append(key)
-        log.info("%s: compaction started (%d bytes above the horizon)", key, dirty)
+    for first in range(0, len(loaded), CHECK_BATCH):
+        batch = loaded[first:first + CHECK_BATCH]
+        names = [topic.name for _, topic in batch]
+        for (key, topic), threshold, kafka in zip(batch, await _thresholds(ctx, names),
+                                                  await _kafka_compactions(ctx, names)):
+            if (threshold > 0 or kafka is not None) and await _start_if_due(ctx, key, topic, threshold, kafka):
+                started.append(key)
     return started
+
+
+async def _start_if_due(ctx: AdminContext, key: str, topic, threshold: int, kafka) -> bool:
+    registry = ctx.pulsar.registry
+    if topic.closed or registry.key_compactor.running(key):
+        return False
+    view, tail = await asyncio.gather(key_view.state(ctx.meta, topic.stream_id), ctx.storage.tail(topic.stream_id))
+    dirty = tail.size - view.stream_size
+    if tail.next <= view.horizon or dirty <= 0:
+        return False
+    if kafka is not None and dirty >= kafka[0] * tail.size:
+        registry.key_compactor.trigger(key, delete_retention_ms=kafka[1], min_lag_ms=kafka[2])
+    elif threshold > 0 and dirty > threshold:
+        registry.key_compactor.trigger(key, delete_retention_ms=PULSAR_DELETE_RETENTION_MS)
+    else:
+        return False
+    log.info("%s: compaction started (%d bytes above the horizon)", key, dirty)
+    return True
+
+
+async def _thresholds(ctx: AdminContext, names: list[TopicName]) -> list[int]:
+    """``threshold_of`` each topic: their policies and their namespaces' read together."""
+    namespaces = list(dict.fromkeys((name.tenant, name.namespace) for name in names))
+    records = await ctx.meta.get_many([topic_policies_key(n.tenant, n.namespace, n.base.local) for n in names]
+                                      + [policies_key(tenant, namespace) for tenant, namespace in namespaces])
+    of_namespace = {ns: (json.loads(rec.value).get(NAMESPACE_FIELD) or 0) if rec is not None else 0
+                    for ns, rec in zip(namespaces, records[len(names):])}
+    out = []
+    for name, rec in zip(names, records[:len(names)]):
+        own = json.loads(rec.value).get(TOPIC_FIELD) if rec is not None else None
+        out.append(own if own is not None else of_namespace[(name.tenant, name.namespace)])
+    return out
+
+
+async def _kafka_compactions(ctx: AdminContext, names: list[TopicName]) -> list[tuple[float, int, int] | None]:
+    """``_kafka_compaction`` of each topic, their configs read together."""
+    out: list[tuple[float, int, int] | None] = [None] * len(names)
+    kafka = getattr(ctx.node, "kafka", None)
+    if kafka is None:
+        return out
+    kafka_topics = [i for i, name in enumerate(names) if (name.tenant, name.namespace) == ("public", "default")]
+    for i, configs in zip(kafka_topics, await kafka.configs.topics([names[i].base.local for i in kafka_topics])):
+        out[i] = _compact_settings(configs)
+    return out
 
 
 async def compaction_options(ctx: AdminContext, name: TopicName) -> dict:
@@ -192,11 +230,14 @@ async def _kafka_compaction(ctx: AdminContext, name: TopicName) -> tuple[float, 
     kafka = getattr(ctx.node, "kafka", None)
     if kafka is None or (name.tenant, name.namespace) != ("public", "default"):
         return None
-    topic = name.base.local
     try:
-        configs = await kafka.configs.topic(topic)
+        configs = await kafka.configs.topic(name.base.local)
     except Exception:  # not a Kafka topic's name
         return None
+    return _compact_settings(configs)
+
+
+def _compact_settings(configs) -> tuple[float, int, int] | None:
     if "compact" not in configs["cleanup.policy"].value.split(","):
         return None
     return (float(configs["min.cleanable.dirty.ratio"].value), int(configs["delete.retention.ms"].value),

@@ -61,18 +61,42 @@ class TopicConfigs:
         cached = self._topics.get(topic)
         if cached is not None and now - cached[0] < CACHE_SECONDS:
             return cached[1]
-        own, layers = await store.read_topic_configs(self.meta, topic), await self.broker_layers()
+        resolved = self._resolve(await store.read_topic_configs(self.meta, topic), await self.broker_layers())
+        self._keep(topic, resolved, now)
+        return resolved
+
+    async def topics(self, topics: list[str]) -> list[dict[str, defs.Resolved]]:
+        """``topic`` of each topic, the records not kept read together, and not kept either (a pass
+        over every loaded topic would fill the cache with topics nobody asks about again soon)."""
+        now = time.monotonic()
+        out: list = [None] * len(topics)
+        reading = []
+        for i, topic in enumerate(topics):
+            cached = self._topics.get(topic)
+            if cached is not None and now - cached[0] < CACHE_SECONDS:
+                out[i] = cached[1]
+            else:
+                reading.append(i)
+        if reading:
+            layers = await self.broker_layers()
+            read = await store.read_many_topic_configs(self.meta, [topics[i] for i in reading])
+            for i, own in zip(reading, read):
+                out[i] = self._resolve(own, layers)
+        return out
+
+    def _resolve(self, own: dict[str, str], layers: list) -> dict[str, defs.Resolved]:
         if own:
-            resolved = defs.resolve_topic(own, layers)
-        else:  # most topics set nothing: they share one resolution of the broker's layers
-            if self._unset is None or self._unset[0] is not layers:
-                self._unset = (layers, defs.resolve_topic({}, layers))
-            resolved = self._unset[1]
+            return defs.resolve_topic(own, layers)
+        # Most topics set nothing: they share one resolution of the broker's layers.
+        if self._unset is None or self._unset[0] is not layers:
+            self._unset = (layers, defs.resolve_topic({}, layers))
+        return self._unset[1]
+
+    def _keep(self, topic: str, resolved: dict[str, defs.Resolved], now: float) -> None:
         if len(self._topics) >= self._purge_at:  # what is out of date goes (a pass over all topics fills it)
             self._topics = {t: kept for t, kept in self._topics.items() if now - kept[0] < CACHE_SECONDS}
             self._purge_at = max(MIN_PURGE_AT, 2 * len(self._topics))
         self._topics[topic] = (now, resolved)
-        return resolved
 
     async def group(self, group_id: str) -> dict[str, defs.Resolved]:
         """Every group config of ``group_id`` as in force now (cached like a topic's)."""
