@@ -31,7 +31,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from ..ledger.entry import EntryFormat, EntryFormatError, decode_entry
 from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
@@ -56,6 +57,9 @@ def snapshot_key(stream_id: int) -> str:
     return f"{stream_partition(stream_id)}/pulsar-dedup"
 
 
+#: ``Dedup.inflight`` while nothing is in flight (an idle topic keeps no table of its own; read-only).
+NOTHING_IN_FLIGHT: Mapping = MappingProxyType({})
+
 class Dedup:
     """Per-topic sequence tracking: persisted (durable) and pushed (accepted) highs."""
 
@@ -71,7 +75,7 @@ class Dedup:
         self.pushed: dict[str, int] = {}
         self.last_seen: dict[str, int] = {}  # producer name -> ms of its last stored entry
         # (producer name, sequence id) -> the append task in flight (its result has the base offset)
-        self.inflight: dict[tuple[str, int], asyncio.Future] = {}
+        self.inflight: Mapping[tuple[str, int], asyncio.Future] = NOTHING_IN_FLIGHT  # a dict while any is
         self._clock = clock
         self._covered = -1  # offset the persisted map is complete up to (-1: not restored)
         self._since_snapshot = 0
@@ -195,4 +199,4 @@ class Dedup:
         self._snapshot_version = result.version.version_id
 
 
-__all__ = ["BROKER_DEDUPLICATION_ENABLED", "Dedup", "snapshot_key"]
+__all__ = ["BROKER_DEDUPLICATION_ENABLED", "Dedup", "NOTHING_IN_FLIGHT", "snapshot_key"]

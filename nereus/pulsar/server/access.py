@@ -34,6 +34,13 @@ def _state(topic) -> dict:
     return state
 
 
+def _settle(topic) -> None:
+    """Nothing claimed or being created: the topic keeps no state (most loaded topics are idle)."""
+    state = topic._access
+    if state is not None and not state["claim"] and not state["creating"]:
+        topic._access = None
+
+
 def _live(topic) -> list:
     return [p for p in topic.producers.values() if not p.conn.closed]
 
@@ -135,6 +142,7 @@ def done_waiting(topic, *, failed: bool = False, mode: int | None = None) -> Non
         state["claim"] = False
     if failed:
         next_turn(topic)
+    _settle(topic)
 
 
 def next_turn(topic) -> None:
@@ -148,6 +156,7 @@ def next_turn(topic) -> None:
             state["claim"] = True
             future.set_result(True)
             return
+    _settle(topic)
 
 
 __all__ = ["done_waiting", "fence_all", "must_wait", "next_turn", "refusal", "wait_turn"]

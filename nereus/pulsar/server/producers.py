@@ -16,7 +16,7 @@ from collections import deque
 
 from ...storage import StreamFenced
 from ...topics import NotOwner
-from ...topics.dedup import REPLICATOR_PREFIX
+from ...topics.dedup import NOTHING_IN_FLIGHT, REPLICATOR_PREFIX
 from ...topics.rates import RateMeter
 from ...codec.pulsar import pb, wrap
 from . import access, entries, metrics, schemas, txn_sends
@@ -285,6 +285,8 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
     task = txn_sends.append(producer, data, count, txn)
     key = (name, seq)
     if dedup is not None:
+        if not dedup.inflight:  # the shared empty one
+            dedup.inflight = {}
         dedup.inflight[key] = task
     size = len(data)
     conn.send_started(size)
@@ -303,7 +305,7 @@ def _append(conn, producer: Producer, frame, meta, seq: int, highest: int, dedup
         if dedup is not None and dedup.inflight.get(key) is t:  # a disabled dedup lets ids repeat
             del dedup.inflight[key]
             if not dedup.inflight:  # the table it grew to goes (one per loaded topic)
-                dedup.inflight = {}
+                dedup.inflight = NOTHING_IN_FLIGHT
         if t.cancelled() or t.exception() is not None:  # (also marks the exception retrieved)
             if dedup is not None:
                 dedup.failed(name)

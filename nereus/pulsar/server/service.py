@@ -213,8 +213,8 @@ def _connected(core) -> bool:
 def _marker_coming(core, pid: int) -> None:
     """A transaction's marker is about to be appended: a later SEND of it is checked again (refused)."""
     topic = core.attachments.get(ATTACHMENT)
-    if topic is not None:
-        topic.txn_begun.pop(pid, None)
+    if topic is not None and pid in topic.txn_begun:
+        del topic.txn_begun[pid]
 
 
 __all__ = ["PulsarService"]

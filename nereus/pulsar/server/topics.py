@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from types import MappingProxyType
+from typing import Mapping
 
 from ...ledger.cursor import Cursor, list_cursors
 from ...ledger.naming import TopicName
@@ -36,9 +38,14 @@ def epoch_key(stream_id: int) -> str:
     return f"{stream_partition(stream_id)}/pulsar-epoch"
 
 
+NO_TRANSACTIONS: Mapping = MappingProxyType({})  # ``txn_begun`` of a topic no transaction wrote to yet
+
 class PulsarTopic:
     """The Pulsar state of one loaded topic."""
 
+    __slots__ = ("service", "core", "name", "handle", "stream_id", "dedup", "producers", "dispatchers", "epoch",
+                 "_epoch_loaded", "exclusive_waiters", "txn_begun", "traffic", "duplicates", "_sub_lock",
+                 "_access")  # one per loaded topic: no instance dict
     persistent = True
 
     def __init__(self, service, core: Topic) -> None:
@@ -53,12 +60,13 @@ class PulsarTopic:
         self.epoch = 0  # bumped each time an exclusive producer takes the topic (persisted)
         self._epoch_loaded = False
         self.exclusive_waiters: list[asyncio.Future] = []  # WaitForExclusive producers, in order
-        # pids of open transactions checked for this partition (txn_sends.py): a dict as a set, a
-        # quarter of an empty set's size on each of a broker's many idle topics.
-        self.txn_begun: dict[int, None] = {}
+        # pids of open transactions checked for this partition (txn_sends.py): a dict as a set, made
+        # by the first (most loaded topics never see a transaction; the shared empty one is read-only).
+        self.txn_begun: Mapping[int, None] = NO_TRANSACTIONS
         self.traffic = core.traffic
         self.duplicates = 0  # SENDs dropped as duplicates (pulsar_deduplicated_messages, read at scrape)
         self._sub_lock: asyncio.Lock | None = None  # made by the first subscription
+        self._access: dict | None = None  # producer access modes' state while any is in play (access.py)
         core.attachments[ATTACHMENT] = self
         service.by_stream[self.stream_id] = self
         # Its append, unload and busy hooks are the service's, registered once on the registry

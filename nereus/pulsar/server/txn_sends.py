@@ -74,6 +74,8 @@ async def begin(topic, most: int, pid: int) -> None:
     except txn_errors.TransactionError as exc:
         raise TxnSendRefused(f"transaction ({most},{pid}) cannot write to {topic.name}: {exc}") from exc
     await service.stream_txns.begin(topic.stream_id, pid, 0, topic.handle.next_offset())
+    if not topic.txn_begun:  # the shared empty one
+        topic.txn_begun = {}
     topic.txn_begun[pid] = None
 
 
