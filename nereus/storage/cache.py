@@ -8,8 +8,10 @@ from objects for catch-up readers. Both are bounded by bytes.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from . import metrics
 from .api import FetchedEntry
@@ -38,22 +40,29 @@ class _StreamTail:
 #: Bytes an entry is charged beyond its data (its places in the lists, the eviction order): many
 #: streams of small entries stay within the bound too.
 ENTRY_OVERHEAD = 64
+#: How long a committed entry stays cached at most (Pulsar evicts its cache by age too): a stream
+#: that went quiet keeps nothing, a reader tailing it was served long ago.
+TAIL_MAX_AGE = 60.0
 
 
 class TailCache:
     """Recently committed entries, per stream, evicted oldest-first across streams.
 
-    Eviction goes by the batches ``add`` was given (one per stream and flush), oldest first;
-    a stream whose entries are all evicted is forgotten (a broker may have a million quiet
-    streams, each written once).
+    Eviction goes by the batches ``add`` was given (one per stream and flush), oldest first,
+    when the bytes pass ``max_bytes`` or a batch is older than ``max_age`` seconds (``add`` and
+    ``evict_aged`` look); a stream whose entries are all evicted is forgotten (a broker may have
+    a million quiet streams, each written once).
     """
 
-    def __init__(self, max_bytes: int = 64 << 20):
+    def __init__(self, max_bytes: int = 64 << 20, *, max_age: float = TAIL_MAX_AGE,
+                 clock: Callable[[], float] = time.monotonic):
         self.max_bytes = max_bytes
+        self.max_age = max_age
         self.bytes = 0
+        self._clock = clock
         self._streams: dict[int, _StreamTail] = {}
-        # (stream id, owner, entries, bytes) in insertion order
-        self._order: deque[tuple[int, _StreamTail, int, int]] = deque()
+        # (stream id, owner, entries, bytes, added at) in insertion order
+        self._order: deque[tuple[int, _StreamTail, int, int, float]] = deque()
         self._dropped = 0  # streams dropped since _order was last rebuilt
 
     def add(self, stream_id: int, base: int, entries: list[tuple[int, bytes | memoryview]]) -> None:
@@ -68,19 +77,30 @@ class TailCache:
             tail.datas.append(data)
             size += len(data) + ENTRY_OVERHEAD
             base += count
-        self._order.append((stream_id, tail, len(entries), size))
+        now = self._clock()
+        self._order.append((stream_id, tail, len(entries), size, now))
         self.bytes += size
         while self.bytes > self.max_bytes and self._order:
-            sid, owner, n, size = self._order.popleft()
-            if owner.head < len(owner.bases):  # a dropped owner was accounted already
-                self.bytes -= size
-                owner.head += n
-                if owner.head >= len(owner.bases):  # nothing left: forget the stream (and its entries' data)
-                    if self._streams.get(sid) is owner:
-                        del self._streams[sid]
-                    owner.bases, owner.counts, owner.datas, owner.head = [], [], [], 0
-                else:
-                    owner.compact()
+            self._evict_oldest()
+        self.evict_aged(now)
+
+    def evict_aged(self, now: float | None = None) -> None:
+        """Evict the batches older than ``max_age`` (called on each ``add`` and now and then)."""
+        cutoff = (self._clock() if now is None else now) - self.max_age
+        while self._order and self._order[0][4] < cutoff:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        sid, owner, n, size, _added = self._order.popleft()
+        if owner.head < len(owner.bases):  # a dropped owner was accounted already
+            self.bytes -= size
+            owner.head += n
+            if owner.head >= len(owner.bases):  # nothing left: forget the stream (and its entries' data)
+                if self._streams.get(sid) is owner:
+                    del self._streams[sid]
+                owner.bases, owner.counts, owner.datas, owner.head = [], [], [], 0
+            else:
+                owner.compact()
 
     def read(self, stream_id: int, offset: int, end: int, max_bytes: int) -> list[FetchedEntry]:
         """Contiguous cached entries from the one containing ``offset``; [] on a miss."""

@@ -32,6 +32,7 @@ LOCAL = BrokerAddress("local", 0, "default", "", "", 0, "")
 log = logging.getLogger(__name__)
 #: How long a build waits for the topic's pending keys to be written to its key log.
 DRAIN_SECONDS = 5.0
+SWEEP_SECONDS = 60.0  # longest pause between two passes over the loaded topics (idle unloads, cache aging)
 
 
 #: Topics unloaded at once after which the C allocator is asked to give free memory back.
@@ -102,7 +103,7 @@ class TopicRegistry:
                 log.info("%s: key log not drained in %g s; the build reads the rest", name, DRAIN_SECONDS)
 
     def start(self) -> None:
-        if self._sweeper is None and self.idle_seconds > 0:
+        if self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_loop())
 
     def on_load(self, listener) -> None:
@@ -276,7 +277,12 @@ class TopicRegistry:
 
     async def _sweep_loop(self) -> None:
         while True:
-            await asyncio.sleep(min(60.0, max(self.idle_seconds / 4, 0.05)))
+            await asyncio.sleep(min(SWEEP_SECONDS, max(self.idle_seconds / 4, 0.05)) if self.idle_seconds > 0
+                                else SWEEP_SECONDS)
+            # Quiet streams' cached entries age out even where nothing is appended any more.
+            self.storage.tail_cache.evict_aged()
+            if self.idle_seconds <= 0:
+                continue  # 0: topics are never unloaded for idleness
             try:
                 await self.unload_idle()
             except Exception:

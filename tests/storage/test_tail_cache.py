@@ -113,3 +113,18 @@ def test_a_large_unload_frees_the_dropped_streams_records_before_eviction():
     assert [e.base_offset for e in cache.read(4999, 0, 1, 1 << 20)] == [0]
     cache.add(4999, 1, [(1, b"y" * 10)])
     assert [e.base_offset for e in cache.read(4999, 0, 2, 1 << 20)] == [0, 1]
+
+
+def test_batches_older_than_the_max_age_go_and_a_quiet_stream_is_forgotten():
+    now = [1000.0]
+    cache = TailCache(max_age=60.0, clock=lambda: now[0])
+    cache.add(1, 0, entries(0, 2))
+    now[0] += 30
+    cache.add(2, 0, entries(0, 1))
+    now[0] += 31  # stream 1's batch is 61 s old, stream 2's 31 s
+    cache.evict_aged()
+    assert cache.read(1, 0, 10, 1 << 20) == [] and len(cache.read(2, 0, 10, 1 << 20)) == 1
+    assert 1 not in cache._streams and cache.bytes == E
+    now[0] += 30
+    cache.add(3, 0, entries(0, 1))  # an add looks too
+    assert cache.read(2, 0, 10, 1 << 20) == [] and cache.bytes == E and set(cache._streams) == {3}
