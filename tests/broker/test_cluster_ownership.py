@@ -11,6 +11,7 @@ import pytest
 from nereus.broker.cluster import ClusterPlacement, HashRing, Membership, node_id_for, owner_key
 from nereus.ledger.naming import TopicName
 from nereus.meta import open_engine
+from nereus.meta.api import NotificationType
 from nereus.objstore import open_object_store
 from nereus.storage import StreamClosed, StreamFenced, StreamStorage
 from nereus.topics import BrokerAddress, NotOwner, TopicRegistry
@@ -217,6 +218,38 @@ async def test_a_dead_brokers_topics_are_adopted_and_its_streams_fenced():
             await wait_for(lambda: topic.handle.writable, what="adopter's append session")
             assert topic.handle.fencing_token > tokens[name]
             assert (await topic.append(b"after", 1)).base_offset == 1
+
+
+async def test_a_topic_unloaded_for_idleness_is_not_adopted_again_by_anyone():
+    """The deletion of a record its owner released is heard by every broker, the owner too: none
+    of them takes it for a dead owner's and loads the topic again (an idle unload would undo itself)."""
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        names = [TopicName.parse(f"persistent://public/default/idle-{i}") for i in range(20)]
+        for name in names:
+            owner = next(b for b in brokers if b.membership.ring.owner(str(name)) == b.name)
+            topic = await owner.registry.get(name)
+            await topic.ensure_writer()
+            await topic.append(b"x", 1)
+        heard = []
+        for b in brokers:
+            # Notifications over a network come after the deleting call returned: so here too.
+            b.membership._note_listeners = [
+                (prefix, (lambda note, listener=listener: asyncio.get_running_loop().call_later(0.1, listener, note)))
+                for prefix, listener in b.membership._note_listeners]
+            b.membership.on_note("/nereus/cluster/owners/", lambda note, b=b: note.type == NotificationType.KEY_DELETED
+                                 and heard.append((b.name, note.key)))
+        for b in brokers:
+            b.registry.idle_seconds = 0.001
+            await b.registry.unload_idle(now=asyncio.get_running_loop().time() + 3600)
+        await wait_for(lambda: not any(b.placement.owned for b in brokers), what="every ownership released")
+        await wait_for(lambda: len(set(heard)) >= 2 * len(names), what="every broker hearing every deletion")
+        await asyncio.sleep(0.3)  # and the deferred listeners called
+        for b in brokers:
+            released_here = {str(n) for n in names if b.membership.ring.owner(str(n)) == b.name}
+            assert not released_here & set(b.placement._orphans), b.name  # none taken for a dead owner's
+            await b.placement.rebalance()
+            assert not b.placement.owned and not b.registry.topics, b.name
+            assert b.placement.adoptions == 0
 
 
 async def test_a_zombie_that_wakes_up_drops_its_topics_rejoins_and_gets_its_share_back():

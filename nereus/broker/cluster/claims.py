@@ -39,6 +39,7 @@ class Claims(OwnerLookup):
     _claiming: dict[str, asyncio.Future]
     _releasing: dict[str, asyncio.Future]
     _orphans: dict[str, float]
+    _released: dict[str, float]
     _moves: asyncio.Semaphore
     _tasks: set[asyncio.Task]
     _recovering: asyncio.Future | None
@@ -153,6 +154,8 @@ class Claims(OwnerLookup):
             self.owned.pop(topic, None)
             self.leader_preferences.forget(topic)
             if version is not None:
+                # Its deletion is heard here too: not a dead owner's record, nothing to adopt.
+                self._released[topic] = time.monotonic()
                 with contextlib.suppress(UnexpectedVersion, MetadataError):
                     await self.meta.delete(owner_key(topic), expected_version_id=version)
         finally:
@@ -216,6 +219,7 @@ class Claims(OwnerLookup):
         self.owned = {}
         self.leader_preferences.drop_held()
         self._orphans.clear()
+        self._released.clear()
         lost, self._lost = self._lost_future(), None
         lost.set_result(None)
         if self.registry is not None:  # read-only ones too: they reload once this broker is back

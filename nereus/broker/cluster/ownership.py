@@ -57,6 +57,7 @@ class ClusterPlacement(Rebalancing):
         self._claiming: dict[str, asyncio.Future] = {}
         self._releasing: dict[str, asyncio.Future] = {}
         self._orphans: dict[str, float] = {}
+        self._released: dict[str, float] = {}  # topics whose record this broker deleted, until that is heard
         self._probes: dict[str, tuple[bool, float]] = {}  # broker name -> (answers, when probed)
         self._moves = asyncio.Semaphore(max_concurrent_moves)
         self._ring_changed = asyncio.Event()

@@ -41,6 +41,8 @@ class Rebalancing(Claims):
         if note.type != NotificationType.KEY_DELETED:
             return
         topic = unquote(note.key[len(OWNERS):])
+        if self._released.pop(topic, None) is not None:
+            return  # released here (idle, unused, moved): adopting it would load it again
         if topic not in self.owned and topic not in self._releasing:
             self._orphans[topic] = time.monotonic()
             self._ring_changed.set()
@@ -68,6 +70,9 @@ class Rebalancing(Claims):
             elif self.registry is not None and not self.registry.in_use(topic) \
                     and now - claimed_at > UNUSED_SECONDS and topic not in self._claiming:
                 moves.append(self.release(topic, "unused"))
+        for topic, released in list(self._released.items()):
+            if now - released > ORPHAN_SECONDS:  # its deletion was never heard (or failed)
+                del self._released[topic]
         adopt = []
         for topic, seen in list(self._orphans.items()):
             if now - seen > ORPHAN_SECONDS or topic in self.owned:
