@@ -114,7 +114,7 @@ def produce_everywhere(bootstrap: str, count: int, partitions: int, producers: i
 
     def share(first: int) -> None:
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000,
-                             "topic.metadata.refresh.interval.ms": 600_000, "message.timeout.ms": 1_800_000})
+                             "topic.metadata.refresh.interval.ms": 600_000, "message.timeout.ms": 0})  # 0: no limit (loading 100k partitions takes long)
         failed = []
 
         def delivered(err, msg) -> None:
@@ -126,7 +126,7 @@ def produce_everywhere(bootstrap: str, count: int, partitions: int, producers: i
                 producer.produce(f"m-{i}", b"x", partition=p, on_delivery=delivered)
             producer.poll(0)
         # flush counts what is still queued only: a message that timed out or failed was "delivered"
-        if producer.flush(1800) != 0 or failed:
+        if producer.flush(7200) != 0 or failed:
             raise RuntimeError(f"{len(failed)} message(s) not written, e.g. {failed[:3]}")
 
     with ThreadPoolExecutor(producers) as pool:
