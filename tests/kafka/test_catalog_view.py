@@ -36,23 +36,23 @@ def counting():
 async def test_kept_until_a_change_is_heard_or_made():
     catalog, membership = Catalog(None, None, None, None), Membership()
     compute, calls = counting()
-    assert await catalog._view("x", compute) == 1  # not following yet: read each time
-    assert await catalog._view("x", compute) == 2
+    assert await catalog.kept.get("x", compute) == 1  # not following yet: read each time
+    assert await catalog.kept.get("x", compute) == 2
     catalog.follow(membership)
     assert {prefix for prefix, _ in membership.listeners} >= {"/nereus/kafka/topic-configs/"}
-    assert await catalog._view("x", compute) == 3
-    assert await catalog._view("x", compute) == 3  # kept
+    assert await catalog.kept.get("x", compute) == 3
+    assert await catalog.kept.get("x", compute) == 3  # kept
     membership.note("/nereus/kafka/topic-configs/t")
-    assert await catalog._view("x", compute) == 4
+    assert await catalog.kept.get("x", compute) == 4
     membership.note("/somewhere/else")
-    assert await catalog._view("x", compute) == 4
-    catalog._changes += 1  # what ``create`` / ``delete`` do here
-    assert await catalog._view("x", compute) == 5
+    assert await catalog.kept.get("x", compute) == 4
+    catalog.kept.changed()  # what ``create`` / ``delete`` do here
+    assert await catalog.kept.get("x", compute) == 5
     membership.subscriptions += 1  # subscribed again: changes in between were not heard
-    assert await catalog._view("x", compute) == 6
+    assert await catalog.kept.get("x", compute) == 6
     membership.watching = False
-    assert await catalog._view("x", compute) == 7
-    assert await catalog._view("x", compute) == 8
+    assert await catalog.kept.get("x", compute) == 7
+    assert await catalog.kept.get("x", compute) == 8
 
 
 async def test_concurrent_askers_share_one_reading_and_one_changed_meanwhile_is_not_kept():
@@ -66,10 +66,10 @@ async def test_concurrent_askers_share_one_reading_and_one_changed_meanwhile_is_
         await release.wait()
         return len(calls)
 
-    askers = [asyncio.ensure_future(catalog._view("x", slow)) for _ in range(5)]
+    askers = [asyncio.ensure_future(catalog.kept.get("x", slow)) for _ in range(5)]
     await asyncio.sleep(0)
     membership.note("/nereus/kafka/topic-configs/t")  # heard while it is read
     release.set()
     assert await asyncio.gather(*askers) == [1] * 5 and len(calls) == 1
-    assert await catalog._view("x", slow) == 2  # the reading may have missed the change: not kept
-    assert await catalog._view("x", slow) == 2
+    assert await catalog.kept.get("x", slow) == 2  # the reading may have missed the change: not kept
+    assert await catalog.kept.get("x", slow) == 2

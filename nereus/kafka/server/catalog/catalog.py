@@ -24,6 +24,7 @@ from ....topics.partitioned import ensure_stream, partitioned_range, partitioned
 from ....topics import create_partitioned_topic, key_log, partitioned_key, partitions_of
 from ....topics.topic_configs import (TOPIC_CONFIGS_ROOT, assign_replicas, delete_topic_configs, replace_topic_configs,
                                      replica_layouts)
+from .kept import KeptAnswers
 from .partition import ATTACHMENT, Partition
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _changes_topics(method):
         try:
             return await method(self, *args, **kwargs)
         finally:
-            self._changes += 1
+            self.kept.changed()
     return changing
 
 
@@ -74,46 +75,13 @@ class Catalog:
         self.producer_options = producer_options or {}  # of each partition's ProducerStates
         self._names_by_id: OrderedDict[uuid.UUID, str] = OrderedDict()
         self._writing: dict[tuple[str, int], Partition] = {}  # see partition_to_write
-        self._membership = None  # see follow
-        self._changes = 0  # changes heard to the namespace's topics (or made here)
-        self._kept: dict[str, tuple[tuple[int, int], object]] = {}  # what -> (view generation, answer)
-        self._computing: dict[str, tuple[tuple[int, int], asyncio.Future]] = {}
+        self.kept = KeptAnswers()  # the listing and layouts of every topic (see ``follow``)
 
-    # -- the namespace's view, kept between requests ----------------------------------------
     def follow(self, membership) -> None:
         """Keep the listing of every topic (and their replica layouts) between requests for as long as
-        ``membership`` hears each change to them, from any broker, as Kafka brokers answer Metadata
-        from a cache the controller's changes update. Without it every request reads them again."""
-        self._membership = membership
-        for prefix in (names_range(NAMESPACE_PREFIX)[0], partitioned_range(NAMESPACE_PREFIX)[0], TOPIC_CONFIGS_ROOT):
-            membership.on_note(prefix, self._heard)
-
-    def _heard(self, _note) -> None:
-        self._changes += 1
-
-    def _generation(self) -> tuple[int, int] | None:
-        membership = self._membership
-        if membership is None or not membership.watching:
-            return None  # changes may go unheard: nothing is kept
-        return self._changes, membership.subscriptions
-
-    async def _view(self, what: str, compute):
-        """``compute()``'s answer, reused until a change is heard; concurrent askers share one computation."""
-        generation = self._generation()
-        if generation is None:
-            return await compute()
-        kept = self._kept.get(what)
-        if kept is not None and kept[0] == generation:
-            return kept[1]
-        computing = self._computing.get(what)
-        if computing is None or computing[0] != generation:
-            computing = self._computing[what] = (generation, asyncio.ensure_future(compute()))
-            computing[1].add_done_callback(lambda f, what=what: self._computing.get(what, (None, None))[1] is f
-                                           and self._computing.pop(what))
-        answer = await asyncio.shield(computing[1])
-        if self._generation() == generation:  # nothing changed while it was read
-            self._kept[what] = (generation, answer)
-        return answer
+        ``membership`` hears each change to them, from any broker (``KeptAnswers``)."""
+        self.kept.follow(membership, (names_range(NAMESPACE_PREFIX)[0], partitioned_range(NAMESPACE_PREFIX)[0],
+                                      TOPIC_CONFIGS_ROOT))
 
     async def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic does not exist."""
@@ -272,13 +240,13 @@ class Catalog:
         """``describe_topics`` of every topic of public/default: the partitioned ones from the scan
         that lists them (no read of each), then the non-partitioned ones (kept: see ``follow``; the
         answer is shared, not to be changed)."""
-        return await self._view("topics", self._describe_all)
+        return await self.kept.get("topics", self._describe_all)
 
     async def all_replica_layouts(self) -> dict:
         """``replica_layouts`` of every topic ``describe_all`` lists (kept like it)."""
         async def read() -> dict:
             return await replica_layouts(self.meta, list(await self.describe_all()))
-        return await self._view("layouts", read)
+        return await self.kept.get("layouts", read)
 
     async def _describe_all(self) -> dict[str, tuple[list[str], uuid.UUID]]:
         out: dict[str, tuple[list[str], uuid.UUID]] = {}
