@@ -132,6 +132,11 @@ def _first_replica(value: bytes | None, index: int) -> int | None:
     return ids[0] if ids else None
 
 
+def may_prefer_a_leader(topic: str) -> bool:
+    """Can a client have assigned ``topic`` a preferred leader (is it a Kafka topic's partition)?"""
+    return _assignable(topic) is not None
+
+
 async def preferred_leader(meta, topic: str) -> int | None:
     """The node id a Kafka client assigned first among the replicas of partition topic ``topic``
     (its preferred leader), or None when none was assigned."""
@@ -194,6 +199,6 @@ async def update_group_configs(meta, group: str, change: Callable[[dict[str, str
     return await _update(meta, GROUP_CONFIGS_ROOT + quote(group, safe=""), change)
 
 __all__ = ["BROKER_CONFIGS_ROOT", "GROUP_CONFIGS_ROOT", "ReplicaLayout", "TOPIC_CONFIGS_ROOT", "all_topic_configs",
-           "assign_replicas", "broker_configs_key", "preferred_leader", "preferred_leaders", "read_many_topic_configs", "delete_topic_configs", "read_broker_configs", "read_group_configs",
+           "assign_replicas", "broker_configs_key", "may_prefer_a_leader", "preferred_leader", "preferred_leaders", "read_many_topic_configs", "delete_topic_configs", "read_broker_configs", "read_group_configs",
            "read_topic_configs", "replace_topic_configs", "replica_layouts", "topic_configs_key",
            "update_broker_configs", "update_group_configs", "update_topic_configs"]

@@ -20,14 +20,25 @@ class Clock:
         return self.now
 
 
+def K(n: int) -> str:
+    """A Kafka topic's partition that prefers node ``n``."""
+    return f"{KAFKA_NAMESPACE}k-partition-{n}"
+
+
+def T(i) -> str:
+    """A Kafka topic's partition with no preference."""
+    return f"{KAFKA_NAMESPACE}t{i}-partition-0"
+
+
 @pytest.fixture
 def reads(monkeypatch):
-    """Topics whose preference was read from metadata, in order; topic ``k-<n>`` prefers node n."""
+    """Topics whose preference was read from metadata, in order (``K(n)`` prefers node n)."""
     seen: list[str] = []
 
     async def preferred_leader(meta, topic: str):
         seen.append(topic)
-        return int(topic.rsplit("-", 1)[1]) if topic.startswith("k-") else None
+        local = topic[len(KAFKA_NAMESPACE):]
+        return int(local.rsplit("-", 1)[1]) if local.startswith("k-") else None
 
     monkeypatch.setattr(leader_preference, "preferred_leader", preferred_leader)
     return seen
@@ -42,37 +53,37 @@ async def test_readings_of_topics_not_claimed_are_bounded_and_expire(reads):
     clock = Clock()
     prefs = preferences(clock)
     for i in range(100):  # lookups of many topics owned elsewhere
-        await prefs.load(f"t-{i}")
+        await prefs.load(T(i))
     assert len(prefs) == 3
-    await prefs.load("k-7")
-    assert prefs.broker("k-7") == "broker-7"
-    await prefs.load("k-7")
-    assert reads.count("k-7") == 1  # reused while recent
+    await prefs.load(K(7))
+    assert prefs.broker(K(7)) == "broker-7"
+    await prefs.load(K(7))
+    assert reads.count(K(7)) == 1  # reused while recent
     clock.now += CACHE_SECONDS
-    await prefs.load("t-x")
+    await prefs.load(T("x"))
     assert len(prefs) == 1  # the stale readings went
-    await prefs.load("k-7")
-    assert reads.count("k-7") == 2
+    await prefs.load(K(7))
+    assert reads.count(K(7)) == 2
 
 
 async def test_claimed_topics_are_held_until_released(reads):
     clock = Clock()
     prefs = preferences(clock)
-    await prefs.load("k-4")
-    await prefs.hold("k-4")
-    await prefs.hold("k-5")  # held without an earlier reading: read now
-    assert reads == ["k-4", "k-5"]
+    await prefs.load(K(4))
+    await prefs.hold(K(4))
+    await prefs.hold(K(5))  # held without an earlier reading: read now
+    assert reads == [K(4), K(5)]
     for i in range(50):
-        await prefs.load(f"t-{i}")
+        await prefs.load(T(i))
     clock.now += 10 * CACHE_SECONDS
-    await prefs.load("t-last")
-    assert (prefs.broker("k-4"), prefs.broker("k-5")) == ("broker-4", "broker-5")
-    await prefs.load("k-4")
-    assert reads.count("k-4") == 1  # held: never read again while claimed
-    prefs.forget("k-4")
-    assert prefs.broker("k-4") is None
+    await prefs.load(T("last"))
+    assert (prefs.broker(K(4)), prefs.broker(K(5))) == ("broker-4", "broker-5")
+    await prefs.load(K(4))
+    assert reads.count(K(4)) == 1  # held: never read again while claimed
+    prefs.forget(K(4))
+    assert prefs.broker(K(4)) is None
     prefs.drop_held()
-    assert prefs.broker("k-5") is None
+    assert prefs.broker(K(5)) is None
     assert len(prefs) == 1
 
 
@@ -105,3 +116,12 @@ async def test_many_preferences_are_read_together_once_per_topic_record():
     finally:
         await meta.close()
         await engine.close()
+
+
+async def test_topics_no_client_can_assign_are_neither_read_nor_kept(reads):
+    prefs = preferences(Clock())
+    plain = ["persistent://tenant/ns/orders-partition-0", f"{KAFKA_NAMESPACE}orders", "non-persistent://t/n/x"]
+    for topic in plain:
+        await prefs.load(topic)
+        await prefs.hold(topic)
+    assert reads == [] and len(prefs) == 0 and prefs.broker(plain[0]) is None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from ...topics.topic_configs import preferred_leader, preferred_leaders
+from ...topics.topic_configs import may_prefer_a_leader, preferred_leader, preferred_leaders
 
 #: How long a preference read for a topic this broker does not own is reused.
 CACHE_SECONDS = 30.0
@@ -39,7 +39,7 @@ class LeaderPreferences:
 
     async def load(self, topic: str) -> None:
         """Read ``topic``'s preference unless it is held or was read recently."""
-        if topic in self._held:
+        if topic in self._held or not may_prefer_a_leader(topic):
             return
         now = self._clock()
         recent = self._recent.get(topic)
@@ -58,6 +58,8 @@ class LeaderPreferences:
 
     async def hold(self, topic: str) -> None:
         """Keep ``topic``'s preference until ``forget``: the topic was claimed here."""
+        if not may_prefer_a_leader(topic):
+            return  # nothing to read or keep (most topics: not a Kafka topic's partition)
         if topic not in self._held:
             await self.load(topic)
             recent = self._recent.pop(topic, None)
