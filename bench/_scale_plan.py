@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 #: Bytes of broker heap per loaded idle topic (bench/RESULTS.md, "Scale: memory per loaded idle topic").
-BYTES_PER_LOADED_TOPIC = 6_487
+BYTES_PER_LOADED_TOPIC = 3_276
 #: Disk per topic record of one embedded engine at 10,000,000 records (bench/RESULTS.md, "Scale: topic records").
 BYTES_PER_RECORD_AT_10M = 470
 #: The largest shard measured: 10,000,000 topic records in an engine of 4 shards, lookups and restart
