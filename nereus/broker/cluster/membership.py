@@ -259,7 +259,7 @@ class Membership:
                 raise
             except Exception as exc:
                 log.warning("the metadata notification stream broke (%s); subscribing again", exc)
-                self.watching = False
+                self.watching = False  # now, not after the pause below: changes go unheard meanwhile
                 await asyncio.sleep(1.0)
             finally:
                 self.watching = False

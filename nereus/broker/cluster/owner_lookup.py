@@ -58,8 +58,11 @@ class OwnerLookup(Placement):
     async def _home(self, topic: str) -> BrokerAddress:
         """The broker that should own ``topic``: its active preferred leader, else the ring's."""
         await self.leader_preferences.load(topic)
-        name = self.leader_preferences.broker(topic)
-        record = self.membership.brokers.get(name) if name is not None else None
+        return self._home_of(topic, self.leader_preferences.broker(topic))
+
+    def _home_of(self, topic: str, preferred_broker: str | None) -> BrokerAddress:
+        """The preferred broker's address if it is registered, else the ring's broker for ``topic``."""
+        record = self.membership.brokers.get(preferred_broker) if preferred_broker is not None else None
         return record.address if record is not None else self.preferred(topic)
 
     def _home_name(self, topic: str) -> str | None:

@@ -140,8 +140,7 @@ class ClusterPlacement(Rebalancing):
         if unowned:  # nobody holds them: named as ``_home`` names them, the preferences read together
             preferred = await self.leader_preferences.brokers([topics[i] for i in unowned])
             for i, name in zip(unowned, preferred):
-                record = self.membership.brokers.get(name) if name is not None else None
-                found[i] = record.address if record is not None else self.preferred(topics[i])
+                found[i] = self._home_of(topics[i], name)
         answers = await gather_bounded(lambda i: or_none(self.owner(topics[i])), slow)
         for i, address in zip(slow, answers):
             found[i] = address

@@ -85,6 +85,12 @@ class Catalog:
 
     async def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic does not exist."""
+        found = await self._partitioning(topic)
+        return found[0] if found is not None else None
+
+    async def _partitioning(self, topic: str) -> tuple[int, bool] | None:
+        """(partition count, partitioned?) of a topic, None if it does not exist: one read when it is
+        partitioned (Kafka's topics are)."""
         if not valid_name(topic):
             return None
         name = pulsar_name(topic)
@@ -92,34 +98,23 @@ class Catalog:
             return None  # a partition's own stream is not a Kafka topic
         count = await partitions_of(self.meta, name)
         if count:
-            return count
+            return count, True
         try:
             await self.storage.stream_id(str(name))
         except StreamNotFound:
             return None
-        return 1
+        return 1, False
 
     async def is_partitioned(self, topic: str) -> bool:
         return bool(await partitions_of(self.meta, pulsar_name(topic)))
 
     async def stream_name(self, topic: str, index: int) -> TopicName | None:
-        """The stream of partition ``index`` of ``topic`` (None: no such partition); one read when
-        the topic is partitioned (Kafka's topics are)."""
-        if not valid_name(topic):
+        """The stream of partition ``index`` of ``topic`` (None: no such partition)."""
+        found = await self._partitioning(topic)
+        if found is None or not 0 <= index < found[0]:
             return None
         name = pulsar_name(topic)
-        if name.partition_index >= 0:
-            return None
-        count = await partitions_of(self.meta, name)
-        if count:
-            return name.partition(index) if 0 <= index < count else None
-        if index != 0:
-            return None
-        try:
-            await self.storage.stream_id(str(name))
-        except StreamNotFound:
-            return None
-        return name
+        return name.partition(index) if found[1] else name
 
     async def streams(self, topic: str, count: int) -> list[TopicName]:
         """The streams of a topic's ``count`` partitions, in partition order."""
