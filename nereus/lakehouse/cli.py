@@ -2,6 +2,7 @@
 
     nereus lakehouse deliver --metadata oxia://127.0.0.1:6648 --objects file:///var/lib/nereus/objects \\
         --topic orders --delta /lake/orders --once
+    nereus lakehouse deliver ... --topic orders --hudi s3://lake/orders --storage-option AWS_REGION=eu-west-1
     nereus lakehouse deliver ... --topic orders --iceberg-catalog lake \\
         --catalog-property type=sql --catalog-property uri=sqlite:////lake/catalog.db \\
         --catalog-property warehouse=file:///lake/warehouse --table streams.orders --interval 30
@@ -33,26 +34,33 @@ def _pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) 
 
 @click.group()
 def lakehouse() -> None:
-    """Lakehouse jobs: deliver topics into Delta and Iceberg tables."""
+    """Lakehouse jobs: deliver topics into Delta, Hudi and Iceberg tables."""
 
 
-def _target_factory(delta: str | None, storage_options: dict[str, str], catalog: str | None,
+def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[str, str], catalog: str | None,
                     catalog_properties: dict[str, str], table: str | None) -> Callable[[], Target]:
     """Checks the target options now; the factory opens (or creates) the table."""
-    if (delta is None) == (catalog is None):
-        raise click.UsageError("give exactly one target: --delta PATH_OR_URI or --iceberg-catalog NAME")
-    if delta is not None:
+    if sum(target is not None for target in (delta, hudi, catalog)) != 1:
+        raise click.UsageError("give exactly one target: --delta PATH_OR_URI, --hudi PATH_OR_URI "
+                               "or --iceberg-catalog NAME")
+    if delta is not None or hudi is not None:
         if catalog_properties or table:
-            raise click.UsageError("--catalog-property and --table go with --iceberg-catalog, not --delta")
+            raise click.UsageError("--catalog-property and --table go with --iceberg-catalog, "
+                                   "not --delta or --hudi")
 
-        def delta_target() -> Target:
-            from .delta_target import DeltaTarget
+        def table_target() -> Target:
+            if delta is not None:
+                from .delta_target import DeltaTarget
 
-            return DeltaTarget(delta, storage_options)
+                return DeltaTarget(delta, storage_options)
+            from .hudi_target import HudiTarget
 
-        return delta_target
+            return HudiTarget(hudi, storage_options)
+
+        return table_target
     if storage_options:
-        raise click.UsageError("--storage-option goes with --delta; give Iceberg storage as --catalog-property")
+        raise click.UsageError("--storage-option goes with --delta or --hudi; give Iceberg storage as "
+                               "--catalog-property")
     if not table:
         raise click.UsageError("--iceberg-catalog needs --table namespace.table")
     namespace, _, name = table.rpartition(".")
@@ -72,8 +80,10 @@ def _target_factory(delta: str | None, storage_options: dict[str, str], catalog:
 @click.option("--objects", required=True, help="The cluster's object store URL, e.g. file:///var/lib/nereus/objects.")
 @click.option("--topic", required=True, help="Topic to deliver (short names are in public/default).")
 @click.option("--delta", metavar="PATH_OR_URI", help="Deliver into this Delta table (created if missing).")
+@click.option("--hudi", metavar="PATH_OR_URI",
+              help="Deliver into this Hudi copy-on-write table (created if missing).")
 @click.option("--storage-option", "storage_options", multiple=True, callback=_pairs, metavar="KEY=VALUE",
-              help="Storage option of the Delta table (repeatable), e.g. AWS_REGION=eu-west-1.")
+              help="Storage option of the Delta or Hudi table (repeatable), e.g. AWS_REGION=eu-west-1.")
 @click.option("--iceberg-catalog", "catalog", metavar="NAME", help="Deliver into a table of this Iceberg catalog.")
 @click.option("--catalog-property", "catalog_properties", multiple=True, callback=_pairs, metavar="KEY=VALUE",
               help="Property of the Iceberg catalog (repeatable), e.g. type=sql, uri=sqlite:///c.db, warehouse=...")
@@ -84,10 +94,11 @@ def _target_factory(delta: str | None, storage_options: dict[str, str], catalog:
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Keep delivering, a round every SECONDS, until interrupted.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
-def deliver(metadata: str, objects: str, topic: str, delta: str | None, storage_options: dict[str, str],
+def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: str | None,
+            storage_options: dict[str, str],
             catalog: str | None, catalog_properties: dict[str, str], table: str | None, batch_records: int,
             once: bool, interval: float | None, progress: bool) -> None:
-    """Deliver a topic's committed records into a Delta or Iceberg table, exactly once.
+    """Deliver a topic's committed records into a Delta, Hudi or Iceberg table, exactly once.
 
     Each commit records the delivered offset of every partition it covers, so a job that
     is killed at any point resumes where the table says, without duplicates or gaps. Rows
@@ -101,7 +112,7 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, storage_
     from ..objstore import ObjectStoreError, UnsupportedStoreUrl
     from ..storage.errors import StorageError
 
-    make_target = _target_factory(delta, storage_options, catalog, catalog_properties, table)
+    make_target = _target_factory(delta, hudi, storage_options, catalog, catalog_properties, table)
     try:
         stats, description = asyncio.run(_deliver(metadata, objects, topic, make_target, batch_records, interval,
                                                    progress))

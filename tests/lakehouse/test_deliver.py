@@ -1,7 +1,7 @@
 """``nereus lakehouse deliver`` against a real standalone: records from pulsar-client and a
-Kafka client delivered into Delta (deltalake) and Iceberg (pyiceberg, SQL catalog on
-SQLite) tables; incremental runs, kill -9 of the job at exact and random points, and
-retention (a trimmed topic) reflected as table deletes."""
+Kafka client delivered into Delta (deltalake), Hudi (read back by hudi-rs) and Iceberg
+(pyiceberg, SQL catalog on SQLite) tables; incremental runs, kill -9 of the job at exact
+and random points, and retention (a trimmed topic) reflected as table deletes."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 deltalake = pytest.importorskip("deltalake")
 pytest.importorskip("pyiceberg")
 pytest.importorskip("sqlalchemy")
+hudi = pytest.importorskip("hudi")
 
 from click.testing import CliRunner  # noqa: E402
 from pyiceberg.catalog import load_catalog  # noqa: E402
@@ -165,6 +166,14 @@ def delta_rows(path: Path) -> dict[tuple[int, int], tuple]:
     return _as_rows(deltalake.DeltaTable(str(path)).to_pyarrow_table())
 
 
+def hudi_rows(path: Path) -> dict[tuple[int, int], tuple]:
+    """The table's snapshot as hudi-rs reads it."""
+    import pyarrow as pa
+
+    batches = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read()
+    return _as_rows(pa.Table.from_batches(batches)) if batches else {}
+
+
 def iceberg_properties(tmp: Path) -> dict[str, str]:
     return {"type": "sql", "uri": f"sqlite:///{tmp / 'catalog.db'}", "warehouse": (tmp / "warehouse").as_uri()}
 
@@ -178,6 +187,18 @@ def _iceberg_args(tmp: Path, table: str) -> list[str]:
     for key, value in iceberg_properties(tmp).items():
         args += ["--catalog-property", f"{key}={value}"]
     return args
+
+
+def target_args(kind: str, tmp: Path, table: str) -> list[str]:
+    if kind == "iceberg":
+        return _iceberg_args(tmp, f"streams.{table}")
+    return [f"--{kind}", str(tmp / table)]
+
+
+def target_rows(kind: str, tmp: Path, table: str) -> dict[tuple[int, int], tuple]:
+    if kind == "iceberg":
+        return iceberg_rows(tmp, f"streams.{table}")
+    return delta_rows(tmp / table) if kind == "delta" else hudi_rows(tmp / table)
 
 
 def check_exactly_once(got: dict, truth: dict, producers: Producers | None = None) -> None:
@@ -265,33 +286,31 @@ def test_iceberg_delivery_and_incremental_runs(standalone, mixed, tmp_path):
         == snapshots
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+@pytest.mark.parametrize("kind", ["delta", "hudi", "iceberg"])
 def test_kill_at_exact_points_then_rerun(standalone, mixed, tmp_path, kind):
-    target = ["--delta", str(tmp_path / "delta")] if kind == "delta" else _iceberg_args(tmp_path, "streams.crash")
+    target = target_args(kind, tmp_path, "crash")
     batch = ["--batch-records", "25"]
     for point in ("after-commit:2", "before-commit:2"):
         run_killed(standalone, MIXED, target, point, *batch)
-    got = delta_rows(tmp_path / "delta") if kind == "delta" else iceberg_rows(tmp_path, "streams.crash")
+    got = target_rows(kind, tmp_path, "crash")
     truth = committed(standalone, MIXED)
     assert len(got) == 3 * 25 < len(truth)  # three commits of 25 landed (2 + 1), the rest did not
     assert all(got[k] == truth[k] for k in got)
     deliver(standalone, MIXED, target, *batch)  # the re-run resumes where the table says
-    got = delta_rows(tmp_path / "delta") if kind == "delta" else iceberg_rows(tmp_path, "streams.crash")
-    check_exactly_once(got, truth, mixed)
+    check_exactly_once(target_rows(kind, tmp_path, "crash"), truth, mixed)
 
 
 def _count(pattern: Path) -> int:
     return len(list(pattern.parent.glob(pattern.name)))
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+@pytest.mark.parametrize("kind", ["delta", "hudi", "iceberg"])
 def test_kill_at_random_points_then_rerun(standalone, mixed, tmp_path, kind):
     """SIGKILL while commits are being written (the kill lands wherever the job is)."""
-    if kind == "delta":
-        target, commits = ["--delta", str(tmp_path / "delta")], tmp_path / "delta" / "_delta_log" / "*.json"
-    else:
-        target = _iceberg_args(tmp_path, "streams.random")
-        commits = tmp_path / "warehouse" / "streams" / "random" / "metadata" / "*.metadata.json"
+    target = target_args(kind, tmp_path, "random")
+    commits = {"delta": tmp_path / "random" / "_delta_log" / "*.json",
+               "hudi": tmp_path / "random" / ".hoodie" / "timeline" / "*.commit",
+               "iceberg": tmp_path / "warehouse" / "streams" / "random" / "metadata" / "*.metadata.json"}[kind]
     for seen in (3, 7):
         # Batches of 3: many more commits than the kill waits for, so a test process that a
         # loaded machine schedules late still finds the job running.
@@ -303,8 +322,7 @@ def test_kill_at_random_points_then_rerun(standalone, mixed, tmp_path, kind):
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=DEADLINE) == -signal.SIGKILL, "the job finished before it was killed"
     deliver(standalone, MIXED, target, "--batch-records", "50")
-    got = delta_rows(tmp_path / "delta") if kind == "delta" else iceberg_rows(tmp_path, "streams.random")
-    check_exactly_once(got, committed(standalone, MIXED), mixed)
+    check_exactly_once(target_rows(kind, tmp_path, "random"), committed(standalone, MIXED), mixed)
 
 
 def _start(node: Standalone, topic: str) -> int:
@@ -333,8 +351,9 @@ def test_retention_trim_becomes_table_deletes(standalone, tmp_path):
             producer.send(f"r-{i}".encode(), properties={"i": str(i)})
         delta = ["--delta", str(tmp_path / "delta")]
         iceberg = _iceberg_args(tmp_path, "streams.retention")
-        assert delivered_count(deliver(standalone, topic, delta)) == 30
-        assert delivered_count(deliver(standalone, topic, iceberg)) == 30
+        hudi_table = ["--hudi", str(tmp_path / "hudi")]
+        for target in (delta, iceberg, hudi_table):
+            assert delivered_count(deliver(standalone, topic, target)) == 30
 
         messages = [consumer.receive(timeout_millis=int(DEADLINE * 1000)) for _ in range(12)]
         consumer.acknowledge_cumulative(messages[-1])  # offsets 0..11 acknowledged
@@ -359,8 +378,15 @@ def test_retention_trim_becomes_table_deletes(standalone, tmp_path):
     assert sorted(o for _, o in delta_rows(tmp_path / "delta")) == list(range(12, 30))
     assert delivered_count(deliver(standalone, topic, delta)) == 5
     assert delivered_count(deliver(standalone, topic, iceberg)) == 5
+    run_killed(standalone, topic, hudi_table, "hudi-decided:1")  # the delete decided, not completed
+    assert delivered_count(deliver(standalone, topic, hudi_table)) == 5
     check_exactly_once(delta_rows(tmp_path / "delta"), truth)
     check_exactly_once(iceberg_rows(tmp_path, "streams.retention"), truth)
+    check_exactly_once(hudi_rows(tmp_path / "hudi"), truth)
+    from nereus.lakehouse.hudi_table import HudiTable
+
+    hudi_timeline = HudiTable(str(tmp_path / "hudi"))
+    assert "delete" in [hudi_timeline.metadata(i)["operationType"] for i in hudi_timeline.completed()]
 
     dt = deltalake.DeltaTable(str(tmp_path / "delta"))
     assert "DELETE" in [h["operation"] for h in dt.history()]
@@ -413,17 +439,20 @@ def test_a_topic_that_does_not_exist_is_an_error_and_creates_no_table(standalone
     assert not (tmp_path / "warehouse").exists()
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+@pytest.mark.parametrize("kind", ["delta", "hudi", "iceberg"])
 def test_targets_refuse_to_rebase_over_a_concurrent_commit(tmp_path, kind):
     """Two writers that read the same positions: the second commit fails instead of appending
     the same offsets again on top of the first (which a rebasing retry would do)."""
     from nereus.lakehouse.deliver import ARROW_SCHEMA, Position, TargetConflict, to_arrow
     from nereus.lakehouse.delta_target import DeltaTarget
+    from nereus.lakehouse.hudi_target import HudiTarget
     from nereus.lakehouse.iceberg_target import IcebergTarget
 
     def open_target():
         if kind == "delta":
-            return DeltaTarget(str(tmp_path / "delta"))
+            return DeltaTarget(str(tmp_path / "race"))
+        if kind == "hudi":
+            return HudiTarget(str(tmp_path / "race"))
         return IcebergTarget("lake", iceberg_properties(tmp_path), "streams.race")
 
     first, second = open_target(), open_target()
@@ -435,20 +464,70 @@ def test_targets_refuse_to_rebase_over_a_concurrent_commit(tmp_path, kind):
     assert second.positions("t", [0]) == {0: Position(0, 3)}
     second.append("t", ARROW_SCHEMA.empty_table(), {0: Position(0, 4)})  # after a re-read, it commits
     assert first.positions("t", [0, 1]) == {0: Position(0, 4)}
-    got = deltalake.DeltaTable(str(tmp_path / "delta")).to_pyarrow_table() if kind == "delta" else \
-        load_catalog("lake", **iceberg_properties(tmp_path)).load_table("streams.race").scan().to_arrow()
-    assert sorted(got["offset"].to_pylist()) == [0, 1, 2]
+    assert sorted(o for _, o in target_rows(kind, tmp_path, "race")) == [0, 1, 2]
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+@pytest.mark.parametrize("kind", ["delta", "hudi", "iceberg"])
 def test_two_jobs_on_one_table(standalone, mixed, tmp_path, kind):
     """Two jobs started together on the same table race on every commit; each lost race
     re-plans from the table, so the table still holds every record once."""
-    target = ["--delta", str(tmp_path / "delta")] if kind == "delta" else _iceberg_args(tmp_path, "streams.two")
+    target = target_args(kind, tmp_path, "two")
     procs = [spawn(standalone, MIXED, target, "--batch-records", "30") for _ in range(2)]
     for proc in procs:
         code = proc.wait(timeout=DEADLINE)
         output = proc.stdout.read().decode()
         assert code == 0 or "other writers keep committing" in output, output
-    got = delta_rows(tmp_path / "delta") if kind == "delta" else iceberg_rows(tmp_path, "streams.two")
-    check_exactly_once(got, committed(standalone, MIXED), mixed)
+    check_exactly_once(target_rows(kind, tmp_path, "two"), committed(standalone, MIXED), mixed)
+
+
+def test_hudi_delivery_reads_as_snapshot_and_incrementally(standalone, mixed, tmp_path):
+    """hudi-rs reads the delivered table: the snapshot holds every record once with Hudi's meta
+    fields, and an incremental read after a commit's completion time returns exactly the
+    records committed later (Hudi 1.x ranges incremental reads by completion time)."""
+    import pyarrow as pa
+
+    from nereus.lakehouse.hudi_table import HudiTable
+    from nereus.lakehouse.hudi_target import OFFSETS_KEY
+
+    path = tmp_path / "hudi"
+    target = ["--hudi", str(path)]
+    assert delivered_count(deliver(standalone, MIXED, target, "--batch-records", "40")) == len(mixed.expected)
+    before = set(committed(standalone, MIXED))
+    check_exactly_once(hudi_rows(path), committed(standalone, MIXED), mixed)
+    first_run = HudiTable(str(path)).completed()
+    assert delivered_count(deliver(standalone, MIXED, target)) == 0  # nothing new: no commit either
+    assert HudiTable(str(path)).completed() == first_run
+
+    added = mixed.wave()
+    assert delivered_count(deliver(standalone, MIXED, target)) == added
+    truth = committed(standalone, MIXED)
+    check_exactly_once(hudi_rows(path), truth, mixed)
+
+    table = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
+    assert table.table_type == "COPY_ON_WRITE" and table.table_name == "hudi"
+    assert [i.timestamp for i in table.get_timeline().get_completed_commits()] == \
+        [i.time for i in HudiTable(str(path)).completed()]
+    options = (hudi.HudiReadOptions().with_query_type(hudi.HudiQueryType.Incremental)
+               .with_start_timestamp(first_run[-1].completed))
+    later = pa.Table.from_batches(table.read(options))
+    assert {(r["partition"], r["offset"]) for r in later.to_pylist()} == set(truth) - before
+    snapshot = pa.Table.from_batches(table.read())
+    keys = snapshot["_hoodie_record_key"].to_pylist()
+    assert len(set(keys)) == len(keys) == len(truth)
+    assert set(snapshot["_hoodie_commit_time"].to_pylist()) <= {i.time for i in HudiTable(str(path)).completed()}
+    latest = HudiTable(str(path))
+    offsets = json.loads(latest.metadata(latest.completed()[-1])["extraMetadata"][OFFSETS_KEY])[MIXED]
+    assert {int(p): end for p, (_, end) in offsets.items()} == {
+        p: 1 + max(o for q, o in mixed.expected if q == p) for p in range(PARTITIONS)}
+
+
+def test_hudi_commit_decided_by_a_killed_job_is_completed_by_the_next(standalone, mixed, tmp_path):
+    """A job killed after it won the commit (its claim is written) but before completing the
+    instant: Hudi readers do not see that commit yet; the next job completes it from the
+    inflight file and resumes after it, so no row is lost or written twice."""
+    path = tmp_path / "hudi"
+    target = ["--hudi", str(path)]
+    run_killed(standalone, MIXED, target, "hudi-decided:2", "--batch-records", "25")
+    assert len(hudi_rows(path)) == 25  # the second commit was decided, not completed
+    deliver(standalone, MIXED, target, "--batch-records", "25")
+    check_exactly_once(hudi_rows(path), committed(standalone, MIXED), mixed)

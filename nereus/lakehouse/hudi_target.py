@@ -1,0 +1,168 @@
+"""A Hudi copy-on-write table as a delivery target (written by ``hudi_table``, read by any Hudi reader).
+
+Each append is one ``insert`` commit adding one new file group; each retention delete is
+one ``delete`` commit that rewrites the file groups holding rows below the new starts
+(copy-on-write: a new slice of the same file group, records kept with the commit time
+they were first written at, so incremental reads never see them again).
+
+Positions live in every commit's ``extraMetadata`` under ``nereus.offsets``, a JSON
+object ``{topic: {partition: [start, end]}}`` of all topics delivered into the table
+(carried forward), the way Hudi's own streamers keep their checkpoint in the latest
+commit. A commit built on a latest commit another writer has already built on fails
+with ``TargetConflict`` (see ``hudi_table``): two jobs never both append the same offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .deliver import ARROW_SCHEMA, Position, TargetConflict, TargetError, _kill_point
+from .hudi_table import TABLE_VERSION, CommitConflict, HudiTable, Instant, WriteStat, new_file_id
+
+log = logging.getLogger(__name__)
+
+OFFSETS_KEY = "nereus.offsets"
+SCHEMA_KEY = "schema"  # Hudi's extraMetadata key of the writer's Avro schema
+RECORD_KEY_FIELDS = ("topic", "partition", "offset")
+_LOCATOR = ["topic", "partition", "offset"]
+
+
+def avro_schema(name: str) -> str:
+    """The Avro schema of ``ARROW_SCHEMA`` as Hudi records it (without the meta fields)."""
+    timestamp = {"type": "long", "logicalType": "timestamp-micros"}
+    nullable = {"publish_time": timestamp, "event_time": timestamp, "key": "bytes", "value": "bytes",
+                "properties": {"type": "map", "values": ["null", "string"]}, "producer_name": "string"}
+    fields = [{"name": "topic", "type": "string"}, {"name": "partition", "type": "int"},
+              {"name": "offset", "type": "long"}]
+    fields += [{"name": field, "type": ["null", kind], "default": None} for field, kind in nullable.items()]
+    return json.dumps({"type": "record", "name": f"{name}_record", "namespace": f"hoodie.{name}", "fields": fields},
+                      separators=(",", ":"))
+
+
+def table_properties(name: str) -> dict[str, str]:
+    return {
+        "hoodie.table.name": name,
+        "hoodie.table.type": "COPY_ON_WRITE",
+        "hoodie.table.version": str(TABLE_VERSION),
+        "hoodie.table.initial.version": str(TABLE_VERSION),
+        "hoodie.timeline.layout.version": "2",
+        "hoodie.timeline.path": "timeline",
+        "hoodie.table.timeline.timezone": "UTC",
+        "hoodie.table.base.file.format": "PARQUET",
+        "hoodie.table.recordkey.fields": ",".join(RECORD_KEY_FIELDS),
+        "hoodie.table.partition.fields": "",
+        "hoodie.table.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+        "hoodie.populate.meta.fields": "true",
+        "hoodie.record.merge.mode": "COMMIT_TIME_ORDERING",
+        "hoodie.table.create.schema": avro_schema(name),
+        "hoodie.datasource.write.drop.partition.columns": "false",
+        "hoodie.datasource.write.hive_style_partitioning": "false",
+    }
+
+
+def table_name(uri: str) -> str:
+    """A Hudi table name from the last component of ``uri`` (letters, digits and ``_``)."""
+    last = uri.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"\W", "_", last) or "nereus"
+
+
+def record_keys(rows: pa.Table) -> list[str]:
+    """Hudi's complex record keys (``field:value,...``) of ``rows``: unique per topic, partition and offset."""
+    return [f"topic:{t},partition:{p},offset:{o}"
+            for t, p, o in zip(*(rows.column(name).to_pylist() for name in RECORD_KEY_FIELDS))]
+
+
+def below(rows: pa.Table, topic: str, starts: Mapping[int, int]) -> pa.ChunkedArray:
+    """A mask of ``rows`` of ``topic`` below each partition's start."""
+    mask = pa.chunked_array([pa.array([False] * rows.num_rows)])
+    for partition, start in starts.items():
+        mask = pc.or_(mask, pc.and_(pc.equal(rows["partition"], partition), pc.less(rows["offset"], start)))
+    return pc.and_(pc.equal(rows["topic"], topic), mask)
+
+
+class HudiTarget:
+    """Delivers into the Hudi table at ``uri`` (created if missing)."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.description = f"hudi table {uri}"
+        try:
+            self._table = HudiTable(uri, storage_options)
+            stored = self._table.create(table_properties(table_name(uri)))
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise TargetError(f"cannot open or create the hudi table {uri}: {exc}") from exc
+        if stored.get("hoodie.table.type", "").upper() != "COPY_ON_WRITE" \
+                or stored.get("hoodie.table.recordkey.fields") != ",".join(RECORD_KEY_FIELDS):
+            raise TargetError(f"the hudi table {uri} is not a delivered table (type "
+                              f"{stored.get('hoodie.table.type')}, record keys {stored.get('hoodie.table.recordkey.fields')})")
+        self._name = stored["hoodie.table.name"]
+        self._base: Instant | None = None
+        self._offsets: dict[str, dict[str, list[int]]] = {}
+
+    def positions(self, topic: str, partitions: Sequence[int]) -> dict[int, Position]:
+        self._base = self._table.latest()  # the latest commit, whoever made it
+        extra = self._table.metadata(self._base).get("extraMetadata") or {} if self._base else {}
+        self._offsets = json.loads(extra.get(OFFSETS_KEY, "{}"))
+        mine = self._offsets.get(topic, {})
+        out = {p: Position(*mine[str(p)]) for p in partitions if str(p) in mine}
+        log.debug("%s at %s: positions %s", self.description, self._base, out)
+        return out
+
+    def append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        at = self._table.begin(self._base)
+        stats = []
+        if rows.num_rows:
+            file_id = new_file_id()
+            path = self._table.write_base_file(file_id, at, rows, record_keys(rows))
+            stats.append(WriteStat(file_id, path, None, rows.num_rows, rows.num_rows, 0, self._table.size_of(path)))
+        self._commit(at, "insert", stats, topic, positions)
+
+    def delete_below(self, topic: str, positions: Mapping[int, Position]) -> None:
+        starts = {p: pos.start for p, pos in positions.items()}
+        at = self._table.begin(self._base)
+        stats = []
+        for file_id, (path, written_at) in self._live_files().items():
+            if not pc.any(below(self._table.read_base_file(path, _LOCATOR), topic, starts)).as_py():
+                continue
+            old = self._table.read_base_file(path)
+            doomed = below(old, topic, starts)
+            kept = old.filter(pc.invert(doomed))
+            new = self._table.write_base_file(
+                file_id, at, kept.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA),
+                kept["_hoodie_record_key"].to_pylist(), seqnos=kept["_hoodie_commit_seqno"].to_pylist(),
+                commit_times=kept["_hoodie_commit_time"].to_pylist())
+            stats.append(WriteStat(file_id, new, written_at, kept.num_rows, 0, old.num_rows - kept.num_rows,
+                                   self._table.size_of(new)))
+        self._commit(at, "delete", stats, topic, positions)
+
+    def _live_files(self) -> dict[str, tuple[str, str]]:
+        """Each file group's latest base file (and the instant that wrote it) as of the latest commit."""
+        out: dict[str, tuple[str, str]] = {}
+        for instant in self._table.completed():
+            if self._base is None or instant.time > self._base.time:
+                break
+            for stats in (self._table.metadata(instant).get("partitionToWriteStats") or {}).values():
+                for stat in stats:
+                    out[stat["fileId"]] = (stat["path"], instant.time)
+        return out
+
+    def _commit(self, at: str, operation: str, stats: list[WriteStat], topic: str,
+                positions: Mapping[int, Position]) -> None:
+        offsets = {t: dict(parts) for t, parts in self._offsets.items()}
+        offsets.setdefault(topic, {}).update({str(p): [pos.start, pos.end] for p, pos in positions.items()})
+        extra = {OFFSETS_KEY: json.dumps(offsets, sort_keys=True, separators=(",", ":")),
+                 SCHEMA_KEY: avro_schema(self._name)}
+        try:
+            self._base = self._table.commit(self._base, at, operation, stats, extra,
+                                            on_decided=lambda: _kill_point("hudi-decided"))
+        except CommitConflict as exc:
+            raise TargetConflict(str(exc)) from exc
+        self._offsets = offsets
+
+    def close(self) -> None:
+        pass  # every call opens what it reads
