@@ -183,3 +183,62 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     lakehouse()
+
+
+@lakehouse.command()
+@click.option("--metadata", required=True, help="The cluster's metadata, e.g. oxia://127.0.0.1:6648.")
+@click.option("--objects", required=True, help="The cluster's object store URL, e.g. file:///var/lib/nereus/objects.")
+@click.option("--catalog", default=None, help="SBT catalog: sqlite:///path (Iceberg SQL catalog) or "
+              "http(s)://... (Iceberg REST). Default: iceberg/catalog.db beside a file:// object store.")
+@click.option("--topic", "topics", multiple=True, help="Check these topics' tables only (repeatable). "
+              "Default: every table the catalog has or should have.")
+@click.option("--dry-run", is_flag=True, help="Report what differs; change nothing.")
+def repair(metadata: str, objects: str, catalog: str | None, topics: tuple[str, ...], dry_run: bool) -> None:
+    """Bring the topics' built-in Iceberg tables back to the metadata plane's truth.
+
+    A table behind the offset index (a lost commit, a catalog restored from a backup, a
+    table dropped by hand) or ahead of it (it lists objects retention or compaction
+    removed) is re-synced: it then lists exactly the compacted objects the index refers
+    to, each once, so no row is duplicated. Tables of deleted topics are dropped.
+    """
+    from ..ledger.naming import InvalidTopicName
+    from ..meta import InvalidRequest, MetadataError
+    from ..objstore import ObjectStoreError
+    from .session import default_catalog_uri
+
+    catalog = catalog or default_catalog_uri(objects)
+    if catalog is None:
+        raise click.UsageError("--catalog is needed when the object store is not file://")
+    try:
+        report = asyncio.run(_repair(metadata, objects, catalog, list(topics) or None, dry_run))
+    except InvalidRequest as exc:
+        raise click.BadParameter(str(exc), param_hint="--metadata") from None
+    except InvalidTopicName as exc:
+        raise click.BadParameter(str(exc), param_hint="--topic") from None
+    except (MetadataError, ObjectStoreError, OSError) as exc:
+        raise click.ClickException(f"cannot repair: {exc}") from None
+    from .repair import describe
+
+    would = "would be " if dry_run else ""
+    for synced in report.repaired:
+        click.echo(f"{synced.table}: {describe(synced)}: {would}+{synced.added} -{synced.removed} data files, "
+                   f"offsets {synced.offsets}")
+    for topic in report.dropped:
+        click.echo(f"{topic}: the topic no longer exists: its table {would}dropped")
+    if report.released_pins:
+        click.echo(f"{report.released_pins} pins of tables of deleted topics {would}released")
+    click.echo(f"checked {report.checked} tables: {report.in_sync} in sync, {len(report.repaired)} "
+               f"{would}repaired, {len(report.dropped)} {would}dropped", err=True)
+
+
+async def _repair(metadata: str, objects: str, catalog_uri: str, topics: list[str] | None, dry_run: bool):
+    from ..meta import connect
+    from .repair import repair as run_repair
+    from .sbt import open_catalog
+
+    meta = connect(metadata)
+    try:
+        catalog = await asyncio.to_thread(open_catalog, catalog_uri, objects.rstrip("/") + "/iceberg")
+        return await run_repair(meta, catalog, objects, topics=topics, dry_run=dry_run)
+    finally:
+        await meta.close()

@@ -254,12 +254,14 @@ def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | N
                 report.input_bytes += r["input_bytes"]
                 report.output_bytes += r["output_bytes"]
         if catalog is not None:
-            from . import sbt
+            from .repair import repair
 
-            # Also the tables of topics without new work: retention may have removed data files.
-            managed = sbt.managed_topics(catalog) if topics is None else []
-            touched = sorted({t.topic for t in tasks} | set(topics or ()) | set(managed))
-            report.tables = [io.call(sbt.sync(io.meta, catalog, objects_url, topic)) for topic in touched]
+            # Without a topic list, every table there is or should be: retention may have
+            # removed data files, and a table may have fallen behind (catalog repair).
+            touched = sorted({t.topic for t in tasks} | set(topics or ()))
+            repaired = io.call(repair(io.meta, catalog, objects_url, topics=touched if topics else None,
+                                      also=touched))
+            report.tables = repaired.repaired
     finally:
         io.close()
     report.seconds = time.monotonic() - started

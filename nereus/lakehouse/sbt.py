@@ -56,11 +56,12 @@ def identifier(topic: str) -> tuple[str, str, str]:
 def managed_topics(catalog) -> list[str]:
     """Topics that have a built-in table in ``catalog`` (tables are named ``tenant.namespace.topic``)."""
     out = []
-    for namespace in catalog.list_namespaces():
-        if len(namespace) != 2:
-            continue
-        out += [f"persistent://{namespace[0]}/{namespace[1]}/{ident[-1]}" for ident in catalog.list_tables(namespace)]
-    return out
+    for tenant in catalog.list_namespaces():  # catalogs list one level at a time: tenants, then theirs
+        for namespace in catalog.list_namespaces(tenant) if len(tenant) == 1 else [tenant]:
+            if len(namespace) == 2:
+                out += [f"persistent://{namespace[0]}/{namespace[1]}/{ident[-1]}"
+                        for ident in catalog.list_tables(namespace)]
+    return sorted(set(out))
 
 
 def object_url(objects_url: str, key: str) -> str:
@@ -70,10 +71,17 @@ def object_url(objects_url: str, key: str) -> str:
 
 @dataclass
 class SyncReport:
+    """What a sync changed (or, with ``dry_run``, would change) in one table."""
+
     table: str
     added: int = 0
     removed: int = 0
     offsets: dict[str, list[list[int]]] = field(default_factory=dict)
+    created: bool = False  # the table was missing (never made, or dropped by hand)
+    dry_run: bool = False
+    # The table differed from what the last sync committed (pins record that): it lost a
+    # commit, was restored from an older backup, dropped, or lists what a sync removed.
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,28 +158,70 @@ def _drop_entry_columns(table) -> None:
                     update.delete_column(name)
 
 
-async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str) -> SyncReport:
-    """Make the topic's table list exactly its compacted objects (see the module docstring)."""
+def holder(topic: str) -> str:
+    """The pin holder name of the topic's table."""
+    return "sbt:" + ".".join(identifier(topic))
+
+
+async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str, *, dry_run: bool = False) -> SyncReport:
+    """Make the topic's table list exactly its compacted objects (see the module docstring).
+
+    ``dry_run``: compare only; the report says what a sync would change (nothing is created,
+    committed, pinned or unpinned).
+    """
     import asyncio
 
     ident = identifier(topic)
-    holder = "sbt:" + ".".join(ident)
     wanted = {object_url(objects_url, o.key): o for o in await compacted_objects(meta, topic)}
-    table = await asyncio.to_thread(_load_or_create, catalog, ident, str(TopicName.parse(topic)))
-    listed = await asyncio.to_thread(lambda: {t.file.file_path: t.file for t in table.scan().plan_files()})
+    exists = await asyncio.to_thread(catalog.table_exists, ident)
+    if dry_run and not exists:
+        table, listed = None, {}
+    else:
+        table = await asyncio.to_thread(_load_or_create, catalog, ident, str(TopicName.parse(topic)))
+        listed = await asyncio.to_thread(lambda: {t.file.file_path: t.file for t in table.scan().plan_files()})
     to_add = sorted(path for path in wanted if path not in listed)
     if to_add:  # ranges of markers and aborted records only: no row to list
-        to_add = await asyncio.to_thread(lambda: [p for p in to_add if table_format.holds_records(table.io, p)])
+        io = table.io if table is not None else _file_io(catalog)
+        to_add = await asyncio.to_thread(lambda: [p for p in to_add if table_format.holds_records(io, p)])
     to_remove = [listed[path] for path in listed if path not in wanted]
-    report = SyncReport(".".join(ident), len(to_add), len(to_remove), coverage(list(wanted.values())))
+    pinned = {object_url(objects_url, key): key for key in await gc.pinned_by(meta, holder(topic))}
+    stale = any(path in wanted and path not in listed for path in pinned) or any(p not in pinned for p in listed)
+    report = SyncReport(".".join(ident), len(to_add), len(to_remove), coverage(list(wanted.values())),
+                        created=not exists, dry_run=dry_run, stale=stale)
+    if dry_run:
+        return report
     for path in to_add:  # pinned before the table lists it: the collector can never race the commit
-        await gc.pin(meta, wanted[path].key, holder)
+        if path not in pinned:
+            await gc.pin(meta, wanted[path].key, holder(topic))
     if to_add or to_remove:
         props = {OFFSETS_PROPERTY: json.dumps(report.offsets, separators=(",", ":"))}
         await asyncio.to_thread(_commit, table, to_add, to_remove, props)
         log.info("sbt %s: +%d -%d data files, offsets %s", report.table, len(to_add), len(to_remove), report.offsets)
-    await _unpin_unlisted(meta, objects_url, holder, set(wanted))
+    for path, key in pinned.items():  # removed now, or pinned by a sync that crashed before its commit
+        if path not in wanted:
+            await gc.unpin(meta, key, holder(topic))
     return report
+
+
+async def drop(meta: MetadataStore, catalog, objects_url: str, topic: str) -> bool:
+    """Drop the table of a topic that no longer exists and release its pins; False if it had none."""
+    import asyncio
+
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        await asyncio.to_thread(catalog.drop_table, identifier(topic))
+        dropped = True
+    except NoSuchTableError:
+        dropped = False
+    await _unpin_all(meta, holder(topic))
+    return dropped
+
+
+def _file_io(catalog):
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(catalog.properties)
 
 
 def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) -> None:
@@ -186,11 +236,9 @@ def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) ->
                     append.append_data_file(table_format.iceberg_data_file(table.io, tx.table_metadata, path))
 
 
-async def _unpin_unlisted(meta: MetadataStore, objects_url: str, holder: str, listed: set[str]) -> None:
-    """Drop this table's pins on objects it does not list (removed now, or a crash before a commit)."""
-    stale = [key for key in await gc.pinned_by(meta, holder) if object_url(objects_url, key) not in listed]
-    for key in stale:
-        await gc.unpin(meta, key, holder)
+async def _unpin_all(meta: MetadataStore, pin_holder: str) -> None:
+    for key in await gc.pinned_by(meta, pin_holder):
+        await gc.unpin(meta, key, pin_holder)
 
 
 def read_offsets(table) -> dict[str, list[list[int]]]:

@@ -304,3 +304,10 @@ async def _check_unchanged(meta: MetadataStore, job: CompactionPlan) -> None:
 
 __all__ = ["CompactionPlan", "CompactionResult", "MARKER_KIND", "TARGET_BYTES", "compact", "finish", "plan",
            "resolve_marker"]
+
+
+def compacted_stream_id(object_key: str) -> int | None:
+    """The stream a compacted object holds (from its key), or None for another kind of object."""
+    kind, _, rest = object_key.partition("/")
+    stream, _, _ = rest.partition("/")
+    return int(stream) if kind == "compacted" and stream.isdigit() else None

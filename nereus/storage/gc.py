@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from typing import Iterable
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from ..meta import EXPECT_ABSENT, MetadataStore, PutOp, UnexpectedVersion
 from ..meta import cas
@@ -135,6 +135,18 @@ async def pinned_by(meta: MetadataStore, holder: str) -> list[str]:
         async for pin_key in meta.list(lo, hi):
             if pin_key.endswith(suffix):
                 out.append(records.object_from_marker(pin_key[: -len(suffix)]))
+    return out
+
+
+async def pins(meta: MetadataStore, holder_prefix: str = "") -> list[tuple[str, str]]:
+    """``(object, holder)`` of every pin whose holder starts with ``holder_prefix`` (a scan of every pin)."""
+    out = []
+    for lo, hi in records.subtree_ranges(records.GC_PINS_ROOT):
+        async for pin_key in meta.list(lo, hi):
+            object_part, _, holder = pin_key.rpartition("/")
+            holder = unquote(holder)
+            if holder.startswith(holder_prefix):
+                out.append((records.object_from_marker(object_part), holder))
     return out
 
 

@@ -618,3 +618,16 @@ def test_transactions_spark_reads_and_sbt_tables_hold_committed_records_only(spa
     [(_, future)] = admin_client.delete_records([trim], request_timeout=DEADLINE).items()
     assert future.result(DEADLINE).low_watermark == before[b"open-0"]
     assert asyncio.run(_txn_index(urls[0], TXN_TOPIC)).aborted == ()
+
+
+def test_the_scheduled_job_repairs_a_table_dropped_by_hand(spark, node, urls, catalog):
+    """The worker's runs (no topic list) check every table there is or should be: a table
+    dropped by hand comes back with the same data files, found from the pins it left."""
+    before = {t.file.file_path for t in catalog.load_table(sbt.identifier(KAFKA_TOPIC)).scan().plan_files()}
+    assert before
+    catalog.drop_table(sbt.identifier(KAFKA_TOPIC))
+    report = compaction.run_job(spark, *urls, catalog=catalog)
+    repaired = [t for t in report.tables if t.table == ".".join(sbt.identifier(KAFKA_TOPIC))]
+    assert len(repaired) == 1 and repaired[0].created and repaired[0].stale
+    after = {t.file.file_path for t in catalog.load_table(sbt.identifier(KAFKA_TOPIC)).scan().plan_files()}
+    assert after >= before

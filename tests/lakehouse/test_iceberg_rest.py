@@ -27,6 +27,7 @@ from pyiceberg.exceptions import (ForbiddenError, NoSuchNamespaceError, NoSuchTa
 from nereus.auth.tokens import create_token  # noqa: E402
 from nereus.lakehouse import sbt  # noqa: E402
 from nereus.lakehouse.session import default_catalog_uri  # noqa: E402
+from tests.lakehouse.compacting import compact_and_sync  # noqa: E402
 from tests.standalone_fixtures import token_auth_standalone  # noqa: E402
 
 EVENTS = "persistent://public/default/rest-events"
@@ -72,31 +73,6 @@ def produce(node, topic: str, count: int) -> list[tuple[str, bytes, dict]]:
     return sent
 
 
-async def compact_and_sync(node, topic: str) -> None:
-    """What the compaction worker does for one topic, without Spark: compact each partition, sync the table."""
-    from nereus.lakehouse import compaction as jobs
-    from nereus.lakehouse import rows
-    from nereus.meta import connect
-    from nereus.storage import compaction, view
-
-    metadata_url = f"oxia://127.0.0.1:{node.ports['oxia']}"
-    objects_url = (node.data_dir / "objects").as_uri()
-    meta = connect(metadata_url)
-    try:
-        planned = 0
-        for base, partition, stream in await rows.partitions(meta, topic):
-            plans = await compaction.plan(meta, await view.stream_id(meta, stream), min_bytes=1)
-            planned += len(plans)
-            for plan in plans:
-                result = await jobs.run_task_async(metadata_url, objects_url, jobs.CompactionTask(base, partition, plan))
-                assert "object" in result
-        assert planned, f"nothing to compact in {topic}"
-        catalog = sbt.open_catalog(default_catalog_uri(objects_url), objects_url + "/iceberg")
-        await sbt.sync(meta, catalog, objects_url, topic)
-    finally:
-        await meta.close()
-
-
 @pytest.fixture(scope="module")
 def tables(node):
     """Three topics with built-in tables: plain, partitioned (2) and one in a namespace a reader may consume."""
@@ -108,7 +84,7 @@ def tables(node):
     for partition in (0, 1):  # each partition its own records (keys would route them all to one)
         sent[f"{PARTED}-partition-{partition}"] = produce(node, f"{PARTED}-partition-{partition}", 30 + partition)
     for topic in (EVENTS, OPEN, PARTED):
-        asyncio.run(compact_and_sync(node, topic))
+        assert asyncio.run(compact_and_sync(node, topic)), f"nothing to compact in {topic}"
     return sent
 
 
