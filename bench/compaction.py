@@ -14,6 +14,10 @@
    offsets are polled each second; lag = first poll that covers a message's offset
    minus its ack time (target <= 60 s). Messages still in the stream's newest,
    not yet indexed slices at the end are not counted.
+3. Tables (``--tables``, after 1): the compacted topic as its built-in Iceberg table
+   (zero-copy) and delivered into a Delta and a Hudi table, each read whole with its
+   format's reader (pyiceberg, deltalake, hudi-rs); ratio = plain pyarrow reading the
+   SBT's Parquet files / the reader (``bench/_table_reads.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import start_nereus  # noqa: E402
+from _table_reads import table_reads  # noqa: E402
 
 
 def produce_kafka(bootstrap: str, topic: str, mb: int, partitions: int) -> int:
@@ -142,6 +147,7 @@ def throughput(args, workdir: Path) -> dict:
         finally:
             spark.stop()
         base = baseline_pyarrow(metadata, objects, "bench-compact", args.target_mb << 20)
+        tables = table_reads(metadata, objects, "bench-compact", workdir / "tables") if args.tables else {}
     finally:
         proc.terminate()
         proc.wait(30)
@@ -153,7 +159,7 @@ def throughput(args, workdir: Path) -> dict:
             "pyarrow_from_rows_mb_s": round(mb_in / base["from_rows_s"], 1),
             "ratio_from_rows": round(base["from_rows_s"] / report.seconds, 2),
             "parquet_mb": round(report.output_bytes / 1e6, 1),
-            "pyarrow_parquet_mb": round(base["parquet_bytes"] / 1e6, 1)}
+            "pyarrow_parquet_mb": round(base["parquet_bytes"] / 1e6, 1), **tables}
 
 
 def lag(args, workdir: Path) -> dict:
@@ -237,6 +243,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--skip-lag", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--tables", action="store_true", help="also read the topic as Iceberg, Delta and Hudi tables")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_throughput:

@@ -38,7 +38,7 @@ def lakehouse() -> None:
 
 
 def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[str, str], catalog: str | None,
-                    catalog_properties: dict[str, str], table: str | None) -> Callable[[], Target]:
+                    catalog_properties: dict[str, str], table: str | None, upsert: bool) -> Callable[[], Target]:
     """Checks the target options now; the factory opens (or creates) the table."""
     if sum(target is not None for target in (delta, hudi, catalog)) != 1:
         raise click.UsageError("give exactly one target: --delta PATH_OR_URI, --hudi PATH_OR_URI "
@@ -52,10 +52,10 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
             if delta is not None:
                 from .delta_target import DeltaTarget
 
-                return DeltaTarget(delta, storage_options)
+                return DeltaTarget(delta, storage_options, upsert=upsert)
             from .hudi_target import HudiTarget
 
-            return HudiTarget(hudi, storage_options)
+            return HudiTarget(hudi, storage_options, upsert=upsert)
 
         return table_target
     if storage_options:
@@ -70,7 +70,7 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
     def iceberg_target() -> Target:
         from .iceberg_target import IcebergTarget
 
-        return IcebergTarget(catalog, catalog_properties, table)
+        return IcebergTarget(catalog, catalog_properties, table, upsert=upsert)
 
     return iceberg_target
 
@@ -90,6 +90,8 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
 @click.option("--table", metavar="NAMESPACE.TABLE", help="The Iceberg table (created if missing).")
 @click.option("--batch-records", type=click.IntRange(min=1), default=DEFAULT_BATCH_RECORDS, show_default=True,
               help="Records per table commit.")
+@click.option("--upsert", is_flag=True, help="An upsert table (for key-compacted topics): one row per partition "
+              "and key, its latest record; a record without a value deletes its key's row.")
 @click.option("--once", is_flag=True, help="Deliver up to the current tail and exit (the default).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Keep delivering, a round every SECONDS, until interrupted.")
@@ -97,7 +99,7 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
 def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: str | None,
             storage_options: dict[str, str],
             catalog: str | None, catalog_properties: dict[str, str], table: str | None, batch_records: int,
-            once: bool, interval: float | None, progress: bool) -> None:
+            upsert: bool, once: bool, interval: float | None, progress: bool) -> None:
     """Deliver a topic's committed records into a Delta, Hudi or Iceberg table, exactly once.
 
     Each commit records the delivered offset of every partition it covers, so a job that
@@ -112,10 +114,10 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: st
     from ..objstore import ObjectStoreError, UnsupportedStoreUrl
     from ..storage.errors import StorageError
 
-    make_target = _target_factory(delta, hudi, storage_options, catalog, catalog_properties, table)
+    make_target = _target_factory(delta, hudi, storage_options, catalog, catalog_properties, table, upsert)
     try:
         stats, description = asyncio.run(_deliver(metadata, objects, topic, make_target, batch_records, interval,
-                                                   progress))
+                                                   progress, upsert))
     except InvalidRequest as exc:
         raise click.BadParameter(str(exc), param_hint="--metadata") from None
     except InvalidTopicName as exc:
@@ -131,11 +133,12 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: st
     except KeyboardInterrupt:
         raise click.Abort() from None  # the table holds every commit that landed; a re-run resumes there
     click.echo(f"delivered {stats.records} records ({stats.offsets} offsets) of {topic} to {description} "
-               f"in {stats.commits} commits, {stats.deletes} retention deletes", err=True)
+               f"in {stats.commits} commits, {stats.deletes} retention deletes"
+               + (f", {stats.keyless} records without a key left out" if stats.keyless else ""), err=True)
 
 
 async def _deliver(metadata: str, objects: str, topic: str, make_target: Callable[[], Target], batch_records: int,
-                   interval: float | None, progress: bool) -> tuple[Stats, str]:
+                   interval: float | None, progress: bool, upsert: bool) -> tuple[Stats, str]:
     from tqdm import tqdm
 
     from ..meta import connect
@@ -162,7 +165,7 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
         bar.total = bar.n + offsets  # a new round: what is left now
         bar.refresh()
 
-    job = Delivery(meta, store, topic, target, batch_records=batch_records, on_plan=planned,
+    job = Delivery(meta, store, topic, target, batch_records=batch_records, upsert=upsert, on_plan=planned,
                    on_progress=lambda offsets, records: bar.update(offsets))
     try:
         if interval is None:

@@ -17,6 +17,12 @@ resume), then
 
 Records are immutable at their offsets, so re-reading from a recorded position after a
 crash yields exactly the rows that were not committed: nothing is duplicated or skipped.
+
+Upsert tables (``upsert=True``, for key-compacted topics): the table holds one row per
+``(topic, partition, key)``, the record with the highest offset; a record with no value
+(a tombstone) deletes its key's row. Each batch is reduced to its latest record per key
+(``latest_per_key``) and merged in one commit with the positions; records without a key
+cannot be upserted and are counted, not delivered.
 A commit that loses a race with another writer raises ``TargetConflict`` (targets commit
 without rebasing) and the round is planned again from the table's new positions.
 """
@@ -87,6 +93,10 @@ class Target(Protocol):
     def append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
         """Append ``rows`` (possibly none) and record ``positions`` in one commit."""
 
+    def upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        """Replace the rows of the keys of ``rows`` (one per partition and key) by ``rows``, without
+        those whose value is null (deleted keys), and record ``positions``, in one commit."""
+
     def delete_below(self, topic: str, positions: Mapping[int, Position]) -> None:
         """Delete each partition's rows with offset < ``start``; record ``positions`` with the delete."""
 
@@ -103,6 +113,21 @@ def to_arrow(rows: Sequence[tuple]) -> pa.Table:
             values = [None if v is None else list(v.items()) for v in values]
         arrays.append(pa.array(values, type=field.type))
     return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def latest_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
+    """The record with the highest offset of each ``(partition, key)`` of ``rows``, and the number
+    of records without a key (left out)."""
+    import pyarrow.compute as pc
+
+    keyed = rows.filter(pc.is_valid(rows["key"]))
+    parts = []
+    for partition in pc.unique(keyed["partition"]).to_pylist():
+        part = keyed.filter(pc.equal(keyed["partition"], partition))
+        latest = part.group_by("key").aggregate([("offset", "max")])["offset_max"]
+        parts.append(part.filter(pc.is_in(part["offset"], value_set=latest)))
+    latest_rows = pa.concat_tables(parts) if parts else rows.schema.empty_table()
+    return latest_rows, rows.num_rows - keyed.num_rows
 
 
 # Test hook: the crash tests kill the job at exact points of its commit cycle with
@@ -132,6 +157,7 @@ class Stats:
 
     records: int = 0
     offsets: int = 0
+    keyless: int = 0  # upsert tables: records without a key, not delivered
     commits: int = 0
     deletes: int = 0
 
@@ -140,7 +166,7 @@ class Delivery:
     """Delivers one topic to one target; ``deliver_once`` per round."""
 
     def __init__(self, meta: MetadataStore, objects: ObjectStore, topic: str, target: Target, *,
-                 batch_records: int = DEFAULT_BATCH_RECORDS,
+                 batch_records: int = DEFAULT_BATCH_RECORDS, upsert: bool = False,
                  on_plan: Callable[[int], None] | None = None,
                  on_progress: Callable[[int, int], None] | None = None) -> None:
         if batch_records < 1:
@@ -150,6 +176,7 @@ class Delivery:
         self.topic = topic
         self.target = target
         self.batch_records = batch_records
+        self.upsert = upsert
         self._on_plan = on_plan or (lambda offsets: None)
         self._on_progress = on_progress or (lambda offsets, records: None)
         # Table libraries block; one thread keeps every call of a target on the same thread.
@@ -258,7 +285,12 @@ class Delivery:
     async def _commit(self, topic: str, buffer: list[tuple], pending: dict[int, Position], stats: Stats) -> None:
         table = to_arrow(buffer)
         _kill_point("before-commit")
-        await self._call(self.target.append, topic, table, dict(pending))
+        if self.upsert:
+            table, keyless = latest_per_key(table)
+            await self._call(self.target.upsert, topic, table, dict(pending))
+            stats.keyless += keyless
+        else:
+            await self._call(self.target.append, topic, table, dict(pending))
         _kill_point("after-commit")
         offsets = sum(pos.end - max(self._known[p].end if p in self._known else pos.start, pos.start)
                       for p, pos in pending.items())
@@ -290,6 +322,7 @@ class Delivery:
                 total.offsets += stats.offsets
                 total.commits += stats.commits
                 total.deletes += stats.deletes
+                total.keyless += stats.keyless
             try:
                 await wait_for(stop.wait(), interval)
             except asyncio.TimeoutError:

@@ -10,6 +10,9 @@ also across checkpoints.
 
 Commits are made with ``max_commit_retries=0``: a commit whose version another writer
 took fails instead of being rebased, so two jobs cannot both append the same offsets.
+
+An upsert table (table configuration ``nereus.mode=upsert``) is written by MERGE on
+``(topic, partition, key)``: matched rows are replaced or, for a tombstone, deleted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ def app_id(topic: str, partition: int, bound: str) -> str:
     return f"nereus:{topic}:{partition}:{bound}"
 
 
+MODE_KEY = "nereus.mode"
+UPSERT_PREDICATE = 't.topic = s.topic AND t."partition" = s."partition" AND t.key = s.key'
+
+
 def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -44,17 +51,22 @@ def delete_predicate(topic: str, starts: Mapping[int, int]) -> str:
 class DeltaTarget:
     """Delivers into the Delta table at ``uri`` (created with ``ARROW_SCHEMA`` if missing)."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.description = f"delta table {uri}"
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None, *, upsert: bool = False) -> None:
+        self.description = f"delta {'upsert ' if upsert else ''}table {uri}"
         self._uri = uri
         self._options = dict(storage_options or {})
+        mode = "upsert" if upsert else "append"
         try:
-            self._table = DeltaTable.create(uri, ARROW_SCHEMA, mode="ignore", storage_options=self._options or None)
+            self._table = DeltaTable.create(uri, ARROW_SCHEMA, mode="ignore", storage_options=self._options or None,
+                                            configuration={MODE_KEY: mode}, raise_if_key_not_exists=False)
         except (DeltaError, OSError, ValueError) as exc:
             raise TargetError(f"cannot open or create the delta table {uri}: {exc}") from exc
         missing = set(ARROW_SCHEMA.names) - {f.name for f in self._table.schema().fields}
         if missing:
             raise TargetError(f"the delta table {uri} lacks the columns {sorted(missing)}: not a delivered table")
+        stored = self._table.metadata().configuration.get(MODE_KEY) or "append"
+        if stored != mode:
+            raise TargetError(f"the delta table {uri} is an {stored} table, not an {mode} table")
 
     def positions(self, topic: str, partitions: Sequence[int]) -> dict[int, Position]:
         self._table.update_incremental()  # the latest commit, whoever made it
@@ -79,6 +91,21 @@ class DeltaTarget:
         except CommitFailedError as exc:
             self._table.update_incremental()
             raise TargetConflict(str(exc)) from exc
+
+    def upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        if not rows.num_rows:
+            return self.append(topic, rows, positions)
+        version = self._table.version()
+        try:
+            merger = self._table.merge(rows, UPSERT_PREDICATE, source_alias="s", target_alias="t",
+                                       commit_properties=self._commit_properties(topic, positions))
+            (merger.when_matched_delete(predicate="s.value IS NULL").when_matched_update_all()
+             .when_not_matched_insert_all(predicate="s.value IS NOT NULL").execute())
+        except CommitFailedError as exc:
+            self._table.update_incremental()
+            raise TargetConflict(str(exc)) from exc
+        if self._table.version() == version:  # only tombstones of absent keys: nothing was committed
+            self.append(topic, ARROW_SCHEMA.empty_table(), positions)
 
     def delete_below(self, topic: str, positions: Mapping[int, Position]) -> None:
         version = self._table.version()

@@ -5,6 +5,10 @@ one ``delete`` commit that rewrites the file groups holding rows below the new s
 (copy-on-write: a new slice of the same file group, records kept with the commit time
 they were first written at, so incremental reads never see them again).
 
+An upsert table (record key ``topic,partition,key``) takes ``upsert`` commits: the file
+groups holding the batch's keys are rewritten without them and the batch's live rows
+(not tombstones) are inserted as a new file group, so each key has one row.
+
 Positions live in every commit's ``extraMetadata`` under ``nereus.offsets``, a JSON
 object ``{topic: {partition: [start, end]}}`` of all topics delivered into the table
 (carried forward), the way Hudi's own streamers keep their checkpoint in the latest
@@ -30,6 +34,7 @@ log = logging.getLogger(__name__)
 OFFSETS_KEY = "nereus.offsets"
 SCHEMA_KEY = "schema"  # Hudi's extraMetadata key of the writer's Avro schema
 RECORD_KEY_FIELDS = ("topic", "partition", "offset")
+UPSERT_KEY_FIELDS = ("topic", "partition", "key")
 _LOCATOR = ["topic", "partition", "offset"]
 
 
@@ -45,7 +50,7 @@ def avro_schema(name: str) -> str:
                       separators=(",", ":"))
 
 
-def table_properties(name: str) -> dict[str, str]:
+def table_properties(name: str, key_fields: Sequence[str] = RECORD_KEY_FIELDS) -> dict[str, str]:
     return {
         "hoodie.table.name": name,
         "hoodie.table.type": "COPY_ON_WRITE",
@@ -55,7 +60,7 @@ def table_properties(name: str) -> dict[str, str]:
         "hoodie.timeline.path": "timeline",
         "hoodie.table.timeline.timezone": "UTC",
         "hoodie.table.base.file.format": "PARQUET",
-        "hoodie.table.recordkey.fields": ",".join(RECORD_KEY_FIELDS),
+        "hoodie.table.recordkey.fields": ",".join(key_fields),
         "hoodie.table.partition.fields": "",
         "hoodie.table.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
         "hoodie.populate.meta.fields": "true",
@@ -72,10 +77,11 @@ def table_name(uri: str) -> str:
     return re.sub(r"\W", "_", last) or "nereus"
 
 
-def record_keys(rows: pa.Table) -> list[str]:
-    """Hudi's complex record keys (``field:value,...``) of ``rows``: unique per topic, partition and offset."""
-    return [f"topic:{t},partition:{p},offset:{o}"
-            for t, p, o in zip(*(rows.column(name).to_pylist() for name in RECORD_KEY_FIELDS))]
+def record_keys(rows: pa.Table, key_fields: Sequence[str] = RECORD_KEY_FIELDS) -> list[str]:
+    """Hudi's complex record keys (``field:value,...``) of ``rows`` (a binary key in hex)."""
+    columns = [rows.column(name).to_pylist() for name in key_fields]
+    return [",".join(f"{name}:{value.hex() if isinstance(value, bytes) else value}"
+                     for name, value in zip(key_fields, values)) for values in zip(*columns)]
 
 
 def below(rows: pa.Table, topic: str, starts: Mapping[int, int]) -> pa.ChunkedArray:
@@ -89,17 +95,23 @@ def below(rows: pa.Table, topic: str, starts: Mapping[int, int]) -> pa.ChunkedAr
 class HudiTarget:
     """Delivers into the Hudi table at ``uri`` (created if missing)."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
-        self.description = f"hudi table {uri}"
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None, *, upsert: bool = False) -> None:
+        self.description = f"hudi {'upsert ' if upsert else ''}table {uri}"
+        self._keys = UPSERT_KEY_FIELDS if upsert else RECORD_KEY_FIELDS
         try:
             self._table = HudiTable(uri, storage_options)
-            stored = self._table.create(table_properties(table_name(uri)))
+            stored = self._table.create(table_properties(table_name(uri), self._keys))
         except (OSError, ValueError, RuntimeError) as exc:
             raise TargetError(f"cannot open or create the hudi table {uri}: {exc}") from exc
+        stored_keys = stored.get("hoodie.table.recordkey.fields")
         if stored.get("hoodie.table.type", "").upper() != "COPY_ON_WRITE" \
-                or stored.get("hoodie.table.recordkey.fields") != ",".join(RECORD_KEY_FIELDS):
+                or stored_keys not in (",".join(RECORD_KEY_FIELDS), ",".join(UPSERT_KEY_FIELDS)):
             raise TargetError(f"the hudi table {uri} is not a delivered table (type "
-                              f"{stored.get('hoodie.table.type')}, record keys {stored.get('hoodie.table.recordkey.fields')})")
+                              f"{stored.get('hoodie.table.type')}, record keys {stored_keys})")
+        if stored_keys != ",".join(self._keys):
+            modes = {",".join(RECORD_KEY_FIELDS): "append", ",".join(UPSERT_KEY_FIELDS): "upsert"}
+            raise TargetError(f"the hudi table {uri} is an {modes[stored_keys]} table, not an "
+                              f"{'upsert' if upsert else 'append'} table")
         self._name = stored["hoodie.table.name"]
         self._base: Instant | None = None
         self._offsets: dict[str, dict[str, list[int]]] = {}
@@ -118,27 +130,43 @@ class HudiTarget:
         stats = []
         if rows.num_rows:
             file_id = new_file_id()
-            path = self._table.write_base_file(file_id, at, rows, record_keys(rows))
+            path = self._table.write_base_file(file_id, at, rows, record_keys(rows, self._keys))
             stats.append(WriteStat(file_id, path, None, rows.num_rows, rows.num_rows, 0, self._table.size_of(path)))
         self._commit(at, "insert", stats, topic, positions)
+
+    def upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        at = self._table.begin(self._base)
+        replaced = pa.array(set(record_keys(rows, self._keys)), pa.string())
+        stats = self._rewrite(at, ["_hoodie_record_key"],
+                              lambda found: pc.is_in(found["_hoodie_record_key"], value_set=replaced))
+        live = rows.filter(pc.is_valid(rows["value"]))
+        if live.num_rows:
+            file_id = new_file_id()
+            path = self._table.write_base_file(file_id, at, live, record_keys(live, self._keys))
+            stats.append(WriteStat(file_id, path, None, live.num_rows, live.num_rows, 0, self._table.size_of(path)))
+        self._commit(at, "upsert", stats, topic, positions)
 
     def delete_below(self, topic: str, positions: Mapping[int, Position]) -> None:
         starts = {p: pos.start for p, pos in positions.items()}
         at = self._table.begin(self._base)
+        stats = self._rewrite(at, _LOCATOR, lambda found: below(found, topic, starts))
+        self._commit(at, "delete", stats, topic, positions)
+
+    def _rewrite(self, at: str, columns: list[str], doomed) -> list[WriteStat]:
+        """Write a new slice, at ``at``, of each live file group with rows ``doomed`` selects, without them."""
         stats = []
         for file_id, (path, written_at) in self._live_files().items():
-            if not pc.any(below(self._table.read_base_file(path, _LOCATOR), topic, starts)).as_py():
+            if not pc.any(doomed(self._table.read_base_file(path, columns))).as_py():
                 continue
             old = self._table.read_base_file(path)
-            doomed = below(old, topic, starts)
-            kept = old.filter(pc.invert(doomed))
+            kept = old.filter(pc.invert(doomed(old)))
             new = self._table.write_base_file(
                 file_id, at, kept.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA),
                 kept["_hoodie_record_key"].to_pylist(), seqnos=kept["_hoodie_commit_seqno"].to_pylist(),
                 commit_times=kept["_hoodie_commit_time"].to_pylist())
             stats.append(WriteStat(file_id, new, written_at, kept.num_rows, 0, old.num_rows - kept.num_rows,
                                    self._table.size_of(new)))
-        self._commit(at, "delete", stats, topic, positions)
+        return stats
 
     def _live_files(self) -> dict[str, tuple[str, str]]:
         """Each file group's latest base file (and the instant that wrote it) as of the latest commit."""

@@ -10,6 +10,10 @@ pyiceberg rebases a commit that lost a race with another writer and retries it (
 property ``commit.retry.num-retries``, default 4). A rebased append of offsets another
 job already delivered would duplicate them, so commits go through a view of the table
 whose retries are 0 (the stored table is unchanged): a lost race raises instead.
+
+An upsert table (table property ``nereus.mode=upsert``) is written copy-on-write: one
+transaction deletes the rows of the batch's keys and appends the batch's live rows
+(the append's snapshot carries the positions).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.expressions import And, BooleanExpression, EqualTo, LessThan, Or
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, LessThan, Or
 from pyiceberg.table import Table, TableProperties
 
 from .deliver import ARROW_SCHEMA, Position, TargetConflict, TargetError
@@ -30,6 +35,7 @@ from .iceberg_catalog import ensure_table, load_catalog
 log = logging.getLogger(__name__)
 
 SUMMARY_KEY = "nereus.offsets"
+MODE_PROPERTY = "nereus.mode"
 
 
 def recorded_offsets(table: Table) -> dict[str, dict[str, list[int]]]:
@@ -50,6 +56,15 @@ def delete_filter(topic: str, starts: Mapping[int, int]) -> BooleanExpression:
     return And(EqualTo("topic", topic), below[0] if len(below) == 1 else Or(*below))
 
 
+def key_filter(topic: str, rows: pa.Table) -> BooleanExpression:
+    """The rows of the ``(partition, key)`` pairs of ``rows``."""
+    per_partition = {}
+    for partition, key in zip(rows["partition"].to_pylist(), rows["key"].to_pylist()):
+        per_partition.setdefault(partition, set()).add(key)
+    parts = [And(EqualTo("partition", p), In("key", keys)) for p, keys in sorted(per_partition.items())]
+    return And(EqualTo("topic", topic), parts[0] if len(parts) == 1 else Or(*parts))
+
+
 def _without_retries(table: Table) -> Table:
     """The same table, seen with ``commit.retry.num-retries`` 0 (nothing is written to the catalog)."""
     properties = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
@@ -60,15 +75,16 @@ def _without_retries(table: Table) -> Table:
 class IcebergTarget:
     """Delivers into ``identifier`` (``namespace.table``) of the catalog ``name`` (created if missing)."""
 
-    def __init__(self, name: str, properties: Mapping[str, str], identifier: str) -> None:
+    def __init__(self, name: str, properties: Mapping[str, str], identifier: str, *, upsert: bool = False) -> None:
         namespace, _, table = identifier.rpartition(".")
         if not namespace or not table:
             raise TargetError(f"iceberg table {identifier!r} must be namespace.table")
-        self.description = f"iceberg table {identifier} of catalog {name}"
+        self.description = f"iceberg {'upsert ' if upsert else ''}table {identifier} of catalog {name}"
+        mode = "upsert" if upsert else "append"
         self._identifier = identifier
         try:
             self._catalog = load_catalog(name, **properties)
-            self._table, _ = ensure_table(self._catalog, identifier, ARROW_SCHEMA)
+            self._table, _ = ensure_table(self._catalog, identifier, ARROW_SCHEMA, {MODE_PROPERTY: mode})
         except NoSuchTableError as exc:
             raise TargetError(f"cannot create the iceberg table {identifier}: {exc}") from exc
         except (ValueError, OSError, NotImplementedError) as exc:
@@ -76,6 +92,9 @@ class IcebergTarget:
         missing = set(ARROW_SCHEMA.names) - {f.name for f in self._table.schema().fields}
         if missing:
             raise TargetError(f"the iceberg table {identifier} lacks the columns {sorted(missing)}")
+        stored = self._table.metadata.properties.get(MODE_PROPERTY, "append")
+        if stored != mode:
+            raise TargetError(f"the iceberg table {identifier} is an {stored} table, not an {mode} table")
         self._offsets: dict[str, dict[str, list[int]]] = {}
 
     def positions(self, topic: str, partitions: Sequence[int]) -> dict[int, Position]:
@@ -103,6 +122,19 @@ class IcebergTarget:
 
     def append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
         self._commit(topic, positions, lambda table, summary: table.append(rows, snapshot_properties=summary))
+
+    def upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        if not rows.num_rows:
+            return self.append(topic, rows, positions)
+        live = rows.filter(pc.is_valid(rows["value"]))
+
+        def replace_keys(table: Table, summary: dict[str, str]) -> None:
+            with table.transaction() as tx, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                tx.delete(key_filter(topic, rows))
+                tx.append(live, snapshot_properties=summary)
+
+        self._commit(topic, positions, replace_keys)
 
     def delete_below(self, topic: str, positions: Mapping[int, Position]) -> None:
         before = self._table.metadata.current_snapshot_id
