@@ -38,8 +38,10 @@ def lakehouse() -> None:
 
 
 def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[str, str], catalog: str | None,
-                    catalog_properties: dict[str, str], table: str | None, upsert: bool) -> Callable[[], Target]:
-    """Checks the target options now; the factory opens (or creates) the table."""
+                    catalog_properties: dict[str, str], table: str | None, upsert: bool,
+                    dead_letter: str | None) -> Callable[[bool], Target]:
+    """Checks the target options now; the factory opens (or creates) the table, or with True its
+    dead-letter table (``--dead-letter``, default: the table's location or name + ``_dead_letter``)."""
     if sum(target is not None for target in (delta, hudi, catalog)) != 1:
         raise click.UsageError("give exactly one target: --delta PATH_OR_URI, --hudi PATH_OR_URI "
                                "or --iceberg-catalog NAME")
@@ -47,15 +49,17 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
         if catalog_properties or table:
             raise click.UsageError("--catalog-property and --table go with --iceberg-catalog, "
                                    "not --delta or --hudi")
+        location = delta if delta is not None else hudi
 
-        def table_target() -> Target:
+        def table_target(dead: bool) -> Target:
+            where = (dead_letter or location.rstrip("/") + "_dead_letter") if dead else location
             if delta is not None:
                 from .delta_target import DeltaTarget
 
-                return DeltaTarget(delta, storage_options, upsert=upsert)
+                return DeltaTarget(where, storage_options, upsert=upsert and not dead)
             from .hudi_target import HudiTarget
 
-            return HudiTarget(hudi, storage_options, upsert=upsert)
+            return HudiTarget(where, storage_options, upsert=upsert and not dead)
 
         return table_target
     if storage_options:
@@ -63,14 +67,15 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
                                "--catalog-property")
     if not table:
         raise click.UsageError("--iceberg-catalog needs --table namespace.table")
-    namespace, _, name = table.rpartition(".")
-    if not namespace or not name:
-        raise click.BadParameter(f"{table!r} must be namespace.table", param_hint="--table")
+    for given, hint in ((table, "--table"), (dead_letter, "--dead-letter")):
+        if given is not None and not all(given.rpartition(".")[::2]):
+            raise click.BadParameter(f"{given!r} must be namespace.table", param_hint=hint)
 
-    def iceberg_target() -> Target:
+    def iceberg_target(dead: bool) -> Target:
         from .iceberg_target import IcebergTarget
 
-        return IcebergTarget(catalog, catalog_properties, table, upsert=upsert)
+        where = (dead_letter or table + "_dead_letter") if dead else table
+        return IcebergTarget(catalog, catalog_properties, where, upsert=upsert and not dead)
 
     return iceberg_target
 
@@ -92,6 +97,10 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
               help="Records per table commit.")
 @click.option("--upsert", is_flag=True, help="An upsert table (for key-compacted topics): one row per partition "
               "and key, its latest record; a record without a value deletes its key's row.")
+@click.option("--schema-columns", is_flag=True, help="Add the fields of the topic's AVRO/JSON schema as columns "
+              "(new fields add columns); records that do not decode go to the dead-letter table.")
+@click.option("--dead-letter", metavar="PATH_OR_URI|NAMESPACE.TABLE", help="The dead-letter table, of the same "
+              "kind as the target. Default: the target's location or name + _dead_letter.")
 @click.option("--once", is_flag=True, help="Deliver up to the current tail and exit (the default).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Keep delivering, a round every SECONDS, until interrupted.")
@@ -99,7 +108,8 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
 def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: str | None,
             storage_options: dict[str, str],
             catalog: str | None, catalog_properties: dict[str, str], table: str | None, batch_records: int,
-            upsert: bool, once: bool, interval: float | None, progress: bool) -> None:
+            upsert: bool, schema_columns: bool, dead_letter: str | None, once: bool, interval: float | None,
+            progress: bool) -> None:
     """Deliver a topic's committed records into a Delta, Hudi or Iceberg table, exactly once.
 
     Each commit records the delivered offset of every partition it covers, so a job that
@@ -114,10 +124,13 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: st
     from ..objstore import ObjectStoreError, UnsupportedStoreUrl
     from ..storage.errors import StorageError
 
-    make_target = _target_factory(delta, hudi, storage_options, catalog, catalog_properties, table, upsert)
+    if dead_letter is not None and not schema_columns:
+        raise click.UsageError("--dead-letter goes with --schema-columns")
+    make_target = _target_factory(delta, hudi, storage_options, catalog, catalog_properties, table, upsert,
+                                  dead_letter)
     try:
         stats, description = asyncio.run(_deliver(metadata, objects, topic, make_target, batch_records, interval,
-                                                   progress, upsert))
+                                                   progress, upsert, schema_columns))
     except InvalidRequest as exc:
         raise click.BadParameter(str(exc), param_hint="--metadata") from None
     except InvalidTopicName as exc:
@@ -134,11 +147,13 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: st
         raise click.Abort() from None  # the table holds every commit that landed; a re-run resumes there
     click.echo(f"delivered {stats.records} records ({stats.offsets} offsets) of {topic} to {description} "
                f"in {stats.commits} commits, {stats.deletes} retention deletes"
-               + (f", {stats.keyless} records without a key left out" if stats.keyless else ""), err=True)
+               + (f", {stats.keyless} records without a key left out" if stats.keyless else "")
+               + (f", {stats.dead} records to the dead-letter table" if stats.dead else ""), err=True)
 
 
-async def _deliver(metadata: str, objects: str, topic: str, make_target: Callable[[], Target], batch_records: int,
-                   interval: float | None, progress: bool, upsert: bool) -> tuple[Stats, str]:
+async def _deliver(metadata: str, objects: str, topic: str, make_target: Callable[[bool], Target],
+                   batch_records: int, interval: float | None, progress: bool, upsert: bool,
+                   schema_columns: bool) -> tuple[Stats, str]:
     from tqdm import tqdm
 
     from ..meta import connect
@@ -154,7 +169,8 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
         raise
     try:
         await topic_ranges(meta, topic, must_exist=True)
-        target = make_target()
+        target = make_target(False)
+        dead_letter = make_target(True) if schema_columns else None
     except BaseException:
         await meta.close()
         await store.close()
@@ -165,7 +181,8 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
         bar.total = bar.n + offsets  # a new round: what is left now
         bar.refresh()
 
-    job = Delivery(meta, store, topic, target, batch_records=batch_records, upsert=upsert, on_plan=planned,
+    job = Delivery(meta, store, topic, target, batch_records=batch_records, upsert=upsert,
+                   schema_columns=schema_columns, dead_letter=dead_letter, on_plan=planned,
                    on_progress=lambda offsets, records: bar.update(offsets))
     try:
         if interval is None:
@@ -179,6 +196,8 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
         bar.close()
         job.close()
         target.close()
+        if dead_letter is not None:
+            dead_letter.close()
         await meta.close()
         await store.close()
 

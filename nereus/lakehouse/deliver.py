@@ -45,23 +45,12 @@ from ..meta import MetadataError, MetadataStore
 from ..objstore import ObjectStore
 from ..storage.errors import StorageError
 from . import rows as _rows
+from .delivered_columns import ARROW_SCHEMA, DEAD_LETTER_SCHEMA, DecodedValues, plan_columns
 from .rows import TopicNotFound
 from ..tasks import wait_for
 
 log = logging.getLogger(__name__)
 
-TIMESTAMP = pa.timestamp("us", tz="UTC")
-ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("publish_time", TIMESTAMP),
-    pa.field("event_time", TIMESTAMP),
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("properties", pa.map_(pa.string(), pa.string())),
-    pa.field("producer_name", pa.string()),
-])
 DEFAULT_BATCH_RECORDS = 50_000
 _MAX_ATTEMPTS = 5  # failed rounds in a row (conflicts, concurrent trims) before giving up
 
@@ -104,15 +93,15 @@ class Target(Protocol):
         """Release the table's resources."""
 
 
-def to_arrow(rows: Sequence[tuple]) -> pa.Table:
-    """Rows of ``rows.read_rows`` as a table of ``ARROW_SCHEMA``."""
-    columns = list(zip(*rows)) if rows else [()] * len(ARROW_SCHEMA)
+def to_arrow(rows: Sequence[tuple], schema: pa.Schema = ARROW_SCHEMA) -> pa.Table:
+    """Rows (of ``rows.read_rows``, schema columns after them) as a table of ``schema``."""
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
     arrays = []
-    for field, values in zip(ARROW_SCHEMA, columns):
-        if pa.types.is_map(field.type):
+    for field, values in zip(schema, columns):
+        if field.name == "properties":  # a dict per row; Arrow takes a map as (key, value) pairs
             values = [None if v is None else list(v.items()) for v in values]
         arrays.append(pa.array(values, type=field.type))
-    return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def latest_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
@@ -128,6 +117,12 @@ def latest_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
         parts.append(part.filter(pc.is_in(part["offset"], value_set=latest)))
     latest_rows = pa.concat_tables(parts) if parts else rows.schema.empty_table()
     return latest_rows, rows.num_rows - keyed.num_rows
+
+
+class _Dead(tuple):
+    """A row (fixed columns, reason, schema version) for the dead-letter table."""
+
+    __slots__ = ()
 
 
 # Test hook: the crash tests kill the job at exact points of its commit cycle with
@@ -158,6 +153,7 @@ class Stats:
     records: int = 0
     offsets: int = 0
     keyless: int = 0  # upsert tables: records without a key, not delivered
+    dead: int = 0  # schema columns: records whose value is not a record of the schema (dead letters)
     commits: int = 0
     deletes: int = 0
 
@@ -167,6 +163,7 @@ class Delivery:
 
     def __init__(self, meta: MetadataStore, objects: ObjectStore, topic: str, target: Target, *,
                  batch_records: int = DEFAULT_BATCH_RECORDS, upsert: bool = False,
+                 schema_columns: bool = False, dead_letter: Target | None = None,
                  on_plan: Callable[[int], None] | None = None,
                  on_progress: Callable[[int, int], None] | None = None) -> None:
         if batch_records < 1:
@@ -177,6 +174,10 @@ class Delivery:
         self.target = target
         self.batch_records = batch_records
         self.upsert = upsert
+        self.schema_columns = schema_columns
+        self.dead_letter = dead_letter
+        self._dead_known: dict[int, int] = {}  # partition -> end offset the dead-letter table holds
+        self._columns: DecodedValues | None = None
         self._on_plan = on_plan or (lambda offsets: None)
         self._on_progress = on_progress or (lambda offsets, records: None)
         # Table libraries block; one thread keeps every call of a target on the same thread.
@@ -218,6 +219,11 @@ class Delivery:
         if not ranges:
             return []  # a partitioned topic none of whose partitions has a stream yet
         recorded = await self._call(self.target.positions, ranges[0].topic, [r.partition for r in ranges])
+        if self.schema_columns:
+            self._columns = await plan_columns(self.meta, ranges[0].topic)
+            if self.dead_letter is not None and self._columns is not None:
+                dead = await self._call(self.dead_letter.positions, ranges[0].topic, [r.partition for r in ranges])
+                self._dead_known = {p: pos.end for p, pos in dead.items()}
         if not self._planned:  # after a crash this is where the job resumes
             log.info("%s: delivered so far %s", self.target.description,
                      {p: (pos.start, pos.end) for p, pos in sorted(recorded.items())} or "nothing")
@@ -262,7 +268,7 @@ class Delivery:
             p, start = part.range.partition, part.position.start
             todo = replace(part.range, start=part.position.end)  # keeps its aborted transactions
             if todo.start < todo.end:
-                async for chunk in _rows.read_rows(self.meta, self.objects, todo):
+                async for chunk in self._read(todo):
                     i = 0
                     while i < len(chunk):
                         take = chunk[i:i + self.batch_records - len(buffer)]
@@ -282,8 +288,26 @@ class Delivery:
         if buffer or pending:
             await self._commit(topic, buffer, pending, stats)
 
+    async def _read(self, todo: _rows.StreamRange):
+        """Lists of rows of ``todo``: with the schema columns when planned, dead letters as ``_Dead``."""
+        if self._columns is None:
+            async for chunk in _rows.read_rows(self.meta, self.objects, todo):
+                yield chunk
+            return
+        decode = self._columns.decode
+        async for chunk in _rows.read_versioned_rows(self.meta, self.objects, todo):
+            out = []
+            for row, version in chunk:
+                columns, reason = decode(row[6], version)
+                out.append(row + columns if reason is None else _Dead(row + (reason, version)))
+            yield out
+
     async def _commit(self, topic: str, buffer: list[tuple], pending: dict[int, Position], stats: Stats) -> None:
-        table = to_arrow(buffer)
+        dead = [row for row in buffer if isinstance(row, _Dead)]
+        if dead:
+            buffer = [row for row in buffer if not isinstance(row, _Dead)]
+            await self._commit_dead(topic, dead, pending, stats)
+        table = to_arrow(buffer, self._columns.schema if self._columns is not None else ARROW_SCHEMA)
         _kill_point("before-commit")
         if self.upsert:
             table, keyless = latest_per_key(table)
@@ -295,11 +319,23 @@ class Delivery:
         offsets = sum(pos.end - max(self._known[p].end if p in self._known else pos.start, pos.start)
                       for p, pos in pending.items())
         self._known.update(pending)
-        stats.records += len(buffer)
+        stats.records += len(buffer) + len(dead)
         stats.offsets += offsets
         stats.commits += 1
         self._on_progress(offsets, len(buffer))
         log.debug("%s: committed %d records, positions %s", self.target.description, len(buffer), pending)
+
+    async def _commit_dead(self, topic: str, dead: list[tuple], pending: dict[int, Position], stats: Stats) -> None:
+        """Dead letters go first, recording the same positions: a re-run after a crash before the main
+        commit finds them in the dead-letter table and does not add them again."""
+        fresh = [row for row in dead if row[2] >= self._dead_known.get(row[1], -1)]
+        if fresh and self.dead_letter is not None:
+            await self._call(self.dead_letter.append, topic, to_arrow(fresh, DEAD_LETTER_SCHEMA), dict(pending))
+            log.warning("%s: %d records are not records of the topic's schema (first: offset %d: %s); "
+                        "they went to %s", self.target.description, len(fresh), fresh[0][2], fresh[0][-2],
+                        self.dead_letter.description)
+        self._dead_known.update({p: pos.end for p, pos in pending.items()})
+        stats.dead += len(fresh)
 
     async def run(self, interval: float, stop: asyncio.Event | None = None) -> Stats:
         """Deliver every ``interval`` seconds until ``stop`` is set.
@@ -323,6 +359,7 @@ class Delivery:
                 total.commits += stats.commits
                 total.deletes += stats.deletes
                 total.keyless += stats.keyless
+                total.dead += stats.dead
             try:
                 await wait_for(stop.wait(), interval)
             except asyncio.TimeoutError:

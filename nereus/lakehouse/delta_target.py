@@ -11,6 +11,9 @@ also across checkpoints.
 Commits are made with ``max_commit_retries=0``: a commit whose version another writer
 took fails instead of being rebased, so two jobs cannot both append the same offsets.
 
+Columns the rows bring (schema columns, a dead-letter table's reason) are added to the
+table's schema by the same commit (schema merge); earlier rows read them as null.
+
 An upsert table (table configuration ``nereus.mode=upsert``) is written by MERGE on
 ``(topic, partition, key)``: matched rows are replaced or, for a tombstone, deleted.
 """
@@ -86,7 +89,7 @@ class DeltaTarget:
 
     def append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
         try:
-            write_deltalake(self._table, rows, mode="append",
+            write_deltalake(self._table, rows, mode="append", schema_mode="merge",
                             commit_properties=self._commit_properties(topic, positions))
         except CommitFailedError as exc:
             self._table.update_incremental()
@@ -97,7 +100,7 @@ class DeltaTarget:
             return self.append(topic, rows, positions)
         version = self._table.version()
         try:
-            merger = self._table.merge(rows, UPSERT_PREDICATE, source_alias="s", target_alias="t",
+            merger = self._table.merge(rows, UPSERT_PREDICATE, source_alias="s", target_alias="t", merge_schema=True,
                                        commit_properties=self._commit_properties(topic, positions))
             (merger.when_matched_delete(predicate="s.value IS NULL").when_matched_update_all()
              .when_not_matched_insert_all(predicate="s.value IS NOT NULL").execute())

@@ -5,6 +5,10 @@ one ``delete`` commit that rewrites the file groups holding rows below the new s
 (copy-on-write: a new slice of the same file group, records kept with the commit time
 they were first written at, so incremental reads never see them again).
 
+Columns the rows bring (schema columns, a dead-letter table's reason) widen the table's
+schema: each commit records the union of all columns so far (its Avro ``schema`` and the
+Arrow schema under ``nereus.columns``); readers give null for them in older files.
+
 An upsert table (record key ``topic,partition,key``) takes ``upsert`` commits: the file
 groups holding the batch's keys are rewritten without them and the batch's live rows
 (not tombstones) are inserted as a new file group, so each key has one row.
@@ -18,6 +22,7 @@ with ``TargetConflict`` (see ``hudi_table``): two jobs never both append the sam
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -27,25 +32,59 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .deliver import ARROW_SCHEMA, Position, TargetConflict, TargetError, _kill_point
-from .hudi_table import TABLE_VERSION, CommitConflict, HudiTable, Instant, WriteStat, new_file_id
+from .hudi_table import META_FIELDS, TABLE_VERSION, CommitConflict, HudiTable, Instant, WriteStat, new_file_id
 
 log = logging.getLogger(__name__)
 
 OFFSETS_KEY = "nereus.offsets"
+COLUMNS_KEY = "nereus.columns"  # the table's Arrow schema (base64 IPC): the union of all commits' columns
 SCHEMA_KEY = "schema"  # Hudi's extraMetadata key of the writer's Avro schema
 RECORD_KEY_FIELDS = ("topic", "partition", "offset")
 UPSERT_KEY_FIELDS = ("topic", "partition", "key")
 _LOCATOR = ["topic", "partition", "offset"]
 
 
-def avro_schema(name: str) -> str:
-    """The Avro schema of ``ARROW_SCHEMA`` as Hudi records it (without the meta fields)."""
-    timestamp = {"type": "long", "logicalType": "timestamp-micros"}
-    nullable = {"publish_time": timestamp, "event_time": timestamp, "key": "bytes", "value": "bytes",
-                "properties": {"type": "map", "values": ["null", "string"]}, "producer_name": "string"}
-    fields = [{"name": "topic", "type": "string"}, {"name": "partition", "type": "int"},
-              {"name": "offset", "type": "long"}]
-    fields += [{"name": field, "type": ["null", kind], "default": None} for field, kind in nullable.items()]
+def avro_schema(name: str, schema: pa.Schema = ARROW_SCHEMA) -> str:
+    """The Avro schema Hudi records for rows of ``schema`` (without the meta fields)."""
+    records = iter(range(1, 1 << 30))
+
+    def nullable(kind):
+        return ["null", kind]
+
+    def avro(t: pa.DataType):
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return "string"
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return "bytes"
+        if pa.types.is_boolean(t):
+            return "boolean"
+        if pa.types.is_int64(t):
+            return "long"
+        if pa.types.is_integer(t):
+            return "int"
+        if pa.types.is_float32(t):
+            return "float"
+        if pa.types.is_floating(t):
+            return "double"
+        if pa.types.is_date32(t):
+            return {"type": "int", "logicalType": "date"}
+        if pa.types.is_timestamp(t):
+            unit = {"ms": "millis", "us": "micros"}.get(t.unit)
+            if unit is not None:
+                return {"type": "long", "logicalType": f"{'' if t.tz else 'local-'}timestamp-{unit}"}
+        if pa.types.is_decimal(t):
+            return {"type": "bytes", "logicalType": "decimal", "precision": t.precision, "scale": t.scale}
+        if pa.types.is_map(t):
+            return {"type": "map", "values": nullable(avro(t.item_type))}
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return {"type": "array", "items": nullable(avro(t.value_type))}
+        if pa.types.is_struct(t):
+            return {"type": "record", "name": f"{name}_struct_{next(records)}",
+                    "fields": [{"name": f.name, "type": nullable(avro(f.type)), "default": None} for f in t]}
+        raise TargetError(f"a column of type {t} has no Avro type for a Hudi table")
+
+    fields = [{"name": f.name, "type": avro(f.type)} if not f.nullable else
+              {"name": f.name, "type": nullable(avro(f.type)), "default": None} for f in schema]
     return json.dumps({"type": "record", "name": f"{name}_record", "namespace": f"hoodie.{name}", "fields": fields},
                       separators=(",", ":"))
 
@@ -115,17 +154,27 @@ class HudiTarget:
         self._name = stored["hoodie.table.name"]
         self._base: Instant | None = None
         self._offsets: dict[str, dict[str, list[int]]] = {}
+        self._columns = ARROW_SCHEMA
 
     def positions(self, topic: str, partitions: Sequence[int]) -> dict[int, Position]:
         self._base = self._table.latest()  # the latest commit, whoever made it
         extra = self._table.metadata(self._base).get("extraMetadata") or {} if self._base else {}
         self._offsets = json.loads(extra.get(OFFSETS_KEY, "{}"))
+        if COLUMNS_KEY in extra:
+            self._columns = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(extra[COLUMNS_KEY])))
         mine = self._offsets.get(topic, {})
         out = {p: Position(*mine[str(p)]) for p in partitions if str(p) in mine}
         log.debug("%s at %s: positions %s", self.description, self._base, out)
         return out
 
+    def _widen(self, schema: pa.Schema) -> None:
+        """The table's columns with those of ``schema`` it lacks added (recorded by the next commit)."""
+        extra = [f for f in schema if f.name not in self._columns.names]
+        if extra:
+            self._columns = pa.schema(list(self._columns) + extra)
+
     def append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        self._widen(rows.schema)
         at = self._table.begin(self._base)
         stats = []
         if rows.num_rows:
@@ -135,6 +184,7 @@ class HudiTarget:
         self._commit(at, "insert", stats, topic, positions)
 
     def upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        self._widen(rows.schema)
         at = self._table.begin(self._base)
         replaced = pa.array(set(record_keys(rows, self._keys)), pa.string())
         stats = self._rewrite(at, ["_hoodie_record_key"],
@@ -161,7 +211,7 @@ class HudiTarget:
             old = self._table.read_base_file(path)
             kept = old.filter(pc.invert(doomed(old)))
             new = self._table.write_base_file(
-                file_id, at, kept.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA),
+                file_id, at, kept.drop_columns(list(META_FIELDS)),
                 kept["_hoodie_record_key"].to_pylist(), seqnos=kept["_hoodie_commit_seqno"].to_pylist(),
                 commit_times=kept["_hoodie_commit_time"].to_pylist())
             stats.append(WriteStat(file_id, new, written_at, kept.num_rows, 0, old.num_rows - kept.num_rows,
@@ -184,7 +234,8 @@ class HudiTarget:
         offsets = {t: dict(parts) for t, parts in self._offsets.items()}
         offsets.setdefault(topic, {}).update({str(p): [pos.start, pos.end] for p, pos in positions.items()})
         extra = {OFFSETS_KEY: json.dumps(offsets, sort_keys=True, separators=(",", ":")),
-                 SCHEMA_KEY: avro_schema(self._name)}
+                 SCHEMA_KEY: avro_schema(self._name, self._columns),
+                 COLUMNS_KEY: base64.b64encode(self._columns.serialize().to_pybytes()).decode()}
         try:
             self._base = self._table.commit(self._base, at, operation, stats, extra,
                                             on_decided=lambda: _kill_point("hudi-decided"))

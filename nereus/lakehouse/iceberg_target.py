@@ -11,6 +11,9 @@ property ``commit.retry.num-retries``, default 4). A rebased append of offsets a
 job already delivered would duplicate them, so commits go through a view of the table
 whose retries are 0 (the stored table is unchanged): a lost race raises instead.
 
+Columns the rows bring (schema columns, a dead-letter table's reason) are added to the
+table's schema first (``union_by_name``, a schema-only commit); earlier rows read them as null.
+
 An upsert table (table property ``nereus.mode=upsert``) is written copy-on-write: one
 transaction deletes the rows of the batch's keys and appends the batch's live rows
 (the append's snapshot carries the positions).
@@ -120,12 +123,22 @@ class IcebergTarget:
         self._table = view  # holds the metadata of its own commit now
         self._offsets = json.loads(summary[SUMMARY_KEY])
 
+    def _evolve(self, schema: pa.Schema) -> None:
+        """Add the columns of ``schema`` the table lacks (a schema-only commit; files untouched)."""
+        if not set(schema.names) - set(self._table.schema().column_names):
+            return
+        with self._table.update_schema() as update:
+            update.union_by_name(schema)
+        self._table = self._catalog.load_table(self._identifier)
+
     def append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        self._evolve(rows.schema)
         self._commit(topic, positions, lambda table, summary: table.append(rows, snapshot_properties=summary))
 
     def upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
         if not rows.num_rows:
             return self.append(topic, rows, positions)
+        self._evolve(rows.schema)
         live = rows.filter(pc.is_valid(rows["value"]))
 
         def replace_keys(table: Table, summary: dict[str, str]) -> None:

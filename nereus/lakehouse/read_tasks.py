@@ -5,7 +5,7 @@ how a task reads it (``read_partition``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 from pyspark.sql.datasource import InputPartition
@@ -14,9 +14,6 @@ from pyspark.sql.types import StructType
 from . import rows as _rows
 from . import schema_columns as _columns
 from .worker_loop import worker_loop
-from ..codec.pulsar import split_entry
-from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
-from ..topics.schemas import version_from_bytes
 
 
 class NereusRange(InputPartition):
@@ -69,37 +66,12 @@ async def _read_range(p: NereusRange):
     meta = connect(p.metadata)
     objects = open_object_store(p.objects)
     try:
-        rows = _rows.read_rows(meta, objects, p.range) if p.values is None else _versioned_rows(meta, objects, p.range)
+        rows = _rows.read_rows(meta, objects, p.range) if p.values is None else _rows.read_versioned_rows(meta, objects, p.range)
         async for batch in rows:
             yield batch
     finally:
         await objects.close()
         await meta.close()
-
-
-async def _versioned_rows(meta, objects, r: _rows.StreamRange) -> AsyncIterator[list[tuple[tuple, int | None]]]:
-    """``rows.read_rows`` with each row's schema version: lists of ``(row, version)``."""
-    aborted = r.txn_view()
-    async for entries in _rows.read_entries(meta, objects, r):
-        batch = []
-        for e in entries:
-            version = _schema_version(e.data)
-            batch.extend((row, version)
-                         for row in _rows.entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
-                         if r.start <= row[2] < r.end)
-        yield batch
-
-
-def _schema_version(data: bytes | memoryview) -> int | None:
-    """The schema version a stored Pulsar entry was written with (None: Kafka, none, unreadable)."""
-    try:
-        header, body = decode_entry(data)
-        if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
-            return None
-        meta, _ = split_entry(body)
-    except Exception:  # noqa: BLE001 - entry_rows decides what an unreadable entry means
-        return None
-    return version_from_bytes(meta.schema_version) if meta.HasField("schema_version") else None
 
 
 def _drain(loop: asyncio.AbstractEventLoop, agen) -> Iterator[tuple]:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from itertools import repeat
 
+from ..codec.pulsar import split_entry
+from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..objstore import ObjectStore
@@ -27,6 +29,7 @@ from ..topics import partitioned_key
 from ..storage import view
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
+from ..topics.schemas import version_from_bytes
 from ..transactions.stream_index import TxnView, aborted_view, read_view
 from .record_values import RecordColumns
 
@@ -140,3 +143,29 @@ async def read_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -
     async for entries in read_entries(meta, objects, r):
         yield [row for e in entries for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
                if r.start <= row[2] < r.end]
+
+
+async def read_versioned_rows(meta: MetadataStore, objects: ObjectStore,
+                              r: StreamRange) -> AsyncIterator[list[tuple[tuple, int | None]]]:
+    """``read_rows`` with each row's schema version: lists of ``(row, version)``."""
+    aborted = r.txn_view()
+    async for entries in read_entries(meta, objects, r):
+        batch = []
+        for e in entries:
+            version = schema_version(e.data)
+            batch.extend((row, version)
+                         for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
+                         if r.start <= row[2] < r.end)
+        yield batch
+
+
+def schema_version(data: bytes | memoryview) -> int | None:
+    """The schema version a stored Pulsar entry was written with (None: Kafka, none, unreadable)."""
+    try:
+        header, body = decode_entry(data)
+        if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
+            return None
+        meta, _ = split_entry(body)
+    except Exception:  # noqa: BLE001 - entry_rows decides what an unreadable entry means
+        return None
+    return version_from_bytes(meta.schema_version) if meta.HasField("schema_version") else None

@@ -50,6 +50,10 @@ class _Unfit(ValueError):
     """A value that does not fit its column (the column becomes null)."""
 
 
+class _Undecodable(ValueError):
+    """A value that is not a record of the topic's schema."""
+
+
 @dataclass(frozen=True)
 class TopicSchemas:
     """The live versions of a topic's AVRO or JSON schema: version -> definition (JSON text)."""
@@ -136,9 +140,17 @@ class ValueDecoder:
             self.columns.append((field, convert if dtype == column.dataType else _unfit))
 
     def __call__(self, value: bytes | None, version: int | None) -> tuple:
-        record = self._decode(value, version) if value is not None and self.schemas is not None else None
-        if not isinstance(record, dict):
-            return (None,) * self.width
+        return self.decode(value, version)[0]
+
+    def decode(self, value: bytes | None, version: int | None) -> tuple[tuple, str | None]:
+        """The columns of ``value``, and why it is not a record of the topic's schema (None: it is,
+        or it is null, or the topic has no decodable schema)."""
+        if value is None or self.schemas is None:
+            return (None,) * self.width, None
+        try:
+            record = self._decode(value, version)
+        except _Undecodable as exc:
+            return (None,) * self.width, str(exc)
         out = []
         for name, convert in self.columns:
             item = record.get(name)
@@ -146,26 +158,36 @@ class ValueDecoder:
                 out.append(None if item is None else convert(item))
             except Exception:  # noqa: BLE001 - any misfit nulls the column, never the query
                 out.append(None)
-        return tuple(out)
+        return tuple(out), None
 
-    def _decode(self, value: bytes, version: int | None):
+    def _decode(self, value: bytes, version: int | None) -> dict:
+        if self.schemas.type == "JSON":
+            try:
+                record = json.loads(value)
+            except ValueError as exc:
+                raise _Undecodable(f"not JSON: {exc}") from None
+            if not isinstance(record, dict):
+                raise _Undecodable(f"a JSON {type(record).__name__}, not an object")
+            return record
+        latest = self.schemas.latest
+        written = version if version in self.schemas.definitions else latest
+        reader = self._schema(latest) if written != latest else None  # resolution fills new fields' defaults
+        buffer = io.BytesIO(value)
         try:
-            if self.schemas.type == "JSON":
-                return json.loads(value)
-            latest = self.schemas.latest
-            written = version if version in self.schemas.definitions else latest
-            reader = self._schema(latest) if written != latest else None  # resolution fills new fields' defaults
-            buffer = io.BytesIO(value)
             try:
                 record = fastavro.schemaless_reader(buffer, self._schema(written), reader)
             except Exception:  # noqa: BLE001 - versions that do not resolve: read as written
                 if reader is None:
-                    return None
+                    raise
                 buffer.seek(0)
                 record = fastavro.schemaless_reader(buffer, self._schema(written))
-            return record if buffer.tell() == len(value) else None  # trailing bytes: not this schema
-        except Exception:  # noqa: BLE001 - undecodable values give null columns
-            return None
+        except Exception as exc:  # noqa: BLE001 - whatever fastavro raises on bad bytes
+            raise _Undecodable(f"not Avro of schema version {written}: {type(exc).__name__}: {exc}") from None
+        if buffer.tell() != len(value):
+            raise _Undecodable(f"{len(value) - buffer.tell()} bytes left after a record of schema version {written}")
+        if not isinstance(record, dict):
+            raise _Undecodable(f"schema version {written} does not describe a record")
+        return record
 
     def _schema(self, version: int):
         if version not in self._parsed:

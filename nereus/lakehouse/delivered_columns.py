@@ -1,0 +1,57 @@
+"""Schema columns of delivered tables, and the dead-letter rows of records that have none.
+
+With ``deliver --schema-columns`` the rows of an AVRO or JSON topic carry the fields of
+the topic's latest schema as columns after the fixed ones (``schema_columns``: the same
+mapping Spark reads use, as Arrow types). A later schema version that adds a field adds a
+column: targets evolve the table's schema (Delta schema merge, Iceberg ``union_by_name``,
+a Hudi commit with the wider schema), and earlier rows read it as null; nothing is
+rewritten. A record whose value is not a record of the topic's schema becomes a row of
+the dead-letter table instead, with the fixed columns, the reason and the schema version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..meta import MetadataStore
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+#: The fixed columns of every delivered table.
+ARROW_SCHEMA = pa.schema([
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("publish_time", TIMESTAMP),
+    pa.field("event_time", TIMESTAMP),
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("properties", pa.map_(pa.string(), pa.string())),
+    pa.field("producer_name", pa.string()),
+])
+DEAD_LETTER_SCHEMA = pa.schema(list(ARROW_SCHEMA) + [pa.field("reason", pa.string()),
+                                                     pa.field("schema_version", pa.int64())])
+
+
+@dataclass
+class DecodedValues:
+    """The topic's schema columns now: their Arrow schema and the decoder of values into them."""
+
+    schema: pa.Schema  # ARROW_SCHEMA and the schema columns
+    decode: object  # schema_columns.ValueDecoder: (value, version) -> (columns, reason | None)
+
+
+async def plan_columns(meta: MetadataStore, topic: str) -> DecodedValues | None:
+    """The schema columns of ``topic``'s latest AVRO/JSON record schema; None without one."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from . import schema_columns
+
+    schemas = await schema_columns.topic_schemas(meta, topic)
+    if schemas is None:
+        return None
+    columns = tuple(schema_columns.columns_for(schemas.definitions[schemas.latest]))
+    fields = [pa.field(c.name, to_arrow_type(c.dataType)) for c in columns]
+    decoder = schema_columns.ValueDecoder(schema_columns.ValueColumns(columns, schemas))
+    return DecodedValues(pa.schema(list(ARROW_SCHEMA) + fields), decoder.decode)
