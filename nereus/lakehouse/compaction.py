@@ -49,6 +49,7 @@ class CompactionTask:
     plan: compaction.CompactionPlan
     owner: str | None = None  # the job whose lease covers the stream
     aborted: tuple[tuple[int, int, int], ...] = ()  # (pid, first, last) of aborted transactions in range
+    values: object = None  # schema_columns.ValueColumns of an AVRO/JSON topic: its fields become columns
 
     @property
     def input_bytes(self) -> int:
@@ -66,13 +67,19 @@ class JobReport:
     tables: list = field(default_factory=list)
 
 
-def encoder(partition: int, aborted: tuple[tuple[int, int, int], ...] = ()) -> compaction.Encoder:
+def encoder(partition: int, aborted: tuple[tuple[int, int, int], ...] = (), values=None) -> compaction.Encoder:
     """Builds the compacted object of a range of a topic partition's stream (rows + entries);
-    records of the ``aborted`` transactions ``(pid, first, last)`` get no row."""
+    records of the ``aborted`` transactions ``(pid, first, last)`` get no row; ``values``
+    (``schema_columns.ValueColumns``) adds the topic's schema fields as columns."""
     txns = aborted_view(aborted) if aborted else None
+    columns = None
+    if values is not None:
+        from .schema_columns import arrow_columns
+
+        columns = arrow_columns(values)
 
     def encode(stream_id: int, first: int, entries, generation: int) -> bytes:
-        table = table_format.build_table(partition, first, entries, txns)
+        table = table_format.build_table(partition, first, entries, txns, columns)
         header = compacted_format.CompactedHeader(stream_id, first, sum(c for c, _ in entries), len(entries),
                                                   generation)
         return compacted_format.encode(table, header)
@@ -143,7 +150,7 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
         reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
         try:
             result = await compaction.compact(meta, objects, reader, task.plan,
-                                              encoder(task.partition, task.aborted),
+                                              encoder(task.partition, task.aborted, task.values),
                                               lease_owner=task.owner)
         except CompactionConflict as exc:
             log.info("skipped: %s", exc)
@@ -209,7 +216,10 @@ class _MetadataThread:
 async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes: int, min_bytes: int,
                           max_age_seconds: float | None) -> tuple[list[CompactionTask], list]:
     """Plans of the streams whose lease we got (held until the caller releases them)."""
+    from .schema_columns import latest_value_columns  # pyspark: only where a job plans
+
     tasks, leases = [], []
+    values: dict[str, object] = {}
     for topic, partition, stream_id in await _stream_ids(meta, topics):
         lease = compaction_lease(meta, stream_id, owner)
         try:
@@ -221,7 +231,9 @@ async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes:
                                    max_age_seconds=max_age_seconds)
         if plans:
             leases.append(lease)
-            tasks += [CompactionTask(topic, partition, job, owner, aborted) for job, aborted in plans]
+            if topic not in values:
+                values[topic] = await latest_value_columns(meta, topic)
+            tasks += [CompactionTask(topic, partition, job, owner, aborted, values[topic]) for job, aborted in plans]
         else:
             await lease.__aexit__(None, None, None)
     return tasks, leases

@@ -44,14 +44,10 @@ class DecodedValues:
 
 async def plan_columns(meta: MetadataStore, topic: str) -> DecodedValues | None:
     """The schema columns of ``topic``'s latest AVRO/JSON record schema; None without one."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
     from . import schema_columns
 
-    schemas = await schema_columns.topic_schemas(meta, topic)
-    if schemas is None:
+    values = await schema_columns.latest_value_columns(meta, topic)
+    if values is None:
         return None
-    columns = tuple(schema_columns.columns_for(schemas.definitions[schemas.latest]))
-    fields = [pa.field(c.name, to_arrow_type(c.dataType)) for c in columns]
-    decoder = schema_columns.ValueDecoder(schema_columns.ValueColumns(columns, schemas))
-    return DecodedValues(pa.schema(list(ARROW_SCHEMA) + fields), decoder.decode)
+    columns = schema_columns.arrow_columns(values)
+    return DecodedValues(pa.schema(list(ARROW_SCHEMA) + list(columns.fields)), columns.decode.decode)

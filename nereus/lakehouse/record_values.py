@@ -29,6 +29,7 @@ from ..topics.convert import PRODUCER_NAME as KAFKA_PRODUCER_NAME
 from ..topics.convert import key_from_pulsar
 from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..codec.pulsar import entry_messages, split_entry
+from ..topics.schemas import version_from_bytes
 from ..transactions.stream_index import TxnView
 
 LOG_APPEND_TIME = 0x08  # Kafka batch attribute: timestamps are the broker's (max_timestamp)
@@ -114,3 +115,15 @@ class RecordColumns:
 
 
 __all__ = ["KAFKA_PRODUCER_NAME", "LOG_APPEND_TIME", "RecordColumns"]
+
+
+def schema_version(data: bytes | memoryview) -> int | None:
+    """The schema version a stored Pulsar entry was written with (None: Kafka, none, unreadable)."""
+    try:
+        header, body = decode_entry(data)
+        if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
+            return None
+        meta, _ = split_entry(body)
+    except Exception:  # noqa: BLE001 - entry_rows decides what an unreadable entry means
+        return None
+    return version_from_bytes(meta.schema_version) if meta.HasField("schema_version") else None

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from itertools import repeat
 
-from ..codec.pulsar import split_entry
-from ..ledger.entry import EntryFlags, EntryFormat, decode_entry
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..objstore import ObjectStore
@@ -29,9 +27,8 @@ from ..topics import partitioned_key
 from ..storage import view
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
-from ..topics.schemas import version_from_bytes
 from ..transactions.stream_index import TxnView, aborted_view, read_view
-from .record_values import RecordColumns
+from .record_values import RecordColumns, schema_version
 
 ROW_FIELDS = ("topic", "partition", "offset", "publish_time", "event_time", "key", "value", "properties",
               "producer_name")
@@ -157,15 +154,3 @@ async def read_versioned_rows(meta: MetadataStore, objects: ObjectStore,
                          for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
                          if r.start <= row[2] < r.end)
         yield batch
-
-
-def schema_version(data: bytes | memoryview) -> int | None:
-    """The schema version a stored Pulsar entry was written with (None: Kafka, none, unreadable)."""
-    try:
-        header, body = decode_entry(data)
-        if header.format != EntryFormat.PULSAR or header.flags & EntryFlags.CONTROL:
-            return None
-        meta, _ = split_entry(body)
-    except Exception:  # noqa: BLE001 - entry_rows decides what an unreadable entry means
-        return None
-    return version_from_bytes(meta.schema_version) if meta.HasField("schema_version") else None

@@ -225,6 +225,7 @@ def _file_io(catalog):
 
 
 def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) -> None:
+    _add_columns(table, to_add)
     with table.transaction() as tx:
         if to_remove:
             with tx.update_snapshot(snapshot_properties=props if not to_add else {}).overwrite() as overwrite:
@@ -234,6 +235,27 @@ def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) ->
             with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
                 for path in to_add:
                     append.append_data_file(table_format.iceberg_data_file(table.io, tx.table_metadata, path))
+
+
+def _add_columns(table, paths: list[str]) -> None:
+    """Add the record columns the files at ``paths`` have and the table lacks (an AVRO/JSON topic's
+    schema columns, a new field of a later schema version): a schema-only commit, older files
+    read them as null. The name mapping gains the new columns with the update."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    known = {f.name for f in table.schema().fields} | set(table_format.ENTRY_COLUMNS)
+    new = []
+    for path in paths:
+        with table.io.new_input(path).open() as stream:
+            for column in pq.read_schema(stream):
+                if column.name not in known:
+                    known.add(column.name)
+                    new.append(column)
+    if new:
+        with table.update_schema() as update:
+            update.union_by_name(pa.schema(new))
+        log.info("sbt %s: new columns %s", ".".join(table.name()[1:]), [c.name for c in new])
 
 
 async def _unpin_all(meta: MetadataStore, pin_holder: str) -> None:

@@ -63,6 +63,14 @@ class TopicSchemas:
     latest: int
 
 
+async def latest_value_columns(meta, topic: str) -> ValueColumns | None:
+    """The schema columns of ``topic``'s latest AVRO/JSON record schema; None without one."""
+    schemas = await topic_schemas(meta, topic)
+    if schemas is None:
+        return None
+    return ValueColumns(tuple(columns_for(schemas.definitions[schemas.latest])), schemas)
+
+
 async def topic_schemas(meta, topic: str) -> TopicSchemas | None:
     """The topic's decodable schema versions; None without a live AVRO/JSON record schema."""
     live = _schemas.live(await _schemas.history(meta, TopicName.parse(topic)))
@@ -193,6 +201,22 @@ class ValueDecoder:
         if version not in self._parsed:
             self._parsed[version] = fastavro.parse_schema(json.loads(self.schemas.definitions[version]))
         return self._parsed[version]
+
+
+@dataclass(frozen=True)
+class ArrowColumns:
+    """Schema columns as Arrow fields, with the decoder that fills them."""
+
+    fields: tuple  # pyarrow fields
+    decode: ValueDecoder
+
+
+def arrow_columns(values: ValueColumns) -> ArrowColumns:
+    from pyspark.sql.pandas.types import to_arrow_type
+    import pyarrow as pa
+
+    return ArrowColumns(tuple(pa.field(c.name, to_arrow_type(c.dataType)) for c in values.columns),
+                        ValueDecoder(values))
 
 
 # -- Avro types -> Spark types and value converters ------------------------------------------

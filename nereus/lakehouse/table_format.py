@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ..storage import compacted_format
 from ..transactions.stream_index import TxnView
-from .record_values import RecordColumns
+from .record_values import RecordColumns, schema_version
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 RECORD_SCHEMA = pa.schema([
@@ -129,22 +129,27 @@ def _arrays(values: RecordColumns, partition: int) -> list[pa.Array]:
 
 
 def build_table(partition: int, first: int, entries: Sequence[tuple[int, bytes | memoryview]],
-                aborted: TxnView | None = None) -> pa.Table:
+                aborted: TxnView | None = None, schema_columns=None) -> pa.Table:
     """The rows of ``entries`` (the first at offset ``first``), each entry on its first record's row.
 
     Entries without rows (markers, and records of transactions ``aborted`` lists) ride
     with the row before them, or with the first row. A range without any record gets one
     row that only carries entries (offset = ``first``, every record column null;
     ``holds_records`` keeps such a file out of the table). Record values come from
-    ``record_values``, as the rows of ``rows.entry_rows`` do.
+    ``record_values``, as the rows of ``rows.entry_rows`` do. ``schema_columns``
+    (``schema_columns.ArrowColumns``) adds the topic's schema fields, decoded from each
+    value with the schema version its entry was written with, after the record columns.
     """
     columns = RecordColumns()
     carried: dict[int, list[tuple[int, bytes | memoryview]]] = {}  # row index -> entries it carries
     waiting: list[tuple[int, bytes | memoryview]] = []  # entries seen before the first row
     base = first
+    versions: list[int | None] = []  # each row's schema version (with schema columns only)
     for count, data in entries:
         row = len(columns)
         columns.add_entry(base, data, aborted)
+        if schema_columns is not None and len(columns) > row:
+            versions += [schema_version(data)] * (len(columns) - row)
         if len(columns) > row:
             carried[row] = waiting + [(count, data)]
             waiting = []
@@ -157,4 +162,10 @@ def build_table(partition: int, first: int, entries: Sequence[tuple[int, bytes |
         columns.add_empty(first)
         carried[0] = waiting
     entry_columns = compacted_format.entry_columns([carried.get(i, ()) for i in range(len(columns))])
-    return pa.Table.from_arrays(_arrays(columns, partition) + list(entry_columns.values()), schema=SCHEMA)
+    if schema_columns is None:
+        return pa.Table.from_arrays(_arrays(columns, partition) + list(entry_columns.values()), schema=SCHEMA)
+    versions += [None] * (len(columns) - len(versions))  # the carrier row of a range without records
+    decoded = [schema_columns.decode(value, version) for value, version in zip(columns.value, versions)]
+    extra = [pa.array([row[i] for row in decoded], type=field.type) for i, field in enumerate(schema_columns.fields)]
+    schema = pa.schema(list(RECORD_SCHEMA) + list(schema_columns.fields) + list(SCHEMA)[len(RECORD_SCHEMA):])
+    return pa.Table.from_arrays(_arrays(columns, partition) + extra + list(entry_columns.values()), schema=schema)

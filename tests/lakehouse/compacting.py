@@ -24,17 +24,19 @@ async def compact_and_sync(node, topic: str, *, sync: bool = True) -> int:
     """Compact each partition of ``topic`` as the worker does, then sync its table; the ranges compacted."""
     from nereus.lakehouse import compaction as jobs
     from nereus.lakehouse import rows
+    from nereus.lakehouse.schema_columns import latest_value_columns
     from nereus.meta import connect
     from nereus.storage import compaction, view
 
     meta = connect(metadata_url(node))
     try:
         planned = 0
+        values = await latest_value_columns(meta, topic)  # an AVRO/JSON topic's fields become columns
         for base, partition, stream in await rows.partitions(meta, topic):
             plans = await compaction.plan(meta, await view.stream_id(meta, stream), min_bytes=1)
             planned += len(plans)
             for plan in plans:
-                task = jobs.CompactionTask(base, partition, plan)
+                task = jobs.CompactionTask(base, partition, plan, values=values)
                 result = await jobs.run_task_async(metadata_url(node), objects_url(node), task)
                 assert "object" in result
         if sync:
