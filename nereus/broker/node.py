@@ -47,7 +47,7 @@ from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
 from .http import add_https, attach_admin, start_http
 from .listeners import AdvertisedListener
-from .wal_replica import ClusterWalDirectory, LocalWal, default_durability, wal_tls_contexts
+from .wal_replica import ClusterWalDirectory, LocalWal, default_durability, wal_credentials, wal_tls_contexts
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class BrokerOptions:
     broker_client_cert_file: str | None = None  # brokerClientCertificateFilePath
     broker_client_key_file: str | None = None  # brokerClientKeyFilePath
     broker_client_trust_certs_file: str | None = None  # brokerClientTrustCertsFilePath
+    broker_client_auth_plugin: str | None = None  # brokerClientAuthenticationPlugin
+    broker_client_auth_params: str | None = None  # brokerClientAuthenticationParameters: this broker's token
     compaction_interval: float = 15.0  # 0: no compaction schedule
     compaction_max_age: float = 15.0
     compaction_min_bytes: int = 8 << 20
@@ -258,16 +260,19 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                      if li.name == (options.internal_listener or options.advertised_listeners[0].name)), None)
     host = internal.host if internal is not None else advertised(options.bind, options.advertised_address)
     wal_server_ssl, wal_client_ssl = wal_tls_contexts(options)  # a bad file fails here
+    authenticator = Authenticator(options.authentication) if options.authentication.enabled else None
+    wal_token, wal_authenticate = wal_credentials(options, authenticator)
     local_wal = None
     if options.wal_dir is not None:
         local_wal = await bind_listener("wal", options.bind, options.wal_port,
                                         LocalWal.start(options.wal_dir, options.bind, options.wal_port,
-                                                       max_bytes=options.wal_max_bytes, ssl=wal_server_ssl))
+                                                       max_bytes=options.wal_max_bytes, ssl=wal_server_ssl,
+                                                       authenticate=wal_authenticate))
         stack.push_async_callback(local_wal.close)
     elif options.wal_profile == "local":
         raise ValueError("the local WAL profile needs a WAL directory (--wal-dir)")
     directory = ClusterWalDirectory(local_wal.replica_id if local_wal else None, local_wal.store if local_wal else None,
-                                    zone=options.zone, ssl=wal_client_ssl)
+                                    zone=options.zone, ssl=wal_client_ssl, token=wal_token)
     stack.push_async_callback(directory.close)
     durability = default_durability(options.wal_profile, options.wal_ensemble, options.wal_write_quorum,
                                     options.wal_ack_quorum)
@@ -275,7 +280,6 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}",
                             options=storage_options, directory=directory, durability=durability)
     stack.push_async_callback(storage.close)
-    authenticator = Authenticator(options.authentication) if options.authentication.enabled else None
     authorizer = Authorizer(meta, options.authentication.super_user_roles,
                             wildcards=options.authentication.authorization_wildcards) \
         if authenticator is not None and options.authentication.authorization_enabled else None

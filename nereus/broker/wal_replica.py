@@ -17,8 +17,11 @@ import logging
 import os
 import ssl
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
+from ..auth import AuthConfigError
+from ..auth.broker_client import broker_token, superuser_check
 from ..meta import MetadataStore
 from ..storage.wal_locator import drop_finished_blocks
 from ..storage.wal_replicas import Durability, ReplicaInfo, WalReplica
@@ -70,6 +73,27 @@ def wal_tls_contexts(options) -> tuple[ssl.SSLContext | None, ssl.SSLContext | N
     return server, client
 
 
+def wal_credentials(options, authenticator) -> tuple[Callable[[], bytes] | None, Callable[[bytes], str] | None]:
+    """(this broker's token for other WAL services, this WAL service's check of a client's token).
+
+    With authentication and no mutual TLS (whose certificates are the proof), the service
+    takes only a superuser's token, and a broker writing replicated needs one of its own
+    (``brokerClientAuthenticationParameters``). Raises AuthConfigError saying what is missing.
+    """
+    token = broker_token(options.broker_client_auth_plugin, options.broker_client_auth_params)
+    if authenticator is None or options.broker_client_tls:
+        return token, None
+    if options.wal_profile == "replicated" and "token" not in authenticator.methods:
+        raise AuthConfigError("the replicated WAL profile with authenticationEnabled and no brokerClientTlsEnabled "
+                              "needs the token provider (authenticationProviders): brokers reach each other's WAL "
+                              "services with tokens")
+    if token is None and options.wal_profile == "replicated":
+        raise AuthConfigError("the replicated WAL profile with authenticationEnabled needs "
+                              "brokerClientAuthenticationParameters (a superuser's token, --broker-client-auth-params) "
+                              "or brokerClientTlsEnabled: other brokers' WAL services take nothing else")
+    return token, superuser_check(authenticator, options.authentication.super_user_roles)
+
+
 def default_durability(profile: str, ensemble: int, write_quorum: int, ack_quorum: int) -> Durability:
     """The broker's durability for namespaces without a persistence policy (the quorums matter to
     the replicated profile only). Raises ValueError with the reason."""
@@ -84,11 +108,12 @@ class ClusterWalDirectory:
     """The WAL replicas of the cluster, from the broker registry (and this broker's own store)."""
 
     def __init__(self, local_id: str | None = None, local_store: WalStore | None = None, *, zone: str = "",
-                 ssl=None) -> None:
+                 ssl=None, token: Callable[[], bytes] | None = None) -> None:
         self._local_id = local_id
         self._local_store = local_store
         self.zone = zone
         self.ssl = ssl
+        self.token = token
         self.membership: Membership | None = None  # set once the broker registered
         self._clients: dict[str, tuple[str, WalReplicaClient]] = {}
 
@@ -117,7 +142,7 @@ class ClusterWalDirectory:
         if cached is not None and cached[0] == address:
             return cached[1]
         host, _, port = address[0].rpartition(":")
-        client = WalReplicaClient(host, int(port), ssl=self.ssl if address[1] else None)
+        client = WalReplicaClient(host, int(port), ssl=self.ssl if address[1] else None, token=self.token)
         if cached is not None:
             asyncio.ensure_future(cached[1].close())
         self._clients[replica_id] = (address, client)
@@ -147,10 +172,11 @@ class LocalWal:
         self._janitor: asyncio.Task | None = None
 
     @classmethod
-    async def start(cls, directory: Path, host: str, port: int, *, max_bytes: int, ssl=None) -> "LocalWal":
+    async def start(cls, directory: Path, host: str, port: int, *, max_bytes: int, ssl=None,
+                    authenticate: Callable[[bytes], str] | None = None) -> "LocalWal":
         replica = replica_id(directory)
         store = await WalStore.open(directory, max_bytes=max_bytes)
-        server = WalServer(store, host, port, ssl=ssl)
+        server = WalServer(store, host, port, ssl=ssl, authenticate=authenticate)
         try:
             await server.start()
         except BaseException:

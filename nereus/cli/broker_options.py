@@ -132,12 +132,14 @@ def options_of(kwargs: dict):
                   kafka_port=kwargs["kafka_port"] if kwargs["kafka_plaintext"] else None,
                   advertised_listeners=listeners, internal_listener=internal, bind_addresses=binds)
     options = BrokerOptions(**fields)
-    from ..broker.wal_replica import wal_tls_contexts
+    from ..auth import AuthConfigError, Authenticator
+    from ..broker.wal_replica import wal_credentials, wal_tls_contexts
     from ..tls import TlsConfigError
 
     try:
         wal_tls_contexts(options)  # its files read now: a wrong path is one line, before anything starts
-    except TlsConfigError as exc:
+        wal_credentials(options, Authenticator(options.authentication) if options.authentication.enabled else None)
+    except (TlsConfigError, AuthConfigError) as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
     return options
 

@@ -15,6 +15,7 @@ from .errors import (
     WalCorrupt,
     WalError,
     WalFull,
+    WalUnauthorized,
 )
 from .server import WalServer
 from .store import WalStore
@@ -30,4 +31,5 @@ __all__ = [
     "WalReplicaClient",
     "WalServer",
     "WalStore",
+    "WalUnauthorized",
 ]

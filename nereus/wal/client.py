@@ -5,7 +5,8 @@ requests are pipelined on it and answers matched by request id. Failures raise t
 own errors (``BlockFenced``, ``EntryNotFound``, ``WalFull``, ``WalCorrupt``, ``WalError``).
 When the connection fails, or a request gets no answer within ``timeout`` (the replica is
 taken for stalled and the connection dropped), every request pending on it fails with
-``ReplicaUnavailable``.
+``ReplicaUnavailable``. With ``token`` (a callable giving this broker's token), each new
+connection first authenticates; a refusal fails the requests with ``WalUnauthorized``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
+from collections.abc import Callable
 
-from .errors import ProtocolError, ReplicaUnavailable, WalError
-from .protocol import Append, Blocks, Drop, Fence, FrameDecoder, Ping, Read, Response, encode, raise_for
+from .errors import ProtocolError, ReplicaUnavailable, WalError, WalUnauthorized
+from .protocol import Append, Auth, Blocks, Drop, Fence, FrameDecoder, Ping, Read, Response, encode, raise_for
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,9 @@ class WalReplicaClient:
     """Requests to the replica at ``host:port``; see the module docstring for failures."""
 
     def __init__(self, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None,
-                 timeout: float = 10.0) -> None:
+                 token: Callable[[], bytes] | None = None, timeout: float = 10.0) -> None:
         self.host = host
+        self._token = token
         self.port = port
         self.timeout = timeout
         self._ssl = ssl
@@ -137,7 +140,30 @@ class WalReplicaClient:
             raise ReplicaUnavailable(f"replica {self.host}:{self.port} is unreachable: {exc or 'timed out'}") from None
         connection = _Connection(reader, writer)
         connection.reading = asyncio.ensure_future(self._read_answers(connection))
+        if self._token is not None:
+            await self._authenticate(connection, self._token())
         return connection
+
+    async def _authenticate(self, connection: _Connection, token: bytes) -> None:
+        """AUTH before anything else on ``connection``; ``WalUnauthorized`` if the replica refuses."""
+        self._next_request_id += 1
+        request_id = self._next_request_id
+        answer = asyncio.get_running_loop().create_future()
+        connection.pending[request_id] = answer
+        try:
+            async with asyncio.timeout(self.timeout):
+                connection.writer.writelines(encode(Auth(request_id, token)))
+                await connection.writer.drain()
+                raise_for(await answer)
+        except WalUnauthorized as exc:
+            self._break(connection, "it refused this broker's credentials")
+            raise WalUnauthorized(f"replica {self.host}:{self.port} refused this broker's credentials: {exc}") \
+                from None
+        except (TimeoutError, ConnectionError, OSError, ReplicaUnavailable) as exc:
+            self._break(connection, f"authenticating failed: {exc or 'no answer in time'}")
+            raise ReplicaUnavailable(*connection.broken.args) from None
+        finally:
+            connection.pending.pop(request_id, None)
 
     async def _read_answers(self, connection: _Connection) -> None:
         decoder = FrameDecoder()

@@ -25,5 +25,9 @@ class ReplicaUnavailable(WalError):
     """The replica could not be reached, or did not answer in time."""
 
 
+class WalUnauthorized(ReplicaUnavailable):
+    """The replica refused this client's credentials, or wants some it was not given."""
+
+
 class ProtocolError(WalError):
     """Bytes that are not a valid frame of the replica protocol."""

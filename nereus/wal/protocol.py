@@ -7,11 +7,14 @@ Every message is one length-prefixed frame; all integers are big-endian::
       APPEND := block str | key str | data (the rest of the frame)
       READ   := key str | start u64 | end u64 (all ones: to the end of the entry)
       FENCE  := block str          DROP := block str          BLOCKS, PING := (no fields)
+      AUTH   := token (the rest of the frame: a broker's token)
     response := RESPONSE u8 | request_id u64 | status u8 | message str | count u32 | str * count
                 | data (the rest of the frame)
     str      := length u16 | UTF-8
 
-A client may send many requests before the first answer; the server answers each as it
+A replica of a cluster with authentication answers UNAUTHORIZED to every request but
+PING and AUTH until an AUTH on the connection proved a superuser's token (with mutual TLS
+the certificate is the proof instead). A client may send many requests before the first answer; the server answers each as it
 completes, so responses come in any order and are matched by ``request_id``. A response
 carries the names of FENCE (keys) and BLOCKS (blocks), the data of READ, and the message
 of a failure. ``FrameDecoder`` is fed bytes as they arrive and hands out whole messages; a
@@ -23,10 +26,10 @@ from __future__ import annotations
 import enum
 import struct
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
-from .errors import BlockFenced, EntryNotFound, ProtocolError, WalCorrupt, WalError, WalFull
+from .errors import BlockFenced, EntryNotFound, ProtocolError, WalCorrupt, WalError, WalFull, WalUnauthorized
 
 MAX_FRAME_BYTES = 128 << 20
 _U16 = struct.Struct(">H")
@@ -44,6 +47,7 @@ class Op(enum.IntEnum):
     DROP = 4
     BLOCKS = 5
     PING = 6
+    AUTH = 7
 
 
 class Status(enum.IntEnum):
@@ -53,6 +57,7 @@ class Status(enum.IntEnum):
     FULL = 3
     CORRUPT = 4
     ERROR = 5
+    UNAUTHORIZED = 6
 
 
 Data = bytes | memoryview
@@ -97,6 +102,12 @@ class Ping:
 
 
 @dataclass(frozen=True, slots=True)
+class Auth:
+    request_id: int
+    token: Data = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Response:
     request_id: int
     status: Status = Status.OK
@@ -105,12 +116,13 @@ class Response:
     data: Data = b""
 
 
-Request = Union[Append, Read, Fence, Drop, Blocks, Ping]
+Request = Union[Append, Read, Fence, Drop, Blocks, Ping, Auth]
 Message = Union[Request, Response]
-_OPS = {Append: Op.APPEND, Read: Op.READ, Fence: Op.FENCE, Drop: Op.DROP, Blocks: Op.BLOCKS, Ping: Op.PING}
+_OPS = {Append: Op.APPEND, Read: Op.READ, Fence: Op.FENCE, Drop: Op.DROP, Blocks: Op.BLOCKS, Ping: Op.PING,
+        Auth: Op.AUTH}
 
 _STATUS_OF_ERROR = ((BlockFenced, Status.FENCED), (EntryNotFound, Status.NOT_FOUND), (WalFull, Status.FULL),
-                    (WalCorrupt, Status.CORRUPT))
+                    (WalCorrupt, Status.CORRUPT), (WalUnauthorized, Status.UNAUTHORIZED))
 _ERROR_OF_STATUS = {status: error for error, status in _STATUS_OF_ERROR}
 
 
@@ -152,6 +164,9 @@ def encode(message: Message) -> list[Data]:
             fields = _str(message.key) + _U64.pack(message.start) + _U64.pack(end)
         elif isinstance(message, (Fence, Drop)):
             fields = _str(message.block)
+        elif isinstance(message, Auth):
+            fields = b""
+            tail = [message.token]
         else:
             fields = b""
     length = _HEAD.size - 4 + len(fields) + sum(memoryview(chunk).nbytes for chunk in tail)
@@ -213,6 +228,8 @@ def decode(body: memoryview) -> Message:
         return Response(request_id, Status(status), message, names, fields.rest())
     if kind == Op.APPEND:
         return Append(request_id, fields.str(), fields.str(), fields.rest())
+    if kind == Op.AUTH:
+        return Auth(request_id, fields.rest())
     if kind == Op.READ:
         key, start, end = fields.str(), fields.u64(), fields.u64()
         result: Message = Read(request_id, key, start, None if end == _TO_THE_END else end)

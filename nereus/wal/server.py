@@ -5,6 +5,11 @@ answers leave in any order (the client matches them by request id). A connection
 further while the appends it has in flight pass ``max_inflight_bytes`` (or their count passes
 ``max_inflight_requests``): a fast writer cannot make the replica hold unbounded data. A
 connection that sends bytes that are no frame is closed and logged; the others go on.
+
+With ``authenticate`` (a cluster with authentication and no mutual TLS), a connection is
+served only after an AUTH request whose token ``authenticate`` accepts; it is handled
+before any later request on the connection is read, so requests pipelined behind it are
+served. Until then every request but PING is answered UNAUTHORIZED and not executed.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
+from collections.abc import Callable
 
 from . import metrics
 from .errors import ProtocolError, WalError
-from .protocol import Append, Blocks, Drop, Fence, FrameDecoder, Ping, Read, Request, Response, encode, failure
+from .protocol import (Append, Auth, Blocks, Drop, Fence, FrameDecoder, Ping, Read, Request, Response, Status, encode,
+                       failure)
 from .store import WalStore
 
 log = logging.getLogger(__name__)
@@ -24,8 +31,9 @@ _READ_BYTES = 256 << 10
 
 
 class _Connection:
-    def __init__(self, writer: asyncio.StreamWriter, limits: tuple[int, int]) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, limits: tuple[int, int], authenticated: bool) -> None:
         self.writer = writer
+        self.authenticated = authenticated
         self.peer = writer.get_extra_info("peername")
         self.max_bytes, self.max_requests = limits
         self.inflight_bytes = 0
@@ -41,11 +49,13 @@ class WalServer:
     """Serves ``store`` on ``host:port`` (port 0: any free port, then read ``port``)."""
 
     def __init__(self, store: WalStore, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None,
+                 authenticate: Callable[[bytes], str] | None = None,
                  max_inflight_bytes: int = 64 << 20, max_inflight_requests: int = 4096) -> None:
         self.store = store
         self.host = host
         self.port = port
         self._ssl = ssl
+        self._authenticate = authenticate  # token -> who it proves; raises with the reason it proves nothing
         self._limits = (max_inflight_bytes, max_inflight_requests)
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task, _Connection] = {}
@@ -71,7 +81,7 @@ class WalServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = _Connection(writer, self._limits)
+        connection = _Connection(writer, self._limits, authenticated=self._authenticate is None)
         task = asyncio.current_task()
         self._connections[task] = connection
         decoder = FrameDecoder()
@@ -81,7 +91,13 @@ class WalServer:
                 for request in decoder:
                     if isinstance(request, Response):
                         raise ProtocolError("a response was sent to the replica")
-                    self._dispatch(connection, request)
+                    if isinstance(request, Auth):
+                        self._check_credentials(connection, request)
+                    elif connection.authenticated or isinstance(request, Ping):
+                        self._dispatch(connection, request)
+                    else:
+                        writer.writelines(encode(Response(request.request_id, Status.UNAUTHORIZED,
+                                                          "this WAL replica needs a broker's token first (AUTH)")))
                 while connection.full() and not connection.closing:
                     connection.room.clear()
                     await connection.room.wait()
@@ -95,6 +111,20 @@ class WalServer:
             writer.close()
             for request in list(connection.requests):
                 request.cancel()  # the store finishes what it was given; nobody hears the answer
+
+    def _check_credentials(self, connection: _Connection, request: Auth) -> None:
+        if self._authenticate is None:
+            connection.writer.writelines(encode(Response(request.request_id)))
+            return
+        try:
+            who = self._authenticate(bytes(request.token))
+        except Exception as exc:  # noqa: BLE001 - every refusal is an answer, with its reason
+            log.warning("WAL replica: refused the credentials of %s: %s", connection.peer, exc)
+            connection.writer.writelines(encode(Response(request.request_id, Status.UNAUTHORIZED, str(exc))))
+            return
+        connection.authenticated = True
+        log.debug("WAL replica: %s authenticated as %s", connection.peer, who)
+        connection.writer.writelines(encode(Response(request.request_id)))
 
     def _dispatch(self, connection: _Connection, request: Request) -> None:
         size = len(request.data) if isinstance(request, Append) else 0

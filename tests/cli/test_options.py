@@ -157,4 +157,5 @@ def test_the_runtime_configuration_shows_every_option_under_its_name(invoke):
         value = getattr(getattr(options, setting), name) if name else getattr(options, setting)
         text = ",".join(value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) \
             else str(value)
-        assert shown[names[option.field]] == ("******" if option.param == "token_secret_key" else text), option.flag
+        secret = option.param in ("token_secret_key", "broker_client_auth_params")  # inline keys and tokens
+        assert shown[names[option.field]] == ("******" if secret else text), option.flag

@@ -38,7 +38,7 @@ def _text(value) -> str:
 
 
 def _secret(value: str | None) -> str:
-    """A key file's path as is; an inline key (``data:...``, or the key's text) redacted."""
+    """A key file's path as is; an inline key or token (``data:...``, ``token:...``, the text) redacted."""
     if not value:
         return ""
     return value if value.startswith(("file:", "/")) else REDACTED
@@ -52,6 +52,7 @@ def _nested(options) -> dict[str, str]:
         if name:
             config[key] = _text(getattr(getattr(options, setting), name))
     config["tokenSecretKey"] = _secret(options.authentication.token_secret_key)
+    config["brokerClientAuthenticationParameters"] = _secret(options.broker_client_auth_params)
     config["saslAllowedMechanisms"] = _text(options.sasl.mechanisms) if options.sasl is not None else ""
     config["advertisedListeners"] = ",".join(f"{li.name}:{url}" for li in options.advertised_listeners
                                              for url in (li.pulsar_url, li.pulsar_tls_url, li.http_url, li.https_url)

@@ -249,6 +249,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("--broker-client-trust-certs-file", ("brokerClientTrustCertsFilePath",), click.Path(dir_okay=False),
            None, "PEM CA certificates other brokers' WAL services are verified against "
            "(brokerClientTrustCertsFilePath; default: --tls-trust-certs-file).", rest_by_key=True),
+    Option("--broker-client-auth-plugin", ("brokerClientAuthenticationPlugin",), None, None,
+           "How this broker authenticates to other brokers' WAL services: "
+           "org.apache.pulsar.client.impl.auth.AuthenticationToken (brokerClientAuthenticationPlugin).",
+           rest_by_key=True),
+    Option("--broker-client-auth-params", ("brokerClientAuthenticationParameters",), None, None,
+           "This broker's credentials for other brokers' WAL services: token:<jwt>, file:///path or "
+           '{"token": ...} (brokerClientAuthenticationParameters); with --authentication and no '
+           "--broker-client-tls, WAL services take only a superuser's token.", rest_by_key=True),
     Option("--tls-offload-processes", ("tlsOffloadProcesses",), click.IntRange(0, 64), 0,
            "Worker processes that end TLS of the Pulsar and Kafka TLS listeners and relay plaintext to the "
            "broker, on other cores (tlsOffloadProcesses; 0: TLS in the broker).", rest_by_key=True),
