@@ -9,11 +9,12 @@
    beforehand) decoded, turned into Arrow tables and written to Parquet (zstd) with
    plain pyarrow, one file per partition and ``--target-mb`` like compaction. Ratio =
    compaction MB/s of WAL input / pyarrow MB/s (target >= 0.5).
-2. Lag. A standalone with the default compaction schedule; a Pulsar producer sends
-   ``--rate`` msgs/s for ``--lag-seconds``; the built-in Iceberg table's snapshot
-   offsets are polled each second; lag = first poll that covers a message's offset
-   minus its ack time (target <= 60 s). Messages still in the stream's newest,
-   not yet indexed slices at the end are not counted.
+2. Lag (freshness). A standalone with the default compaction schedule (or
+   ``--schedule-args``); a Pulsar producer sends each of ``--rates`` msgs/s for
+   ``--lag-seconds``; the built-in Iceberg table's snapshot offsets are polled every
+   0.25 s; lag = first poll that covers a message's offset minus its ack time (targets:
+   p50 <= 5 s, p99 <= 15 s). Messages still in the stream's newest, not yet indexed
+   slices at the end are not counted.
 3. Tables (``--tables``, after 1): the compacted topic as its built-in Iceberg table
    (zero-copy) and delivered into a Delta and a Hudi table, each read whole with its
    format's reader (pyiceberg, deltalake, hudi-rs); ratio = plain pyarrow reading the
@@ -162,14 +163,15 @@ def throughput(args, workdir: Path) -> dict:
             "pyarrow_parquet_mb": round(base["parquet_bytes"] / 1e6, 1), **tables}
 
 
-def lag(args, workdir: Path) -> dict:
+def lag(args, workdir: Path, rate: int) -> dict:
     import pulsar
 
     from nereus.lakehouse import sbt
     from nereus.lakehouse.session import default_catalog_uri
 
+    workdir = workdir / f"rate-{rate}"
     (workdir / "lag").mkdir(parents=True, exist_ok=True)
-    proc, ports = start_nereus(workdir / "lag", [])  # the default schedule
+    proc, ports = start_nereus(workdir / "lag", args.schedule_args.split())  # the default schedule unless given
     topic = "persistent://public/default/bench-lag"
     acked: dict[int, float] = {}
     visible: dict[int, float] = {}
@@ -191,12 +193,12 @@ def lag(args, workdir: Path) -> dict:
         sent = 0
         while time.monotonic() < stop + 90:  # keep polling after the producer stops
             now = time.monotonic()
-            if now < stop and sent < (now - (stop - args.lag_seconds)) * args.rate:
+            if now < stop and sent < (now - (stop - args.lag_seconds)) * rate:
                 producer.send_async(b"x" * 200, on_ack)
                 sent += 1
                 continue
             if now >= poll_at:
-                poll_at = now + 1
+                poll_at = now + 0.25
                 catalog = catalog or _try_catalog(sbt, default_catalog_uri(objects), objects)
                 covered = _covered(sbt, catalog, topic) if catalog else 0
                 with lock:
@@ -213,8 +215,9 @@ def lag(args, workdir: Path) -> dict:
         if not visible:
             print((workdir / "lag" / "nereus.log").read_text()[-12000:])
     lags = sorted(visible[o] - acked[o] for o in visible)
-    return {"sent": sent, "acked": len(acked), "visible": len(visible),
+    return {"rate": rate, "sent": sent, "acked": len(acked), "visible": len(visible),
             "lag_p50_s": round(statistics.median(lags), 1) if lags else None,
+            "lag_p99_s": round(lags[int(len(lags) * 0.99)], 1) if lags else None,
             "lag_max_s": round(lags[-1], 1) if lags else None}
 
 
@@ -240,7 +243,8 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=2)
     parser.add_argument("--target-mb", type=int, default=32)
     parser.add_argument("--lag-seconds", type=int, default=90)
-    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--rates", default="200,5000", help="msgs/s of each lag run, comma-separated")
+    parser.add_argument("--schedule-args", default="", help="standalone flags for the lag runs' schedule")
     parser.add_argument("--skip-lag", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--tables", action="store_true", help="also read the topic as Iceberg, Delta and Hudi tables")
@@ -249,8 +253,8 @@ def main() -> None:
         if not args.skip_throughput:
             result = throughput(args, Path(tmp))
             print("throughput", " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
-        if not args.skip_lag:
-            result = lag(args, Path(tmp))
+        for rate in ([] if args.skip_lag else [int(r) for r in args.rates.split(",")]):
+            result = lag(args, Path(tmp), rate)
             print("sbt_lag", " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
 
 

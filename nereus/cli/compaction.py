@@ -8,6 +8,9 @@ from pathlib import Path
 
 import click
 
+#: Seconds between two checks of every built-in table by a worker that runs more often.
+REPAIR_SECONDS = 60.0
+
 @click.command()
 @click.option("--metadata", default="oxia://127.0.0.1:6648", show_default=True,
               help="The cluster's metadata (Oxia protocol URL).")
@@ -58,13 +61,20 @@ def compact(metadata: str, objects: str | None, topics: tuple[str, ...], target_
             raise click.UsageError("--catalog is needed for SBT tables when the object store is not file://")
         table_catalog = sbt_tables.open_catalog(catalog, objects.rstrip("/") + "/iceberg")
     spark = local_session("nereus-compact", master)
+    repaired_at = None
     try:
         while True:
+            # Every run syncs the tables of the topics it compacted; every REPAIR_SECONDS it also
+            # checks every table there is or should be (catalog repair, retention's removals).
+            repair_all = repaired_at is None or time.monotonic() - repaired_at >= REPAIR_SECONDS
             try:
                 report = compaction.run_job(spark, metadata, objects, topics=list(topics) or None,
                                             target_bytes=int(target_mb * (1 << 20)), min_bytes=min_bytes,
                                             max_age_seconds=max_age, catalog=table_catalog,
-                                            progress=sys.stderr.isatty() if progress is None else progress)
+                                            progress=sys.stderr.isatty() if progress is None else progress,
+                                            repair_all=repair_all)
+                if repair_all:
+                    repaired_at = time.monotonic()
             except (MetadataError, OSError, ValueError) as exc:
                 if not interval:
                     raise click.ClickException(str(exc)) from None

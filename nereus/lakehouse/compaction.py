@@ -56,6 +56,10 @@ class CompactionTask:
         return self.plan.input_bytes
 
 
+#: Work up to this many input bytes runs in the job's own process rather than as a Spark job.
+LOCAL_BYTES = 8 << 20
+
+
 @dataclass
 class JobReport:
     tasks: int = 0
@@ -147,19 +151,23 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
     meta = connect(metadata_url)
     objects = open_object_store(objects_url)
     try:
-        reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
-        try:
-            result = await compaction.compact(meta, objects, reader, task.plan,
-                                              encoder(task.partition, task.aborted, task.values),
-                                              lease_owner=task.owner)
-        except CompactionConflict as exc:
-            log.info("skipped: %s", exc)
-            return {"topic": task.topic, "conflict": str(exc)}
-        return {"topic": task.topic, "input_bytes": result.input_bytes, "output_bytes": result.output_bytes,
-                "object": result.object}
+        return await _compact_task(meta, objects, task)
     finally:
         await objects.close()
         await meta.close()
+
+
+async def _compact_task(meta: MetadataStore, objects, task: CompactionTask) -> dict:
+    reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
+    try:
+        result = await compaction.compact(meta, objects, reader, task.plan,
+                                          encoder(task.partition, task.aborted, task.values),
+                                          lease_owner=task.owner)
+    except CompactionConflict as exc:
+        log.info("skipped: %s", exc)
+        return {"topic": task.topic, "conflict": str(exc)}
+    return {"topic": task.topic, "input_bytes": result.input_bytes, "output_bytes": result.output_bytes,
+            "object": result.object}
 
 
 def run_task(metadata_url: str, objects_url: str, task: CompactionTask) -> dict:
@@ -215,20 +223,28 @@ class _MetadataThread:
 
 async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes: int, min_bytes: int,
                           max_age_seconds: float | None) -> tuple[list[CompactionTask], list]:
-    """Plans of the streams whose lease we got (held until the caller releases them)."""
+    """Plans of the streams whose lease we got (held until the caller releases them).
+
+    A stream is leased only once a read-only plan found work (a frequent schedule over quiet
+    streams writes nothing), then planned again under the lease. Runs of small compacted
+    objects (below a quarter of ``target_bytes``) are planned as merges.
+    """
     from .schema_columns import latest_value_columns  # pyspark: only where a job plans
 
     tasks, leases = [], []
     values: dict[str, object] = {}
+    options = {"target_bytes": target_bytes, "min_bytes": min_bytes, "max_age_seconds": max_age_seconds,
+               "merge_below": target_bytes // 4}
     for topic, partition, stream_id in await _stream_ids(meta, topics):
+        if not await compaction.plan(meta, stream_id, **options):
+            continue
         lease = compaction_lease(meta, stream_id, owner)
         try:
             await lease.__aenter__()
         except CompactionConflict as exc:
             log.info("skipped: %s", exc)
             continue
-        plans = await stable_plans(meta, stream_id, target_bytes=target_bytes, min_bytes=min_bytes,
-                                   max_age_seconds=max_age_seconds)
+        plans = await stable_plans(meta, stream_id, **options)
         if plans:
             leases.append(lease)
             if topic not in values:
@@ -246,8 +262,11 @@ async def _release(leases: list) -> None:
 
 def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | None = None,
             target_bytes: int = compaction.TARGET_BYTES, min_bytes: int = 1, max_age_seconds: float | None = None,
-            catalog=None, progress: bool = False) -> JobReport:
-    """Lease and plan, compact in Spark tasks, then sync the touched topics' SBT tables (if ``catalog``)."""
+            catalog=None, progress: bool = False, repair_all: bool = True,
+            local_bytes: int = LOCAL_BYTES) -> JobReport:
+    """Lease and plan, compact (in Spark tasks; small work in this process), then sync the touched topics'
+    SBT tables (if ``catalog``); ``repair_all``: every table there is or should be (catalog repair).
+    Work of at most ``local_bytes`` runs in this process."""
     started = time.monotonic()
     io = _MetadataThread(metadata_url)
     try:
@@ -255,7 +274,11 @@ def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | N
         tasks, leases = io.call(_lease_and_plan(io.meta, topics, owner, target_bytes, min_bytes, max_age_seconds))
         report = JobReport(tasks=len(tasks))
         try:
-            results = _run_on_spark(spark, metadata_url, objects_url, tasks, progress) if tasks else []
+            if sum(t.input_bytes for t in tasks) <= local_bytes:
+                # A small tail (a frequent schedule's usual run): no Spark job to schedule.
+                results = io.call(_run_here(io.meta, objects_url, tasks))
+            else:
+                results = _run_on_spark(spark, metadata_url, objects_url, tasks, progress)
         finally:
             io.call(_release(leases))
         for r in results:
@@ -271,13 +294,23 @@ def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | N
             # Without a topic list, every table there is or should be: retention may have
             # removed data files, and a table may have fallen behind (catalog repair).
             touched = sorted({t.topic for t in tasks} | set(topics or ()))
-            repaired = io.call(repair(io.meta, catalog, objects_url, topics=touched if topics else None,
-                                      also=touched))
+            repaired = io.call(repair(io.meta, catalog, objects_url,
+                                      topics=None if repair_all and not topics else touched, also=touched))
             report.tables = repaired.repaired
     finally:
         io.close()
     report.seconds = time.monotonic() - started
     return report
+
+
+async def _run_here(meta: MetadataStore, objects_url: str, tasks: list[CompactionTask]) -> list[dict]:
+    from ..objstore import open_object_store
+
+    objects = open_object_store(objects_url)
+    try:
+        return [await _compact_task(meta, objects, task) for task in tasks]
+    finally:
+        await objects.close()
 
 
 def _run_on_spark(spark, metadata_url: str, objects_url: str, tasks: list[CompactionTask],

@@ -35,6 +35,8 @@ from . import table_format
 log = logging.getLogger(__name__)
 
 OFFSETS_PROPERTY = "nereus.offsets"
+#: Snapshots a built-in table keeps (its time travel): older ones are expired by the syncs.
+SNAPSHOTS_KEPT = 100
 TOPIC_PROPERTY = "nereus.topic"
 
 
@@ -232,9 +234,22 @@ def _commit(table, to_add: list[str], to_remove: list, props: dict[str, str]) ->
                 for data_file in to_remove:
                     overwrite.delete_data_file(data_file)
         if to_add:
-            with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+            # Merging appends: a table synced every few seconds keeps a bounded number of manifests.
+            with tx.update_snapshot(snapshot_properties=props).merge_append() as append:
                 for path in to_add:
                     append.append_data_file(table_format.iceberg_data_file(table.io, tx.table_metadata, path))
+    _expire_snapshots(table)
+
+
+def _expire_snapshots(table) -> None:
+    """Keep the newest ``SNAPSHOTS_KEPT`` snapshots (expired once ``SNAPSHOTS_KEPT`` * 1.2 are there): the
+    table's metadata stays small however often it is synced. Only metadata goes: files belong to pins."""
+    snapshots = sorted(table.metadata.snapshots, key=lambda snap: snap.timestamp_ms)
+    if len(snapshots) <= SNAPSHOTS_KEPT * 6 // 5:
+        return
+    current = table.metadata.current_snapshot_id
+    old = [snap.snapshot_id for snap in snapshots[:-SNAPSHOTS_KEPT] if snap.snapshot_id != current]
+    table.maintenance.expire_snapshots().by_ids(old).commit()
 
 
 def _add_columns(table, paths: list[str]) -> None:

@@ -21,7 +21,13 @@ G1..Gk (all below ``tail.pending``, so no writer touches them):
    other generation refers to them), delete the marker.
 
 Offsets never change: the compacted entry covers exactly the offsets of the
-slices it replaces. A crash before 4 leaves no visible change (the collector
+slices it replaces.
+
+Merges (``plan(merge_below=...)``): a run of adjacent small compacted objects becomes one
+larger object the same way (its groups are compacted groups, its generation one above
+theirs), so a stream compacted every few seconds for freshness does not keep a small
+object per run. The merged entry records the stream size before it (``before``): the
+entries it replaced keep no fallback of their own. A crash before 4 leaves no visible change (the collector
 frees the orphan object from the marker); a crash after 4 leaves the complete
 change, and the collector finishes step 5 from the marker (``resolve_marker``).
 """
@@ -52,6 +58,8 @@ TARGET_BYTES = 32 << 20
 #: At most this many slices per compacted object: the replaced slices are listed in
 #: its idx value and its marker, and released one reference update each.
 MAX_SLICES = 1024
+#: A merge replaces at least this many small compacted objects (fewer: not worth a rewrite).
+MIN_MERGE = 4
 #: Reference updates in flight at once when releasing the replaced slices.
 RELEASE_CONCURRENCY = 16
 
@@ -69,7 +77,8 @@ class Group:
 
 @dataclass(frozen=True, slots=True)
 class CompactionPlan:
-    """A run of whole gen-0 ``idx`` groups of one stream, to become one object."""
+    """A run of whole ``idx`` groups of one stream, to become one object: WAL slices, or small
+    compacted objects to merge."""
 
     stream_id: int
     groups: tuple[Group, ...]
@@ -104,7 +113,7 @@ class CompactionResult:
 
 async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGET_BYTES,
                min_bytes: int = 1, max_age_seconds: float | None = None,
-               stable_offset: int | None = None) -> list[CompactionPlan]:
+               stable_offset: int | None = None, merge_below: int = 0) -> list[CompactionPlan]:
     """Runs of uncompacted groups below ``tail.pending``, about ``target_bytes`` each.
 
     ``stable_offset``: the stream's last stable offset, read after its tail (the
@@ -113,7 +122,9 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
 
     A run ends at a compacted group; the last run is kept only if it has at least
     ``min_bytes``, or its oldest slice was committed ``max_age_seconds`` ago (small
-    tails wait for more data, but not for ever).
+    tails wait for more data, but not for ever). ``merge_below`` (bytes, 0: no merges):
+    runs of at least ``MIN_MERGE`` adjacent compacted objects each smaller than it, up
+    to ``target_bytes`` together, are planned as merges.
     """
     oldest_ms = None if max_age_seconds is None else time.time() * 1000 - max_age_seconds * 1000
     partition = records.stream_partition(stream_id)
@@ -130,6 +141,14 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
     plans: list[CompactionPlan] = []
     run: list[Group] = []
     size = 0
+    merge: list[Group] = []  # adjacent small compacted groups
+    merge_size = 0
+
+    def close_merge() -> None:
+        nonlocal merge, merge_size
+        if len(merge) >= MIN_MERGE:
+            plans.append(CompactionPlan(stream_id, tuple(merge)))
+        merge, merge_size = [], 0
 
     def close(force: bool) -> None:
         nonlocal run, size
@@ -149,8 +168,20 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
             run = [g for g in run if g.entries[-1].last < covered]
             size = sum(e.length for g in run for e in g.entries)
             plans[:] = [p for p in plans if p.last < covered]
+            merge = [g for g in merge if g.entries[-1].last < covered]
+            merge_size = sum(g.entries[0].length for g in merge)
             close(True)
+            group = Group(rec.key, rec.version.version_id, tuple(entries))
+            small = (merge_below > 0 and len(entries) == 1 and entries[0].compacted and entries[0].base >= start
+                     and entries[0].length < merge_below)
+            if not (small and merge and merge[-1].entries[-1].last + 1 == entries[0].base
+                    and merge_size + entries[0].length <= target_bytes and len(merge) < MAX_SLICES):
+                close_merge()
+            if small:
+                merge.append(group)
+                merge_size += entries[0].length
             continue
+        close_merge()
         if entries[0].base < start:
             close(True)  # partly trimmed: a run cannot cross it
             continue
@@ -169,6 +200,7 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
         if size >= target_bytes:
             close(True)
     close(False)
+    close_merge()
     return plans
 
 
@@ -192,8 +224,10 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
     key = (f"compacted/{job.stream_id:0{records.OFFSET_WIDTH}d}/"
            f"{job.first:0{records.OFFSET_WIDTH}d}-{job.last:0{records.OFFSET_WIDTH}d}"
            f"-g{generation}-{uuid.uuid4().hex[:8]}.parquet")
+    merging = any(e.compacted for e in replaced)
     entry = IndexEntry(key, 0, len(data), job.first, job.last - job.first + 1, len(entries), replaced[-1].size,
-                       generation=generation, timestamp=max(e.timestamp for e in replaced))
+                       generation=generation, timestamp=max(e.timestamp for e in replaced),
+                       before=replaced[0].size_before if merging else None)
     marker = records.gc_pending_key(key)
     await meta.put(marker, records.encode({
         "ts": int(time.time() * 1000), "kind": MARKER_KIND, "object": key, "stream": job.stream_id,
@@ -223,7 +257,8 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
     log.info("stream %d: compacted [%d, %d] (%d slices, %d -> %d bytes) into %s", job.stream_id, job.first,
              job.last, len(replaced), job.input_bytes, len(data), key)
     try:
-        await metrics.record_compaction(meta, job.input_bytes, len(data))
+        if not merging:  # a merge rewrites what was counted already
+            await metrics.record_compaction(meta, job.input_bytes, len(data))
     except Exception as exc:  # the range is compacted; only the progress series misses it
         log.warning("stream %d: recording compaction progress failed: %s", job.stream_id, exc)
     return CompactionResult(job.stream_id, job.first, job.last, key, job.input_bytes, len(data), generation)

@@ -26,6 +26,7 @@ that lists it as a data file, a job reading it): it is not deleted while pinned.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +140,9 @@ class IndexEntry:
     # The lower-generation slices a compacted entry replaced: what a reader falls back
     # to if the compacted object is missing (kept in the idx value, not in this JSON).
     fallback: tuple["IndexEntry", ...] = ()
+    # Cumulative stream size before the first record, kept by an entry that merged compacted
+    # entries (their own fallbacks are not kept, so the replaced entries cannot tell it).
+    before: int | None = None
 
     @property
     def last(self) -> int:
@@ -146,13 +150,19 @@ class IndexEntry:
 
     def to_json(self) -> dict[str, Any]:
         # Built by hand: dataclasses.asdict deep-copies and costs ~100 us per call.
-        return {"object": self.object, "position": self.position, "length": self.length, "base": self.base,
-                "records": self.records, "entries": self.entries, "size": self.size,
-                "generation": self.generation, "timestamp": self.timestamp}
+        out = {"object": self.object, "position": self.position, "length": self.length, "base": self.base,
+               "records": self.records, "entries": self.entries, "size": self.size,
+               "generation": self.generation, "timestamp": self.timestamp}
+        if self.before is not None:
+            out["before"] = self.before
+        return out
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> "IndexEntry":
-        return cls(**value)
+        try:
+            return cls(**value)
+        except TypeError:  # a field a later version added: skipped, as every record's unknown fields are
+            return cls(**{k: v for k, v in value.items() if k in _ENTRY_FIELDS})
 
     @property
     def compacted(self) -> bool:
@@ -162,8 +172,10 @@ class IndexEntry:
     def size_before(self) -> int:
         """Cumulative stream size before this entry's first record (a compacted
         object's own length differs from the stream bytes it holds)."""
+        if self.before is not None:
+            return self.before
         if self.fallback:
-            return self.fallback[0].size - self.fallback[0].length
+            return self.fallback[0].size_before
         return self.size - self.length
 
 
@@ -176,13 +188,19 @@ def encode_group(entries_json: list[str]) -> bytes:
     return ('{"slices":[' + ",".join(entries_json) + "]}").encode()
 
 
+_ENTRY_FIELDS = frozenset(IndexEntry.__dataclass_fields__) - {"fallback"}
+
+
 def decode_group(data: bytes) -> list[IndexEntry]:
     value = json.loads(data)
     replaced = value.get("replaced")
     if not replaced:
         return [IndexEntry.from_json(e) for e in value["slices"]]
     fallback = tuple(IndexEntry.from_json(e) for e in replaced)
-    return [IndexEntry(**e, fallback=fallback) for e in value["slices"]]
+    try:
+        return [IndexEntry(**e, fallback=fallback) for e in value["slices"]]
+    except TypeError:  # a field a later version added
+        return [dataclasses.replace(IndexEntry.from_json(e), fallback=fallback) for e in value["slices"]]
 
 
 def encode_compacted_group(entry: IndexEntry, replaced: list[IndexEntry]) -> bytes:

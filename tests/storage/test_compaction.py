@@ -277,3 +277,71 @@ async def test_size_retention_counts_stream_bytes_of_compacted_ranges(meta, obje
     kept = tail.size - job.slices[-1].size  # the bytes after the compacted range
     assert await enforce(storage, a.stream_id, RetentionPolicy(max_bytes=kept + 1)) == result.last + 1
     assert await enforce(storage, a.stream_id, RetentionPolicy(max_bytes=tail.size)) == result.last + 1
+
+
+async def _compacted_one_group_each(meta, objects, storage, name: str, appends: int):
+    """A stream whose idx groups were each compacted into an object of their own."""
+    a, expected = await fill(storage, name, appends)
+    for job in await compaction.plan(meta, a.stream_id, target_bytes=1):
+        await compaction.compact(meta, objects, storage.reader, job, encode)
+    groups = await index_of(meta, a.stream_id)
+    assert len(groups) >= compaction.MIN_MERGE and all(g[0].compacted and len(g) == 1 for g in groups)
+    return a, expected, groups
+
+
+async def test_small_compacted_objects_merge_into_one_keeping_offsets_bytes_and_sizes(meta, objects, storage):
+    a, expected, groups = await _compacted_one_group_each(meta, objects, storage, "g", 43)  # 5 groups
+    small = {g[0].object for g in groups}
+    assert await compaction.plan(meta, a.stream_id) == []  # no merges unless asked for
+    assert await compaction.plan(meta, a.stream_id, merge_below=1) == []  # none small enough
+    (merge,) = await compaction.plan(meta, a.stream_id, merge_below=1 << 20)
+    assert [g.entries[0].object for g in merge.groups] == [g[0].object for g in groups]
+    result = await compaction.compact(meta, objects, storage.reader, merge, encode)
+    assert result.generation == 2
+    (merged,) = await index_of(meta, a.stream_id)
+    assert merged[0].object == result.object and merged[0].base == 0 and merged[0].last == groups[-1][0].last
+    assert merged[0].size_before == 0 and merged[0].size == groups[-1][0].size  # stream bytes, as before
+    storage.reader.block_cache = type(storage.reader.block_cache)(1 << 20)
+    assert await read_all(a) == expected
+    await collect_all(meta, objects)
+    assert not stored(objects) & small  # the small objects were freed
+    assert stored(objects) == await referenced(meta, [a.stream_id])
+    assert await read_all(a) == expected
+    assert await compaction.plan(meta, a.stream_id, merge_below=1 << 20) == []  # one object: nothing to merge
+
+
+async def test_fewer_than_min_merge_small_objects_or_a_large_one_between_are_left_alone(meta, objects, storage):
+    a, expected = await fill(storage, "f", 27)  # 3 groups
+    for job in await compaction.plan(meta, a.stream_id, target_bytes=1):
+        await compaction.compact(meta, objects, storage.reader, job, encode)
+    assert await compaction.plan(meta, a.stream_id, merge_below=1 << 20) == []
+    b, _, groups = await _compacted_one_group_each(meta, objects, storage, "h", 51)  # 6 groups
+    limit = groups[2][0].length  # the third object is not small: runs of 2 and 3 around it, too short
+    assert await compaction.plan(meta, b.stream_id, merge_below=limit) == []
+
+
+@pytest.mark.parametrize("step", ["object-put", "switch", "finish-half"])
+async def test_a_crash_at_any_step_of_a_merge_leaves_no_change_or_the_whole_change(meta, objects, storage,
+                                                                                  monkeypatch, step):
+    a, expected, groups = await _compacted_one_group_each(meta, objects, storage, "y", 43)
+    (merge,) = await compaction.plan(meta, a.stream_id, merge_below=1 << 20)
+    small = {g[0].object for g in groups}
+    with monkeypatch.context() as patch:
+        if step == "object-put":
+            objects.fail_puts(lambda key: key.startswith("compacted/"), exc=Crash)
+        elif step == "switch":
+            patch.setattr(compaction, "finish", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+        else:
+            patch.setattr(compaction.gc, "release", lambda *a, **k: (_ for _ in ()).throw(Crash()))
+        with pytest.raises(Crash):
+            await compaction.compact(meta, objects, storage.reader, merge, encode)
+        objects.clear_faults()
+    assert await read_all(a) == expected  # leftover small groups and the merged one line up
+    if step != "object-put":  # the leftovers are never planned again
+        assert await compaction.plan(meta, a.stream_id, merge_below=1 << 20) == []
+    await collect_all(meta, objects)
+    assert await read_all(a) == expected
+    index = await index_of(meta, a.stream_id)
+    assert (len(index) == 1) == (step != "object-put")
+    assert stored(objects) == await referenced(meta, [a.stream_id])
+    assert (not stored(objects) & small) == (step != "object-put")
