@@ -10,8 +10,9 @@
    plain pyarrow, one file per partition and ``--target-mb`` like compaction. Ratio =
    compaction MB/s of WAL input / pyarrow MB/s (target >= 0.5).
 2. Lag (freshness). A standalone with the default compaction schedule (or
-   ``--schedule-args``); a Pulsar producer sends each of ``--rates`` msgs/s for
-   ``--lag-seconds``; the built-in Iceberg table's snapshot offsets are polled every
+   ``--schedule-args``); a Pulsar producer sends each of ``--rates`` msgs/s, first until
+   the table covers anything (the worker is running, as in a broker that has been up),
+   then for ``--lag-seconds`` measured; the built-in Iceberg table's snapshot offsets are polled every
    0.25 s; lag = first poll that covers a message's offset minus its ack time (targets:
    p50 <= 5 s, p99 <= 15 s). Messages still in the stream's newest, not yet indexed
    slices at the end are not counted.
@@ -182,14 +183,31 @@ def lag(args, workdir: Path, rate: int) -> dict:
         producer = client.create_producer(topic, batching_enabled=False)
         lock = threading.Lock()
 
+        warming = [True]
+
         def on_ack(res, mid):
-            if res == pulsar.Result.Ok:
+            if res == pulsar.Result.Ok and not warming[0]:
                 with lock:
                     acked[mid.entry_id()] = time.monotonic()
 
-        stop = time.monotonic() + args.lag_seconds
+        # Warm-up at the same rate until the worker (its JVM started once some stream had work)
+        # has made the table cover something: a broker's worker is already running.
         catalog = None
-        poll_at = time.monotonic() + 1
+        started, sent, check_at = time.monotonic(), 0, time.monotonic() + 0.5
+        while time.monotonic() - started < 300:
+            if sent < (time.monotonic() - started) * rate:
+                producer.send_async(b"x" * 200, on_ack)
+                sent += 1
+                continue
+            if time.monotonic() >= check_at:
+                check_at = time.monotonic() + 0.5
+                catalog = catalog or _try_catalog(sbt, default_catalog_uri(objects), objects)
+                if catalog and _covered(sbt, catalog, topic):
+                    break
+            time.sleep(0.001)
+        warming[0] = False
+        stop = time.monotonic() + args.lag_seconds
+        poll_at = time.monotonic() + 0.25
         sent = 0
         while time.monotonic() < stop + 90:  # keep polling after the producer stops
             now = time.monotonic()

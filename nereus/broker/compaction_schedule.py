@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..lakehouse.compaction import has_work
+from ..lakehouse.compaction import IDLE_PAUSE_SECONDS, has_work
 from ..lakehouse.java_runtime import ensure_java_home
 from ..meta import MetadataStore
 from ..tasks import wait_for
@@ -109,8 +109,12 @@ async def run_schedule(meta: MetadataStore, schedule: CompactionSchedule) -> Non
 
 
 async def _wait_for_work(meta: MetadataStore, schedule: CompactionSchedule) -> None:
-    """Return once some stream has work; a failing check is logged and tried again next interval."""
+    """Return once some stream has work; a failing check is logged and tried again next interval.
+
+    While nothing has work the pause doubles up to ``IDLE_PAUSE_SECONDS`` (each check reads
+    every stream's index): an idle broker's schedule costs next to nothing."""
     failing = False
+    pause = schedule.interval
     while True:
         try:
             if await has_work(meta, min_bytes=schedule.min_bytes, max_age_seconds=schedule.max_age):
@@ -122,7 +126,8 @@ async def _wait_for_work(meta: MetadataStore, schedule: CompactionSchedule) -> N
             if not failing:  # once per streak, not every interval
                 log.exception("compaction schedule: checking the streams for work failed; trying again")
             failing = True
-        await asyncio.sleep(schedule.interval)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, max(schedule.interval, IDLE_PAUSE_SECONDS))
 
 
 def last_error(output: str) -> str | None:

@@ -82,8 +82,8 @@ class BrokerOptions:
     broker_client_trust_certs_file: str | None = None  # brokerClientTrustCertsFilePath
     broker_client_auth_plugin: str | None = None  # brokerClientAuthenticationPlugin
     broker_client_auth_params: str | None = None  # brokerClientAuthenticationParameters: this broker's token
-    compaction_interval: float = 15.0  # 0: no compaction schedule
-    compaction_max_age: float = 15.0
+    compaction_interval: float = 2.0  # 0: no compaction schedule
+    compaction_max_age: float = 2.0
     compaction_min_bytes: int = 8 << 20
     compaction_monitor_interval: float = 60.0  # seconds between compaction-threshold checks (0: none)
     rebalance_delay: float = 0.5

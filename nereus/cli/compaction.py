@@ -62,6 +62,7 @@ def compact(metadata: str, objects: str | None, topics: tuple[str, ...], target_
         table_catalog = sbt_tables.open_catalog(catalog, objects.rstrip("/") + "/iceberg")
     spark = local_session("nereus-compact", master)
     repaired_at = None
+    pause = interval
     try:
         while True:
             # Every run syncs the tables of the topics it compacted; every REPAIR_SECONDS it also
@@ -86,9 +87,12 @@ def compact(metadata: str, objects: str | None, topics: tuple[str, ...], target_
             else:
                 if report.tasks or not interval:
                     _report_compaction(report)
+                # Quiet streams: the pause doubles up to IDLE_PAUSE_SECONDS (each run reads every
+                # stream's index), and is short again as soon as a run finds work.
+                pause = interval if report.tasks else min(pause * 2, max(interval, compaction.IDLE_PAUSE_SECONDS))
             if not interval:
                 break
-            time.sleep(interval)
+            time.sleep(pause)
     finally:
         spark.stop()
 

@@ -17,6 +17,8 @@ serve the compacted range exactly as before.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import logging
 import threading
 import time
@@ -56,8 +58,12 @@ class CompactionTask:
         return self.plan.input_bytes
 
 
+#: Longest pause of a schedule (the broker's check for work, a worker's runs) while no stream has work.
+IDLE_PAUSE_SECONDS = 15.0
 #: Work up to this many input bytes runs in the job's own process rather than as a Spark job.
 LOCAL_BYTES = 8 << 20
+#: Tasks of such work running at once (each its own ranges: they never touch the same groups).
+LOCAL_CONCURRENCY = 4
 
 
 @dataclass
@@ -197,7 +203,7 @@ def driver_loop() -> asyncio.AbstractEventLoop:
 
 
 class _MetadataThread:
-    """The driver's metadata client for one run, on ``driver_loop()``.
+    """The driver's metadata client, on ``driver_loop()``.
 
     The client must keep its session alive (heartbeats) while the driver blocks
     in Spark: the streams' compaction leases are ephemeral records of that session,
@@ -219,6 +225,32 @@ class _MetadataThread:
 
     def close(self) -> None:
         self.call(self.meta.close())
+
+    @classmethod
+    def shared(cls, metadata_url: str) -> "_MetadataThread":
+        """The client of every run of this process (a worker running every few seconds would
+        otherwise open a client and a session per run); leases are released after each run."""
+        client = _SHARED.get(metadata_url)
+        if client is None:
+            if not _SHARED:
+                atexit.register(_close_shared)
+            client = _SHARED[metadata_url] = cls(metadata_url)
+        return client
+
+    @staticmethod
+    def discard(metadata_url: str) -> None:
+        client = _SHARED.pop(metadata_url, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+_SHARED: dict[str, _MetadataThread] = {}
+
+
+def _close_shared() -> None:
+    for url in list(_SHARED):
+        _MetadataThread.discard(url)
 
 
 async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes: int, min_bytes: int,
@@ -268,7 +300,7 @@ def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | N
     SBT tables (if ``catalog``); ``repair_all``: every table there is or should be (catalog repair).
     Work of at most ``local_bytes`` runs in this process."""
     started = time.monotonic()
-    io = _MetadataThread(metadata_url)
+    io = _MetadataThread.shared(metadata_url)
     try:
         owner = f"compact-{uuid.uuid4().hex[:8]}"
         tasks, leases = io.call(_lease_and_plan(io.meta, topics, owner, target_bytes, min_bytes, max_age_seconds))
@@ -297,8 +329,9 @@ def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | N
             repaired = io.call(repair(io.meta, catalog, objects_url,
                                       topics=None if repair_all and not topics else touched, also=touched))
             report.tables = repaired.repaired
-    finally:
-        io.close()
+    except BaseException:
+        _MetadataThread.discard(metadata_url)  # the next run starts from a new client (and session)
+        raise
     report.seconds = time.monotonic() - started
     return report
 
@@ -307,8 +340,14 @@ async def _run_here(meta: MetadataStore, objects_url: str, tasks: list[Compactio
     from ..objstore import open_object_store
 
     objects = open_object_store(objects_url)
+    limit = asyncio.Semaphore(LOCAL_CONCURRENCY)  # mostly metadata round trips: overlap them
+
+    async def one(task: CompactionTask) -> dict:
+        async with limit:
+            return await _compact_task(meta, objects, task)
+
     try:
-        return [await _compact_task(meta, objects, task) for task in tasks]
+        return list(await asyncio.gather(*(one(task) for task in tasks)))
     finally:
         await objects.close()
 

@@ -61,7 +61,7 @@ MAX_SLICES = 1024
 #: A merge replaces at least this many small compacted objects (fewer: not worth a rewrite).
 MIN_MERGE = 4
 #: Reference updates in flight at once when releasing the replaced slices.
-RELEASE_CONCURRENCY = 16
+RELEASE_CONCURRENCY = 64
 
 Entries = list[tuple[int, memoryview]]
 #: Builds the Parquet bytes of a range: (stream id, first offset, entries, generation) -> bytes.
@@ -123,8 +123,9 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
     A run ends at a compacted group; the last run is kept only if it has at least
     ``min_bytes``, or its oldest slice was committed ``max_age_seconds`` ago (small
     tails wait for more data, but not for ever). ``merge_below`` (bytes, 0: no merges):
-    runs of at least ``MIN_MERGE`` adjacent compacted objects each smaller than it, up
-    to ``target_bytes`` together, are planned as merges.
+    runs of at least ``MIN_MERGE`` adjacent compacted objects of one generation, each
+    smaller than it, up to ``target_bytes`` together, are planned as merges (tiers: a
+    byte is rewritten once per generation, not at every run).
     """
     oldest_ms = None if max_age_seconds is None else time.time() * 1000 - max_age_seconds * 1000
     partition = records.stream_partition(stream_id)
@@ -175,6 +176,7 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
             small = (merge_below > 0 and len(entries) == 1 and entries[0].compacted and entries[0].base >= start
                      and entries[0].length < merge_below)
             if not (small and merge and merge[-1].entries[-1].last + 1 == entries[0].base
+                    and merge[-1].entries[0].generation == entries[0].generation
                     and merge_size + entries[0].length <= target_bytes and len(merge) < MAX_SLICES):
                 close_merge()
             if small:
