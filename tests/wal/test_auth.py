@@ -15,10 +15,10 @@ def _check(token: bytes) -> str:
 
 
 @pytest.fixture
-async def store(tmp_path):
-    store = await WalStore.open(tmp_path / "replica", segment_bytes=1 << 20)
-    yield store
-    await store.close()
+async def store(tmp_path):  # a small store: these tests write a few bytes
+    opened = await WalStore.open(tmp_path / "replica", segment_bytes=1 << 20)
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture
