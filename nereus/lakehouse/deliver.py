@@ -1,6 +1,7 @@
 """Stream delivered tables: copy a topic's committed records into an external table, exactly once.
 
-A *target* (``delta_target.DeltaTarget``, ``iceberg_target.IcebergTarget``) is a table
+A *target* (``delta_target.DeltaTarget``, ``hudi_target.HudiTarget``,
+``iceberg_target.IcebergTarget``) is a table
 that stores, in the same commit as the rows, how far each partition was delivered: a
 ``Position(start, end)`` meaning "the table holds this partition's records of offsets
 ``[start, end)``". The job keeps no state of its own: every round starts by reading the
@@ -18,13 +19,18 @@ resume), then
 Records are immutable at their offsets, so re-reading from a recorded position after a
 crash yields exactly the rows that were not committed: nothing is duplicated or skipped.
 
+A commit that loses a race with another writer raises ``TargetConflict`` (targets commit
+without rebasing) and the round is planned again from the table's new positions.
+
 Upsert tables (``upsert=True``, for key-compacted topics): the table holds one row per
 ``(topic, partition, key)``, the record with the highest offset; a record with no value
 (a tombstone) deletes its key's row. Each batch is reduced to its latest record per key
 (``latest_per_key``) and merged in one commit with the positions; records without a key
 cannot be upserted and are counted, not delivered.
-A commit that loses a race with another writer raises ``TargetConflict`` (targets commit
-without rebasing) and the round is planned again from the table's new positions.
+
+Schema columns (``schema_columns=True``, ``delivered_columns``): rows carry the topic's
+schema fields; records that do not decode go to the ``dead_letter`` target, committed
+before the rows with the same positions, so a re-run skips the dead letters it finds there.
 """
 
 from __future__ import annotations
