@@ -16,20 +16,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..meta import MetadataStore
+from .table_format import RECORD_SCHEMA
 
-TIMESTAMP = pa.timestamp("us", tz="UTC")
-#: The fixed columns of every delivered table.
-ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("publish_time", TIMESTAMP),
-    pa.field("event_time", TIMESTAMP),
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("properties", pa.map_(pa.string(), pa.string())),
-    pa.field("producer_name", pa.string()),
-])
+#: The fixed columns of every delivered table: the topic, then the record columns of the built-in tables.
+ARROW_SCHEMA = pa.schema([pa.field("topic", pa.string(), nullable=False), *RECORD_SCHEMA])
 DEAD_LETTER_SCHEMA = pa.schema(list(ARROW_SCHEMA) + [pa.field("reason", pa.string()),
                                                      pa.field("schema_version", pa.int64())])
 

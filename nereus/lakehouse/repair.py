@@ -42,13 +42,14 @@ class RepairReport:
     released_pins: int = 0  # pins of tables whose topic cannot be named any more
 
 
-async def topics_with_tables(meta: MetadataStore, catalog) -> tuple[set[str], list[tuple[str, str]]]:
-    """Topics whose table the catalog has or the pins say it should have; and the orphan pins
+async def topics_with_tables(meta: MetadataStore, catalog,
+                             pins: list[tuple[str, str]]) -> tuple[set[str], list[tuple[str, str]]]:
+    """Topics whose table the catalog has or the ``pins`` say it should have; and the orphan pins
     (their stream is gone, so the topic cannot be named)."""
     topics = set(await asyncio.to_thread(sbt.managed_topics, catalog))
     orphans = []
     names: dict[int, str | None] = {}
-    for object_key, holder in await gc.pins(meta, _HOLDER_PREFIX):
+    for object_key, holder in pins:
         stream = compacted_stream_id(object_key)
         if stream is None:
             continue
@@ -74,8 +75,12 @@ async def repair(meta: MetadataStore, catalog, objects_url: str, *, topics: list
     """Check the tables of ``topics`` (default: every table there is or should be) and of ``also``
     (topics just compacted, whose table may not exist yet), and repair them."""
     report = RepairReport(dry_run)
+    pins = await gc.pins(meta, _HOLDER_PREFIX)  # one scan of every pin for all the tables checked
+    pinned: dict[str, list[str]] = {}
+    for object_key, holder in pins:
+        pinned.setdefault(holder, []).append(object_key)
     if topics is None:
-        candidates, orphans = await topics_with_tables(meta, catalog)
+        candidates, orphans = await topics_with_tables(meta, catalog, pins)
     else:
         candidates, orphans = set(), []
     candidates |= {str(TopicName.parse(t).base) for t in (*(topics or ()), *also)}
@@ -87,7 +92,8 @@ async def repair(meta: MetadataStore, catalog, objects_url: str, *, topics: list
                 await sbt.drop(meta, catalog, objects_url, topic)
                 log.warning("repair: %s no longer exists: its table is dropped", topic)
             continue
-        synced = await sbt.sync(meta, catalog, objects_url, topic, dry_run=dry_run)
+        synced = await sbt.sync(meta, catalog, objects_url, topic, dry_run=dry_run,
+                                pinned=pinned.get(sbt.holder(topic), []))
         if synced.added or synced.removed or (synced.created and synced.stale):
             report.repaired.append(synced)
             if not dry_run and synced.stale:

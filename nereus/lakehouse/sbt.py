@@ -165,11 +165,13 @@ def holder(topic: str) -> str:
     return "sbt:" + ".".join(identifier(topic))
 
 
-async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str, *, dry_run: bool = False) -> SyncReport:
+async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str, *, dry_run: bool = False,
+               pinned: list[str] | None = None) -> SyncReport:
     """Make the topic's table list exactly its compacted objects (see the module docstring).
 
     ``dry_run``: compare only; the report says what a sync would change (nothing is created,
-    committed, pinned or unpinned).
+    committed, pinned or unpinned). ``pinned``: the objects the table's pins hold, when the
+    caller scanned the pins for many tables at once.
     """
     import asyncio
 
@@ -186,7 +188,9 @@ async def sync(meta: MetadataStore, catalog, objects_url: str, topic: str, *, dr
         io = table.io if table is not None else _file_io(catalog)
         to_add = await asyncio.to_thread(lambda: [p for p in to_add if table_format.holds_records(io, p)])
     to_remove = [listed[path] for path in listed if path not in wanted]
-    pinned = {object_url(objects_url, key): key for key in await gc.pinned_by(meta, holder(topic))}
+    if pinned is None:  # one table on its own: scan the pins for it
+        pinned = await gc.pinned_by(meta, holder(topic))
+    pinned = {object_url(objects_url, key): key for key in pinned}
     stale = any(path in wanted and path not in listed for path in pinned) or any(p not in pinned for p in listed)
     report = SyncReport(".".join(ident), len(to_add), len(to_remove), coverage(list(wanted.values())),
                         created=not exists, dry_run=dry_run, stale=stale)
