@@ -23,11 +23,13 @@ with ``TargetConflict`` (see ``hudi_table``): two jobs never both append the sam
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
 
+import obstore.exceptions
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -131,6 +133,15 @@ def below(rows: pa.Table, topic: str, starts: Mapping[int, int]) -> pa.ChunkedAr
     return pc.and_(pc.equal(rows["topic"], topic), mask)
 
 
+@contextlib.contextmanager
+def _store_errors(uri: str):
+    """The object store's failures (unreachable, refused, misconfigured) as ``TargetError``."""
+    try:
+        yield
+    except obstore.exceptions.BaseError as exc:
+        raise TargetError(f"the hudi table {uri}: {str(exc).splitlines()[0]}") from None
+
+
 class HudiTarget:
     """Delivers into the Hudi table at ``uri`` (created if missing)."""
 
@@ -138,8 +149,9 @@ class HudiTarget:
         self.description = f"hudi {'upsert ' if upsert else ''}table {uri}"
         self._keys = UPSERT_KEY_FIELDS if upsert else RECORD_KEY_FIELDS
         try:
-            self._table = HudiTable(uri, storage_options)
-            stored = self._table.create(table_properties(table_name(uri), self._keys))
+            with _store_errors(uri):
+                self._table = HudiTable(uri, storage_options)
+                stored = self._table.create(table_properties(table_name(uri), self._keys))
         except (OSError, ValueError, RuntimeError) as exc:
             raise TargetError(f"cannot open or create the hudi table {uri}: {exc}") from exc
         stored_keys = stored.get("hoodie.table.recordkey.fields")
@@ -157,6 +169,10 @@ class HudiTarget:
         self._columns = ARROW_SCHEMA
 
     def positions(self, topic: str, partitions: Sequence[int]) -> dict[int, Position]:
+        with _store_errors(self._table.uri):
+            return self._positions(topic, partitions)
+
+    def _positions(self, topic: str, partitions: Sequence[int]) -> dict[int, Position]:
         self._base = self._table.latest()  # the latest commit, whoever made it
         extra = self._table.metadata(self._base).get("extraMetadata") or {} if self._base else {}
         self._offsets = json.loads(extra.get(OFFSETS_KEY, "{}"))
@@ -174,6 +190,10 @@ class HudiTarget:
             self._columns = pa.schema(list(self._columns) + extra)
 
     def append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        with _store_errors(self._table.uri):
+            return self._append(topic, rows, positions)
+
+    def _append(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
         self._widen(rows.schema)
         at = self._table.begin(self._base)
         stats = []
@@ -184,6 +204,10 @@ class HudiTarget:
         self._commit(at, "insert", stats, topic, positions)
 
     def upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
+        with _store_errors(self._table.uri):
+            return self._upsert(topic, rows, positions)
+
+    def _upsert(self, topic: str, rows: pa.Table, positions: Mapping[int, Position]) -> None:
         self._widen(rows.schema)
         at = self._table.begin(self._base)
         replaced = pa.array(set(record_keys(rows, self._keys)), pa.string())
@@ -197,6 +221,10 @@ class HudiTarget:
         self._commit(at, "upsert", stats, topic, positions)
 
     def delete_below(self, topic: str, positions: Mapping[int, Position]) -> None:
+        with _store_errors(self._table.uri):
+            return self._delete_below(topic, positions)
+
+    def _delete_below(self, topic: str, positions: Mapping[int, Position]) -> None:
         starts = {p: pos.start for p, pos in positions.items()}
         at = self._table.begin(self._base)
         stats = self._rewrite(at, _LOCATOR, lambda found: below(found, topic, starts))

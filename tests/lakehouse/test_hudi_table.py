@@ -99,3 +99,11 @@ def test_a_table_that_is_not_a_delivered_table_is_refused(tmp_path: Path):
         "hoodie.table.name=other\nhoodie.table.type=MERGE_ON_READ\nhoodie.table.recordkey.fields=id\n")
     with pytest.raises(TargetError, match="not a delivered table"):
         HudiTarget(str(other))
+
+
+@pytest.mark.parametrize("uri", ["gs://bucket/t", "s3://bucket/t"])
+def test_an_unusable_object_store_is_a_readable_target_error(uri):
+    options = {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+               "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}  # gs: keys of another store; s3: nobody there
+    with pytest.raises(TargetError, match=f"the hudi table {uri}: "):
+        HudiTarget(uri, options)
