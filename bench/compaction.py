@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import io
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -236,7 +237,21 @@ def lag(args, workdir: Path, rate: int) -> dict:
     return {"rate": rate, "sent": sent, "acked": len(acked), "visible": len(visible),
             "lag_p50_s": round(statistics.median(lags), 1) if lags else None,
             "lag_p99_s": round(lags[int(len(lags) * 0.99)], 1) if lags else None,
-            "lag_max_s": round(lags[-1], 1) if lags else None}
+            "lag_max_s": round(lags[-1], 1) if lags else None, **_worker_runs(workdir / "lag")}
+
+
+_RUN_LINE = re.compile(r"compacted \d+ of \d+ range\(s\): ([\d.]+) MB of WAL -> [\d.]+ MB Parquet in ([\d.]+) s")
+
+
+def _worker_runs(data_dir: Path) -> dict:
+    """The worker's runs that compacted something: count, median MB of input (merges included) and seconds."""
+    runs = [(float(mb), float(s)) for log in data_dir.rglob("compaction.log")
+            for mb, s in _RUN_LINE.findall(log.read_text(errors="replace"))]
+    if not runs:
+        return {"runs": 0}
+    return {"runs": len(runs), "run_mb_p50": round(statistics.median(r[0] for r in runs), 1),
+            "run_s_p50": round(statistics.median(r[1] for r in runs), 2),
+            "run_s_max": round(max(r[1] for r in runs), 2)}
 
 
 def _try_catalog(sbt, uri, objects):

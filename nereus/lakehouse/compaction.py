@@ -60,7 +60,7 @@ class CompactionTask:
 
 #: Longest pause of a schedule (the broker's check for work, a worker's runs) while no stream has work.
 IDLE_PAUSE_SECONDS = 15.0
-#: Work up to this many input bytes runs in the job's own process rather than as a Spark job.
+#: WAL input up to this many bytes is compacted in the job's own process rather than as a Spark job.
 LOCAL_BYTES = 8 << 20
 #: Tasks of such work running at once (each its own ranges: they never touch the same groups).
 LOCAL_CONCURRENCY = 4
@@ -95,6 +95,24 @@ def encoder(partition: int, aborted: tuple[tuple[int, int, int], ...] = (), valu
         return compacted_format.encode(table, header)
 
     return encode
+
+
+def merger() -> compaction.Merger:
+    """Merges adjacent compacted objects of a stream by their tables (``table_format.merge_tables``):
+    Parquet in, Parquet out, no entry decoded or row built again."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def merge(stream_id: int, first: int, objects: list[bytes], generation: int) -> bytes | None:
+        table = table_format.merge_tables([pq.read_table(pa.BufferReader(data)) for data in objects])
+        if table is None:
+            return None
+        headers = [compacted_format.read_header(data) for data in objects]
+        header = compacted_format.CompactedHeader(stream_id, first, sum(h.records for h in headers),
+                                                  sum(h.entries for h in headers), generation)
+        return compacted_format.encode(table, header)
+
+    return merge
 
 
 async def topic_streams(meta: MetadataStore, topics: list[str] | None) -> list[tuple[str, int, str]]:
@@ -163,17 +181,22 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
         await meta.close()
 
 
-async def _compact_task(meta: MetadataStore, objects, task: CompactionTask) -> dict:
+async def _compact_task(meta: MetadataStore, objects, task: CompactionTask, *, finish_now: bool = True) -> dict:
+    """One task's result: its topic, bytes and object, or the conflict that skipped it; with
+    ``finish_now=False`` also ``finishing`` (``compaction.CompactionResult.finishing``)."""
     reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
     try:
         result = await compaction.compact(meta, objects, reader, task.plan,
                                           encoder(task.partition, task.aborted, task.values),
-                                          lease_owner=task.owner)
+                                          lease_owner=task.owner, merge=merger(), finish_now=finish_now)
     except CompactionConflict as exc:
         log.info("skipped: %s", exc)
         return {"topic": task.topic, "conflict": str(exc)}
-    return {"topic": task.topic, "input_bytes": result.input_bytes, "output_bytes": result.output_bytes,
-            "object": result.object}
+    out = {"topic": task.topic, "input_bytes": result.input_bytes, "output_bytes": result.output_bytes,
+           "object": result.object}
+    if result.finishing is not None:
+        out["finishing"] = result.finishing
+    return out
 
 
 def run_task(metadata_url: str, objects_url: str, task: CompactionTask) -> dict:
@@ -287,7 +310,19 @@ async def _lease_and_plan(meta: MetadataStore, topics, owner: str, target_bytes:
     return tasks, leases
 
 
-async def _release(leases: list) -> None:
+async def _finish_and_release(finishing: list, leases: list) -> None:
+    """Step 5 of each compaction run here (a failure is left to the collector, which finishes
+    it from its marker), then the streams' leases."""
+    limit = asyncio.Semaphore(LOCAL_CONCURRENCY)
+
+    async def finish(step) -> None:
+        async with limit:
+            try:
+                await step()
+            except Exception as exc:  # noqa: BLE001 - the change is visible; only bookkeeping waits
+                log.warning("finishing a compaction failed (the collector finishes it): %s", exc)
+
+    await asyncio.gather(*(finish(step) for step in finishing))
     for lease in leases:
         await lease.__aexit__(None, None, None)
 
@@ -298,37 +333,44 @@ def run_job(spark, metadata_url: str, objects_url: str, *, topics: list[str] | N
             local_bytes: int = LOCAL_BYTES) -> JobReport:
     """Lease and plan, compact (in Spark tasks; small work in this process), then sync the touched topics'
     SBT tables (if ``catalog``); ``repair_all``: every table there is or should be (catalog repair).
-    Work of at most ``local_bytes`` runs in this process."""
+    WAL input of at most ``local_bytes`` (and every merge) is compacted in this process."""
     started = time.monotonic()
     io = _MetadataThread.shared(metadata_url)
     try:
         owner = f"compact-{uuid.uuid4().hex[:8]}"
         tasks, leases = io.call(_lease_and_plan(io.meta, topics, owner, target_bytes, min_bytes, max_age_seconds))
         report = JobReport(tasks=len(tasks))
+        finishing: list = []
         try:
-            if sum(t.input_bytes for t in tasks) <= local_bytes:
-                # A small tail (a frequent schedule's usual run): no Spark job to schedule.
+            # Merges are Parquet in, Parquet out (no row built): they always run here. So does a
+            # small tail (a frequent schedule's usual run): no Spark job to schedule.
+            fresh = [t for t in tasks if not t.plan.merges]
+            if sum(t.input_bytes for t in fresh) <= local_bytes:
                 results = io.call(_run_here(io.meta, objects_url, tasks))
             else:
-                results = _run_on_spark(spark, metadata_url, objects_url, tasks, progress)
-        finally:
-            io.call(_release(leases))
-        for r in results:
-            if "conflict" in r:
-                report.conflicts += 1
-            else:
-                report.compacted += 1
-                report.input_bytes += r["input_bytes"]
-                report.output_bytes += r["output_bytes"]
-        if catalog is not None:
-            from .repair import repair
+                results = (_run_on_spark(spark, metadata_url, objects_url, fresh, progress)
+                           + io.call(_run_here(io.meta, objects_url, [t for t in tasks if t.plan.merges])))
+            finishing = [r.pop("finishing") for r in results if "finishing" in r]
+            for r in results:
+                if "conflict" in r:
+                    report.conflicts += 1
+                else:
+                    report.compacted += 1
+                    report.input_bytes += r["input_bytes"]
+                    report.output_bytes += r["output_bytes"]
+            if catalog is not None:
+                from .repair import repair
 
-            # Without a topic list, every table there is or should be: retention may have
-            # removed data files, and a table may have fallen behind (catalog repair).
-            touched = sorted({t.topic for t in tasks} | set(topics or ()))
-            repaired = io.call(repair(io.meta, catalog, objects_url,
-                                      topics=None if repair_all and not topics else touched, also=touched))
-            report.tables = repaired.repaired
+                # Without a topic list, every table there is or should be: retention may have
+                # removed data files, and a table may have fallen behind (catalog repair).
+                touched = sorted({t.topic for t in tasks} | set(topics or ()))
+                repaired = io.call(repair(io.meta, catalog, objects_url,
+                                          topics=None if repair_all and not topics else touched, also=touched))
+                report.tables = repaired.repaired
+        finally:
+            # The replaced slices are released after the table commit: readers and the table
+            # see the compacted objects first, the bookkeeping does not delay them.
+            io.call(_finish_and_release(finishing, leases))
     except BaseException:
         _MetadataThread.discard(metadata_url)  # the next run starts from a new client (and session)
         raise
@@ -344,7 +386,7 @@ async def _run_here(meta: MetadataStore, objects_url: str, tasks: list[Compactio
 
     async def one(task: CompactionTask) -> dict:
         async with limit:
-            return await _compact_task(meta, objects, task)
+            return await _compact_task(meta, objects, task, finish_now=False)
 
     try:
         return list(await asyncio.gather(*(one(task) for task in tasks)))

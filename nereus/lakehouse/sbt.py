@@ -95,15 +95,24 @@ class _DataObject:
 
 
 async def compacted_objects(meta: MetadataStore, topic: str) -> list[_DataObject]:
-    """The compacted objects the offset index of every partition of ``topic`` refers to."""
+    """The compacted objects the offset index of every partition of ``topic`` refers to.
+
+    Groups a compaction replaced stay until it finishes (or the collector finishes it): an
+    object whose offsets a later group's object covers (a merge) is not one of them.
+    """
     out = []
     for name, partition, stream in await _rows.partitions(meta, topic):
         bounds = await _rows.stream_range(meta, name, partition, stream)
         if bounds is None:
             continue
+        found: list[_DataObject] = []
         async for entry in view.indexed_entries(meta, bounds.stream_id):
             if entry.compacted:
-                out.append(_DataObject(entry.object, partition, entry.base, entry.last))
+                # Groups are keyed by their last offset: a covering group comes after those it covers.
+                while found and found[-1].first >= entry.base:
+                    found.pop()
+                found.append(_DataObject(entry.object, partition, entry.base, entry.last))
+        out += found
     return out
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..storage import compacted_format
 from ..transactions.stream_index import TxnView
@@ -169,3 +170,34 @@ def build_table(partition: int, first: int, entries: Sequence[tuple[int, bytes |
     extra = [pa.array([row[i] for row in decoded], type=field.type) for i, field in enumerate(schema_columns.fields)]
     schema = pa.schema(list(RECORD_SCHEMA) + list(schema_columns.fields) + list(SCHEMA)[len(RECORD_SCHEMA):])
     return pa.Table.from_arrays(_arrays(columns, partition) + extra + list(entry_columns.values()), schema=schema)
+
+
+def merge_tables(tables: Sequence[pa.Table]) -> pa.Table | None:
+    """The rows of adjacent compacted objects' tables (in offset order) as one table, as
+    ``build_table`` gives them for all their entries at once; None if their columns differ
+    (schema columns of other schema versions: the range is then built from its entries).
+
+    A carrier row (an object of a range without records) is folded into the row before it,
+    or into the first row: the flattened entries keep their order, only row boundaries go.
+    """
+    schema = tables[0].schema.remove_metadata()
+    if any(not t.schema.remove_metadata().equals(schema) for t in tables[1:]):
+        return None
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables]).combine_chunks()
+    carriers = table.column("producer_name").is_null()
+    if not pc.any(carriers).as_py():
+        return table
+    entries = table.column(compacted_format.ENTRIES_COLUMN).chunk(0)
+    counts = table.column(compacted_format.ENTRY_RECORDS_COLUMN).chunk(0)
+    ends = pc.cumulative_sum(pc.list_value_length(entries)).to_pylist()
+    kept = pc.indices_nonzero(pc.invert(carriers)).to_pylist()
+    if not kept:  # no record in any of them: one carrier row, as for a range without records
+        kept = [0]
+    # Kept row j carries the entries up to the next kept row (the first: also those before it).
+    offsets = pa.array([0] + [ends[k - 1] for k in kept[1:]] + [ends[-1]], pa.int32())
+    rows = table.take(pa.array(kept, pa.int64()))
+    for name, column in ((compacted_format.ENTRIES_COLUMN, entries),
+                         (compacted_format.ENTRY_RECORDS_COLUMN, counts)):
+        rows = rows.set_column(rows.schema.get_field_index(name), rows.schema.field(name),
+                               pa.ListArray.from_arrays(offsets, column.flatten()))
+    return rows

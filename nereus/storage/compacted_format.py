@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import io
 import json
+from array import array
 from collections.abc import Sequence
+from itertools import accumulate
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import CorruptObject
@@ -57,13 +60,23 @@ def entry_columns(entries_per_row: Sequence[Sequence[tuple[int, bytes | memoryvi
     for row in entries_per_row:  # most rows carry nothing: one int append each
         for count, entry in row:
             counts.append(count)
-            blobs.append(entry if isinstance(entry, bytes) else bytes(entry))  # pyarrow reads views as ints
+            blobs.append(entry)
         offsets.append(len(counts))
     offsets_array = pa.array(offsets, pa.int32())
     return {
-        ENTRIES_COLUMN: pa.ListArray.from_arrays(offsets_array, pa.array(blobs, pa.binary())),
+        ENTRIES_COLUMN: pa.ListArray.from_arrays(offsets_array, binary_array(blobs)),
         ENTRY_RECORDS_COLUMN: pa.ListArray.from_arrays(offsets_array, pa.array(counts, pa.int64())),
     }
+
+
+def binary_array(blobs: Sequence[bytes | memoryview]) -> pa.BinaryArray:
+    """``blobs`` as one Arrow binary array: one join and one offsets buffer (pyarrow would take
+    memoryviews element by element, and copy each bytes object on its own)."""
+    lengths = array("i", [0])
+    lengths.extend(map(len, blobs))
+    offsets = array("i", accumulate(lengths))
+    return pa.BinaryArray.from_buffers(pa.binary(), len(blobs), [None, pa.py_buffer(offsets),
+                                                                 pa.py_buffer(b"".join(blobs))])
 
 
 def encode(table: pa.Table, header: CompactedHeader, *, row_group_rows: int = 64 * 1024) -> bytes:
@@ -115,9 +128,10 @@ def read_header(data: bytes | memoryview) -> CompactedHeader:
     return CompactedHeader(*fields)
 
 
-def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
-                   records: int) -> list[tuple[int, memoryview]]:
-    """Entries ``[(record_count, bytes), ...]`` of a compacted object, after checking it.
+def entry_arrays(data: bytes | memoryview, stream_id: int, first: int,
+                 records: int) -> tuple[pa.BinaryArray, pa.Int64Array]:
+    """The entries of a compacted object and their record counts, as two flat Arrow arrays,
+    after checking it.
 
     Raises CorruptObject if the file is unreadable, belongs to another stream or
     range, or its entries do not add up to the records its index entry promises.
@@ -131,12 +145,42 @@ def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
         if table.schema != pa.schema(ENTRY_COLUMNS_TYPE.items()).remove_metadata():
             raise CorruptObject(f"compacted object has entry columns of the wrong types: {table.schema}")
         blobs = table.column(ENTRIES_COLUMN).combine_chunks().flatten()
-        counts = table.column(ENTRY_RECORDS_COLUMN).combine_chunks().flatten().to_pylist()
+        counts = table.column(ENTRY_RECORDS_COLUMN).combine_chunks().flatten()
+        valid = (counts.null_count == 0 and blobs.null_count == 0 and len(counts) == len(blobs) == header.entries
+                 and (not len(counts) or (pc.min(counts).as_py() >= 0 and pc.sum(counts).as_py() == records)))
     except _UNREADABLE as exc:
         raise CorruptObject(f"unreadable compacted object: {exc}") from None
-    if (any(c is None or c < 0 for c in counts) or blobs.null_count or len(counts) != len(blobs)
-            or len(counts) != header.entries or sum(counts) != records):
+    if not valid:
         raise CorruptObject("compacted object: entry counts do not match its footer")
+    return blobs, counts
+
+
+def decode_entries(data: bytes | memoryview, stream_id: int, first: int,
+                   records: int) -> list[tuple[int, memoryview]]:
+    """Entries ``[(record_count, bytes), ...]`` of a compacted object, after checking it (``entry_arrays``)."""
+    blobs, counts = entry_arrays(data, stream_id, first, records)
     # as_buffer() is zero-copy: every entry is a view of the column's one data buffer
     # (cast to unsigned bytes: views compare element by element, and Arrow's are signed).
-    return [(count, memoryview(blob.as_buffer()).cast("B")) for count, blob in zip(counts, blobs)]
+    return [(count, memoryview(blob.as_buffer()).cast("B")) for count, blob in zip(counts.to_pylist(), blobs)]
+
+
+def holds_entries(data: bytes | memoryview, stream_id: int, first: int,
+                  entries: Sequence[tuple[int, bytes | memoryview]]) -> bool:
+    """Whether the compacted object ``data`` gives back exactly ``entries``, byte for byte (one
+    comparison of Arrow arrays, not one per entry); raises CorruptObject as ``entry_arrays``."""
+    blobs, counts = entry_arrays(data, stream_id, first, sum(c for c, _ in entries))
+    return (counts.equals(pa.array([c for c, _ in entries], pa.int64()))
+            and blobs.equals(binary_array([e for _, e in entries])))
+
+
+def merged_entries(data: bytes | memoryview, stream_id: int, first: int,
+                   sources: Sequence[tuple[bytes | memoryview, int, int]]) -> int | None:
+    """The entry count of the compacted object ``data`` if it gives back exactly the entries of
+    the compacted objects ``sources`` (``(bytes, first, records)`` each, adjacent, in order),
+    else None; raises CorruptObject as ``entry_arrays`` (for any of them)."""
+    parts = [entry_arrays(source, stream_id, base, records) for source, base, records in sources]
+    blobs, counts = entry_arrays(data, stream_id, first, sum(records for _, _, records in sources))
+    if (blobs.equals(pa.concat_arrays([b for b, _ in parts]))
+            and counts.equals(pa.concat_arrays([c for _, c in parts]))):
+        return len(blobs)
+    return None

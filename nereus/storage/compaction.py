@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..meta import MetadataStore, UnexpectedVersion
-from ..objstore import ObjectStore
+from ..objstore import ObjectNotFound, ObjectStore
 from . import compacted_format, gc, metrics, records
 from .compaction_lease import check_lease
 from .errors import CompactionConflict, StorageError
@@ -66,6 +66,10 @@ RELEASE_CONCURRENCY = 64
 Entries = list[tuple[int, memoryview]]
 #: Builds the Parquet bytes of a range: (stream id, first offset, entries, generation) -> bytes.
 Encoder = Callable[[int, int, Entries, int], bytes]
+#: Builds the Parquet bytes of a merge from the merged objects' bytes, without decoding their
+#: entries: (stream id, first offset, objects, generation) -> bytes, or None if it cannot
+#: (the range is then encoded from its entries).
+Merger = Callable[[int, int, list[bytes], int], bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,11 @@ class CompactionPlan:
     def input_bytes(self) -> int:
         return sum(e.length for e in self.slices)
 
+    @property
+    def merges(self) -> bool:
+        """Whether the plan merges compacted objects (rather than compacting WAL slices)."""
+        return all(e.compacted for e in self.slices)
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionResult:
@@ -109,6 +118,10 @@ class CompactionResult:
     input_bytes: int
     output_bytes: int
     generation: int
+    #: Step 5, when the caller asked to run it later (``finish_now=False``): readers already see
+    #: the change; until it runs, the replaced groups and slices stay (the collector runs it if
+    #: the caller dies first).
+    finishing: Callable[[], Awaitable[None]] | None = None
 
 
 async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGET_BYTES,
@@ -209,8 +222,14 @@ async def plan(meta: MetadataStore, stream_id: int, *, target_bytes: int = TARGE
 async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReader, job: CompactionPlan,
                   encode: Encoder, *,
                   encode_in: Callable[[Callable[[], bytes]], Awaitable[bytes]] | None = None,
-                  lease_owner: str | None = None) -> CompactionResult:
+                  lease_owner: str | None = None, merge: Merger | None = None,
+                  finish_now: bool = True) -> CompactionResult:
     """Carry out one plan (steps 2-5 of the module docstring); raises CompactionConflict.
+
+    ``merge``: how a merge plan's objects become one without decoding their entries (checked
+    against them as the encoder's output is). ``finish_now=False``: return right after the
+    switch, with step 5 as the result's ``finishing`` (a caller that makes the change visible
+    elsewhere first, such as a table commit).
 
     ``lease_owner``: the lease holder this work runs for (a job's task runs apart
     from the job's driver, which holds the lease); checked again just before the
@@ -218,16 +237,23 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
     """
     await _check_unchanged(meta, job)
     replaced = job.slices
-    blocks = await reader.load_slices(job.stream_id, replaced)
-    entries: Entries = [item for block in blocks for item in block]
     generation = max(e.generation for e in replaced) + 1
     run = encode_in or _in_executor
-    data = await run(lambda: _encode_checked(encode, job, entries, generation))
+    merging = any(e.compacted for e in replaced)
+    merged = None
+    if merge is not None and job.merges:
+        merged = await _merged(reader.objects, job, merge, generation, run)
+    if merged is not None:
+        data, entry_count = merged
+    else:
+        blocks = await reader.load_slices(job.stream_id, replaced)
+        entries: Entries = [item for block in blocks for item in block]
+        data = await run(lambda: _encode_checked(encode, job, entries, generation))
+        entry_count = len(entries)
     key = (f"compacted/{job.stream_id:0{records.OFFSET_WIDTH}d}/"
            f"{job.first:0{records.OFFSET_WIDTH}d}-{job.last:0{records.OFFSET_WIDTH}d}"
            f"-g{generation}-{uuid.uuid4().hex[:8]}.parquet")
-    merging = any(e.compacted for e in replaced)
-    entry = IndexEntry(key, 0, len(data), job.first, job.last - job.first + 1, len(entries), replaced[-1].size,
+    entry = IndexEntry(key, 0, len(data), job.first, job.last - job.first + 1, entry_count, replaced[-1].size,
                        generation=generation, timestamp=max(e.timestamp for e in replaced),
                        before=replaced[0].size_before if merging else None)
     marker = records.gc_pending_key(key)
@@ -254,8 +280,6 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
         if isinstance(exc, CompactionConflict):
             raise
         raise CompactionConflict(f"stream {job.stream_id}: [{job.first}, {job.last}] changed") from None
-    await finish(meta, job.stream_id, [(g.key, g.version) for g in job.groups[:-1]],
-                 [(e.object, e.base) for e in replaced], marker)
     log.info("stream %d: compacted [%d, %d] (%d slices, %d -> %d bytes) into %s", job.stream_id, job.first,
              job.last, len(replaced), job.input_bytes, len(data), key)
     try:
@@ -263,22 +287,34 @@ async def compact(meta: MetadataStore, objects: ObjectStore, reader: StreamReade
             await metrics.record_compaction(meta, job.input_bytes, len(data))
     except Exception as exc:  # the range is compacted; only the progress series misses it
         log.warning("stream %d: recording compaction progress failed: %s", job.stream_id, exc)
-    return CompactionResult(job.stream_id, job.first, job.last, key, job.input_bytes, len(data), generation)
+
+    async def finishing() -> None:
+        await finish(meta, job.stream_id, [(g.key, g.version) for g in job.groups[:-1]],
+                     [(e.object, e.base) for e in replaced], marker)
+
+    if finish_now:
+        await finishing()
+    return CompactionResult(job.stream_id, job.first, job.last, key, job.input_bytes, len(data), generation,
+                            None if finish_now else finishing)
 
 
 async def finish(meta: MetadataStore, stream_id: int, leftovers: list[tuple[str, int | None]],
                  replaced: list[tuple[str, int]], marker: str) -> None:
     """Step 5: drop the replaced groups and their references, then the marker (idempotent)."""
     partition = records.stream_partition(stream_id)
-    for key, version in leftovers:
-        try:
-            await meta.delete(key, expected_version_id=version, partition_key=partition)
-        except UnexpectedVersion:
-            pass  # trimmed (or otherwise replaced) meanwhile: its new owner releases it
+    limit = asyncio.Semaphore(RELEASE_CONCURRENCY)
+
+    async def delete(key: str, version: int | None) -> None:
+        async with limit:
+            try:
+                await meta.delete(key, expected_version_id=version, partition_key=partition)
+            except UnexpectedVersion:
+                pass  # trimmed (or otherwise replaced) meanwhile: its new owner releases it
+
+    await asyncio.gather(*(delete(key, version) for key, version in leftovers))
     by_object: dict[str, list[tuple[int, int]]] = {}
     for obj, base in replaced:
         by_object.setdefault(obj, []).append((stream_id, base))
-    limit = asyncio.Semaphore(RELEASE_CONCURRENCY)
 
     async def release(obj: str, pairs: list[tuple[int, int]]) -> None:
         async with limit:
@@ -321,10 +357,34 @@ async def resolve_marker(meta: MetadataStore, marker_key: str, value: dict) -> N
 
 def _encode_checked(encode: Encoder, job: CompactionPlan, entries: Entries, generation: int) -> bytes:
     data = encode(job.stream_id, job.first, entries, generation)
-    back = compacted_format.decode_entries(data, job.stream_id, job.first, job.last - job.first + 1)
-    if len(back) != len(entries) or any(c1 != c2 or e1 != e2 for (c1, e1), (c2, e2) in zip(back, entries)):
+    if not compacted_format.holds_entries(data, job.stream_id, job.first, entries):
         raise StorageError(f"stream {job.stream_id}: the compacted object does not give back its entries")
     return data
+
+
+async def _merged(objects: ObjectStore, job: CompactionPlan, merge: Merger, generation: int,
+                  run) -> tuple[bytes, int] | None:
+    """A merge plan's object from its objects' bytes (``merge``) and its entry count, checked: it must
+    give back the entries of the objects it merges. None if an object is missing (the reader then
+    falls back to the slices it replaced) or ``merge`` cannot."""
+    replaced = job.slices
+    try:
+        sources = list(await asyncio.gather(*(objects.get(e.object, e.position, e.position + e.length)
+                                              for e in replaced)))
+    except ObjectNotFound:
+        return None
+
+    def merge_checked() -> tuple[bytes, int] | None:
+        data = merge(job.stream_id, job.first, sources, generation)
+        if data is None:
+            return None
+        count = compacted_format.merged_entries(data, job.stream_id, job.first,
+                                                [(s, e.base, e.records) for s, e in zip(sources, replaced)])
+        if count is None:
+            raise StorageError(f"stream {job.stream_id}: the merged object does not give back its entries")
+        return data, count
+
+    return await run(merge_checked)
 
 
 async def _in_executor(fn: Callable[[], bytes]) -> bytes:
@@ -332,11 +392,15 @@ async def _in_executor(fn: Callable[[], bytes]) -> bytes:
 
 
 async def _check_unchanged(meta: MetadataStore, job: CompactionPlan) -> None:
+    """Every group of the plan is still there as planned (one scan: a plan's groups are adjacent keys)."""
     partition = records.stream_partition(job.stream_id)
-    for group in job.groups:
-        rec = await meta.get(group.key, partition_key=partition)
-        if rec is None or rec.version.version_id != group.version:
-            raise CompactionConflict(f"stream {job.stream_id}: group {group.key} changed since planning")
+    planned = {g.key: g.version for g in job.groups}
+    found = {}
+    async for rec in meta.range_scan(job.groups[0].key, job.groups[-1].key + "\x01", partition_key=partition):
+        found[rec.key] = rec.version.version_id
+    for key, version in planned.items():
+        if found.get(key) != version:
+            raise CompactionConflict(f"stream {job.stream_id}: group {key} changed since planning")
 
 
 __all__ = ["CompactionPlan", "CompactionResult", "MARKER_KIND", "TARGET_BYTES", "compact", "finish", "plan",

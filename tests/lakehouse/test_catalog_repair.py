@@ -169,8 +169,9 @@ async def _pins(node, topic: str) -> list[str]:
 
 
 def test_a_partitioned_topics_table_is_repaired_by_the_library_call(standalone):
-    topic = "persistent://public/repair/parted"
-    _admin(standalone, "PUT", "/persistent/public/repair/parted/partitions", 2)
+    topic = "persistent://public/repair-parted/parted"
+    _admin(standalone, "PUT", "/namespaces/public/repair-parted", {})  # a namespace of its own: any order
+    _admin(standalone, "PUT", "/persistent/public/repair-parted/parted/partitions", 2)
     for partition in (0, 1):
         produce(standalone, f"{topic}-partition-{partition}", 0, 30 + partition)
     assert asyncio.run(compact_and_sync(standalone, topic)) >= 2
@@ -184,7 +185,7 @@ def test_a_partitioned_topics_table_is_repaired_by_the_library_call(standalone):
             await meta.close()
 
     report = asyncio.run(fix())
-    assert [(r.table, r.created, r.stale) for r in report.repaired] == [("public.repair.parted", True, True)]
+    assert [(r.table, r.created, r.stale) for r in report.repaired] == [("public.repair-parted.parted", True, True)]
     assert report.repaired[0].added >= 2
     assert table_rows(standalone, topic) == truth(standalone, topic)
     assert {p for p, _ in table_rows(standalone, topic)} == {0, 1}

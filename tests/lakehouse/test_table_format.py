@@ -6,6 +6,9 @@ from __future__ import annotations
 import struct
 from datetime import datetime, timezone
 
+import pyarrow as pa
+import pytest
+
 from nereus.codec.kafka.records import Record, build_batch
 from nereus.lakehouse import rows, table_format
 from nereus.ledger.entry import EntryFlags, EntryFormat, EntryHeader, encode_entry
@@ -101,3 +104,32 @@ def test_a_range_without_records_keeps_its_entries_on_one_row():
     table = table_format.build_table(-1, 0, [(1, _marker()), (1, _marker())])
     assert table.num_rows == 1 and table.column("value").to_pylist() == [None]
     assert table.column("_entry_records").to_pylist() == [[1, 1]]
+
+
+def _ranges_built(ranges, first=10):
+    tables, base = [], first
+    for entries in ranges:
+        tables.append(table_format.build_table(2, base, entries))
+        base += sum(c for c, _ in entries)
+    return tables
+
+
+@pytest.mark.parametrize("layout", ["records", "markers-first", "markers-between", "markers-last", "markers-only"])
+def test_merged_tables_equal_the_table_built_from_all_their_entries(layout):
+    records = [[(1, _pulsar_single()), (2, _pulsar_batch())],
+               [(2, _kafka_entry([Record(0, 1_700_000_000_100, b"x", b"y", []), Record(1, 0, None, None, [])]))],
+               [(1, _pulsar_single())]]
+    markers = [(1, _marker()), (1, _marker())]
+    ranges = {"records": records, "markers-first": [markers] + records,
+              "markers-between": [records[0], markers, records[1], markers, records[2]],
+              "markers-last": records + [markers], "markers-only": [markers, markers[:1]]}[layout]
+    merged = table_format.merge_tables(_ranges_built(ranges))
+    whole = table_format.build_table(2, 10, [e for r in ranges for e in r])
+    assert merged.to_pylist() == whole.to_pylist()
+    assert merged.schema.equals(whole.schema)
+
+
+def test_tables_of_other_columns_are_not_merged():
+    plain = table_format.build_table(2, 10, [(1, _pulsar_single())])
+    wider = plain.append_column("extra", pa.array([1], pa.int64()))
+    assert table_format.merge_tables([plain, wider]) is None

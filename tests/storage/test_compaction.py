@@ -16,7 +16,7 @@ import pytest
 from nereus.storage import compacted_format, compaction, records
 from nereus.storage.collector import GarbageCollector
 from nereus.storage.compaction_lease import lease
-from nereus.storage.errors import CompactionConflict, CorruptObject
+from nereus.storage.errors import CompactionConflict, CorruptObject, StorageError
 from nereus.storage.gc import pin, unpin
 from nereus.storage.records import Tail
 from tests.storage.conftest import settle
@@ -345,3 +345,76 @@ async def test_a_crash_at_any_step_of_a_merge_leaves_no_change_or_the_whole_chan
     assert (len(index) == 1) == (step != "object-put")
     assert stored(objects) == await referenced(meta, [a.stream_id])
     assert (not stored(objects) & small) == (step != "object-put")
+
+
+def merge_by_tables(stream_id: int, first: int, objects, generation: int) -> bytes:
+    """A merger as the lakehouse's: the objects' tables concatenated, no entry decoded."""
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(pa.BufferReader(o)).replace_schema_metadata(None) for o in objects]
+    headers = [compacted_format.read_header(o) for o in objects]
+    header = compacted_format.CompactedHeader(stream_id, first, sum(h.records for h in headers),
+                                              sum(h.entries for h in headers), generation)
+    return compacted_format.encode(pa.concat_tables(tables), header)
+
+
+@pytest.mark.parametrize("merger", ["tables", "cannot", "alters-an-entry"])
+async def test_a_merge_by_the_objects_tables_is_checked_against_their_entries(meta, objects, storage, merger):
+    import pyarrow.parquet as pq
+
+    a, expected, groups = await _compacted_one_group_each(meta, objects, storage, "m", 43)
+    (merge,) = await compaction.plan(meta, a.stream_id, merge_below=1 << 20)
+    encoded = []
+
+    def encode_counted(*args):
+        encoded.append(args[1])
+        return encode(*args)
+
+    def merge_fn(stream_id, first, sources, generation):
+        if merger == "cannot":
+            return None
+        data = merge_by_tables(stream_id, first, sources, generation)
+        if merger == "alters-an-entry":  # the same sizes and counts, one byte changed: must never land
+            table = pq.read_table(pa.BufferReader(data))
+            entries = table.column("_entries").to_pylist()
+            entries[-1][0] = bytes([entries[-1][0][0] ^ 1]) + entries[-1][0][1:]
+            index = table.schema.get_field_index("_entries")
+            table = table.set_column(index, table.schema.field(index), pa.array(entries, table.schema.field(index).type))
+            data = compacted_format.encode(table.replace_schema_metadata(None), compacted_format.read_header(data))
+        return data
+
+    if merger == "alters-an-entry":
+        with pytest.raises(StorageError, match="does not give back its entries"):
+            await compaction.compact(meta, objects, storage.reader, merge, encode_counted, merge=merge_fn)
+        assert await index_of(meta, a.stream_id) == groups  # no change
+        assert await read_all(a) == expected
+        return
+    result = await compaction.compact(meta, objects, storage.reader, merge, encode_counted, merge=merge_fn)
+    assert encoded == ([] if merger == "tables" else [merge.first])  # decoded and encoded only as the fallback
+    (merged,) = await index_of(meta, a.stream_id)
+    assert merged[0].object == result.object and merged[0].entries == sum(g[0].entries for g in groups)
+    storage.reader.block_cache = type(storage.reader.block_cache)(1 << 20)
+    assert await read_all(a) == expected
+    await collect_all(meta, objects)
+    assert stored(objects) == await referenced(meta, [a.stream_id])
+    assert await read_all(a) == expected
+
+
+@pytest.mark.parametrize("finisher", ["caller", "collector"])
+async def test_a_compaction_finished_later_is_visible_first_and_finished_by_the_caller_or_the_collector(
+        meta, objects, storage, finisher):
+    a, expected = await fill(storage, "l", 30)
+    (job,) = await compaction.plan(meta, a.stream_id)
+    result = await compaction.compact(meta, objects, storage.reader, job, encode, finish_now=False)
+    index = await index_of(meta, a.stream_id)
+    assert any(g[0].object == result.object for g in index)  # switched: readers meet the compacted object
+    assert len([g for g in index if not g[0].compacted and g[-1].last <= result.last]) == len(job.groups) - 1
+    assert await read_all(a) == expected
+    if finisher == "caller":
+        await result.finishing()
+    await collect_all(meta, objects)  # the collector finishes from the marker what the caller left
+    index = await index_of(meta, a.stream_id)
+    assert [g[0].object for g in index if g[-1].last <= result.last] == [result.object]  # leftovers gone
+    assert stored(objects) == await referenced(meta, [a.stream_id])
+    storage.reader.block_cache = type(storage.reader.block_cache)(1 << 20)
+    assert await read_all(a) == expected
