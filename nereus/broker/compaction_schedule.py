@@ -64,6 +64,7 @@ class CompactionSchedule:
     metadata_url: str
     objects_url: str
     log_file: Path = Path("logs/compaction.log")  # the worker's output, appended
+    catalog: str | None = None  # the built-in tables' catalog; None: the worker's default (beside file://), or none
 
 
 class RestartDelay:
@@ -172,6 +173,10 @@ class Worker:
                 "--interval", str(schedule.interval), "--min-bytes", str(schedule.min_bytes),
                 "--max-age", str(schedule.max_age), "--no-progress",
                 "--lock-file", str(schedule.log_file.with_name("compaction.lock"))]
+        if schedule.catalog is not None:
+            args += ["--catalog", schedule.catalog]
+        elif not schedule.objects_url.startswith("file:"):
+            args.append("--no-sbt")  # no catalog to keep tables in: compaction alone
         env = dict(os.environ, PYSPARK_SUBMIT_ARGS=_SPARK_SUBMIT_ARGS)
         ensure_java_home(env)
         schedule.log_file.parent.mkdir(parents=True, exist_ok=True)

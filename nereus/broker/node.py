@@ -46,6 +46,7 @@ from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
 from .http import add_https, attach_admin, start_http
+from .iceberg_rest import sbt_catalog
 from .listeners import AdvertisedListener
 from .wal_replica import ClusterWalDirectory, LocalWal, default_durability, wal_credentials, wal_tls_contexts
 
@@ -118,6 +119,7 @@ class BrokerOptions:
                                 max_pending_bytes=self.max_pending_bytes,
                                 max_pending_publish_requests=self.max_pending_publish_requests, budget=budget)
     log_dir: Path | None = None  # the compaction worker's log; default: ./logs
+    sbt_catalog_uri: str | None = None  # the built-in tables' catalog; default: beside a file:// object store
     authentication: AuthSettings = AuthSettings()  # authenticationEnabled and the providers' settings
     pulsar_tls_port: int | None = None  # brokerServicePortTls (pulsar+ssl://); None: no TLS listener
     http_tls_port: int | None = None  # webServicePortTls (HTTPS)
@@ -191,6 +193,7 @@ class BrokerNode:
     http_port: int
     leases: dict
     transactions: TransactionCoordinator | None = None
+    sbt_catalog: object | None = None  # iceberg_rest.sbt_catalog.CatalogLocation: where the built-in tables are
 
     @property
     def address(self) -> BrokerAddress:
@@ -404,12 +407,17 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     if local_wal is not None:
         local_wal.start_janitor(meta)
     workers = {"gc": lambda: _gc_loop(collector, options.gc_interval)}
+    tables = sbt_catalog.location(objects_url, options.sbt_catalog_uri)
+    if tables is None and options.compaction_interval > 0:
+        log.warning("built-in tables off: the object store is not file:// and no --sbt-catalog is given "
+                    "(compaction goes on without them)")
     if options.compaction_interval > 0:
         from .compaction_schedule import CompactionSchedule, run_schedule
 
         schedule = CompactionSchedule(options.compaction_interval, options.compaction_max_age,
                                       options.compaction_min_bytes, metadata_url, objects_url,
-                                      Path(options.log_dir or "logs") / "compaction.log")
+                                      Path(options.log_dir or "logs") / "compaction.log",
+                                      catalog=None if tables is None else tables.uri)
         workers["compaction"] = lambda: run_schedule(meta, schedule)
     for worker, run in workers.items():
         task = asyncio.ensure_future(run_under_lease(meta, worker, holder, run, status=leases,
@@ -420,7 +428,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     sweeps = asyncio.ensure_future(run_sweeps(pulsar.replication))
     stack.push_async_callback(_cancel_and_wait, sweeps)
     node = BrokerNode(options, storage, registry, pulsar, kafka, membership, placement, http_port, leases,
-                      transactions)
+                      transactions, tables)
     await attach_admin(http, storage=storage, meta=meta, pulsar=pulsar, node=node)
     await pulsar.serve()
     await kafka.serve()

@@ -76,6 +76,8 @@ async def run_standalone(config: StandaloneConfig, *, ready: asyncio.Event | Non
     stop = asyncio.Event()
     install_stop_signals(stop)
     options = config.broker if config.broker.log_dir else replace(config.broker, log_dir=config.data_dir / "logs")
+    if options.sbt_catalog_uri is None:
+        options = replace(options, sbt_catalog_uri=standalone_sbt_catalog(config.data_dir, objects_url))
     if options.wal_dir is None:
         options = replace(options, wal_dir=config.data_dir / "wal")
     objects = open_object_store(objects_url)  # first: a bad URL fails before anything opens
@@ -127,13 +129,22 @@ async def _cancel_and_wait(task: asyncio.Task) -> None:
         await task
 
 
+def standalone_sbt_catalog(data_dir: Path, objects_url: str) -> str | None:
+    """A standalone keeps its built-in tables' catalog in its data directory when its object store is
+    not ``file://`` (beside a ``file://`` store is every broker's default: None)."""
+    if objects_url.startswith("file:"):
+        return None
+    return "sqlite:///" + str((data_dir / "iceberg" / "catalog.db").resolve())
+
+
 class ChildBrokerFailed(RuntimeError):
     """A broker process of ``--brokers N`` could not start (its own error line is printed above)."""
 
 
 def child_command(index: int, config: StandaloneConfig, metadata_url: str, objects_url: str) -> list[str]:
     """The ``nereus broker`` command line of child broker ``index``: the standalone's options, its ports + ``index``."""
-    given = {**config.given, "log_dir": config.given.get("log_dir") or config.data_dir / "logs"}
+    given = {**config.given, "log_dir": config.given.get("log_dir") or config.data_dir / "logs",
+             "sbt_catalog": config.given.get("sbt_catalog") or standalone_sbt_catalog(config.data_dir, objects_url)}
     return [sys.executable, "-m", "nereus.cli", "--lifeline-stdin",
             "--log-level", logging.getLevelName(log.getEffectiveLevel()),
             "broker", "--metadata", metadata_url, "--object-store", objects_url,

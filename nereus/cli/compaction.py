@@ -59,7 +59,7 @@ def compact(metadata: str, objects: str | None, topics: tuple[str, ...], target_
         catalog = catalog or default_catalog_uri(objects)
         if catalog is None:
             raise click.UsageError("--catalog is needed for SBT tables when the object store is not file://")
-        table_catalog = sbt_tables.open_catalog(catalog, objects.rstrip("/") + "/iceberg")
+        table_catalog = sbt_tables.store_catalog(catalog, objects)
     spark = local_session("nereus-compact", master)
     repaired_at = None
     pause = interval

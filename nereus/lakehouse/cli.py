@@ -256,11 +256,11 @@ def repair(metadata: str, objects: str, catalog: str | None, topics: tuple[str, 
 async def _repair(metadata: str, objects: str, catalog_uri: str, topics: list[str] | None, dry_run: bool):
     from ..meta import connect
     from .repair import repair as run_repair
-    from .sbt import open_catalog
+    from .sbt import store_catalog
 
     meta = connect(metadata)
     try:
-        catalog = await asyncio.to_thread(open_catalog, catalog_uri, objects.rstrip("/") + "/iceberg")
+        catalog = await asyncio.to_thread(store_catalog, catalog_uri, objects)
         return await run_repair(meta, catalog, objects, topics=topics, dry_run=dry_run)
     finally:
         await meta.close()

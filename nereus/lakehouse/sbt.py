@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..storage import gc, view
 from . import rows as _rows
-from . import table_format
+from . import table_format, table_store
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,21 @@ SNAPSHOTS_KEPT = 100
 TOPIC_PROPERTY = "nereus.topic"
 
 
-def open_catalog(catalog_uri: str, warehouse: str):
-    """A pyiceberg catalog: SQL (``sqlite:///...`` or any SQLAlchemy URL) or REST (``http(s)://``)."""
+def open_catalog(catalog_uri: str, warehouse: str, **properties: str):
+    """A pyiceberg catalog: SQL (``sqlite:///...`` or any SQLAlchemy URL) or REST (``http(s)://``);
+    ``properties``: more catalog properties (FileIO settings)."""
     from .iceberg_catalog import load_catalog
 
-    if catalog_uri.startswith(("http://", "https://")):
-        return load_catalog("nereus", type="rest", uri=catalog_uri, warehouse=warehouse)
-    return load_catalog("nereus", type="sql", uri=catalog_uri, warehouse=warehouse)
+    kind = "rest" if catalog_uri.startswith(("http://", "https://")) else "sql"
+    if catalog_uri.startswith("sqlite:///"):  # SQLite creates the file, not the directory it goes in
+        os.makedirs(os.path.dirname(catalog_uri[len("sqlite:///"):]) or ".", exist_ok=True)
+    return load_catalog("nereus", type=kind, uri=catalog_uri, warehouse=warehouse, **properties)
+
+
+def store_catalog(catalog_uri: str, objects_url: str):
+    """The catalog of the built-in tables of the store at ``objects_url`` (``table_store``: its
+    warehouse there, and what reaches that store)."""
+    return open_catalog(catalog_uri, table_store.warehouse(objects_url), **table_store.file_io_properties(objects_url))
 
 
 def identifier(topic: str) -> tuple[str, str, str]:
@@ -68,7 +76,7 @@ def managed_topics(catalog) -> list[str]:
 
 def object_url(objects_url: str, key: str) -> str:
     """Where a table reader finds an object of the store at ``objects_url``."""
-    return f"{objects_url.rstrip('/')}/{quote(key)}"
+    return table_store.object_url(objects_url, key)
 
 
 @dataclass

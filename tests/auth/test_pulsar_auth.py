@@ -236,7 +236,8 @@ def test_anonymous_role(tmp_path):
     key = base64.b64encode(create_secret_key()).decode()
     node = Standalone(tmp_path / "data", ["--compaction-interval", "0", "--authentication",
                                           "--authentication-providers", "token", "--token-secret-key",
-                                          f"data:;base64,{key}", "--anonymous-user-role", "guest"])
+                                          f"data:;base64,{key}", "--anonymous-user-role", "guest",
+                                          "--sbt-catalog", "postgresql://lake:s3cret@127.0.0.1:5/tables"])
     node.start()
     try:
         _round_trip(node, None, "anon-ok")
@@ -246,6 +247,7 @@ def test_anonymous_role(tmp_path):
         body = urllib.request.urlopen(f"{node.http}/admin/v2/brokers/configuration/runtime", timeout=10).read()
         runtime = json.loads(body)
         assert key.encode() not in body and runtime["tokenSecretKey"] == "******"
+        assert b"s3cret" not in body and runtime["sbtCatalogUri"] == "postgresql://lake:******@127.0.0.1:5/tables"
         assert runtime["authenticationEnabled"] == "true" and runtime["anonymousUserRole"] == "guest"
         assert runtime["authenticationProviders"] == "token"
     finally:

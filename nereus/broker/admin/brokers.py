@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import web
 
@@ -44,6 +45,17 @@ def _secret(value: str | None) -> str:
     return value if value.startswith(("file:", "/")) else REDACTED
 
 
+def _url_without_password(url: str | None) -> str:
+    """A catalog URL (``postgresql://user:password@host/db``) with its password redacted."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _nested(options) -> dict[str, str]:
     """The settings kept in nested objects, one Pulsar key each."""
     config = {}
@@ -53,6 +65,7 @@ def _nested(options) -> dict[str, str]:
             config[key] = _text(getattr(getattr(options, setting), name))
     config["tokenSecretKey"] = _secret(options.authentication.token_secret_key)
     config["brokerClientAuthenticationParameters"] = _secret(options.broker_client_auth_params)
+    config["sbtCatalogUri"] = _url_without_password(options.sbt_catalog_uri)
     config["saslAllowedMechanisms"] = _text(options.sasl.mechanisms) if options.sasl is not None else ""
     config["advertisedListeners"] = ",".join(f"{li.name}:{url}" for li in options.advertised_listeners
                                              for url in (li.pulsar_url, li.pulsar_tls_url, li.http_url, li.https_url)

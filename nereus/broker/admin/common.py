@@ -55,6 +55,11 @@ class AdminContext:
         return self.pulsar.registry.placement
 
     @property
+    def sbt_catalog(self):
+        """Where the topics' built-in tables are (``iceberg_rest.sbt_catalog.CatalogLocation``); None: nowhere."""
+        return self.node.sbt_catalog if self.node is not None else None
+
+    @property
     def cluster_name(self) -> str:
         return self.node.options.cluster_name if self.node is not None else DEFAULT_CLUSTER
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 
 from aiohttp import web
 
@@ -41,12 +40,12 @@ def _millis(value) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
 
 
-def read_rows(uri: str, warehouse: str, ident: tuple[str, str, str], limit: int) -> dict:
+def read_rows(where, ident: tuple[str, str, str], limit: int) -> dict:
     """The first ``limit`` rows of the table's current snapshot (blocking: run in a thread)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
-        table = tables.catalog(uri, warehouse).load_table(ident)
+        table = where.open().load_table(ident)
     except (NoSuchTableError, NoSuchNamespaceError):
         return {"exists": False, "note": "no table yet: the compaction worker creates it on its first run"}
     snapshot = table.current_snapshot()
@@ -72,12 +71,12 @@ async def get_rows(request: web.Request) -> web.Response:
     ident = sbt.identifier(str(name))
     if importlib.util.find_spec("pyiceberg") is None:
         return web.json_response({"table": ".".join(ident), "exists": False, "note": tables.NO_EXTRA})
-    location = tables.catalog_location(ctx.storage.objects)
-    if location is None or not os.path.exists(location[0][len("sqlite:///"):]):
-        note = "no table yet: the compaction worker creates it on its first run" if location is not None else \
-            "the object store is not file://: the broker does not read the catalog of its tables"
+    where = ctx.sbt_catalog
+    if where is None or not where.exists:
+        note = "no table yet: the compaction worker creates it on its first run" if where is not None else \
+            tables.NO_CATALOG
         return web.json_response({"table": ".".join(ident), "exists": False, "note": note})
-    answer = await asyncio.to_thread(read_rows, *location, ident, int(raw))
+    answer = await asyncio.to_thread(read_rows, where, ident, int(raw))
     return web.json_response({"table": ".".join(ident), **answer})
 
 

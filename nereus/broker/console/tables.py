@@ -5,8 +5,9 @@ offset index refers to and the offsets they cover: those objects are the table's
 files once the compaction worker has synced it. The catalog (read with pyiceberg, from
 the lakehouse extra, only when it is installed; the broker never needs Spark for this)
 gives the table itself: its snapshots with the offsets each one covers, and the data
-files of the current one. The catalog is the one the compaction worker uses by
-default: ``iceberg/catalog.db`` beside a ``file://`` object store.
+files of the current one. The catalog is the one the compaction worker commits to
+(``iceberg_rest.sbt_catalog``: ``--sbt-catalog``, by default ``iceberg/catalog.db``
+beside a ``file://`` object store).
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
 
 from aiohttp import web
 
 from ...lakehouse import sbt
 from ..admin.common import AdminError, context, partitions, stream_exists, topic_name
-from ..iceberg_rest.sbt_catalog import catalog, catalog_location
+from ..iceberg_rest.sbt_catalog import CatalogLocation
 
 #: At most this many data files and compacted objects are listed (the totals are always given).
 MAX_LISTED = 500
@@ -35,12 +35,12 @@ def _offsets(summary: dict) -> dict:
         return {}
 
 
-def _read_table(uri: str, warehouse: str, ident: tuple[str, str, str]) -> dict:
+def _read_table(where: CatalogLocation, ident: tuple[str, str, str]) -> dict:
     """The table's snapshots and current data files as the catalog has them (blocking: run in a thread)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
-        table = catalog(uri, warehouse).load_table(ident)
+        table = where.open().load_table(ident)
     except (NoSuchTableError, NoSuchNamespaceError):
         return {"exists": False, "note": "no table yet: the compaction worker creates it on its first run"}
     snapshots = []  # ids as strings: 64-bit, beyond what a JavaScript number holds exactly
@@ -69,19 +69,19 @@ def _read_table(uri: str, warehouse: str, ident: tuple[str, str, str]) -> dict:
             "offsets": sbt.read_offsets(table)}
 
 
-async def _catalog_view(objects, ident: tuple[str, str, str]) -> dict:
+NO_CATALOG = "no catalog of built-in tables: the object store is not file:// and the broker has no --sbt-catalog"
+
+
+async def _catalog_view(where: CatalogLocation | None, ident: tuple[str, str, str]) -> dict:
     if importlib.util.find_spec("pyiceberg") is None:
         return {"available": False, "note": NO_EXTRA}
-    location = catalog_location(objects)
-    if location is None:
-        return {"available": False, "note": "the object store is not file://: its tables are in the catalog "
-                                            "given to `nereus compact --catalog`, which the broker does not read"}
-    uri, warehouse = location
-    if not os.path.exists(uri[len("sqlite:///"):]):
-        return {"available": True, "catalog": uri, "exists": False,
+    if where is None:
+        return {"available": False, "note": NO_CATALOG}
+    if not where.exists:
+        return {"available": True, "catalog": str(where), "exists": False,
                 "note": "no catalog yet: the compaction worker creates it on its first run"}
-    view = await asyncio.to_thread(_read_table, uri, warehouse, ident)
-    return {"available": True, "catalog": uri, **view}
+    view = await asyncio.to_thread(_read_table, where, ident)
+    return {"available": True, "catalog": str(where), **view}
 
 
 async def get_table(request: web.Request) -> web.Response:
@@ -98,8 +98,8 @@ async def get_table(request: web.Request) -> web.Response:
         "topic": str(name), "table": ".".join(ident), "partitioned": streams != [name],
         "compactedObjectCount": len(listed), "compactedObjects": listed[:MAX_LISTED],
         "coveredOffsets": sbt.coverage(objects),
-        "catalog": await _catalog_view(ctx.storage.objects, ident),
+        "catalog": await _catalog_view(ctx.sbt_catalog, ident),
     })
 
 
-__all__ = ["NO_EXTRA", "catalog", "catalog_location", "get_table"]
+__all__ = ["NO_CATALOG", "NO_EXTRA", "get_table"]

@@ -35,7 +35,7 @@ def answers(handler):
             ctx = request.app[CONTEXT]
             if not ctx.ready:
                 raise protocol.unavailable("The broker is not ready")
-            return await handler(request, Access(request, Source(ctx.meta, ctx.storage.objects)))
+            return await handler(request, Access(request, Source(ctx.meta, ctx.sbt_catalog)))
         except IcebergError as exc:
             return _error(request, exc.status, exc.kind, exc.message)
         except Exception as exc:

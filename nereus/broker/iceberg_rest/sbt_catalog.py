@@ -1,10 +1,11 @@
 """Where the broker finds its topics' built-in (SBT) tables: the compaction worker's catalog.
 
-The broker's compaction worker (``nereus compact`` without ``--catalog``) keeps the
-tables in an Iceberg SQL catalog on SQLite, ``iceberg/catalog.db`` beside a ``file://``
-object store; the console and the Iceberg REST catalog read that one. An object store
-that is not ``file://`` has no catalog the broker knows of. pyiceberg (the lakehouse
-extra) is imported only when a catalog is opened.
+The broker's compaction worker keeps the tables in the catalog ``--sbt-catalog`` names
+(an Iceberg SQL catalog by SQLAlchemy URL, or an Iceberg REST catalog), by default an
+SQL catalog on SQLite, ``iceberg/catalog.db`` beside a ``file://`` object store (a
+standalone on another store: in its data directory). The console and the Iceberg REST
+catalog read that one. pyiceberg (the lakehouse extra) is imported only when a catalog
+is opened.
 """
 
 from __future__ import annotations
@@ -12,38 +13,66 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
 
 from ...lakehouse import sbt
 
+_SQLITE = "sqlite:///"
 
-def catalog_location(objects) -> tuple[str, str] | None:
-    """(catalog URI, warehouse) of the default SBT catalog of this object store; None if it has none."""
-    root = getattr(objects, "root", None)
-    if root is None:
+
+@dataclass(frozen=True)
+class CatalogLocation:
+    """The SBT catalog ``uri`` of the tables of the object store at ``objects_url``."""
+
+    uri: str
+    objects_url: str
+
+    @property
+    def exists(self) -> bool:
+        """False for an SQLite catalog the worker has not created yet (opening it would create it:
+        a reader must not be the one that does)."""
+        return not self.uri.startswith(_SQLITE) or os.path.exists(self.uri[len(_SQLITE):])
+
+    def open(self):
+        """The catalog (opened once per process)."""
+        return catalog(self.uri, self.objects_url)
+
+    def __str__(self) -> str:
+        return self.uri.partition("?")[0]  # a query may hold credentials
+
+
+def default_uri(objects_url: str) -> str | None:
+    """The SBT catalog beside a ``file://`` object store, ``sqlite:///{store}/../iceberg/catalog.db``;
+    None for other stores (their broker is told where, or a standalone keeps it in its data dir)."""
+    parts = urlsplit(objects_url)
+    if parts.scheme != "file":
         return None
-    path = os.path.join(os.path.dirname(root.rstrip(os.sep)), "iceberg", "catalog.db")
-    return "sqlite:///" + path, "file://" + root.rstrip("/") + "/iceberg"
+    root = os.path.dirname(unquote(parts.path).rstrip("/"))
+    return _SQLITE + os.path.join(root, "iceberg", "catalog.db")
+
+
+def location(objects_url: str, configured: str | None) -> CatalogLocation | None:
+    """Where the SBT tables of the store at ``objects_url`` are: ``configured``, else the default."""
+    uri = configured or default_uri(objects_url)
+    return None if uri is None else CatalogLocation(uri, objects_url)
 
 
 @functools.lru_cache(maxsize=4)
-def catalog(uri: str, warehouse: str):
-    """The SBT catalog at ``uri`` (opened once per process)."""
-    return sbt.open_catalog(uri, warehouse)
+def catalog(uri: str, objects_url: str):
+    """The SBT catalog at ``uri`` of the store at ``objects_url`` (opened once per process)."""
+    return sbt.store_catalog(uri, objects_url)
 
 
 def has_pyiceberg() -> bool:
     return importlib.util.find_spec("pyiceberg") is not None
 
 
-def existing(objects):
-    """The SBT catalog of this object store if the worker created it already (and pyiceberg is here), else None.
-
-    Opening a SQL catalog creates its database: a reader must not be the one that does.
-    """
-    location = catalog_location(objects)
-    if location is None or not has_pyiceberg() or not os.path.exists(location[0][len("sqlite:///"):]):
+def existing(where: CatalogLocation | None):
+    """The SBT catalog at ``where`` if the worker created it already (and pyiceberg is here), else None."""
+    if where is None or not has_pyiceberg() or not where.exists:
         return None
-    return catalog(*location)
+    return where.open()
 
 
-__all__ = ["catalog", "catalog_location", "existing", "has_pyiceberg"]
+__all__ = ["CatalogLocation", "catalog", "default_uri", "existing", "has_pyiceberg", "location"]

@@ -23,11 +23,12 @@ NO_EXTRA = "the lakehouse extra is not installed on this broker (pip install 'ne
 
 
 class Source:
-    """The namespaces of ``meta`` and the built-in tables kept beside ``objects``."""
+    """The namespaces of ``meta`` and the built-in tables of the catalog at ``tables``
+    (``sbt_catalog.CatalogLocation``; None: no tables)."""
 
-    def __init__(self, meta: MetadataStore, objects) -> None:
+    def __init__(self, meta: MetadataStore, tables) -> None:
         self.meta = meta
-        self.objects = objects
+        self.tables = tables
 
     async def tenants(self) -> list[str]:
         return sorted(await list_children(self.meta, TENANTS_ROOT))
@@ -48,7 +49,7 @@ class Source:
     def _catalog(self):
         if not sbt_catalog.has_pyiceberg():
             raise unavailable(NO_EXTRA)
-        return sbt_catalog.existing(self.objects)
+        return sbt_catalog.existing(self.tables)
 
     async def table_names(self, levels: tuple[str, ...]) -> list[str]:
         """Topics of the namespace ``[tenant, namespace]`` that have a built-in table."""

@@ -423,6 +423,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--log-dir", ("logDir",), click.Path(file_okay=False, path_type=Path), None,
            "Where the compaction worker's output goes (compaction.log). Default: DATA_DIR/logs (standalone), "
            "./logs (broker)."),
+    Option("--sbt-catalog", ("sbtCatalogUri",), None, None,
+           "The Iceberg catalog of the topics' built-in tables: an SQLAlchemy URL (sqlite:///PATH, "
+           "postgresql://...) or an Iceberg REST catalog's URL. Default: iceberg/catalog.db beside a file:// object "
+           "store, DATA_DIR/iceberg/catalog.db for a standalone on another store; a broker on another store "
+           "compacts without tables.", field="sbt_catalog_uri"),
 )
 
 def click_options(command: str):

@@ -1,0 +1,53 @@
+"""The object store as Iceberg sees it: where the built-in tables' files are, and how to reach them.
+
+A built-in (SBT) table lists the compacted objects where the store keeps them, so its
+readers reach the same store. A ``file://`` store's objects are local paths. An ``s3://``
+store's objects are ``s3://bucket/prefix/key``: the store URL without its query, whose
+connection options (endpoint, region, credentials; else the ``AWS_*`` variables, as the
+store itself takes them) become pyiceberg's ``s3.*`` FileIO properties. The tables'
+metadata files go below ``iceberg/`` in the same store (the catalog's warehouse).
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qsl, quote, urlsplit
+
+#: S3 store options (``objstore.s3``) -> pyiceberg FileIO properties.
+_S3_PROPERTIES = {"endpoint": "s3.endpoint", "region": "s3.region", "access_key_id": "s3.access-key-id",
+                  "secret_access_key": "s3.secret-access-key", "session_token": "s3.session-token"}
+
+
+def base_url(objects_url: str) -> str:
+    """The store's URL without its options (a query may hold credentials, and is no part of a path)."""
+    return objects_url.partition("?")[0].rstrip("/")
+
+
+def object_url(objects_url: str, key: str) -> str:
+    """Where a table reader finds the object ``key`` of the store at ``objects_url``."""
+    return f"{base_url(objects_url)}/{quote(key)}"
+
+
+def warehouse(objects_url: str) -> str:
+    """Where the built-in tables' metadata files go: ``iceberg/`` in the same store."""
+    return base_url(objects_url) + "/iceberg"
+
+
+def file_io_properties(objects_url: str) -> dict[str, str]:
+    """pyiceberg FileIO properties that reach the store at ``objects_url`` (none for ``file://``)."""
+    parts = urlsplit(objects_url)
+    if parts.scheme != "s3":
+        return {}
+    from ..objstore.s3 import ENV_FALLBACKS
+
+    options: dict[str, str] = {}
+    for name, envs in ENV_FALLBACKS.items():
+        for env in envs:
+            if os.environ.get(env):
+                options[name] = os.environ[env]
+                break
+    options.update(parse_qsl(parts.query))
+    return {_S3_PROPERTIES[name]: value for name, value in options.items() if name in _S3_PROPERTIES}
+
+
+__all__ = ["base_url", "file_io_properties", "object_url", "warehouse"]
