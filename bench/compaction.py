@@ -15,7 +15,9 @@
    then for ``--lag-seconds`` measured; the built-in Iceberg table's snapshot offsets are polled every
    0.25 s; lag = first poll that covers a message's offset minus its ack time (targets:
    p50 <= 5 s, p99 <= 15 s). Messages still in the stream's newest, not yet indexed
-   slices at the end are not counted.
+   slices at the end are not counted. ``--store s3``: the standalone's object store (and
+   the tables' files) on S3 with S3 Standard's latency (``tests/delayed_s3.py``). Also
+   printed: the worker's runs (count, median MB of input, merges included, and seconds).
 3. Tables (``--tables``, after 1): the compacted topic as its built-in Iceberg table
    (zero-copy) and delivered into a Delta and a Hudi table, each read whole with its
    format's reader (pyiceberg, deltalake, hudi-rs); ratio = plain pyarrow reading the
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.delayed_s3 (--store s3)
 from _procs import start_nereus  # noqa: E402
 from _table_reads import table_reads  # noqa: E402
 
@@ -165,20 +168,23 @@ def throughput(args, workdir: Path) -> dict:
             "pyarrow_parquet_mb": round(base["parquet_bytes"] / 1e6, 1), **tables}
 
 
-def lag(args, workdir: Path, rate: int) -> dict:
+def lag(args, workdir: Path, rate: int, s3=None) -> dict:
     import pulsar
 
     from nereus.lakehouse import sbt
-    from nereus.lakehouse.session import default_catalog_uri
 
     workdir = workdir / f"rate-{rate}"
     (workdir / "lag").mkdir(parents=True, exist_ok=True)
-    proc, ports = start_nereus(workdir / "lag", args.schedule_args.split())  # the default schedule unless given
+    data_dir = workdir / "lag" / "nereus"
+    store = [] if s3 is None else ["--object-store", s3.store_url(f"lag-{rate}")]
+    # The default schedule unless given; on S3 the standalone keeps the tables' catalog in its data dir.
+    proc, ports = start_nereus(workdir / "lag", args.schedule_args.split() + store)
     topic = "persistent://public/default/bench-lag"
     acked: dict[int, float] = {}
     visible: dict[int, float] = {}
     try:
-        objects = (workdir / "lag" / "nereus" / "objects").resolve().as_uri()
+        objects = data_dir.joinpath("objects").resolve().as_uri() if s3 is None else s3.store_url(f"lag-{rate}")
+        catalog_uri = f"sqlite:///{data_dir.resolve() / 'iceberg' / 'catalog.db'}"
         client = pulsar.Client(f"pulsar://127.0.0.1:{ports['pulsar']}", logger=pulsar.ConsoleLogger(
             pulsar.LoggerLevel.Error))
         producer = client.create_producer(topic, batching_enabled=False)
@@ -202,7 +208,7 @@ def lag(args, workdir: Path, rate: int) -> dict:
                 continue
             if time.monotonic() >= check_at:
                 check_at = time.monotonic() + 0.5
-                catalog = catalog or _try_catalog(sbt, default_catalog_uri(objects), objects)
+                catalog = catalog or _try_catalog(sbt, catalog_uri, objects)
                 if catalog and _covered(sbt, catalog, topic):
                     break
             time.sleep(0.001)
@@ -218,7 +224,7 @@ def lag(args, workdir: Path, rate: int) -> dict:
                 continue
             if now >= poll_at:
                 poll_at = now + 0.25
-                catalog = catalog or _try_catalog(sbt, default_catalog_uri(objects), objects)
+                catalog = catalog or _try_catalog(sbt, catalog_uri, objects)
                 covered = _covered(sbt, catalog, topic) if catalog else 0
                 with lock:
                     for offset in [o for o in acked if o < covered and o not in visible]:
@@ -255,8 +261,10 @@ def _worker_runs(data_dir: Path) -> dict:
 
 
 def _try_catalog(sbt, uri, objects):
+    if not Path(uri[len("sqlite:///"):]).exists():  # opening would create it: the worker does
+        return None
     try:
-        return sbt.open_catalog(uri, objects + "/iceberg")
+        return sbt.store_catalog(uri, objects)
     except Exception:
         return None
 
@@ -281,14 +289,27 @@ def main() -> None:
     parser.add_argument("--skip-lag", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--tables", action="store_true", help="also read the topic as Iceberg, Delta and Hudi tables")
+    parser.add_argument("--store", choices=("file", "s3"), default="file",
+                        help="the lag runs' object store: file://, or S3 with S3 Standard's latency (moto behind "
+                             "tests/delayed_s3.py)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_throughput:
             result = throughput(args, Path(tmp))
             print("throughput", " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
-        for rate in ([] if args.skip_lag else [int(r) for r in args.rates.split(",")]):
-            result = lag(args, Path(tmp), rate)
-            print("sbt_lag", " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
+        s3 = None
+        if args.store == "s3" and not args.skip_lag:
+            from tests.delayed_s3 import DelayedS3
+
+            s3 = DelayedS3(Path(tmp) / "s3")
+            s3.start()
+        try:
+            for rate in ([] if args.skip_lag else [int(r) for r in args.rates.split(",")]):
+                result = lag(args, Path(tmp), rate, s3)
+                print(f"sbt_lag store={args.store}", " ".join(f"{k}={v}" for k, v in result.items()), flush=True)
+        finally:
+            if s3 is not None:
+                s3.stop()
 
 
 if __name__ == "__main__":

@@ -189,3 +189,55 @@ def test_a_partitioned_topics_table_is_repaired_by_the_library_call(standalone):
     assert report.repaired[0].added >= 2
     assert table_rows(standalone, topic) == truth(standalone, topic)
     assert {p for p, _ in table_rows(standalone, topic)} == {0, 1}
+
+
+def test_a_rest_catalog_behind_or_missing_a_table_is_repaired_without_duplicates(standalone, tmp_path):
+    """The same against an Iceberg REST catalog (``tests/iceberg_rest_server.py``): the tables go through
+    the REST protocol (loads, commits with their requirements, drops), the catalog's own store is
+    restored from a backup underneath it."""
+    from tests.iceberg_rest_server import RestCatalogServer
+
+    topic = "persistent://public/repair-rest/events"
+    _admin(standalone, "PUT", "/namespaces/public/repair-rest", {})
+    server = RestCatalogServer(tmp_path / "rest.db", objects_url(standalone) + "/iceberg", tmp_path / "rest.log")
+    uri = server.start()
+    try:
+        catalog = sbt.store_catalog(uri, objects_url(standalone))
+
+        def compact_and_commit() -> None:
+            assert asyncio.run(compact_and_sync(standalone, topic, sync=False))
+
+            async def commit():
+                meta = connect(metadata_url(standalone))
+                try:
+                    await sbt.sync(meta, catalog, objects_url(standalone), topic)
+                finally:
+                    await meta.close()
+
+            asyncio.run(commit())
+
+        def rows() -> list[tuple[int, int]]:
+            scanned = catalog.load_table(sbt.identifier(topic)).scan(selected_fields=("partition", "offset")).to_arrow()
+            return sorted(zip(scanned["partition"].to_pylist(), scanned["offset"].to_pylist()))
+
+        produce(standalone, topic, 0, 20)
+        compact_and_commit()
+        shutil.copy(tmp_path / "rest.db", tmp_path / "backup.db")
+        backed_up = rows()
+        produce(standalone, topic, 20, 15)
+        compact_and_commit()
+        assert rows() == truth(standalone, topic)
+
+        shutil.copy(tmp_path / "backup.db", tmp_path / "rest.db")  # the REST catalog's store restored
+        assert rows() == backed_up != truth(standalone, topic)
+        out = run_repair(standalone, "--catalog", uri, "--topic", topic)
+        assert re.search(r"public\.repair-rest\.events: behind: \+[1-9]\d* -0", out), out
+        assert rows() == truth(standalone, topic)  # each row once
+        assert "1 in sync, 0 repaired" in run_repair(standalone, "--catalog", uri, "--topic", topic)
+
+        catalog.drop_table(sbt.identifier(topic))  # dropped through the REST API
+        out = run_repair(standalone, "--catalog", uri)  # found from the pins its table left
+        assert re.search(r"public\.repair-rest\.events: missing: \+[1-9]\d* -0", out), out
+        assert rows() == truth(standalone, topic)
+    finally:
+        server.stop()
