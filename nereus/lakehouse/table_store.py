@@ -10,8 +10,7 @@ metadata files go below ``iceberg/`` in the same store (the catalog's warehouse)
 
 from __future__ import annotations
 
-import os
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import quote, urlsplit
 
 #: S3 store options (``objstore.s3``) -> pyiceberg FileIO properties.
 _S3_PROPERTIES = {"endpoint": "s3.endpoint", "region": "s3.region", "access_key_id": "s3.access-key-id",
@@ -35,19 +34,11 @@ def warehouse(objects_url: str) -> str:
 
 def file_io_properties(objects_url: str) -> dict[str, str]:
     """pyiceberg FileIO properties that reach the store at ``objects_url`` (none for ``file://``)."""
-    parts = urlsplit(objects_url)
-    if parts.scheme != "s3":
+    if urlsplit(objects_url).scheme != "s3":
         return {}
-    from ..objstore.s3 import ENV_FALLBACKS
+    from ..objstore.s3 import url_options
 
-    options: dict[str, str] = {}
-    for name, envs in ENV_FALLBACKS.items():
-        for env in envs:
-            if os.environ.get(env):
-                options[name] = os.environ[env]
-                break
-    options.update(parse_qsl(parts.query))
-    return {_S3_PROPERTIES[name]: value for name, value in options.items() if name in _S3_PROPERTIES}
+    return {_S3_PROPERTIES[name]: value for name, value in url_options(objects_url).items() if name in _S3_PROPERTIES}
 
 
 __all__ = ["base_url", "file_io_properties", "object_url", "warehouse"]

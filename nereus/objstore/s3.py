@@ -49,6 +49,18 @@ _CONFLICT_BACKOFF = 0.05  # seconds, doubled per retry
 _PROBE_CLEANUP_SECONDS = 2.0
 
 
+def url_options(url: str) -> dict[str, str]:
+    """The options of an ``s3://`` URL's query, over those the ``AWS_*`` variables give."""
+    merged: dict[str, str] = {}
+    for name, envs in ENV_FALLBACKS.items():
+        for env in envs:
+            if os.environ.get(env):
+                merged[name] = os.environ[env]
+                break
+    merged.update(parse_qsl(urlsplit(url).query))
+    return merged
+
+
 def _parse_bool(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -126,13 +138,7 @@ class S3ObjectStore(ObjectStore):
         parts = urlsplit(url)
         if not parts.netloc:
             raise UnsupportedStoreUrl(f"S3 URL {url!r} has no bucket (expected s3://bucket[/prefix])")
-        merged: dict[str, Any] = {}
-        for name, envs in ENV_FALLBACKS.items():
-            for env in envs:
-                if os.environ.get(env):
-                    merged[name] = os.environ[env]
-                    break
-        merged.update(parse_qsl(parts.query))
+        merged: dict[str, Any] = url_options(url)
         merged.update(options)
         unknown = set(merged) - OPTIONS
         if unknown:
