@@ -27,7 +27,12 @@ Merges (``plan(merge_below=...)``): a run of adjacent small compacted objects be
 larger object the same way (its groups are compacted groups, its generation one above
 theirs), so a stream compacted every few seconds for freshness does not keep a small
 object per run. The merged entry records the stream size before it (``before``): the
-entries it replaced keep no fallback of their own. A crash before 4 leaves no visible change (the collector
+entries it replaced keep no fallback of their own. A caller's ``merge`` builds the merged
+object from the small objects' bytes (no entry decoded); its output is checked against
+their entries like the encoder's. A caller may run step 5 later (``finish_now=False``),
+after it has made the change visible elsewhere (a table commit); until then, index
+readers meet the leftover groups first and skip what the compacted entry repeats.
+A crash before 4 leaves no visible change (the collector
 frees the orphan object from the marker); a crash after 4 leaves the complete
 change, and the collector finishes step 5 from the marker (``resolve_marker``).
 """
