@@ -59,14 +59,14 @@ def broker_token(plugin: str | None, parameters: str | None) -> Callable[[], byt
     return from_file
 
 
-def superuser_check(authenticator, super_user_roles: Sequence[str]) -> Callable[[bytes], str]:
-    """``token -> role`` for a service only brokers may use: the token must prove a superuser."""
+def superuser_check(authenticator, super_user_roles: Sequence[str]) -> Callable[[bytes], tuple[str, float | None]]:
+    """``token -> (role, expiry)`` for a service only brokers may use: the token must prove a superuser."""
     allowed = frozenset(super_user_roles)
 
-    def check(token: bytes) -> str:
-        role = authenticator.authenticate("token", token).role
-        if role not in allowed:
-            raise AuthenticationFailed(f"role {role!r} is not one of superUserRoles: brokers only")
-        return role
+    def check(token: bytes) -> tuple[str, float | None]:
+        identity = authenticator.authenticate("token", token)
+        if identity.role not in allowed:
+            raise AuthenticationFailed(f"role {identity.role!r} is not one of superUserRoles: brokers only")
+        return identity.role, identity.expires_at
 
     return check

@@ -173,7 +173,7 @@ class LocalWal:
 
     @classmethod
     async def start(cls, directory: Path, host: str, port: int, *, max_bytes: int, ssl=None,
-                    authenticate: Callable[[bytes], str] | None = None) -> "LocalWal":
+                    authenticate: Callable[[bytes], tuple[str, float | None]] | None = None) -> "LocalWal":
         replica = replica_id(directory)
         store = await WalStore.open(directory, max_bytes=max_bytes)
         server = WalServer(store, host, port, ssl=ssl, authenticate=authenticate)

@@ -6,7 +6,10 @@ own errors (``BlockFenced``, ``EntryNotFound``, ``WalFull``, ``WalCorrupt``, ``W
 When the connection fails, or a request gets no answer within ``timeout`` (the replica is
 taken for stalled and the connection dropped), every request pending on it fails with
 ``ReplicaUnavailable``. With ``token`` (a callable giving this broker's token), each new
-connection first authenticates; a refusal fails the requests with ``WalUnauthorized``.
+connection first authenticates; a refusal fails the requests with ``WalUnauthorized``. When
+the replica answers a request UNAUTHORIZED later (the token it was shown has expired), the
+connection authenticates again with the callable's current token and the request is sent
+once more.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import ssl as ssl_module
 from collections.abc import Callable
 
 from .errors import ProtocolError, ReplicaUnavailable, WalError, WalUnauthorized
-from .protocol import Append, Auth, Blocks, Drop, Fence, FrameDecoder, Ping, Read, Response, encode, raise_for
+from .protocol import Append, Auth, Blocks, Drop, Fence, FrameDecoder, Ping, Read, Response, Status, encode, raise_for
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,14 @@ class WalReplicaClient:
             self._break(self._connection, "the client was closed")
 
     async def _call(self, make) -> Response:
+        response = await self._send(make)
+        if response.status == Status.UNAUTHORIZED and self._token is not None:
+            connection = await self._connect()
+            await self._authenticate(connection, self._token())  # a token file's newest token
+            response = await self._send(make)
+        return raise_for(response)
+
+    async def _send(self, make) -> Response:
         if self._closed:
             raise ReplicaUnavailable(f"{self!r} is closed")
         self._next_request_id += 1
@@ -109,7 +120,7 @@ class WalReplicaClient:
             raise ReplicaUnavailable(*connection.broken.args) from None
         finally:
             connection.pending.pop(request_id, None)
-        return raise_for(response)
+        return response
 
     async def _connect(self) -> _Connection:
         if self._connection is not None and self._connection.broken is None:

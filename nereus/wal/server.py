@@ -9,7 +9,10 @@ connection that sends bytes that are no frame is closed and logged; the others g
 With ``authenticate`` (a cluster with authentication and no mutual TLS), a connection is
 served only after an AUTH request whose token ``authenticate`` accepts; it is handled
 before any later request on the connection is read, so requests pipelined behind it are
-served. Until then every request but PING is answered UNAUTHORIZED and not executed.
+served. Until then every request but PING is answered UNAUTHORIZED and not executed. A
+token that expires takes the connection's proof with it: from then on requests are
+answered UNAUTHORIZED (and not executed) until a new AUTH (the client sends its current
+token and retries them).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
+import time
 from collections.abc import Callable
 
 from . import metrics
@@ -34,6 +38,7 @@ class _Connection:
     def __init__(self, writer: asyncio.StreamWriter, limits: tuple[int, int], authenticated: bool) -> None:
         self.writer = writer
         self.authenticated = authenticated
+        self.expires_at: float | None = None  # when the proof of the last AUTH expires (None: never)
         self.peer = writer.get_extra_info("peername")
         self.max_bytes, self.max_requests = limits
         self.inflight_bytes = 0
@@ -49,13 +54,16 @@ class WalServer:
     """Serves ``store`` on ``host:port`` (port 0: any free port, then read ``port``)."""
 
     def __init__(self, store: WalStore, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None,
-                 authenticate: Callable[[bytes], str] | None = None,
-                 max_inflight_bytes: int = 64 << 20, max_inflight_requests: int = 4096) -> None:
+                 authenticate: Callable[[bytes], tuple[str, float | None]] | None = None,
+                 max_inflight_bytes: int = 64 << 20, max_inflight_requests: int = 4096,
+                 clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.host = host
         self.port = port
         self._ssl = ssl
-        self._authenticate = authenticate  # token -> who it proves; raises with the reason it proves nothing
+        # token -> (who it proves, when that expires: epoch seconds or None); raises with the reason it proves nothing
+        self._authenticate = authenticate
+        self._clock = clock
         self._limits = (max_inflight_bytes, max_inflight_requests)
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task, _Connection] = {}
@@ -93,11 +101,13 @@ class WalServer:
                         raise ProtocolError("a response was sent to the replica")
                     if isinstance(request, Auth):
                         self._check_credentials(connection, request)
-                    elif connection.authenticated or isinstance(request, Ping):
+                    elif isinstance(request, Ping) or self._still_authenticated(connection):
                         self._dispatch(connection, request)
                     else:
-                        writer.writelines(encode(Response(request.request_id, Status.UNAUTHORIZED,
-                                                          "this WAL replica needs a broker's token first (AUTH)")))
+                        reason = ("the token this connection proved has expired: AUTH again"
+                                  if connection.expires_at is not None
+                                  else "this WAL replica needs a broker's token first (AUTH)")
+                        writer.writelines(encode(Response(request.request_id, Status.UNAUTHORIZED, reason)))
                 while connection.full() and not connection.closing:
                     connection.room.clear()
                     await connection.room.wait()
@@ -117,14 +127,21 @@ class WalServer:
             connection.writer.writelines(encode(Response(request.request_id)))
             return
         try:
-            who = self._authenticate(bytes(request.token))
+            who, expires_at = self._authenticate(bytes(request.token))
         except Exception as exc:  # noqa: BLE001 - every refusal is an answer, with its reason
             log.warning("WAL replica: refused the credentials of %s: %s", connection.peer, exc)
             connection.writer.writelines(encode(Response(request.request_id, Status.UNAUTHORIZED, str(exc))))
             return
         connection.authenticated = True
+        connection.expires_at = expires_at
         log.debug("WAL replica: %s authenticated as %s", connection.peer, who)
         connection.writer.writelines(encode(Response(request.request_id)))
+
+    def _still_authenticated(self, connection: _Connection) -> bool:
+        if connection.authenticated and connection.expires_at is not None and self._clock() >= connection.expires_at:
+            log.info("WAL replica: the token of %s expired; it must authenticate again", connection.peer)
+            connection.authenticated = False
+        return connection.authenticated
 
     def _dispatch(self, connection: _Connection, request: Request) -> None:
         size = len(request.data) if isinstance(request, Append) else 0
