@@ -329,8 +329,11 @@ class EmbeddedMetadataStore(MetadataStore):
             self._heartbeat = None
 
     def _resume_heartbeats(self) -> None:
-        """Test hook: the hung client wakes up; sessions opened from now on are kept alive again."""
+        """Test hook: the hung client wakes up and heartbeats again, as a woken process does: a
+        session whose lease ran out meanwhile is found lost at the first beat, the others kept alive."""
         self._heartbeats_paused = False
+        if self._heartbeat is None and self._sessions and not self._closed:
+            self._heartbeat = asyncio.create_task(self._heartbeats(), name=f"meta-heartbeat-{self.identity}")
 
     # ------------------------------------------------------------------- close
     async def close(self) -> None:
