@@ -155,6 +155,22 @@ def test_a_cpp_client_refused_at_connect_gets_the_error_on_its_first_request(ser
     assert "persistent://public/default/x" not in _topics(server)
 
 
+def test_the_refusal_reaches_a_client_that_sends_more_after_it(server):
+    """The broker closes a refused connection only after the client's end (or a short linger), reading and
+    discarding what the client still sends: closing with unread input resets the connection, and the
+    reset can drop the refusal before the client reads it."""
+    sock = socket.create_connection(("127.0.0.1", server.pulsar_port), timeout=15)
+    with sock:
+        sock.sendall(encode_command(wrap(pb.CommandConnect(client_version="raw", protocol_version=21,
+                                                           auth_method_name="token", auth_data=b"not-a-token"))))
+        assert sock.recv(1, socket.MSG_PEEK)  # the answer is here: the broker is closing by now
+        sock.sendall(encode_command(wrap(pb.CommandPing())))  # what a client had on the way meanwhile
+        sock.shutdown(socket.SHUT_WR)
+        frames = _frames_until_closed_raw(sock)
+    assert [type_name(f.type) for f in frames] == ["ERROR"]
+    assert frames[0].body.error == pb.AuthenticationError
+
+
 def test_basic_accepted(server):
     _round_trip(server, pulsar.AuthenticationBasic("ann", "ann-pw"), "basic-ok")
 

@@ -39,7 +39,7 @@ def refuse(conn, reason: str) -> None:
     """Answer AuthenticationError and close."""
     log.info("authentication of %s refused: %s", conn.peer, reason)
     conn.send(wrap(pb.CommandError(request_id=NO_REQUEST, error=pb.AuthenticationError, message=reason)))
-    conn.close()
+    conn.close_after_answer()
 
 
 def authenticate_connect(conn, cmd: pb.CommandConnect) -> bool:
@@ -85,7 +85,7 @@ def refuse_request(conn, frame) -> None:
             error=pb.AuthenticationError, message=reason)))
     elif request_id is not None:
         conn.send(wrap(pb.CommandError(request_id=request_id, error=pb.AuthenticationError, message=reason)))
-    conn.close()
+    conn.close_after_answer()
 
 
 def _arm(conn) -> None:

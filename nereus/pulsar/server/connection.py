@@ -23,6 +23,8 @@ from ...wrong_port import opens_tls_handshake, report_tls_on_plaintext
 
 #: Queued MESSAGE frames are written at once when they reach this size.
 _ENTRY_FLUSH_BYTES = 256 * 1024
+#: How long a connection closed after its last answer (``close_after_answer``) waits for the client's end.
+CLOSE_LINGER_SECONDS = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,21 @@ class ServerConnection(asyncio.Protocol):
             self._flush_entries()
             self.closed = True
             self.transport.close()
+
+    def close_after_answer(self, linger: float = CLOSE_LINGER_SECONDS) -> None:
+        """Close once the answers written so far can reach the client: half-close, discard what it
+        still sends, close at its end of stream or after ``linger`` seconds. A plain close with the
+        client's next request unread makes the kernel reset the connection, and a reset can discard
+        the answer before the client reads it."""
+        if self.transport is None or self.closed:
+            return
+        if not self.transport.can_write_eof():  # TLS: no half-close
+            self.close()
+            return
+        self._flush_entries()
+        self.closed = True  # data_received discards from now on
+        self.transport.write_eof()
+        asyncio.get_running_loop().call_later(linger, self.transport.close)
 
     def _refuse_tls_handshake(self) -> None:
         tls_port = self.service.tls_port
