@@ -27,8 +27,8 @@ def test_a_dead_worker_is_restarted_and_the_reason_logged(node):
         producer = client.create_producer(topic, batching_enabled=False)
         producer.send(b"before")
         first = wait_for(lambda: workers(node), "a worker runs", node, tick=lambda: producer.send(b"tick"))
+        log_size = node.log.stat().st_size  # before the kill: the broker may log the exit at once
         first[0].kill()
-        log_size = node.log.stat().st_size
         restarted = wait_for(lambda: [w for w in workers(node) if w.pid != first[0].pid], "a new worker runs", node)
         log = node.log.read_text()[log_size:]
         assert "compaction worker exited with signal 9" in log and "restarting in" in log, log
