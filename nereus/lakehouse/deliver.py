@@ -238,16 +238,20 @@ class Delivery:
         plan = []
         for r in ranges:
             old = recorded.get(r.partition)
+            # A compact topic's records below the raw start that its key view keeps are still the
+            # topic's (Kafka consumers read them there): they are read from the view, never deleted.
+            served = await _rows.view_serves(self.meta, r)
             if old is None:
-                plan.append(_Partition(r, Position(r.start, r.start), False))
+                first = 0 if served else r.start
+                plan.append(_Partition(r, Position(first, first), False))
                 continue
-            if r.start > old.end:
+            if r.start > old.end and not served:
                 log.warning("%s partition %d: offsets [%d, %d) were trimmed before they were delivered",
                             r.topic, r.partition, old.end, r.start)
             if old.end > r.end:
                 log.warning("%s partition %d: the table is ahead of the topic (delivered %d, tail %d); "
                             "was the topic recreated?", r.topic, r.partition, old.end, r.end)
-            start = max(old.start, r.start)
+            start = old.start if served else max(old.start, r.start)
             new = Position(start, max(old.end, start))
             plan.append(_Partition(r, new, start > old.start and old.end > old.start))
         return plan
@@ -274,7 +278,7 @@ class Delivery:
             p, start = part.range.partition, part.position.start
             todo = replace(part.range, start=part.position.end)  # keeps its aborted transactions
             if todo.start < todo.end:
-                async for chunk in self._read(todo):
+                async for chunk in self._read(todo, part.range.start):
                     i = 0
                     while i < len(chunk):
                         take = chunk[i:i + self.batch_records - len(buffer)]
@@ -294,19 +298,32 @@ class Delivery:
         if buffer or pending:
             await self._commit(topic, buffer, pending, stats)
 
-    async def _read(self, todo: _rows.StreamRange):
-        """Lists of rows of ``todo``: with the schema columns when planned, dead letters as ``_Dead``."""
+    async def _read(self, todo: _rows.StreamRange, raw_start: int):
+        """Lists of rows of ``todo``: with the schema columns when planned, dead letters as ``_Dead``;
+        below ``raw_start`` (the stream's start) the rows its key view keeps."""
         if self._columns is None:
-            async for chunk in _rows.read_rows(self.meta, self.objects, todo):
+            if todo.start < raw_start:
+                async for chunk in _rows.read_view_rows(self.meta, self.objects, todo, raw_start):
+                    yield chunk
+            async for chunk in _rows.read_rows(self.meta, self.objects, replace(todo, start=max(todo.start,
+                                                                                                raw_start))):
                 yield chunk
             return
         decode = self._columns.decode
-        async for chunk in _rows.read_versioned_rows(self.meta, self.objects, todo):
+        async for chunk in self._versioned(todo, raw_start):
             out = []
             for row, version in chunk:
                 columns, reason = decode(row[6], version)
                 out.append(row + columns if reason is None else _Dead(row + (reason, version)))
             yield out
+
+    async def _versioned(self, todo: _rows.StreamRange, raw_start: int):
+        if todo.start < raw_start:
+            async for chunk in _rows.read_view_rows(self.meta, self.objects, todo, raw_start, versioned=True):
+                yield chunk
+        async for chunk in _rows.read_versioned_rows(self.meta, self.objects,
+                                                     replace(todo, start=max(todo.start, raw_start))):
+            yield chunk
 
     async def _commit(self, topic: str, buffer: list[tuple], pending: dict[int, Position], stats: Stats) -> None:
         dead = [row for row in buffer if isinstance(row, _Dead)]

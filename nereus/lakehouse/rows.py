@@ -154,3 +154,40 @@ async def read_versioned_rows(meta: MetadataStore, objects: ObjectStore,
                          for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
                          if r.start <= row[2] < r.end)
         yield batch
+
+
+async def view_serves(meta: MetadataStore, r: StreamRange) -> bool:
+    """Whether the stream's key view keeps what its raw records below ``r.start`` were: a Kafka
+    compact topic's raw records are released below the view once it serves them to consumers."""
+    from ..storage import key_view
+
+    if r.start == 0:
+        return False
+    state = await key_view.state(meta, r.stream_id)
+    return state.object is not None and state.horizon >= r.start
+
+
+async def read_view_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange, below: int, *,
+                         versioned: bool = False) -> AsyncIterator[list]:
+    """The rows of offsets ``[r.start, below)`` that the stream's key view keeps (the latest record
+    of each key, and keyless records), as a Kafka consumer of the compacted topic reads them; with
+    ``versioned``, ``(row, schema version)`` pairs as ``read_versioned_rows`` gives."""
+    from ..storage import key_view
+
+    _, view = await key_view.load(meta, objects, r.stream_id)
+    aborted = r.txn_view()
+    batch: list = []
+    for item in view.read(r.start, max_bytes=1 << 62):
+        entry = item.entry
+        if entry.base_offset >= below:
+            break
+        kept = {entry.base_offset + k for k in item.keep}
+        version = schema_version(entry.data) if versioned else None
+        for row in entry_rows(r.topic, r.partition, entry.base_offset, entry.data, aborted):
+            if row[2] in kept and r.start <= row[2] < below:
+                batch.append((row, version) if versioned else row)
+        if len(batch) >= 4096:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

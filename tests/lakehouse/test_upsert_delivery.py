@@ -117,3 +117,59 @@ def test_records_without_a_key_are_counted_and_modes_do_not_mix(standalone, tmp_
                                                 "--once", "--no-progress"])
         assert result.exit_code == 1, result.output
         assert "table, not an" in result.output and "Traceback" not in result.output
+
+
+def release_below_view(node, name: str) -> None:
+    """Build each partition's key view and let retention release the raw records below it, as the
+    broker does for a Kafka compact topic on its schedule; waits until the raw streams start there."""
+    import json
+    import urllib.request
+
+    from tests.standalone_process import admin
+    from tests.waiting import wait_until
+
+    for partition in (0, 1):
+        path = f"/persistent/public/default/{name}-partition-{partition}"
+        admin(node, "PUT", path + "/compaction")
+
+        def built(path=path) -> bool:
+            with urllib.request.urlopen(f"{node.http}/admin/v2{path}/compaction", timeout=15) as response:
+                status = json.loads(response.read())
+            assert status["status"] != "ERROR", status
+            return status["status"] == "SUCCESS"
+
+        wait_until(built, f"the key view of {path}", timeout=DEADLINE)
+        admin(node, "POST", path + "/trim")
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_records_only_the_key_view_keeps_are_delivered_and_never_deleted(standalone, tmp_path, kind):
+    """Once a compact topic's raw records are released below its key view (which Kafka consumers then
+    read), delivery reads them from the view: an existing table keeps its rows and gets the newer
+    records, and a new table gets every key's latest record."""
+    import asyncio
+
+    from nereus.lakehouse import rows
+    from nereus.meta import connect
+
+    writes = KeyedWrites(standalone, f"upsert-view-{kind}")
+    writes.wave(40, "w1")
+    target = [*target_args(kind, tmp_path, "up"), "--upsert"]
+    deliver(standalone, writes.topic, target)
+    writes.wave(30, "w2", tombstone_every=4)
+    release_below_view(standalone, writes.name)
+
+    async def raw_starts():
+        meta = connect(f"oxia://127.0.0.1:{standalone.ports['oxia']}")
+        try:
+            return [r.start for r in await rows.topic_ranges(meta, writes.topic)]
+        finally:
+            await meta.close()
+
+    assert all(start > 0 for start in asyncio.run(raw_starts()))  # the raw streams were released
+    out = deliver(standalone, writes.topic, target)
+    assert "trimmed" not in out and " 0 retention deletes" in out, out
+    assert upsert_rows(kind, tmp_path, "up") == writes.expected()
+    fresh = [*target_args(kind, tmp_path, "fresh"), "--upsert"]
+    deliver(standalone, writes.topic, fresh)
+    assert upsert_rows(kind, tmp_path, "fresh") == writes.expected()
