@@ -145,6 +145,11 @@ def _kill_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _from(todo: _rows.StreamRange, raw_start: int) -> _rows.StreamRange:
+    """The part of ``todo`` the raw stream still holds."""
+    return replace(todo, start=max(todo.start, raw_start))
+
+
 @dataclass(slots=True)
 class _Partition:
     range: _rows.StreamRange  # committed bounds when the round was planned
@@ -305,8 +310,7 @@ class Delivery:
             if todo.start < raw_start:
                 async for chunk in _rows.read_view_rows(self.meta, self.objects, todo, raw_start):
                     yield chunk
-            async for chunk in _rows.read_rows(self.meta, self.objects, replace(todo, start=max(todo.start,
-                                                                                                raw_start))):
+            async for chunk in _rows.read_rows(self.meta, self.objects, _from(todo, raw_start)):
                 yield chunk
             return
         decode = self._columns.decode
@@ -321,8 +325,7 @@ class Delivery:
         if todo.start < raw_start:
             async for chunk in _rows.read_view_rows(self.meta, self.objects, todo, raw_start, versioned=True):
                 yield chunk
-        async for chunk in _rows.read_versioned_rows(self.meta, self.objects,
-                                                     replace(todo, start=max(todo.start, raw_start))):
+        async for chunk in _rows.read_versioned_rows(self.meta, self.objects, _from(todo, raw_start)):
             yield chunk
 
     async def _commit(self, topic: str, buffer: list[tuple], pending: dict[int, Position], stats: Stats) -> None:
