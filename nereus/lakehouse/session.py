@@ -37,13 +37,10 @@ def local_session(app_name: str, master: str = "local[2]"):
 
 
 def default_catalog_uri(objects_url: str) -> str | None:
-    """The SBT catalog beside a local object store: ``sqlite:///{objects dir}/../iceberg/catalog.db``."""
-    from urllib.parse import urlparse
-    from urllib.request import url2pathname
+    """The SBT catalog beside a local object store (``table_store.default_catalog_uri``), its directory made."""
+    from .table_store import default_catalog_uri as beside
 
-    parsed = urlparse(objects_url)
-    if parsed.scheme != "file":
-        return None
-    root = os.path.dirname(os.path.abspath(url2pathname(parsed.path)).rstrip(os.sep))
-    os.makedirs(os.path.join(root, "iceberg"), exist_ok=True)
-    return "sqlite:///" + os.path.join(root, "iceberg", "catalog.db")
+    uri = beside(objects_url)
+    if uri is not None:
+        os.makedirs(os.path.dirname(uri[len("sqlite:///"):]), exist_ok=True)
+    return uri

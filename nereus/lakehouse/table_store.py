@@ -10,6 +10,7 @@ metadata files go below ``iceberg/`` in the same store (the catalog's warehouse)
 
 from __future__ import annotations
 
+import os
 from urllib.parse import quote, urlsplit
 
 #: S3 store options (``objstore.s3``) -> pyiceberg FileIO properties.
@@ -32,6 +33,18 @@ def warehouse(objects_url: str) -> str:
     return base_url(objects_url) + "/iceberg"
 
 
+def default_catalog_uri(objects_url: str) -> str | None:
+    """The built-in tables' catalog beside a ``file://`` store, ``sqlite:///{store}/../iceberg/catalog.db``;
+    None for other stores (their broker is told where: ``--sbt-catalog``)."""
+    from urllib.request import url2pathname
+
+    parts = urlsplit(objects_url)
+    if parts.scheme != "file":
+        return None
+    root = os.path.dirname(os.path.abspath(url2pathname(parts.path)).rstrip(os.sep))
+    return "sqlite:///" + os.path.join(root, "iceberg", "catalog.db")
+
+
 def file_io_properties(objects_url: str) -> dict[str, str]:
     """pyiceberg FileIO properties that reach the store at ``objects_url`` (none for ``file://``)."""
     if urlsplit(objects_url).scheme != "s3":
@@ -41,4 +54,4 @@ def file_io_properties(objects_url: str) -> dict[str, str]:
     return {_S3_PROPERTIES[name]: value for name, value in url_options(objects_url).items() if name in _S3_PROPERTIES}
 
 
-__all__ = ["base_url", "file_io_properties", "object_url", "warehouse"]
+__all__ = ["base_url", "default_catalog_uri", "file_io_properties", "object_url", "warehouse"]

@@ -169,6 +169,16 @@ def test_a_gc_pending_timeout_shorter_than_a_writer_reservation_is_refused(tmp_p
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("given", [["--sbt-catalog", "catalog.db"], ["--config", "bad.conf"]])
+def test_a_built_in_tables_catalog_that_is_no_url_is_refused(tmp_path: Path, given: list[str]):
+    (tmp_path / "bad.conf").write_text("sbtCatalogUri=catalog.db\n")
+    given = [str(tmp_path / g) if g == "bad.conf" else g for g in given]
+    code, last, stderr = fail(["standalone", "--data-dir", str(tmp_path / "data"), *given])
+    assert code == (2 if given[0] == "--sbt-catalog" else 1) and "Traceback" not in stderr, stderr  # usage / config
+    assert "'catalog.db' is no catalog URL" in last and "sqlite:///PATH" in last, last
+    assert not (tmp_path / "data").exists()
+
+
 def test_an_unreachable_metadata_service_is_one_line_stating_the_time_waited(tmp_path: Path):
     url = f"oxia://127.0.0.1:{free_port()}"
     assert_one_line_failure(["broker", "--metadata", url, "--object-store", (tmp_path / "objects").as_uri(),

@@ -23,7 +23,8 @@ from nereus.tls import TlsOptions
 #: What the broker command needs to start; the options under test come after, and win.
 REQUIRED = {BROKER: "metadataStoreUrl=oxia://m:6648\nobjectStoreUrl=file:///nowhere\n", STANDALONE: ""}
 #: Values the options' types cannot tell.
-VALUES = {"metadata": "oxia://elsewhere:6649", "object_store": "file:///elsewhere", "sasl_mechanisms": "PLAIN"}
+VALUES = {"metadata": "oxia://elsewhere:6649", "object_store": "file:///elsewhere", "sasl_mechanisms": "PLAIN",
+          "sbt_catalog": "sqlite:///elsewhere/catalog.db"}
 
 
 def _other(option) -> object:

@@ -14,9 +14,8 @@ import functools
 import importlib.util
 import os
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
-from ...lakehouse import sbt
+from ...lakehouse import sbt, table_store
 
 _SQLITE = "sqlite:///"
 
@@ -42,19 +41,9 @@ class CatalogLocation:
         return self.uri.partition("?")[0]  # a query may hold credentials
 
 
-def default_uri(objects_url: str) -> str | None:
-    """The SBT catalog beside a ``file://`` object store, ``sqlite:///{store}/../iceberg/catalog.db``;
-    None for other stores (their broker is told where, or a standalone keeps it in its data dir)."""
-    parts = urlsplit(objects_url)
-    if parts.scheme != "file":
-        return None
-    root = os.path.dirname(unquote(parts.path).rstrip("/"))
-    return _SQLITE + os.path.join(root, "iceberg", "catalog.db")
-
-
 def location(objects_url: str, configured: str | None) -> CatalogLocation | None:
     """Where the SBT tables of the store at ``objects_url`` are: ``configured``, else the default."""
-    uri = configured or default_uri(objects_url)
+    uri = configured or table_store.default_catalog_uri(objects_url)
     return None if uri is None else CatalogLocation(uri, objects_url)
 
 
@@ -75,4 +64,4 @@ def existing(where: CatalogLocation | None):
     return where.open()
 
 
-__all__ = ["CatalogLocation", "catalog", "default_uri", "existing", "has_pyiceberg", "location"]
+__all__ = ["CatalogLocation", "catalog", "existing", "has_pyiceberg", "location"]

@@ -84,6 +84,19 @@ def _mechanisms(text: str) -> str:
     return ",".join(parse_mechanisms(text))
 
 
+class _CatalogUrl(click.ParamType):
+    """An Iceberg catalog's URL: an SQLAlchemy URL or an Iceberg REST catalog's."""
+
+    name = "URL"
+
+    def convert(self, value, param, ctx):
+        scheme, sep, rest = str(value).partition("://")
+        if not sep or not scheme or " " in scheme or not rest.strip("/"):
+            self.fail(f"{value!r} is no catalog URL: expected sqlite:///PATH, postgresql://..., or http(s)://... "
+                      "(an Iceberg REST catalog)", param, ctx)
+        return value
+
+
 def _one_of(choice: click.Choice) -> Callable[[str], str]:
     """One of ``choice``'s values (in any case, where it ignores case)."""
     fold = (lambda text: text) if choice.case_sensitive else str.upper
@@ -423,7 +436,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--log-dir", ("logDir",), click.Path(file_okay=False, path_type=Path), None,
            "Where the compaction worker's output goes (compaction.log). Default: DATA_DIR/logs (standalone), "
            "./logs (broker)."),
-    Option("--sbt-catalog", ("sbtCatalogUri",), None, None,
+    Option("--sbt-catalog", ("sbtCatalogUri",), _CatalogUrl(), None,
            "The Iceberg catalog of the topics' built-in tables: an SQLAlchemy URL (sqlite:///PATH, "
            "postgresql://...) or an Iceberg REST catalog's URL. Default: iceberg/catalog.db beside a file:// object "
            "store, DATA_DIR/iceberg/catalog.db for a standalone on another store; a broker on another store "
