@@ -37,6 +37,7 @@ from ..pulsar.server.metrics import TopicMetricsLevel
 from ..transactions import BrokerParticipants, StreamTransactions, TransactionCoordinator
 from ..storage import GarbageCollector, StorageOptions, StreamStorage, WalOptions
 from ..storage import metrics as storage_metrics
+from ..storage.wal_directory import record_address
 from ..topics import BrokerAddress, NotOwner, Placement, TopicRegistry
 from ..topics.autocreate import AutoCreation
 from ..topics.partitioned import partition_limit
@@ -375,6 +376,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                             wal_replica=local_wal.replica_id if local_wal else "",
                             wal_address=f"{host}:{local_wal.server.port}" if local_wal else "",
                             wal_tls=local_wal is not None and wal_server_ssl is not None)
+    if local_wal is not None:  # for processes that follow no registry (Spark tasks, the compaction worker)
+        await record_address(meta, local_wal.replica_id, address.wal_address, tls=address.wal_tls, zone=options.zone)
     membership = Membership(meta, address)
     directory.membership = membership
     follow_policies(pulsar, membership)  # policy changes made through other brokers

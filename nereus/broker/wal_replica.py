@@ -148,6 +148,9 @@ class ClusterWalDirectory:
         self._clients[replica_id] = (address, client)
         return client
 
+    async def prepare(self, replica_ids) -> None:
+        return None  # the registry is followed: every replica's address is known already
+
     def _address(self, replica_id: str) -> tuple[str, bool] | None:
         """(host:port, over TLS) of a replica's service, from the registry."""
         if self.membership is None:

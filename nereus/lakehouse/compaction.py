@@ -30,10 +30,9 @@ from ..meta import MetadataStore
 from ..storage import compacted_format, compaction, view
 from ..storage.compaction_lease import lease as compaction_lease
 from ..storage.errors import CompactionConflict
-from ..storage.cache import BlockCache, TailCache
-from ..storage.reader import StreamReader
 from ..transactions.stream_index import aborted_view, read_view
 from . import table_format
+from .wal_access import WalAccess
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +183,12 @@ async def run_task_async(metadata_url: str, objects_url: str, task: CompactionTa
 async def _compact_task(meta: MetadataStore, objects, task: CompactionTask, *, finish_now: bool = True) -> dict:
     """One task's result: its topic, bytes and object, or the conflict that skipped it; with
     ``finish_now=False`` also ``finishing`` (``compaction.CompactionResult.finishing``)."""
-    reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
     try:
-        result = await compaction.compact(meta, objects, reader, task.plan,
-                                          encoder(task.partition, task.aborted, task.values),
-                                          lease_owner=task.owner, merge=merger(), finish_now=finish_now)
+        # Slices acknowledged on WAL replicas are read there, or waited for until uploaded.
+        async with WalAccess().reader(meta, objects) as reader:
+            result = await compaction.compact(meta, objects, reader, task.plan,
+                                              encoder(task.partition, task.aborted, task.values),
+                                              lease_owner=task.owner, merge=merger(), finish_now=finish_now)
     except CompactionConflict as exc:
         log.info("skipped: %s", exc)
         return {"topic": task.topic, "conflict": str(exc)}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from .wal_access import DEFAULT_UPLOAD_WAIT, WalAccess
+
 DEFAULT_RECORDS_PER_PARTITION = 100_000
 
 
@@ -87,6 +89,7 @@ def check_read_options(options: Mapping[str, str]) -> None:
     starting_timestamp(options)
     positive(options, "maxRecordsPerTrigger", None)
     flag(options, "schemaColumns", True)
+    wal_access(options)
 
 
 def set_read_options(reader, options: Mapping[str, str], schema) -> None:
@@ -98,7 +101,29 @@ def set_read_options(reader, options: Mapping[str, str], schema) -> None:
     reader.starting = option(options, "startingOffset")
     reader.starting_timestamp = starting_timestamp(options)
     reader.chunk = records_per_partition(options)  # checked above: cannot raise here
+    reader.wal_access = wal_access(options)
     reader.schema = schema
+
+
+def wal_access(options: Mapping[str, str]) -> WalAccess:
+    """How read tasks reach WAL replicas: ``walAuthParams`` (a token, as Pulsar's broker clients
+    take it), ``walTlsCertFile``/``walTlsKeyFile``/``walTlsTrustCertsFile`` (for replicas served over
+    TLS) and ``walUploadWaitSeconds``; ValueError when one is bad."""
+    cert, key = option(options, "walTlsCertFile"), option(options, "walTlsKeyFile")
+    trust = option(options, "walTlsTrustCertsFile")
+    if (cert or key or trust) and not (cert and key and trust):
+        raise ValueError("reading WAL replicas over TLS needs walTlsCertFile, walTlsKeyFile and "
+                         "walTlsTrustCertsFile together")
+    wait = option(options, "walUploadWaitSeconds")
+    try:
+        seconds = DEFAULT_UPLOAD_WAIT if wait is None else float(wait)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"the 'walUploadWaitSeconds' option must be a number of seconds >= 0, not {wait!r}")
+    access = WalAccess(option(options, "walAuthParams"), trust, cert, key, seconds)
+    access.check()
+    return access
 
 
 def starting_timestamp(options: Mapping[str, str]) -> int | None:
@@ -146,4 +171,4 @@ def records_per_partition(options: Mapping[str, str]) -> int:
 
 
 __all__ = ["DEFAULT_RECORDS_PER_PARTITION", "check_offset_option", "check_read_options", "flag", "offset_for", "option",
-           "positive", "records_per_partition", "required", "starting_timestamp"]
+           "positive", "records_per_partition", "required", "starting_timestamp", "wal_access"]

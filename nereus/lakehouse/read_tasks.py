@@ -13,6 +13,7 @@ from pyspark.sql.types import StructType
 
 from . import rows as _rows
 from . import schema_columns as _columns
+from .wal_access import WalAccess
 from .worker_loop import worker_loop
 
 
@@ -20,12 +21,13 @@ class NereusRange(InputPartition):
     """One task: offsets ``[range.start, range.end)`` of one stream (and how to add schema columns)."""
 
     def __init__(self, metadata: str, objects: str, stream_range: _rows.StreamRange,
-                 values: _columns.ValueColumns | None = None) -> None:
+                 values: _columns.ValueColumns | None = None, wal_access: WalAccess | None = None) -> None:
         super().__init__(stream_range)
         self.metadata = metadata
         self.objects = objects
         self.range = stream_range
         self.values = values
+        self.wal_access = wal_access
 
 
 async def plan_values(meta, topic: str, schema: StructType) -> _columns.ValueColumns | None:
@@ -66,7 +68,8 @@ async def _read_range(p: NereusRange):
     meta = connect(p.metadata)
     objects = open_object_store(p.objects)
     try:
-        rows = _rows.read_rows(meta, objects, p.range) if p.values is None else _rows.read_versioned_rows(meta, objects, p.range)
+        read = _rows.read_rows if p.values is None else _rows.read_versioned_rows
+        rows = read(meta, objects, p.range, p.wal_access)
         async for batch in rows:
             yield batch
     finally:

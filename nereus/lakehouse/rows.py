@@ -25,10 +25,9 @@ from ..meta import MetadataStore
 from ..objstore import ObjectStore
 from ..topics import partitioned_key
 from ..storage import view
-from ..storage.cache import BlockCache, TailCache
-from ..storage.reader import StreamReader
 from ..transactions.stream_index import TxnView, aborted_view, read_view
 from .record_values import RecordColumns, schema_version
+from .wal_access import WalAccess
 
 ROW_FIELDS = ("topic", "partition", "offset", "publish_time", "event_time", "key", "value", "properties",
               "producer_name")
@@ -122,31 +121,34 @@ def entry_rows(topic: str, partition: int, base: int, data: bytes | memoryview,
                map(_time, values.event), values.key, values.value, values.properties, values.producer)
 
 
-async def read_entries(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -> AsyncIterator[list]:
-    """The stored entries holding offsets ``[r.start, r.end)``, a list per read (about 8 MiB)."""
-    reader = StreamReader(meta, objects, TailCache(), BlockCache(_READ_BYTES * 2))
-    offset = r.start
-    while offset < r.end:
-        entries = await reader.read(r.stream_id, offset, r.end, _READ_BYTES)
-        if not entries:
-            break
-        offset = entries[-1].end_offset
-        yield entries
+async def read_entries(meta: MetadataStore, objects: ObjectStore, r: StreamRange,
+                       access: WalAccess | None = None) -> AsyncIterator[list]:
+    """The stored entries holding offsets ``[r.start, r.end)``, a list per read (about 8 MiB);
+    ``access``: how to read what is on WAL replicas, not uploaded yet (default: no credentials)."""
+    async with (access or WalAccess()).reader(meta, objects, cache_bytes=_READ_BYTES * 2) as reader:
+        offset = r.start
+        while offset < r.end:
+            entries = await reader.read(r.stream_id, offset, r.end, _READ_BYTES)
+            if not entries:
+                break
+            offset = entries[-1].end_offset
+            yield entries
 
 
-async def read_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange) -> AsyncIterator[list[tuple]]:
+async def read_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange,
+                    access: WalAccess | None = None) -> AsyncIterator[list[tuple]]:
     """The rows of offsets ``[r.start, r.end)``, a list per read (about 8 MiB of entries)."""
     aborted = r.txn_view()
-    async for entries in read_entries(meta, objects, r):
+    async for entries in read_entries(meta, objects, r, access):
         yield [row for e in entries for row in entry_rows(r.topic, r.partition, e.base_offset, e.data, aborted)
                if r.start <= row[2] < r.end]
 
 
-async def read_versioned_rows(meta: MetadataStore, objects: ObjectStore,
-                              r: StreamRange) -> AsyncIterator[list[tuple[tuple, int | None]]]:
+async def read_versioned_rows(meta: MetadataStore, objects: ObjectStore, r: StreamRange,
+                              access: WalAccess | None = None) -> AsyncIterator[list[tuple[tuple, int | None]]]:
     """``read_rows`` with each row's schema version: lists of ``(row, version)``."""
     aborted = r.txn_view()
-    async for entries in read_entries(meta, objects, r):
+    async for entries in read_entries(meta, objects, r, access):
         batch = []
         for e in entries:
             version = schema_version(e.data)

@@ -25,6 +25,13 @@ Options (case-insensitive):
 * ``recordsPerPartition`` (default 100000): offsets per Spark input partition; each
   (topic partition, offset chunk) is read by one task.
 
+* ``walAuthParams``: a token for the brokers' WAL services (``token:<jwt>``, ``file:///path``,
+  a superuser's, as ``brokerClientAuthenticationParameters``); with ``walTlsCertFile``,
+  ``walTlsKeyFile`` and ``walTlsTrustCertsFile`` for services behind ``brokerClientTlsEnabled``.
+  Records acknowledged on WAL replicas (the ``replicated`` and ``local`` profiles) and not
+  uploaded yet are read there; a task that cannot reach them waits for the upload, for up to
+  ``walUploadWaitSeconds`` (default 120).
+
 With ``spark.sql.python.filterPushdown.enabled=true``, filters on partition, offset,
 publish_time and event_time prune what is read (``pruning.py``).
 
@@ -161,7 +168,7 @@ class NereusReader(DataSourceReader):
         ranges, values = run_async(_plan(self))
         if not ranges:
             return [InputPartition(None)]  # Spark needs at least one partition: an empty one
-        return [NereusRange(self.metadata, self.objects, r, values) for r in ranges]
+        return [NereusRange(self.metadata, self.objects, r, values, self.wal_access) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return read_partition(partition)

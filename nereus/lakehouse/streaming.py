@@ -156,7 +156,7 @@ class NereusStreamReader(DataSourceStreamReader):
         if self._position is None:
             self._position = sorted_offsets(end)
         ranges, values = run_async(self._plan(start, end))
-        return [NereusRange(self.metadata, self.objects, r, values) for r in ranges]
+        return [NereusRange(self.metadata, self.objects, r, values, self.wal_access) for r in ranges]
 
     async def _plan(self, start: Mapping[str, int], end: Mapping[str, int]):
         from ..meta import connect

@@ -6,7 +6,7 @@ group's last offset, so the first key >= offset is the group that contains it), 
 ``max_bytes``) with one ranged GET each, verify their checksums and cache them.
 Slices not yet in an ``idx`` group are listed in the tail record (``pending``).
 An object acknowledged on WAL replicas and not uploaded yet is read from them
-(``wal_locator``).
+(``wal_locator``); a process that cannot reach them may wait for the upload instead.
 
 After compaction an ``idx`` key may hold one compacted entry (a Parquet object,
 generation > 0) for a run of offsets whose older groups are still being removed:
@@ -28,6 +28,7 @@ from .cache import BlockCache, TailCache
 from .errors import CorruptObject, ObjectMissing, StorageError
 from .records import IndexEntry, Tail
 from .wal_locator import WalLocator
+from .wal_replicas import WalUnavailable
 
 _INLINE_DECODE_BYTES = 1 << 20
 _MAX_READ_AHEAD = 64
@@ -35,9 +36,13 @@ _MAX_READ_AHEAD = 64
 
 class StreamReader:
     def __init__(self, meta: MetadataStore, objects: ObjectStore, tail_cache: TailCache, block_cache: BlockCache,
-                 locator: WalLocator | None = None):
+                 locator: WalLocator | None = None, *, upload_wait: float = 0.0):
+        """``locator`` reads objects on WAL replicas, not uploaded yet (without one, this process
+        reaches no replica); a slice it cannot read there is waited for in the object store for up
+        to ``upload_wait`` seconds (0: the read fails at once with WalUnavailable)."""
         self.meta = meta
-        self.locator = locator  # objects on WAL replicas, not uploaded yet
+        self.locator = locator or WalLocator(meta, None)
+        self.upload_wait = upload_wait
         self.objects = objects
         self.tail_cache = tail_cache
         self.block_cache = block_cache
@@ -129,20 +134,49 @@ class StreamReader:
 
     async def _get(self, entry: IndexEntry) -> bytes:
         """The slice's bytes from the store or, before its upload, from its WAL replicas."""
+        if wal_locator.on_replicas(entry.object):
+            # Its block's marker says whether it is uploaded yet: a store that is down (what the
+            # replicas are there for) is not asked, nor one that would answer 404.
+            data = await self._from_replicas(entry)
+            if data is not None:
+                return data
+        return await self.objects.get(entry.object, entry.position, entry.position + entry.length)
+
+    async def _from_replicas(self, entry: IndexEntry) -> bytes | None:
+        """The slice from this process's memory or a WAL replica; None when the store has it (its
+        block is uploaded) or no replica does (lost or never committed: the store decides)."""
         start, end = entry.position, entry.position + entry.length
-        try:
-            return await self.objects.get(entry.object, start, end)
-        except ObjectNotFound:
-            if self.locator is None or not wal_locator.on_replicas(entry.object):
-                raise
         try:
             data = await self.locator.read(entry.object, start, end)
         except EntryNotFound:
-            data = None  # uploaded and dropped from its replicas meanwhile, or lost: the store decides
-        if data is None:
-            return await self.objects.get(entry.object, start, end)
-        metrics.WAL_REPLICA_READS.inc()
+            return None
+        except WalUnavailable as exc:
+            return await self._uploaded(entry, exc)
+        if data is not None:
+            metrics.WAL_REPLICA_READS.inc()
         return data
+
+    async def _uploaded(self, entry: IndexEntry, why: WalUnavailable) -> bytes:
+        """The slice from the object store, where it may be already, or once it is uploaded
+        (for up to ``upload_wait`` seconds): its replicas cannot be read from here."""
+        loop = asyncio.get_running_loop()
+        start, end = entry.position, entry.position + entry.length
+        deadline = loop.time() + self.upload_wait
+        pause = 0.02
+        while True:
+            try:
+                return await self.objects.get(entry.object, start, end)
+            except ObjectNotFound:
+                pass
+            if loop.time() >= deadline:
+                if self.upload_wait <= 0:
+                    raise why
+                raise WalUnavailable(f"{why}; and it was not uploaded within {self.upload_wait:g} s") from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            if await wal_locator.find_block(self.meta, entry.object) is None:
+                # The marker goes only after the upload: the store has it, or it never committed.
+                return await self.objects.get(entry.object, start, end)
 
     async def _load(self, stream_id: int, entry: IndexEntry, fill_cache: bool = True) -> list[tuple[int, memoryview]]:
         key = (entry.object, entry.position)

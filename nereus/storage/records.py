@@ -38,6 +38,7 @@ OBJECTS_ROOT = "/nereus/objects"
 GC_PENDING_ROOT = "/nereus/gc/pending"
 GC_FREE_ROOT = "/nereus/gc/free"
 GC_PINS_ROOT = "/nereus/gc/pins"
+WAL_REPLICAS_ROOT = "/nereus/wal/replicas"  # where each WAL replica's service listens
 OFFSET_WIDTH = 20
 
 
@@ -118,6 +119,10 @@ def gc_pending_key(key: str) -> str:
 
 def gc_free_key(key: str) -> str:
     return f"{GC_FREE_ROOT}/{quote(key, safe='')}"
+
+
+def wal_replica_key(replica_id: str) -> str:
+    return f"{WAL_REPLICAS_ROOT}/{quote(replica_id, safe='')}"
 
 
 def object_from_marker(marker_key: str) -> str:

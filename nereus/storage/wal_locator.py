@@ -77,7 +77,9 @@ class WalLocator:
         if self.directory is None:
             raise wal_replicas.WalUnavailable(f"object {object_key} is on WAL replicas and this process "
                                               "cannot reach them")
-        return await wal_replicas.read(self.directory, replicas_of(block, object_key), object_key, start, end)
+        replicas = replicas_of(block, object_key)
+        await self.directory.prepare(replicas)
+        return await wal_replicas.read(self.directory, replicas, object_key, start, end)
 
 
 

@@ -93,6 +93,9 @@ class ReplicaDirectory(Protocol):
     def replica(self, replica_id: str) -> WalReplica | None:
         """A handle on a replica (live or not: a restarted one may still answer), None if unknown."""
 
+    async def prepare(self, replica_ids: Sequence[str]) -> None:
+        """Learn what ``replica`` needs about these replicas before they are read from."""
+
 
 def choose_ensemble(directory: ReplicaDirectory, size: int, minimum: int,
                     avoid: Sequence[str] = ()) -> list[str]:

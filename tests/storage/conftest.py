@@ -59,6 +59,9 @@ class _LocalReplicas:
     def __init__(self, stores: dict[str, object]):
         self.stores = stores
 
+    async def prepare(self, replica_ids):
+        pass
+
     def local_id(self):
         return "r0"
 

@@ -71,6 +71,9 @@ class Directory:
         self.replicas = replicas
         self.local = local
 
+    async def prepare(self, replica_ids):
+        pass
+
     def local_id(self):
         return self.local
 
