@@ -4,6 +4,7 @@
     .venv/bin/python bench/scale.py --only records            # 10,000,000 topic records
     .venv/bin/python bench/scale.py --only loaded --loaded-topics 20000
     .venv/bin/python bench/scale.py --only simulate           # about two minutes
+    .venv/bin/python bench/scale.py --only cluster --cluster-topics 1000000
 
 Parts (``--only`` takes a comma list; default: every part):
 
@@ -14,6 +15,8 @@ Parts (``--only`` takes a comma list; default: every part):
   they are unloaded for idleness.
 * ``kafka-metadata`` (``_scale_kafka_metadata.py``): the time of a Kafka Metadata answer (v12) for
   every topic, 100,000 partitions by default.
+* ``cluster`` (``_scale_cluster.py``): topics written and read back through a cluster of
+  brokers, their memory, and a broker killed: when the survivors serve its topics again.
 * ``simulate`` (``_scale_simulate.py``, arithmetic in ``_scale_plan.py``): per-shard rates of the
   embedded engine (creations, lookups, claims, bytes per topic record), the shards and metadata
   servers 100M topic records need (``docs/scale.md``), and that plan scaled down on the engine's
@@ -34,6 +37,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import _scale_cluster  # noqa: E402
 import _scale_kafka_metadata  # noqa: E402
 import _scale_loaded  # noqa: E402
 import _scale_records  # noqa: E402
@@ -44,6 +48,7 @@ PARTS = {
     "records": _scale_records,
     "loaded": _scale_loaded,
     "kafka-metadata": _scale_kafka_metadata,
+    "cluster": _scale_cluster,
     "simulate": _scale_simulate,
 }
 

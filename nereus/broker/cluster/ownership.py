@@ -45,7 +45,7 @@ class ClusterPlacement(Rebalancing):
 
     def __init__(self, meta: MetadataStore, membership: Membership, *, rebalance_delay: float = 0.5,
                  rebalance_interval: float = 5.0, max_concurrent_moves: int = 16,
-                 dead_owner_wait: float = 12.0) -> None:
+                 max_concurrent_adoptions: int = 256, dead_owner_wait: float = 12.0) -> None:
         super().__init__(membership.address)
         self.meta = meta
         self.membership = membership
@@ -60,6 +60,8 @@ class ClusterPlacement(Rebalancing):
         self._released: dict[str, float] = {}  # topics whose record this broker deleted, until that is heard
         self._probes: dict[str, tuple[bool, float]] = {}  # broker name -> (answers, when probed)
         self._moves = asyncio.Semaphore(max_concurrent_moves)
+        # Adoptions close no client and their metadata writes are batched: many run at once.
+        self._adoptions = asyncio.Semaphore(max_concurrent_adoptions)
         self._ring_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()

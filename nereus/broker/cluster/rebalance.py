@@ -36,6 +36,7 @@ class Rebalancing(Claims):
     rebalance_interval: float
     adoptions: int
     _ring_changed: asyncio.Event
+    _adoptions: asyncio.Semaphore
 
     def _owner_note(self, note: Notification) -> None:
         if note.type != NotificationType.KEY_DELETED:
@@ -96,7 +97,7 @@ class Rebalancing(Claims):
             return
         if name.domain != "persistent":
             return  # served from memory: nothing to fence, its clients claim it again on lookup
-        async with self._moves:
+        async with self._adoptions:
             try:
                 await self._claim(topic, force=False)
                 loaded = await self.registry.get(name)
