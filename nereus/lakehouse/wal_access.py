@@ -13,12 +13,15 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from ..auth import AuthConfigError
+from ..auth.broker_client import broker_token
 from ..meta import MetadataStore
 from ..objstore import ObjectStore
 from ..storage.cache import BlockCache, TailCache
 from ..storage.reader import StreamReader
 from ..storage.wal_directory import RecordedWalDirectory
 from ..storage.wal_locator import WalLocator
+from ..tls import TlsConfigError, client_context
 
 #: How long a read waits for a slice it cannot read from a WAL replica to reach the object store.
 DEFAULT_UPLOAD_WAIT = 120.0
@@ -40,17 +43,12 @@ class WalAccess:
         self._ssl()
 
     def _token(self):
-        from ..auth import AuthConfigError
-        from ..auth.broker_client import broker_token
-
         try:
             return broker_token(None, self.auth_params)
         except AuthConfigError as exc:
             raise ValueError(str(exc).replace("brokerClientAuthenticationParameters", "walAuthParams")) from None
 
     def _ssl(self):
-        from ..tls import TlsConfigError, client_context
-
         if not self.tls_cert_file:
             return None
         try:

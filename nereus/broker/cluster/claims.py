@@ -23,7 +23,7 @@ from ...meta.errors import MetadataError
 from ...tasks import spawn
 from ...topics.placement import NotOwner
 from .membership import ACTIVE
-from .owner_lookup import HANDOFF_WAIT, OwnerLookup, decode_owner, is_releasing, owner_key
+from .owner_lookup import HANDOFF_WAIT, OWNED_BY, OwnerLookup, decode_owner, is_releasing, owner_key, owner_tag
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,8 @@ class Claims(OwnerLookup):
                     if preferred.name != self.local.name:
                         raise NotOwner(f"{topic} belongs to {preferred.name}", preferred)
                 expected = EXPECT_ABSENT
-            result = await self.meta.put(key, value, expected_version_id=expected, ephemeral=True)
+            result = await self.meta.put(key, value, expected_version_id=expected, ephemeral=True,
+                                         secondary_indexes=self._owned_by())
             if epoch != self._epoch:
                 # The session was lost while the put was on its way: the record may now live under
                 # the new session with the old incarnation in it, which every other broker reads as
@@ -121,6 +122,9 @@ class Claims(OwnerLookup):
             await self.leader_preferences.hold(topic)
             if topic not in self.owned:  # released while its preference was read
                 self.leader_preferences.forget(topic)
+
+    def _owned_by(self) -> dict[str, str]:
+        return {OWNED_BY: owner_tag(self.local.name, self.membership.incarnation)}
 
     # -- releases -------------------------------------------------------------------------
     def _unloaded(self, topic: str) -> None:
@@ -144,7 +148,8 @@ class Claims(OwnerLookup):
                 with contextlib.suppress(UnexpectedVersion, MetadataError):
                     marked = await self.meta.put(owner_key(topic), json.dumps(
                         {"broker": self.local.name, "incarnation": self.membership.incarnation,
-                         "releasing": True}).encode(), expected_version_id=version, ephemeral=True)
+                         "releasing": True}).encode(), expected_version_id=version, ephemeral=True,
+                        secondary_indexes=self._owned_by())
                     version = marked.version.version_id
             loaded = self.registry.loaded(topic) if self.registry is not None else None
             if loaded is not None:

@@ -36,8 +36,17 @@ class OwnerUnreachable(NotOwner):
     """The topic's registered owner refuses connections (it died; its session has not expired yet)."""
 
 
+#: The secondary index of ownership records by owner (``owner_tag``): what a dead broker owned.
+OWNED_BY = "owned-by"
+
+
 def owner_key(topic: str) -> str:
     return OWNERS + quote(topic, safe="")
+
+
+def owner_tag(broker: str, incarnation: str) -> str:
+    """The ``OWNED_BY`` key of the records of one incarnation of a broker."""
+    return f"{quote(broker, safe='')}@{incarnation}"
 
 
 class OwnerLookup(Placement):
@@ -199,4 +208,5 @@ def is_releasing(raw: bytes) -> bool:
         return False
 
 
-__all__ = ["HANDOFF_WAIT", "OWNERS", "OwnerLookup", "OwnerUnreachable", "decode_owner", "is_releasing", "owner_key"]
+__all__ = ["HANDOFF_WAIT", "OWNED_BY", "OWNERS", "OwnerLookup", "OwnerUnreachable", "decode_owner", "is_releasing", "owner_key",
+           "owner_tag"]

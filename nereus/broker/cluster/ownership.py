@@ -62,6 +62,7 @@ class ClusterPlacement(Rebalancing):
         self._moves = asyncio.Semaphore(max_concurrent_moves)
         # Adoptions close no client and their metadata writes are batched: many run at once.
         self._adoptions = asyncio.Semaphore(max_concurrent_adoptions)
+        self._departures: dict[tuple[str, str], None] = {}  # (broker, incarnation) whose topics were looked for
         self._ring_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()

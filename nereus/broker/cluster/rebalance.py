@@ -21,12 +21,14 @@ from ...meta.errors import MetadataError
 from ...tasks import wait_for
 from ...topics.placement import NotOwner
 from .claims import Claims
-from .owner_lookup import OWNERS
+from .membership import ACTIVE, BrokerRecord
+from .owner_lookup import OWNED_BY, OWNERS, owner_tag
 
 log = logging.getLogger(__name__)
 
 ORPHAN_SECONDS = 60.0  # how long a topic whose owner vanished is considered for adoption
 UNUSED_SECONDS = 60.0  # a claimed topic no client loaded is released after this long
+DEPARTURES_KEPT = 64  # departed incarnations remembered as looked at
 
 
 class Rebalancing(Claims):
@@ -37,6 +39,7 @@ class Rebalancing(Claims):
     adoptions: int
     _ring_changed: asyncio.Event
     _adoptions: asyncio.Semaphore
+    _departures: dict[tuple[str, str], None]
 
     def _owner_note(self, note: Notification) -> None:
         if note.type != NotificationType.KEY_DELETED:
@@ -60,8 +63,45 @@ class Rebalancing(Claims):
             except Exception:
                 log.exception("rebalancing failed")
 
+    def _scan_departures(self) -> None:
+        """Look for the topics of brokers that left the registry while active (seen dead)."""
+        for record in list(self.membership.departed.values()):
+            seen = (record.address.name, record.incarnation)
+            if seen in self._departures or record.state != ACTIVE or not record.serving:
+                continue
+            self._departures[seen] = None
+            while len(self._departures) > DEPARTURES_KEPT:
+                del self._departures[next(iter(self._departures))]
+            self._spawn(self._orphans_of(record))
+
+    async def _orphans_of(self, record: BrokerRecord) -> None:
+        """Take up a dead broker's topics now: its ownership records last as long as its session.
+
+        Only a broker whose listener refuses connections is dead for sure; one that left the
+        registry otherwise (cut off, or gone after a drain) keeps its records until its session
+        ends. The claims that follow delete each record at the version read (``_claim``).
+        """
+        if not await self._refuses(record.address):
+            return
+        tag = owner_tag(record.address.name, record.incarnation)
+        now = time.monotonic()
+        found = 0
+        try:
+            async for rec in self.meta.range_scan(tag, tag + "\x01", use_index=OWNED_BY):
+                topic = unquote(rec.key[len(OWNERS):])
+                if topic not in self.owned:
+                    self._orphans.setdefault(topic, now)
+                    found += 1
+        except MetadataError as exc:  # its records still go with its session
+            log.warning("listing the topics of dead broker %s failed: %s", record.address.name, exc)
+        if found:
+            log.info("broker %s is dead and owned %d topic(s): adopting this broker's share before its session "
+                     "expires", record.address.name, found)
+            self._ring_changed.set()
+
     async def rebalance(self) -> None:
         """Hand over the topics the ring gives to others; adopt orphans it gives to us."""
+        self._scan_departures()
         now = time.monotonic()
         moves = []
         for topic, (_version, claimed_at) in list(self.owned.items()):
