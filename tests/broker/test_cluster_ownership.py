@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import collections
 import contextlib
 
@@ -370,3 +371,19 @@ async def test_a_broker_still_starting_is_not_taken_for_dead():
             await asker.placement.owner(topic)
         assert owner.name in asker.membership.brokers
         assert await asker.meta.get(owner_key(topic)) is not None
+
+
+@pytest.mark.asyncio
+async def test_an_orphan_noticed_while_a_long_adoption_ran_is_still_adopted():
+    """A topic orphaned long ago (its notice came while a large adoption kept the rebalancing
+    busy for longer than ORPHAN_SECONDS) is adopted by its home broker all the same."""
+    from nereus.broker.cluster.rebalance import ORPHAN_SECONDS
+
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        home = brokers[0]
+        topic = next(t for t in (f"persistent://public/default/late-orphan-{i}" for i in range(100))
+                     if home.membership.ring.owner(t) == home.name)
+        home.placement._orphans[topic] = time.monotonic() - 2 * ORPHAN_SECONDS
+        await home.placement.rebalance()
+        assert home.placement.owns(topic)
+        assert await _owner_name(home.meta, topic) == home.name

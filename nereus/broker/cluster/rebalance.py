@@ -26,7 +26,7 @@ from .owner_lookup import OWNED_BY, OWNERS, owner_tag
 
 log = logging.getLogger(__name__)
 
-ORPHAN_SECONDS = 60.0  # how long a topic whose owner vanished is considered for adoption
+ORPHAN_SECONDS = 60.0  # how long a topic whose owner vanished is kept in case the ring gives it to us
 UNUSED_SECONDS = 60.0  # a claimed topic no client loaded is released after this long
 DEPARTURES_KEPT = 64  # departed incarnations remembered as looked at
 
@@ -116,11 +116,14 @@ class Rebalancing(Claims):
                 del self._released[topic]
         adopt = []
         for topic, seen in list(self._orphans.items()):
-            if now - seen > ORPHAN_SECONDS or topic in self.owned:
+            if topic in self.owned:
                 del self._orphans[topic]
             elif not self.draining and self._home_name(topic) == self.local.name:
+                # However long ago it was orphaned: the adoptions before may have taken longer.
                 del self._orphans[topic]
                 adopt.append(self._adopt(topic))
+            elif now - seen > ORPHAN_SECONDS:
+                del self._orphans[topic]
         if moves or adopt:
             log.info("rebalance: handing over %d topic(s), adopting %d", len(moves), len(adopt))
             await asyncio.gather(*moves, *adopt)
