@@ -318,9 +318,10 @@ def run_cluster(args) -> dict[str, float]:
                                                     killed))
         adoption = (all_owned - killed) if all_owned else float("nan")
         served = sorted(t - killed for t in answered.values())
+        p50 = served[len(served) // 2] if served else float("nan")
         p99 = served[min(len(served) - 1, int(len(served) * 0.99))] if served else float("nan")
         print(f"  the survivors own all {count:,} topics {adoption:.1f} s after the kill; the sampled topics "
-              f"answered again: {len(served):,} of {len(sample):,}, p50 {served[len(served) // 2] if served else 0:.1f} s, "
+              f"answered again: {len(served):,} of {len(sample):,}, p50 {p50:.1f} s, "
               f"p99 {p99:.1f} s, last {served[-1] if served else 0:.1f} s (target <= {TARGET_FAILOVER_SECONDS:g} s)",
               flush=True)
         figures.update(cluster_killed_topics=lost, cluster_adopted_all_s=adoption, cluster_sample_served=len(served),

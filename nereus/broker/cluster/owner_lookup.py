@@ -208,5 +208,5 @@ def is_releasing(raw: bytes) -> bool:
         return False
 
 
-__all__ = ["HANDOFF_WAIT", "OWNED_BY", "OWNERS", "OwnerLookup", "OwnerUnreachable", "decode_owner", "is_releasing", "owner_key",
-           "owner_tag"]
+__all__ = ["HANDOFF_WAIT", "OWNED_BY", "OWNERS", "OwnerLookup", "OwnerUnreachable", "decode_owner", "is_releasing",
+           "owner_key", "owner_tag"]
