@@ -25,6 +25,7 @@ within 30 s.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import shutil
@@ -111,7 +112,10 @@ def _gauge(text: str, name: str) -> float:
 
 
 def owned(http_port: int) -> int:
-    return int(_gauge(_metrics(http_port)[0], "nereus_cluster_owned_topics"))
+    """How many topics the broker owns (its list: cheaper to build than a scrape of /metrics, which
+    polled twice a second took a third of a broker's time with tens of thousands of topics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/admin/v2/nereus/owned-topics", timeout=120) as answer:
+        return len(json.loads(answer.read()))
 
 
 def create_namespaces(http_port: int, count: int) -> None:
@@ -230,7 +234,7 @@ async def _failover(survivors: list[int], sample: list[str], count: int, concurr
                 print(f"  the survivors own 99% of the topics {nearly - killed:.1f} s after the kill", flush=True)
             if total >= count:
                 return time.monotonic()
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
         print(f"  {count - total:,} topics still without an owner 600 s after the kill", flush=True)
         return None
 
