@@ -120,7 +120,7 @@ class Cluster:
 
     @staticmethod
     def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05):
-        return wait_until(predicate, timeout, interval)
+        return wait_until(predicate, "the condition", timeout=timeout, interval=interval)
 
 
 def rest(name: str) -> str:
