@@ -11,6 +11,7 @@ has it now.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 
 from ..meta import MetadataStore
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 HeldBytes = Callable[[str, int, int], "bytes | None"]
 
 _SEQ_DIGITS = 10
+UPLOADED_KEPT = 4096  # objects remembered as uploaded (each saves a marker lookup per read)
 
 
 def on_replicas(object_key: str) -> bool:
@@ -62,6 +64,8 @@ class WalLocator:
         self.meta = meta
         self.directory = directory
         self.held: list[HeldBytes] = []  # this process's writers' uploads still in memory
+        # Objects whose block was seen uploaded: the store has them, no marker lookup again.
+        self._uploaded: OrderedDict[str, None] = OrderedDict()
 
     async def read(self, object_key: str, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of the object from memory or a replica; None when its block
@@ -71,8 +75,15 @@ class WalLocator:
             data = held(object_key, start, end)
             if data is not None:
                 return data
+        if object_key in self._uploaded:
+            return None
         block = await find_block(self.meta, object_key)
-        if block is None or "wal" not in block:
+        if block is None:
+            self._uploaded[object_key] = None
+            if len(self._uploaded) > UPLOADED_KEPT:
+                self._uploaded.popitem(last=False)
+            return None
+        if "wal" not in block:
             return None
         if self.directory is None:
             raise wal_replicas.WalUnavailable(f"object {object_key} is on WAL replicas and this process "

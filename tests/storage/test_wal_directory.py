@@ -125,3 +125,30 @@ async def test_an_address_record_follows_a_restarted_replica(meta):
         assert directory.replica("r").port == 2000
     finally:
         await directory.close()
+
+
+async def test_an_object_seen_uploaded_is_read_from_the_store_without_a_marker_lookup(meta, objects, written):
+    objects.clear_faults()
+    writer = written.writer
+    await writer.uploader.drain()
+    await writer.blocks.close_all()  # the block is done: its marker goes
+    await writer.flush()
+    stream_id = await _stream_id(meta)
+    reader = StreamReader(meta, objects, TailCache(1), BlockCache(1))
+    scans = 0
+    scan = meta.range_scan
+
+    def counting(*args, **kwargs):
+        nonlocal scans
+        scans += 1
+        return scan(*args, **kwargs)
+
+    meta.range_scan = counting
+    try:
+        expected = [b"e%d" % i for i in range(30)]
+        assert await _read_all(reader, stream_id) == expected
+        first = scans
+        assert await _read_all(reader, stream_id) == expected  # block cache of one byte: read again
+        assert scans - first < first  # the index scans again, the markers are not looked up again
+    finally:
+        del meta.range_scan
