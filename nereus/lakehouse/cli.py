@@ -21,6 +21,7 @@ from collections.abc import Callable
 import click
 
 from .deliver import DEFAULT_BATCH_RECORDS, Delivery, Stats, Target, TargetConflict, TargetError, TopicNotFound
+from .wal_access import DEFAULT_UPLOAD_WAIT, WalAccess
 
 def _pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -105,11 +106,22 @@ def _target_factory(delta: str | None, hudi: str | None, storage_options: dict[s
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Keep delivering, a round every SECONDS, until interrupted.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+@click.option("--wal-auth-params", metavar="TOKEN", help="Read records acknowledged on brokers' WAL replicas and "
+              "not uploaded yet with this token (token:<jwt>, file:///path or the token itself), as the brokers' "
+              "brokerClientAuthenticationParameters.")
+@click.option("--wal-tls-cert-file", metavar="PATH", help="Client certificate for WAL replicas served over TLS.")
+@click.option("--wal-tls-key-file", metavar="PATH", help="Its private key.")
+@click.option("--wal-tls-trust-certs-file", metavar="PATH", help="CA certificates the WAL replicas are checked "
+              "against.")
+@click.option("--wal-upload-wait", type=click.FloatRange(min=0), default=DEFAULT_UPLOAD_WAIT, show_default=True,
+              metavar="SECONDS", help="How long to wait for records that cannot be read from a WAL replica "
+              "(no or refused credentials, broker down) to reach the object store.")
 def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: str | None,
             storage_options: dict[str, str],
             catalog: str | None, catalog_properties: dict[str, str], table: str | None, batch_records: int,
             upsert: bool, schema_columns: bool, dead_letter: str | None, once: bool, interval: float | None,
-            progress: bool) -> None:
+            progress: bool, wal_auth_params: str | None, wal_tls_cert_file: str | None,
+            wal_tls_key_file: str | None, wal_tls_trust_certs_file: str | None, wal_upload_wait: float) -> None:
     """Deliver a topic's committed records into a Delta, Hudi or Iceberg table, exactly once.
 
     Each commit records the delivered offset of every partition it covers, so a job that
@@ -126,11 +138,13 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: st
 
     if dead_letter is not None and not schema_columns:
         raise click.UsageError("--dead-letter goes with --schema-columns")
+    access = _wal_access(wal_auth_params, wal_tls_cert_file, wal_tls_key_file, wal_tls_trust_certs_file,
+                         wal_upload_wait)
     make_target = _target_factory(delta, hudi, storage_options, catalog, catalog_properties, table, upsert,
                                   dead_letter)
     try:
         stats, description = asyncio.run(_deliver(metadata, objects, topic, make_target, batch_records, interval,
-                                                   progress, upsert, schema_columns))
+                                                   progress, upsert, schema_columns, access))
     except InvalidRequest as exc:
         raise click.BadParameter(str(exc), param_hint="--metadata") from None
     except InvalidTopicName as exc:
@@ -151,9 +165,23 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: st
                + (f", {stats.dead} records to the dead-letter table" if stats.dead else ""), err=True)
 
 
+def _wal_access(auth_params: str | None, cert: str | None, key: str | None, trust: str | None,
+                upload_wait: float) -> WalAccess:
+    if (cert or key or trust) and not (cert and key and trust):
+        raise click.UsageError("reading WAL replicas over TLS needs --wal-tls-cert-file, --wal-tls-key-file and "
+                               "--wal-tls-trust-certs-file together")
+    access = WalAccess(auth_params, trust, cert, key, upload_wait)
+    try:
+        access.check()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).replace("walAuthParams", "--wal-auth-params"),
+                                 param_hint="--wal-auth-params/--wal-tls-*") from None
+    return access
+
+
 async def _deliver(metadata: str, objects: str, topic: str, make_target: Callable[[bool], Target],
                    batch_records: int, interval: float | None, progress: bool, upsert: bool,
-                   schema_columns: bool) -> tuple[Stats, str]:
+                   schema_columns: bool, access: WalAccess) -> tuple[Stats, str]:
     from tqdm import tqdm
 
     from ..meta import connect
@@ -183,7 +211,7 @@ async def _deliver(metadata: str, objects: str, topic: str, make_target: Callabl
 
     job = Delivery(meta, store, topic, target, batch_records=batch_records, upsert=upsert,
                    schema_columns=schema_columns, dead_letter=dead_letter, on_plan=planned,
-                   on_progress=lambda offsets, records: bar.update(offsets))
+                   on_progress=lambda offsets, records: bar.update(offsets), wal_access=access)
     try:
         if interval is None:
             return await job.deliver_once(), target.description

@@ -53,6 +53,7 @@ from ..storage.errors import StorageError
 from . import rows as _rows
 from .delivered_columns import ARROW_SCHEMA, DEAD_LETTER_SCHEMA, DecodedValues, plan_columns
 from .rows import TopicNotFound
+from .wal_access import WalAccess
 from ..tasks import wait_for
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,8 @@ class Delivery:
                  batch_records: int = DEFAULT_BATCH_RECORDS, upsert: bool = False,
                  schema_columns: bool = False, dead_letter: Target | None = None,
                  on_plan: Callable[[int], None] | None = None,
-                 on_progress: Callable[[int, int], None] | None = None) -> None:
+                 on_progress: Callable[[int, int], None] | None = None,
+                 wal_access: WalAccess | None = None) -> None:
         if batch_records < 1:
             raise ValueError("batch_records must be >= 1")
         self.meta = meta
@@ -187,6 +189,7 @@ class Delivery:
         self.upsert = upsert
         self.schema_columns = schema_columns
         self.dead_letter = dead_letter
+        self.wal_access = wal_access  # credentials for records on WAL replicas, not uploaded yet
         self._dead_known: dict[int, int] = {}  # partition -> end offset the dead-letter table holds
         self._columns: DecodedValues | None = None
         self._on_plan = on_plan or (lambda offsets: None)
@@ -310,7 +313,7 @@ class Delivery:
             if todo.start < raw_start:
                 async for chunk in _rows.read_view_rows(self.meta, self.objects, todo, raw_start):
                     yield chunk
-            async for chunk in _rows.read_rows(self.meta, self.objects, _from(todo, raw_start)):
+            async for chunk in _rows.read_rows(self.meta, self.objects, _from(todo, raw_start), self.wal_access):
                 yield chunk
             return
         decode = self._columns.decode
@@ -325,7 +328,8 @@ class Delivery:
         if todo.start < raw_start:
             async for chunk in _rows.read_view_rows(self.meta, self.objects, todo, raw_start, versioned=True):
                 yield chunk
-        async for chunk in _rows.read_versioned_rows(self.meta, self.objects, _from(todo, raw_start)):
+        async for chunk in _rows.read_versioned_rows(self.meta, self.objects, _from(todo, raw_start),
+                                                     self.wal_access):
             yield chunk
 
     async def _commit(self, topic: str, buffer: list[tuple], pending: dict[int, Position], stats: Stats) -> None:
