@@ -6,6 +6,8 @@ import asyncio
 from types import SimpleNamespace
 
 from nereus.kafka.server.catalog.catalog import Catalog
+from nereus.kafka.server.catalog.kept import MAX_PATCHED
+from nereus.meta.api import NotificationType
 
 
 class Membership:
@@ -17,10 +19,10 @@ class Membership:
     def on_note(self, prefix, listener) -> None:
         self.listeners.append((prefix, listener))
 
-    def note(self, key: str) -> None:
+    def note(self, key: str, kind: NotificationType = NotificationType.KEY_MODIFIED) -> None:
         for prefix, listener in self.listeners:
             if key.startswith(prefix):
-                listener(SimpleNamespace(key=key))
+                listener(SimpleNamespace(key=key, type=kind))
 
 
 def counting():
@@ -73,3 +75,69 @@ async def test_concurrent_askers_share_one_reading_and_one_changed_meanwhile_is_
     assert await asyncio.gather(*askers) == [1] * 5 and len(calls) == 1
     assert await catalog.kept.get("x", slow) == 2  # the reading may have missed the change: not kept
     assert await catalog.kept.get("x", slow) == 2
+
+
+def patching():
+    """A reading of a listing (``read``) and its patch (``patch``), both counted."""
+    state = {"reads": 0, "patches": []}
+
+    async def read():
+        state["reads"] += 1
+        await asyncio.sleep(0)
+        return {"whole": state["reads"]}
+
+    async def patch(kept, changed):
+        state["patches"].append(sorted(changed))
+        await asyncio.sleep(0)
+        return {**kept, **{topic: len(state["patches"]) for topic in changed}}
+    return read, patch, state
+
+
+async def test_a_change_naming_topics_patches_the_kept_answer():
+    catalog, membership = Catalog(None, None, None, None), Membership()
+    catalog.follow(membership)
+    read, patch, state = patching()
+    get = lambda: catalog.kept.get("x", read, patch)  # noqa: E731
+    assert await get() == {"whole": 1}
+    membership.note("/nereus/kafka/topic-configs/orders")
+    membership.note("/nereus/streams/by-name/" + "persistent%3A%2F%2Fpublic%2Fdefault%2Fclicks-partition-3")
+    membership.note("/nereus/pulsar/partitioned/persistent%3A%2F%2Fpublic%2Fdefault%2Fviews")
+    membership.note("/nereus/pulsar/partitioned/persistent%3A%2F%2Fother%2Fns%2Felsewhere")  # not Kafka's
+    assert await get() == {"whole": 1, "clicks": 1, "orders": 1, "views": 1}
+    assert state == {"reads": 1, "patches": [["clicks", "orders", "views"]]}
+    assert await get() == {"whole": 1, "clicks": 1, "orders": 1, "views": 1}  # kept as patched
+    catalog.kept.changed("orders")  # what ``create`` / ``delete`` do here
+    assert (await get())["orders"] == 2 and state["patches"][-1] == ["orders"]
+
+    catalog.kept.changed()  # a change that names no topic
+    assert await get() == {"whole": 2}
+    membership.note("/nereus/kafka/topic-configs/a", NotificationType.KEY_RANGE_DELETED)
+    assert await get() == {"whole": 3}
+    for i in range(MAX_PATCHED + 1):  # too many to patch
+        catalog.kept.changed(f"t{i}")
+    assert await get() == {"whole": 4}
+    membership.subscriptions += 1
+    assert await get() == {"whole": 5}
+
+
+async def test_a_change_heard_while_a_patch_is_read_is_patched_again():
+    catalog, membership = Catalog(None, None, None, None), Membership()
+    catalog.follow(membership)
+    read, _, state = patching()
+    release = asyncio.Event()
+    patched = []
+
+    async def slow_patch(kept, changed):
+        patched.append(sorted(changed))
+        await release.wait()
+        return {**kept, **{topic: len(patched) for topic in changed}}
+
+    assert await catalog.kept.get("x", read, slow_patch) == {"whole": 1}
+    catalog.kept.changed("a")
+    asking = asyncio.ensure_future(catalog.kept.get("x", read, slow_patch))
+    await asyncio.sleep(0)
+    catalog.kept.changed("b")  # heard while "a" is patched in
+    release.set()
+    assert await asking == {"whole": 1, "a": 1}
+    assert await catalog.kept.get("x", read, slow_patch) == {"whole": 1, "a": 1, "b": 2}
+    assert patched == [["a"], ["b"]] and state["reads"] == 1

@@ -15,11 +15,12 @@ import logging
 import re
 import uuid
 from collections import OrderedDict
+from urllib.parse import unquote
 
 from ....ledger.naming import PARTITION_SUFFIX, TopicName
 from ....meta import cas
 from ....storage import StreamNotFound
-from ....storage.records import names_range
+from ....storage.records import name_from_key, names_range
 from ....topics.partitioned import ensure_stream, partitioned_range, partitioned_topic_records
 from ....topics import create_partitioned_topic, key_log, partitioned_key, partitions_of
 from ....topics.topic_configs import (TOPIC_CONFIGS_ROOT, assign_replicas, delete_topic_configs, replace_topic_configs,
@@ -45,6 +46,21 @@ class TopicError(Exception):
         self.code = code
 
 
+def _topic_of_stream(key: str) -> str | None:
+    """The Kafka topic of a stream-name key of the namespace (a partition's stream: its topic)."""
+    name = name_from_key(key)
+    return _PARTITION_STREAM.sub("", name[len(NAMESPACE_PREFIX):]) if name.startswith(NAMESPACE_PREFIX) else None
+
+
+def _topic_of_partitioned(key: str) -> str | None:
+    name = unquote(key.rsplit("/", 1)[1])
+    return name[len(NAMESPACE_PREFIX):] if name.startswith(NAMESPACE_PREFIX) else None
+
+
+def _topic_of_configs(key: str) -> str:
+    return unquote(key[len(TOPIC_CONFIGS_ROOT):])
+
+
 def valid_name(name: str | None) -> bool:
     return bool(name) and name not in (".", "..") and bool(_LEGAL.match(name))
 
@@ -60,7 +76,7 @@ def _changes_topics(method):
         try:
             return await method(self, *args, **kwargs)
         finally:
-            self.kept.changed()
+            self.kept.changed(args[0] if args else kwargs.get("topic"))
     return changing
 
 
@@ -80,8 +96,9 @@ class Catalog:
     def follow(self, membership) -> None:
         """Keep the listing of every topic (and their replica layouts) between requests for as long as
         ``membership`` hears each change to them, from any broker (``KeptAnswers``)."""
-        self.kept.follow(membership, (names_range(NAMESPACE_PREFIX)[0], partitioned_range(NAMESPACE_PREFIX)[0],
-                                      TOPIC_CONFIGS_ROOT))
+        self.kept.follow(membership, {names_range(NAMESPACE_PREFIX)[0]: _topic_of_stream,
+                                      partitioned_range(NAMESPACE_PREFIX)[0]: _topic_of_partitioned,
+                                      TOPIC_CONFIGS_ROOT: _topic_of_configs})
 
     async def partition_count(self, topic: str) -> int | None:
         """Number of partitions, or None if the topic does not exist."""
@@ -235,13 +252,29 @@ class Catalog:
         """``describe_topics`` of every topic of public/default: the partitioned ones from the scan
         that lists them (no read of each), then the non-partitioned ones (kept: see ``follow``; the
         answer is shared, not to be changed)."""
-        return await self.kept.get("topics", self._describe_all)
+        return await self.kept.get("topics", self._describe_all, self._describe_changed)
+
+    async def _describe_changed(self, kept: dict, changed: list[str]) -> dict:
+        out = dict(kept)
+        for local, described in zip(changed, await self.describe_topics(changed)):
+            if described[1] is None:
+                out.pop(local, None)
+            else:
+                out[local] = described
+        return out
 
     async def all_replica_layouts(self) -> dict:
         """``replica_layouts`` of every topic ``describe_all`` lists (kept like it)."""
         async def read() -> dict:
             return await replica_layouts(self.meta, list(await self.describe_all()))
-        return await self.kept.get("layouts", read)
+
+        async def patch(kept: dict, changed: list[str]) -> dict:
+            stale = set(changed)
+            topics = await self.describe_all()
+            out = {topic: kept[topic] for topic in topics if topic in kept and topic not in stale}
+            out.update(await replica_layouts(self.meta, [topic for topic in topics if topic not in out]))
+            return out
+        return await self.kept.get("layouts", read, patch)
 
     async def _describe_all(self) -> dict[str, tuple[list[str], uuid.UUID]]:
         out: dict[str, tuple[list[str], uuid.UUID]] = {}

@@ -1,60 +1,122 @@
 """Answers kept between requests while every change to what they were read from is heard.
 
 Kafka brokers answer Metadata from a cache that the controller's changes update; here a
-broker keeps what it read (the namespace's listing, replica layouts) until a change
-notification under one of the followed prefixes arrives, from any broker, or the broker
-makes a change itself. While the notification stream is down (or before it is followed),
-nothing is kept: a change could go unheard.
+broker keeps what it read (the namespace's listing, replica layouts) and hears each change
+notification under the followed prefixes, from any broker, and the changes it makes itself.
+A change names its topic, so a kept answer is patched: only the topics changed since it was
+read are read again (a change that names no topic, or too many changed topics, and the answer
+is read whole). While the notification stream is down (or before it is followed), nothing is
+kept: a change could go unheard.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Mapping
+
+from ....meta.api import NotificationType
+
+#: Topics changed since an answer was read above which it is read whole rather than patched.
+MAX_PATCHED = 2_000
+
+Read = Callable[[], Awaitable]
+Patch = Callable[[object, list[str]], Awaitable]  # (kept answer, changed topics) -> the answer now
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    subscriptions: int  # the notification subscription it was read under
+    seen: int  # changes heard before it was read: it reflects each of them
+    answer: object
 
 
 class KeptAnswers:
-    """Named answers, each reused until a change is heard; concurrent askers share one reading."""
+    """Named answers, each reused until a change is heard, then patched (or read again); concurrent
+    askers share one reading."""
 
     def __init__(self) -> None:
         self._membership = None
-        self.changes = 0  # changes heard (or made here): each makes every kept answer stale
-        self._kept: dict[str, tuple[tuple[int, int], object]] = {}  # name -> (generation, answer)
+        self.changes = 0  # changes heard (or made here)
+        self._whole = 0  # the last change that named no topic: answers read before it are read again
+        self._touched: dict[str, int] = {}  # topic -> the last change to it
+        self._kept: dict[str, _Kept] = {}
         self._reading: dict[str, tuple[tuple[int, int], asyncio.Future]] = {}
 
-    def follow(self, membership, prefixes) -> None:
-        """Hear the changes under ``prefixes`` through ``membership``'s notifications."""
+    def follow(self, membership, topic_of: Mapping[str, Callable[[str], str | None]]) -> None:
+        """Hear the changes under each prefix through ``membership``'s notifications; its function
+        names the topic of a changed key (None: a key of no topic, which changes nothing)."""
         self._membership = membership
-        for prefix in prefixes:
-            membership.on_note(prefix, self.changed)
+        for prefix, name in topic_of.items():
+            membership.on_note(prefix, lambda note, name=name: self._heard(note, name))
 
-    def changed(self, _note=None) -> None:
+    def _heard(self, note, topic_of: Callable[[str], str | None]) -> None:
+        if note.type == NotificationType.KEY_RANGE_DELETED:
+            self.changed()
+            return
+        topic = topic_of(note.key)
+        if topic is not None:
+            self.changed(topic)
+
+    def changed(self, topic: str | None = None) -> None:
+        """A change to ``topic`` (None: to anything) was heard or made here."""
         self.changes += 1
+        if topic is None or len(self._touched) >= 4 * MAX_PATCHED and not self._prune():
+            self._whole = self.changes
+            self._touched.clear()  # every answer read before now is read again whole
+        else:
+            self._touched[topic] = self.changes
 
-    def _generation(self) -> tuple[int, int] | None:
+    def _prune(self) -> bool:
+        """Forget changes every kept answer reflects; whether that made room."""
+        oldest = min((kept.seen for kept in self._kept.values()), default=self.changes)
+        self._touched = {topic: at for topic, at in self._touched.items() if at > oldest}
+        return len(self._touched) < 4 * MAX_PATCHED
+
+    def _subscriptions(self) -> int | None:
         membership = self._membership
         if membership is None or not membership.watching:
             return None
-        return self.changes, membership.subscriptions
+        return membership.subscriptions
 
-    async def get(self, name: str, read: Callable[[], Awaitable]):
-        """``read()``'s answer, or the one kept under ``name`` if nothing changed since (shared: not
-        to be changed by the caller)."""
-        generation = self._generation()
-        if generation is None:
+    async def get(self, name: str, read: Read, patch: Patch | None = None):
+        """``read()``'s answer, or the one kept under ``name`` if nothing changed since, or with
+        ``patch`` the kept one patched for the topics changed since (shared: not to be changed by the
+        caller)."""
+        subscriptions = self._subscriptions()
+        if subscriptions is None:
             return await read()
         kept = self._kept.get(name)
-        if kept is not None and kept[0] == generation:
-            return kept[1]
+        if kept is not None and (kept.subscriptions != subscriptions or kept.seen < self._whole):
+            kept = None
+        if kept is not None and kept.seen == self.changes:
+            return kept.answer
+        generation = (subscriptions, self.changes)
         reading = self._reading.get(name)
         if reading is None or reading[0] != generation:
-            reading = self._reading[name] = (generation, asyncio.ensure_future(read()))
+            reading = self._reading[name] = (generation, asyncio.ensure_future(self._read(kept, read, patch)))
             reading[1].add_done_callback(lambda f: self._reading.get(name, (None, None))[1] is f
                                          and self._reading.pop(name))
-        answer = await asyncio.shield(reading[1])
-        if self._generation() == generation:  # nothing changed while it was read
-            self._kept[name] = (generation, answer)
-        return answer
+            reading[1].add_done_callback(lambda f: self._keep(name, generation, f))
+        return await asyncio.shield(reading[1])
+
+    def _read(self, kept: _Kept | None, read: Read, patch: Patch | None) -> Awaitable:
+        """The reading for the changes heard so far (chosen now: later ones are not its business)."""
+        if kept is None or patch is None:
+            return read()
+        changed = [topic for topic, at in self._touched.items() if at > kept.seen]
+        return read() if len(changed) > MAX_PATCHED else patch(kept.answer, changed)
+
+    def _keep(self, name: str, generation: tuple[int, int], done: asyncio.Future) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        subscriptions, seen = generation
+        # Changes heard while it was read may or may not be in it: they count as after it.
+        if self._subscriptions() != subscriptions or seen < self._whole:
+            return
+        kept = self._kept.get(name)
+        if kept is None or kept.subscriptions != subscriptions or kept.seen <= seen:
+            self._kept[name] = _Kept(subscriptions, seen, done.result())
 
 
-__all__ = ["KeptAnswers"]
+__all__ = ["KeptAnswers", "MAX_PATCHED"]
