@@ -7,6 +7,7 @@ process appends to), the caches, and the streams' handles.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -15,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from ..meta import EXPECT_ABSENT, MetadataStore, UnexpectedVersion
+from ..meta import EXPECT_ABSENT, MetadataError, MetadataStore, UnexpectedVersion
 from ..meta import cas
 from ..objstore import ObjectStore
 from . import gc, key_view, records
@@ -103,10 +104,11 @@ class StreamStorage:
         return next((w.health.refusal for w in self._writers.values() if w.health.refusal is not None), None)
 
     # -- names ---------------------------------------------------------------------------
-    async def create_stream(self, name: str) -> int:
-        """Create a stream; returns its id. Raises StreamExists."""
+    async def create_stream(self, name: str, *, known_absent: bool = False) -> int:
+        """Create a stream; returns its id. Raises StreamExists. ``known_absent``: the caller just
+        found no stream of that name (its name record is not read again)."""
         _check_name(name)
-        if await self.meta.get(records.name_key(name)) is not None:
+        if not known_absent and await self.meta.get(records.name_key(name)) is not None:
             raise StreamExists(name)
         stream_id = await self._allocate_stream_id()
         await self.meta.put(records.meta_key(stream_id),
@@ -116,6 +118,9 @@ class StreamStorage:
             await self.meta.put(records.name_key(name), records.encode({"id": stream_id}),
                                 expected_version_id=EXPECT_ABSENT)
         except UnexpectedVersion:
+            # Created meanwhile by someone else: this id's record names a stream that never was.
+            with contextlib.suppress(MetadataError):
+                await self.meta.delete(records.meta_key(stream_id), partition_key=records.stream_partition(stream_id))
             raise StreamExists(name) from None
         return stream_id
 
@@ -182,7 +187,7 @@ class StreamStorage:
             if not create:
                 raise
             try:
-                stream_id = await self.create_stream(name)
+                stream_id = await self.create_stream(name, known_absent=True)
             except StreamExists:
                 stream_id = await self.stream_id(name)
         return StreamHandle(self, stream_id, name, durability or self.durability)
@@ -416,10 +421,14 @@ class StreamHandle(Stream):
         if self._closed:
             raise StreamClosed(self.name)
         async with self._acquisition():
-            session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
-            self._next = session.next_offset
-            self._session = session
-            self._start = await self.storage.start(self.stream_id)
+            await self._take_session()
+
+    async def _take_session(self) -> None:
+        session, start = await asyncio.gather(acquire(self.storage.meta, self.stream_id, self.storage.node_id),
+                                              self.storage.start(self.stream_id))
+        self._next = session.next_offset
+        self._session = session
+        self._start = start
 
     async def append(self, entry: bytes | memoryview, record_count: int) -> AppendResult:
         """Append under this handle's session, taking one on the very first append.
@@ -432,10 +441,7 @@ class StreamHandle(Stream):
         if self._session is None:
             async with self._acquisition():
                 if self._session is None:
-                    session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id)
-                    self._next = session.next_offset
-                    self._session = session
-                    self._start = await self.storage.start(self.stream_id)
+                    await self._take_session()
         while self._switching is not None:
             await asyncio.shield(self._switching)
         base = await self._writer.append(self._session, entry, record_count)

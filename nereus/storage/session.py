@@ -26,6 +26,7 @@ Rules (invariants 2 and 3 of ARCHITECTURE.md):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -219,12 +220,18 @@ async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSess
         token = records.decode(old).get("token", 0) + 1
         return records.encode({"token": token, "owner": owner, "since": int(time.time() * 1000)})
 
-    session = await cas.update(meta, records.session_key(stream_id), bump, partition_key=partition)
+    # The tail is read beside the session's bump (one round trip less): a tail moved meanwhile
+    # fails the CAS below, which reads it again.
+    session, first_read = await asyncio.gather(
+        cas.update(meta, records.session_key(stream_id), bump, partition_key=partition),
+        meta.get(records.tail_key(stream_id), partition_key=partition))
     token = records.decode(session.value)["token"]
+    read_ahead = [first_read]
 
     async def stamp_tail() -> AppendSession:
         # Retried whenever a concurrent commit or acquire moved the tail meanwhile.
-        current = await meta.get(records.tail_key(stream_id), partition_key=partition)
+        current = read_ahead.pop() if read_ahead else await meta.get(records.tail_key(stream_id),
+                                                                    partition_key=partition)
         if current is None:
             tail, expected = Tail(0, 0, token), EXPECT_ABSENT
         else:

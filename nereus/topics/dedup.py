@@ -82,10 +82,13 @@ class Dedup:
         self._snapshot_version: int | None = None  # EXPECT_ABSENT once known absent
         self._snapshotting: asyncio.Task | None = None
 
-    async def restore(self, handle: Stream) -> None:
-        """Bring the state up to the stream's committed end (snapshot, then replay)."""
+    async def restore(self, handle: Stream, *, current: bool = False) -> None:
+        """Bring the state up to the stream's committed end (snapshot, then replay); ``current``:
+        the handle's start and end were just read (a session just taken), not read again."""
+        reads = [] if current else [handle.refresh()]
         if self._covered < 0:
-            rec = await self.meta.get(snapshot_key(self.stream_id), partition_key=stream_partition(self.stream_id))
+            rec, *_ = await asyncio.gather(
+                self.meta.get(snapshot_key(self.stream_id), partition_key=stream_partition(self.stream_id)), *reads)
             self._covered = 0
             self._snapshot_version = EXPECT_ABSENT
             if rec is not None:
@@ -94,7 +97,8 @@ class Dedup:
                 self.last_seen = dict(value.get("seen", {}))
                 self._covered = value["offset"]
                 self._snapshot_version = rec.version.version_id
-        await handle.refresh()
+        elif reads:
+            await reads[0]
         offset = max(self._covered, handle.start_offset())
         end = handle.next_offset()
         replayed = 0

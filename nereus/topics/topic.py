@@ -234,7 +234,7 @@ class Topic:
                 return
             await self.registry.claim(self.name)  # NotOwner: another broker serves it
             await self.handle.acquire()
-            await self.dedup.restore(self.handle)
+            await self.dedup.restore(self.handle, current=True)
             # Beside the first appends (it may read hundreds of objects); lookups by time only
             # scan further without marks, so a failure is no reason to refuse writes.
             spawn(self.time_marks.restore(), f"{self.name}: restoring time marks")
