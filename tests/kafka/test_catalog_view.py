@@ -141,3 +141,44 @@ async def test_a_change_heard_while_a_patch_is_read_is_patched_again():
     assert await asking == {"whole": 1, "a": 1}
     assert await catalog.kept.get("x", read, slow_patch) == {"whole": 1, "a": 1, "b": 2}
     assert patched == [["a"], ["b"]] and state["reads"] == 1
+
+
+async def _until(condition, what: str) -> None:
+    """Let the loop run until ``condition()`` holds (no clock: the background work is a few turns)."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_an_answer_kept_current_is_patched_in_the_background():
+    catalog, membership = Catalog(None, None, None, None), Membership()
+    read, patch, state = patching()
+    catalog.kept.keep_up_seconds = 0
+    catalog.kept.keep_current("x", read, patch)  # asked before the notifications are followed
+    await asyncio.sleep(0)
+    assert state["reads"] == 0  # nothing can be kept yet
+    catalog.follow(membership)
+    await _until(lambda: state["reads"] == 1, "the answer read once followed")
+    assert await catalog.kept.get("x", read, patch) == {"whole": 1}  # ready: no reading for the request
+
+    membership.note("/nereus/kafka/topic-configs/orders")
+    await _until(lambda: state["patches"] == [["orders"]], "the change patched in without a request")
+    assert await catalog.kept.get("x", read, patch) == {"whole": 1, "orders": 1}
+    assert state["reads"] == 1 and len(state["patches"]) == 1
+
+    for topic in ("a", "b", "c"):  # a burst: patched together or one after the other, never lost
+        catalog.kept.changed(topic)
+    await _until(lambda: sorted(t for p in state["patches"][1:] for t in p) == ["a", "b", "c"], "the burst patched")
+    assert (await catalog.kept.get("x", read, patch)).keys() == {"whole", "orders", "a", "b", "c"}
+
+    membership.subscriptions += 1  # subscribed again: read whole at the next change
+    catalog.kept.changed("d")
+    await _until(lambda: state["reads"] == 2, "read whole after a new subscription")
+    await catalog.close()  # the broker stops: nothing is read in the background any more
+    done = (state["reads"], len(state["patches"]))
+    catalog.kept.changed("e")
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert (state["reads"], len(state["patches"])) == done

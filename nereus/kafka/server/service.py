@@ -228,6 +228,7 @@ class KafkaService:
             conn.close()
         await self.coordinator.stop()
         await self.share_groups.close()
+        await self.catalog.close()
         await lag.unregister(self._lag_metrics)
         self._lag_metrics = None
         for server in [self._server, *self._listener_servers]:

@@ -40,6 +40,7 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
     routing = ctx.routing
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
+    ctx.catalog.keep_listing_current()  # a Kafka client is here: every topic may be asked next
     wanted, asked_ids, denied, described = await _wanted(ctx, conn, req)
     known = [name for name, count in wanted if count is not None]
     if len(described) != len(known):  # some left out (not there, or not to be described)

@@ -252,7 +252,15 @@ class Catalog:
         """``describe_topics`` of every topic of public/default: the partitioned ones from the scan
         that lists them (no read of each), then the non-partitioned ones (kept: see ``follow``; the
         answer is shared, not to be changed)."""
+        self.keep_listing_current()
         return await self.kept.get("topics", self._describe_all, self._describe_changed)
+
+    def keep_listing_current(self) -> None:
+        """Keep the listing and replica layouts of every topic read from now on, patched in the
+        background after changes (called once Kafka clients ask for metadata): a Metadata request
+        for every topic finds them ready, as a Kafka broker answers from its metadata cache."""
+        self.kept.keep_current("topics", self._describe_all, self._describe_changed)
+        self.kept.keep_current("layouts", self._read_layouts, self._patch_layouts)
 
     async def _describe_changed(self, kept: dict, changed: list[str]) -> dict:
         out = dict(kept)
@@ -265,16 +273,21 @@ class Catalog:
 
     async def all_replica_layouts(self) -> dict:
         """``replica_layouts`` of every topic ``describe_all`` lists (kept like it)."""
-        async def read() -> dict:
-            return await replica_layouts(self.meta, list(await self.describe_all()))
+        self.keep_listing_current()
+        return await self.kept.get("layouts", self._read_layouts, self._patch_layouts)
 
-        async def patch(kept: dict, changed: list[str]) -> dict:
-            stale = set(changed)
-            topics = await self.describe_all()
-            out = {topic: kept[topic] for topic in topics if topic in kept and topic not in stale}
-            out.update(await replica_layouts(self.meta, [topic for topic in topics if topic not in out]))
-            return out
-        return await self.kept.get("layouts", read, patch)
+    async def _read_layouts(self) -> dict:
+        return await replica_layouts(self.meta, list(await self.describe_all()))
+
+    async def _patch_layouts(self, kept: dict, changed: list[str]) -> dict:
+        stale = set(changed)
+        topics = await self.describe_all()
+        out = {topic: kept[topic] for topic in topics if topic in kept and topic not in stale}
+        out.update(await replica_layouts(self.meta, [topic for topic in topics if topic not in out]))
+        return out
+
+    async def close(self) -> None:
+        await self.kept.close()
 
     async def _describe_all(self) -> dict[str, tuple[list[str], uuid.UUID]]:
         out: dict[str, tuple[list[str], uuid.UUID]] = {}

@@ -5,20 +5,29 @@ broker keeps what it read (the namespace's listing, replica layouts) and hears e
 notification under the followed prefixes, from any broker, and the changes it makes itself.
 A change names its topic, so a kept answer is patched: only the topics changed since it was
 read are read again (a change that names no topic, or too many changed topics, and the answer
-is read whole). While the notification stream is down (or before it is followed), nothing is
-kept: a change could go unheard.
+is read whole). Answers named ``keep_current`` are patched in the background shortly after
+changes, so a request finds them ready. While the notification stream is down (or before it is
+followed), nothing is kept: a change could go unheard.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
 from ....meta.api import NotificationType
 
+log = logging.getLogger(__name__)
+
 #: Topics changed since an answer was read above which it is read whole rather than patched.
 MAX_PATCHED = 2_000
+#: Seconds between background patches of the answers kept current: the changes of a burst
+#: (a client creating topics one after another) go into one patch.
+KEEP_UP_SECONDS = 0.25
+_RETRY_SECONDS = 5.0  # after a failed background reading
 
 Read = Callable[[], Awaitable]
 Patch = Callable[[object, list[str]], Awaitable]  # (kept answer, changed topics) -> the answer now
@@ -42,6 +51,53 @@ class KeptAnswers:
         self._touched: dict[str, int] = {}  # topic -> the last change to it
         self._kept: dict[str, _Kept] = {}
         self._reading: dict[str, tuple[tuple[int, int], asyncio.Future]] = {}
+        self._current: dict[str, tuple[Read, Patch | None]] = {}  # name -> how to read and patch it
+        self._keeping_up: asyncio.Task | None = None
+        self.keep_up_seconds = KEEP_UP_SECONDS
+
+    def keep_current(self, name: str, read: Read, patch: Patch | None = None) -> None:
+        """From now on keep ``name`` read, and patch it in the background after changes (as a Kafka
+        broker keeps its metadata cache), so requests do not wait for the reading."""
+        if name not in self._current:
+            self._current[name] = (read, patch)
+            self._keep_up()
+
+    def _keep_up(self) -> None:
+        if self._membership is None:
+            return  # nothing is kept before the notifications are followed (``follow`` starts it)
+        if self._current and (self._keeping_up is None or self._keeping_up.done()):
+            self._keeping_up = asyncio.get_running_loop().create_task(self._keeping())
+
+    async def _keeping(self) -> None:
+        delay = self.keep_up_seconds
+        while True:
+            await asyncio.sleep(delay)
+            if self._subscriptions() is None:
+                continue  # nothing can be kept until the notification stream is followed again
+            before = (self.changes, self._subscriptions())
+            delay = self.keep_up_seconds
+            for name, (read, patch) in list(self._current.items()):
+                try:
+                    await self.get(name, read, patch)
+                except Exception as exc:  # noqa: BLE001 - a request reads it then; retried later
+                    log.warning("keeping the %s answer current failed: %s", name, exc)
+                    delay = _RETRY_SECONDS
+            if (self.changes, self._subscriptions()) == before and all(
+                    self._is_current(name) for name in self._current):
+                return
+
+    def _is_current(self, name: str) -> bool:
+        kept = self._kept.get(name)
+        return kept is not None and kept.seen == self.changes and kept.subscriptions == self._subscriptions()
+
+    async def close(self) -> None:
+        """Stop keeping answers current."""
+        self._current.clear()
+        task, self._keeping_up = self._keeping_up, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def follow(self, membership, topic_of: Mapping[str, Callable[[str], str | None]]) -> None:
         """Hear the changes under each prefix through ``membership``'s notifications; its function
@@ -49,6 +105,8 @@ class KeptAnswers:
         self._membership = membership
         for prefix, name in topic_of.items():
             membership.on_note(prefix, lambda note, name=name: self._heard(note, name))
+        if self._current:
+            self._keep_up()
 
     def _heard(self, note, topic_of: Callable[[str], str | None]) -> None:
         if note.type == NotificationType.KEY_RANGE_DELETED:
@@ -66,6 +124,8 @@ class KeptAnswers:
             self._touched.clear()  # every answer read before now is read again whole
         else:
             self._touched[topic] = self.changes
+        if self._current:
+            self._keep_up()
 
     def _prune(self) -> bool:
         """Forget changes every kept answer reflects; whether that made room."""
