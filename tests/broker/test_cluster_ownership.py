@@ -387,3 +387,35 @@ async def test_an_orphan_noticed_while_a_long_adoption_ran_is_still_adopted():
         await home.placement.rebalance()
         assert home.placement.owns(topic)
         assert await _owner_name(home.meta, topic) == home.name
+
+
+@pytest.mark.asyncio
+async def test_lookups_held_for_an_owner_wait_on_its_record_notification_not_by_polling(monkeypatch):
+    """Thousands of lookups held after a broker died must not poll the metadata plane: each reads
+    the ownership record once, then once more when its change notification wakes it."""
+    from nereus.broker.cluster import owner_lookup
+
+    monkeypatch.setattr(owner_lookup, "GONE_RECHECK", 60.0, raising=False)  # only a notification wakes them
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        topic = "persistent://public/default/held-lookups"
+        owner = next(b for b in brokers if b.membership.ring.owner(topic) == b.name)
+        asker = next(b for b in brokers if b is not owner)
+        await owner.placement.lookup(topic, authoritative=True)
+        key = owner_key(topic)
+        version = (await asker.meta.get(key)).version.version_id
+        reads = collections.Counter()
+        real_get = asker.meta.get
+
+        async def counted_get(k, *args, **kwargs):
+            reads[k] += 1
+            return await real_get(k, *args, **kwargs)
+
+        monkeypatch.setattr(asker.meta, "get", counted_get)
+        held = [asyncio.ensure_future(asker.placement._gone(key, version)) for _ in range(200)]
+        await wait_for(lambda: reads[key] >= 200, what="every held lookup read the record once")
+        await asyncio.sleep(0.2)  # a poller would read it again and again meanwhile
+        assert reads[key] == 200 and not any(h.done() for h in held)
+        await owner.meta.delete(key)  # released (or expired with a dead owner's session)
+        assert await asyncio.wait_for(asyncio.gather(*held), 10) == [True] * 200
+        assert reads[key] <= 400
+        assert key not in asker.placement._record_waiters

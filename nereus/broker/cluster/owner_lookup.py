@@ -16,6 +16,7 @@ a client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from urllib.parse import quote
@@ -30,6 +31,7 @@ OWNERS = "/nereus/cluster/owners/"
 HANDOFF_WAIT = 5.0  # how long a lookup waits for a topic being handed over to be released
 PROBE_TIMEOUT = 1.0  # an owner's listener that does not accept within this is unreachable
 PROBE_CACHE_OK, PROBE_CACHE_FAILED = 1.0, 0.2  # seconds a probe's answer is reused
+GONE_RECHECK = 0.5  # seconds between reads of a record waited for, if no notification comes
 
 
 class OwnerUnreachable(NotOwner):
@@ -58,6 +60,7 @@ class OwnerLookup(Placement):
     dead_owner_wait: float
     _probes: dict[str, tuple[bool, float]]
     _lost: asyncio.Future | None
+    _record_waiters: dict[str, set[asyncio.Future]]  # ownership record key -> lookups waiting for its change
 
     def preferred(self, key: str, zone: str | None = None) -> BrokerAddress:
         ring = self.membership.ring
@@ -181,14 +184,36 @@ class OwnerLookup(Placement):
             await asyncio.sleep(0.05)
 
     async def _gone(self, key: str, version: int, timeout: float | None = None) -> bool:
-        """Wait (at most ``dead_owner_wait``) until the record ``key`` at ``version`` is deleted or replaced."""
+        """Wait (at most ``dead_owner_wait``) until the record ``key`` at ``version`` is deleted or replaced.
+
+        Woken by the record's change notification (``_record_changed``), read again only then or
+        every ``GONE_RECHECK`` seconds (in case notifications are down): thousands of lookups held
+        after a broker died must not poll the metadata plane."""
         deadline = time.monotonic() + (self.dead_owner_wait if timeout is None else timeout)
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-            rec = await self.meta.get(key, include_value=False)
-            if rec is None or rec.version.version_id != version:
-                return True
-        return False
+        loop = asyncio.get_running_loop()
+        while True:
+            changed = loop.create_future()
+            waiting = self._record_waiters.setdefault(key, set())
+            waiting.add(changed)  # before the read: a change heard after it is not missed
+            try:
+                rec = await self.meta.get(key, include_value=False)
+                if rec is None or rec.version.version_id != version:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await wait_for(changed, min(left, GONE_RECHECK))
+            finally:
+                waiting.discard(changed)
+                if not waiting and self._record_waiters.get(key) is waiting:
+                    del self._record_waiters[key]
+
+    def _record_changed(self, key: str) -> None:
+        """An ownership record changed (a notification): wake whoever waits for it to go."""
+        for changed in self._record_waiters.get(key, ()):
+            if not changed.done():
+                changed.set_result(None)
 
 
 def decode_owner(raw: bytes) -> tuple[str, str]:

@@ -59,6 +59,7 @@ class ClusterPlacement(Rebalancing):
         self._orphans: dict[str, float] = {}
         self._released: dict[str, float] = {}  # topics whose record this broker deleted, until that is heard
         self._probes: dict[str, tuple[bool, float]] = {}  # broker name -> (answers, when probed)
+        self._record_waiters = {}
         self._moves = asyncio.Semaphore(max_concurrent_moves)
         # Adoptions close no client and their metadata writes are batched: many run at once.
         self._adoptions = asyncio.Semaphore(max_concurrent_adoptions)

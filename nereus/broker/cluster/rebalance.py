@@ -42,6 +42,7 @@ class Rebalancing(Claims):
     _departures: dict[tuple[str, str], None]
 
     def _owner_note(self, note: Notification) -> None:
+        self._record_changed(note.key)
         if note.type != NotificationType.KEY_DELETED:
             return
         topic = unquote(note.key[len(OWNERS):])
