@@ -179,6 +179,8 @@ def run_metadata(args) -> dict[str, float]:
         print(f"  one message on each partition in {time.monotonic() - started:.0f} s", flush=True)
         owned = owned_topics(ports["http"])
         if owned < total:  # every partition written: each has its owner (and the answer reads no slow path)
+            log = (workdir / "processes.log").read_text(errors="replace").splitlines()
+            print("\n".join(["  the processes' log, its last lines:", *log[-40:]]), flush=True)
             raise RuntimeError(f"the broker owns {owned:,} of the {total:,} partitions written")
         first, answer = timed_metadata(ports["kafka"], 1)
         decoding = time.perf_counter()
