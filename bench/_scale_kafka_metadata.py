@@ -116,6 +116,14 @@ def after_changes(bootstrap: str, ports: dict, partitions: int, total: int, roun
     return timings
 
 
+def full_collections(http_port: int) -> tuple[int, float]:
+    """(count, seconds) of the broker's full garbage collections so far (``nereus_gc_pause_seconds``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    found = dict(re.findall(r'^nereus_gc_pause_seconds_(count|sum){generation="2"} (\S+)$', text, re.M))
+    return int(float(found.get("count", 0))), float(found.get("sum", 0))
+
+
 def create_topics(bootstrap: str, count: int, partitions: int, progress) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -182,6 +190,7 @@ def run_metadata(args) -> dict[str, float]:
             log = (workdir / "processes.log").read_text(errors="replace").splitlines()
             print("\n".join(["  the processes' log, its last lines:", *log[-40:]]), flush=True)
             raise RuntimeError(f"the broker owns {owned:,} of the {total:,} partitions written")
+        collections_before = full_collections(ports["http"])
         first, answer = timed_metadata(ports["kafka"], 1)
         decoding = time.perf_counter()
         topics, listed, led = partitions_in(answer)
@@ -196,10 +205,14 @@ def run_metadata(args) -> dict[str, float]:
         changed = after_changes(bootstrap, ports, partitions, total, rounds=args.metadata_rounds)
         print(f"  after a topic created (CreateTopics here, or Pulsar's admin API): median "
               f"{statistics.median(changed):.2f} s, max {max(changed):.2f} s", flush=True)
+        collections = [after - before for after, before in zip(full_collections(ports["http"]), collections_before)]
+        print(f"  the broker's full garbage collections meanwhile: {collections[0]}, {collections[1]:.2f} s in all",
+              flush=True)
         return {"metadata_partitions": total, "metadata_first_seconds": round(first, 3),
                 "metadata_median_seconds": round(median, 3), "metadata_max_seconds": round(max(timings), 3),
                 "metadata_after_change_median_seconds": round(statistics.median(changed), 3),
                 "metadata_after_change_max_seconds": round(max(changed), 3),
+                "metadata_full_collections": collections[0], "metadata_full_collection_seconds": round(collections[1], 3),
                 "metadata_answer_bytes": len(answer)}
     finally:
         for process in (broker, oxia):

@@ -46,6 +46,7 @@ from ..topics.dedup import BROKER_DEDUPLICATION_ENABLED
 from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
+from .collector_pauses import time_collector_pauses
 from .http import add_https, attach_admin, start_http
 from .iceberg_rest import sbt_catalog
 from .listeners import AdvertisedListener
@@ -458,6 +459,7 @@ def freeze_startup_objects() -> None:
     """
     gc.collect()
     gc.freeze()
+    time_collector_pauses()
 
 
 __all__ = ["BrokerNode", "BrokerOptions", "PortInUse", "StartingPlacement", "advertised", "bind_listener",
