@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import threading
 
-import pulsar
 import pytest
 
 deltalake = pytest.importorskip("deltalake")
 
 from click.testing import CliRunner  # noqa: E402
 
-from nereus.auth.tokens import create_token  # noqa: E402
 from nereus.lakehouse.cli import lakehouse  # noqa: E402
-from tests.auth.test_wal_broker_tokens import _config  # noqa: E402
-from tests.delayed_s3 import DelayedS3  # noqa: E402
-from tests.lakehouse.test_spark_wal_reads import _upload_lag  # noqa: E402
+from tests.lakehouse.wal_outage import records_on_the_wal_only, upload_lag  # noqa: E402
 from tests.standalone_process import Standalone  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
@@ -35,48 +31,26 @@ def _values(table) -> list[bytes]:
 
 
 def test_deliver_reads_the_wal_while_the_object_store_is_down(tmp_path):
-    config = _config(tmp_path)
-    secret = (tmp_path / "secret.key").read_bytes()
-    with DelayedS3(tmp_path / "s3", latency_scale=0) as s3:
-        objects = s3.store_url("deliver-wal")
-        node = Standalone(tmp_path / "data", ["--compaction-interval", "0", "--wal-profile", "local",
-                                              "--config", config, "--object-store", objects])
-        node.start()
-        try:
-            s3.outage(True)
-            client = pulsar.Client(node.url, operation_timeout_seconds=30,
-                                   authentication=pulsar.AuthenticationToken(create_token("admin", secret_key=secret)),
-                                   logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-            try:
-                producer = client.create_producer(TOPIC, batching_enabled=False)
-                sent = [b"d%d" % i for i in range(30)]
-                for value in sent:
-                    producer.send(value)
-            finally:
-                client.close()
-            assert _upload_lag(node) > 0
+    sent = [b"d%d" % i for i in range(30)]
+    with records_on_the_wal_only(tmp_path, "deliver-wal", TOPIC, sent) as (node, objects, s3, token):
+        table = tmp_path / "with-token"
+        result = _deliver(node, objects, table, "--wal-auth-params", f"token:{token}")
+        assert result.exit_code == 0, result.output
+        assert _values(table) == sent
+        assert upload_lag(node) > 0  # read from the WAL service, not the store
 
-            token = create_token("broker", secret_key=secret)
-            table = tmp_path / "with-token"
-            result = _deliver(node, objects, table, "--wal-auth-params", f"token:{token}")
-            assert result.exit_code == 0, result.output
-            assert _values(table) == sent
-            assert _upload_lag(node) > 0  # read from the WAL service, not the store
-
-            # Without credentials the job waits for the upload: it ends once the outage does.
-            table = tmp_path / "without"
-            outcome = {}
-            job = threading.Thread(target=lambda: outcome.setdefault("result", _deliver(node, objects, table)))
-            job.start()
-            job.join(1.0)
-            assert job.is_alive()  # still waiting: the replica refused it and the store is down
-            s3.outage(False)
-            job.join(120)
-            assert outcome["result"].exit_code == 0, outcome["result"].output
-            assert _values(table) == sent
-            wait_until(lambda: _upload_lag(node) == 0, "the WAL uploaded", timeout=60)
-        finally:
-            node.kill()
+        # Without credentials the job waits for the upload: it ends once the outage does.
+        table = tmp_path / "without"
+        outcome = {}
+        job = threading.Thread(target=lambda: outcome.setdefault("result", _deliver(node, objects, table)))
+        job.start()
+        job.join(1.0)
+        assert job.is_alive()  # still waiting: the replica refused it and the store is down
+        s3.outage(False)
+        job.join(120)
+        assert outcome["result"].exit_code == 0, outcome["result"].output
+        assert _values(table) == sent
+        wait_until(lambda: upload_lag(node) == 0, "the WAL uploaded", timeout=60)
 
 
 @pytest.mark.parametrize("extra, message", [
