@@ -84,9 +84,13 @@ def partitions_in(answer: bytes, version: int = 12) -> tuple[int, int, int]:
     return len(resp.topics), len(parts), sum(1 for p in parts if p.leader_id >= 0)
 
 
-def owned_topics(http_port: int) -> int:
+def _metrics(http_port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=30) as response:
-        text = response.read().decode()
+        return response.read().decode()
+
+
+def owned_topics(http_port: int) -> int:
+    text = _metrics(http_port)
     match = re.search(r"^nereus_cluster_owned_topics (\S+)$", text, re.M)
     return int(float(match.group(1))) if match else 0
 
@@ -118,8 +122,7 @@ def after_changes(bootstrap: str, ports: dict, partitions: int, total: int, roun
 
 def full_collections(http_port: int) -> tuple[int, float]:
     """(count, seconds) of the broker's full garbage collections so far (``nereus_gc_pause_seconds``)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=30) as response:
-        text = response.read().decode()
+    text = _metrics(http_port)
     found = dict(re.findall(r'^nereus_gc_pause_seconds_(count|sum){generation="2"} (\S+)$', text, re.M))
     return int(float(found.get("count", 0))), float(found.get("sum", 0))
 

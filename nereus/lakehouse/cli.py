@@ -165,17 +165,21 @@ def deliver(metadata: str, objects: str, topic: str, delta: str | None, hudi: st
                + (f", {stats.dead} records to the dead-letter table" if stats.dead else ""), err=True)
 
 
+#: The Spark source's option names (in ``WalAccess.check``'s messages) and this command's.
+_WAL_FLAGS = {"walAuthParams": "--wal-auth-params", "walTlsCertFile": "--wal-tls-cert-file",
+              "walTlsKeyFile": "--wal-tls-key-file", "walTlsTrustCertsFile": "--wal-tls-trust-certs-file"}
+
+
 def _wal_access(auth_params: str | None, cert: str | None, key: str | None, trust: str | None,
                 upload_wait: float) -> WalAccess:
-    if (cert or key or trust) and not (cert and key and trust):
-        raise click.UsageError("reading WAL replicas over TLS needs --wal-tls-cert-file, --wal-tls-key-file and "
-                               "--wal-tls-trust-certs-file together")
     access = WalAccess(auth_params, trust, cert, key, upload_wait)
     try:
         access.check()
     except ValueError as exc:
-        raise click.BadParameter(str(exc).replace("walAuthParams", "--wal-auth-params"),
-                                 param_hint="--wal-auth-params/--wal-tls-*") from None
+        message = str(exc)
+        for option, flag in _WAL_FLAGS.items():
+            message = message.replace(option, flag)
+        raise click.BadParameter(message, param_hint="--wal-auth-params/--wal-tls-*") from None
     return access
 
 

@@ -111,9 +111,6 @@ def wal_access(options: Mapping[str, str]) -> WalAccess:
     TLS) and ``walUploadWaitSeconds``; ValueError when one is bad."""
     cert, key = option(options, "walTlsCertFile"), option(options, "walTlsKeyFile")
     trust = option(options, "walTlsTrustCertsFile")
-    if (cert or key or trust) and not (cert and key and trust):
-        raise ValueError("reading WAL replicas over TLS needs walTlsCertFile, walTlsKeyFile and "
-                         "walTlsTrustCertsFile together")
     wait = option(options, "walUploadWaitSeconds")
     try:
         seconds = DEFAULT_UPLOAD_WAIT if wait is None else float(wait)

@@ -38,7 +38,12 @@ class WalAccess:
     upload_wait: float = DEFAULT_UPLOAD_WAIT
 
     def check(self) -> None:
-        """Raise ValueError when the credentials cannot be used (a missing file, a bad token form)."""
+        """Raise ValueError when the credentials cannot be used (TLS files not given together, a
+        missing file, a bad token form); messages name the Spark source's options."""
+        tls = (self.tls_cert_file, self.tls_key_file, self.tls_trust_file)
+        if any(tls) and not all(tls):
+            raise ValueError("reading WAL replicas over TLS needs walTlsCertFile, walTlsKeyFile and "
+                             "walTlsTrustCertsFile together")
         self._token()
         self._ssl()
 
