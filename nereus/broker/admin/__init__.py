@@ -19,6 +19,7 @@ import asyncio
 from aiohttp import web
 
 from ...ledger.naming import TopicName
+from ...ledger.policies import ensure_default_namespace
 from ...tasks import spawn
 from ..cluster.lease import run_under_lease
 from . import (brokers, cluster, compaction, lookup, messages, namespace_unload, namespaces, non_persistent,
@@ -49,8 +50,7 @@ async def attach(app: web.Application, *, storage, meta, pulsar, node=None,
     runs on one broker of the cluster at a time (its lease status is in ``node.leases``).
     """
     ctx = app[CONTEXT]
-    await tenants.ensure_tenant(meta, "public", node.options.cluster_name if node is not None else DEFAULT_CLUSTER)
-    await namespaces.ensure_namespace(meta, "public", "default")
+    await ensure_default_namespace(meta, node.options.cluster_name if node is not None else DEFAULT_CLUSTER)
     ctx.storage, ctx.meta, ctx.pulsar, ctx.node = storage, meta, pulsar, node
     if node is None:
         passes = retention.run(ctx, retention_interval)

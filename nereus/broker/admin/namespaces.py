@@ -25,7 +25,7 @@ from ...pulsar.server.topics import refresh_policies
 from ...tasks import spawn
 from ...topics import persistence
 from ...topics.autocreate import OVERRIDE_FIELD
-from ...ledger.policies import policies_key
+from ...ledger.policies import policies_key, replace_untouched_default
 from ...topics.schemas import AUTO_UPDATE_STRATEGIES, STRATEGIES
 from . import retention, topic_policies, topics
 from .namespace_body import REPLICATION_FIELD, auto_creation, policies_from_body
@@ -78,20 +78,15 @@ async def create(ctx: AdminContext, tenant: str, namespace: str, policies) -> No
     tenant_info = await require_tenant(ctx.meta, tenant)
     stored = policies_from_body(policies, tenant, tenant_info, ctx.max_partitions,
                                 local_cluster=ctx.cluster_name, known_clusters=await known_clusters(ctx))
+    encoded = json.dumps(stored).encode()
     try:
-        await ctx.meta.put(policies_key(tenant, namespace), json.dumps(stored).encode(),
-                           expected_version_id=EXPECT_ABSENT)
+        await ctx.meta.put(policies_key(tenant, namespace), encoded, expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
-        raise AdminError(409, "Namespace already exists") from None
+        # ``public/default`` as the broker made it yields to an explicit creation (``ledger.policies``).
+        if not await replace_untouched_default(ctx.meta, policies_key(tenant, namespace), encoded):
+            raise AdminError(409, "Namespace already exists") from None
     if stored.keys() & {"deduplicationEnabled", *RATE_FIELDS}:
         await refresh_policies(ctx.pulsar, tenant, namespace)
-
-
-async def ensure_namespace(meta, tenant: str, namespace: str) -> None:
-    try:
-        await meta.put(policies_key(tenant, namespace), b"{}", expected_version_id=EXPECT_ABSENT)
-    except UnexpectedVersion:
-        pass
 
 
 async def get_bundles(request: web.Request) -> web.Response:

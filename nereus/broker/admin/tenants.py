@@ -1,4 +1,5 @@
-"""``/admin/v2/tenants``: list, create, get, update, delete (``public`` always exists).
+"""``/admin/v2/tenants``: list, create, get, update, delete (``public`` always exists; creating it
+replaces the broker's own default while nobody changed it: ``ledger.policies``).
 
 A tenant's ``allowedClusters`` must name known clusters (the local one or one with a record;
 else 412 "Clusters do not exist", as Pulsar answers); without any, the local cluster.
@@ -10,8 +11,9 @@ import json
 
 from aiohttp import web
 
+from ...ledger.policies import replace_untouched_default
 from ...meta import EXPECT_ABSENT, UnexpectedVersion
-from .common import (DEFAULT_CLUSTER, TENANTS_ROOT, AdminContext, AdminError, body, check_name, context,
+from .common import (TENANTS_ROOT, AdminContext, AdminError, body, check_name, context,
                      known_clusters, list_children, namespaces_of, no_content, require_tenant, tenant_key,
                      update_record)
 
@@ -56,11 +58,12 @@ async def create_tenant(request: web.Request) -> web.Response:
 async def create(ctx: AdminContext, tenant: str, info) -> None:
     """``PUT /admin/v2/tenants/{tenant}`` with the tenant info ``info`` (409 when it exists)."""
     check_name(tenant, "Tenant")
-    checked = await _checked_tenant_info(ctx, info)
+    checked = json.dumps(await _checked_tenant_info(ctx, info)).encode()
     try:
-        await ctx.meta.put(tenant_key(tenant), json.dumps(checked).encode(), expected_version_id=EXPECT_ABSENT)
+        await ctx.meta.put(tenant_key(tenant), checked, expected_version_id=EXPECT_ABSENT)
     except UnexpectedVersion:
-        raise AdminError(409, "Tenant already exists") from None
+        if not await replace_untouched_default(ctx.meta, tenant_key(tenant), checked):
+            raise AdminError(409, "Tenant already exists") from None
 
 
 async def update_tenant(request: web.Request) -> web.Response:
@@ -80,15 +83,6 @@ async def delete_tenant(request: web.Request) -> web.Response:
         raise AdminError(409, "The tenant still has active namespaces")
     await ctx.meta.delete(tenant_key(tenant))
     return no_content()
-
-
-async def ensure_tenant(meta, tenant: str, cluster: str = DEFAULT_CLUSTER) -> None:
-    """Create ``tenant`` if absent (the standalone's ``public``), allowed on ``cluster``."""
-    try:
-        await meta.put(tenant_key(tenant), json.dumps(_tenant_info(None, cluster)).encode(),
-                       expected_version_id=EXPECT_ABSENT)
-    except UnexpectedVersion:
-        pass
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
