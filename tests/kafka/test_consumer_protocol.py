@@ -97,7 +97,7 @@ def test_configured_timings_lost_answers_and_member_epoch_commits(tmp_path, topi
     from tests.standalone_process import Standalone
 
     conf = tmp_path / "broker.conf"
-    conf.write_text("group.consumer.heartbeat.interval.ms=400\ngroup.consumer.session.timeout.ms=3000\n")
+    conf.write_text("group.consumer.heartbeat.interval.ms=400\ngroup.consumer.session.timeout.ms=8000\n")
     server = Standalone(tmp_path / "data", extra_args=["--compaction-interval", "0", "--config", str(conf)])
     server.start()
     raw = RawKafka(server.bootstrap)
@@ -121,14 +121,15 @@ def test_configured_timings_lost_answers_and_member_epoch_commits(tmp_path, topi
         assert _commit(raw, 9, group, a_id, a.member_epoch, topic) == 113  # STALE_MEMBER_EPOCH
         assert _commit(raw, 9, group, "nobody", moved.member_epoch, topic) == 25  # UNKNOWN_MEMBER_ID
         assert _commit(raw, 8, group, a_id, moved.member_epoch, topic) == 35  # UNSUPPORTED_VERSION
-        # b stops heartbeating: it leaves after the configured 3 s session, a stays while it beats
+        # b stops heartbeating: it leaves after the configured 8 s session (long enough for a loaded
+        # machine to run the steps above within it), a stays while it beats
 
         def b_gone():
             _beat(raw, group, a_id, moved.member_epoch, owned=kept)
             described = raw.request(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
             return b.member_id not in {m.member_id for m in described.members}
 
-        wait_until(b_gone, timeout=30, interval=0.3)
+        wait_until(b_gone, timeout=40, interval=0.3)
     finally:
         raw.close()
         server.kill()

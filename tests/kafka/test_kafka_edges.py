@@ -218,6 +218,23 @@ def test_deprecated_topic_configs_are_taken_stored_and_described(admin, topic):
     assert error_of(bad[topic + "-x"]).code() == KafkaError.INVALID_CONFIG
 
 
+def test_cleanup_policy_may_be_emptied_by_subtracting_its_last_policy(admin, broker, topic):
+    """An empty cleanup.policy (neither delete nor compact: records are kept) is a value Kafka takes."""
+    create(admin, topic, 1)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    resource.add_incremental_config(ConfigEntry("cleanup.policy", "delete",
+                                                incremental_operation=AlterConfigOpType.SUBTRACT))
+    admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)], request_timeout=TIMEOUT)
+    assert list(described.values())[0].result(TIMEOUT)["cleanup.policy"].value == ""
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, b"keyless")  # not compacted: a record without a key is fine
+    assert producer.flush(TIMEOUT) == 0
+    bad = admin.create_topics([NewTopic(topic + "-x", 1, config={"cleanup.policy": "delete,shred"})],
+                              operation_timeout=TIMEOUT)
+    assert error_of(bad[topic + "-x"]).code() == KafkaError.INVALID_CONFIG
+
+
 def test_describe_configs_documents_what_is_ignored(broker, topic):
     raw = RawKafka(broker.bootstrap)
     try:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import IsolationLevel
 from kio.schema.errors import ErrorCode
 
 from nereus.codec.kafka import make, nested
@@ -107,3 +108,18 @@ def test_offsets_for_times(broker, topic):
         assert lookup(10001) == -1  # none: the end
     finally:
         consumer.close()
+
+
+def test_list_offsets_max_timestamp_names_the_record_not_its_batch(broker, topic):
+    client = AdminClient({"bootstrap.servers": broker.bootstrap})
+    client.create_topics([NewTopic(topic, 1)], operation_timeout=TIMEOUT)[topic].result(TIMEOUT)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
+    for ts in (1_000_000_100, 1_000_000_400, 1_000_000_200):  # one batch; its newest record is in the middle
+        producer.produce(topic, b"v", partition=0, timestamp=ts)
+    assert producer.flush(TIMEOUT) == 0
+    tp = TopicPartition(topic, 0)
+    for kwargs in ({}, {"isolation_level": IsolationLevel.READ_COMMITTED}):
+        [(_, future)] = client.list_offsets({tp: OffsetSpec.max_timestamp()}, request_timeout=TIMEOUT,
+                                            **kwargs).items()
+        result = future.result(TIMEOUT)
+        assert (result.offset, result.timestamp) == (1, 1_000_000_400)

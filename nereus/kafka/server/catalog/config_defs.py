@@ -50,9 +50,7 @@ def _list_items(value: str) -> list[str]:
 
 
 def _cleanup_policy(value: str) -> str | None:
-    items = _list_items(value)
-    if not items:
-        return "it must name delete, compact or both"
+    items = _list_items(value)  # empty: neither (records are kept, never compacted), as Kafka allows
     bad = [i for i in items if i not in ("delete", "compact")]
     return f"{bad[0]!r} is not one of delete, compact" if bad else None
 
@@ -83,7 +81,8 @@ def _topic(name, type_, default, doc, synonym=None, **kw) -> ConfigDef:
 
 
 TOPIC_DEFS: dict[str, ConfigDef] = {d.name: d for d in (
-    _topic("cleanup.policy", "list", "delete", "delete (retention), compact (latest record per key) or both.",
+    _topic("cleanup.policy", "list", "delete", "delete (retention), compact (latest record per key), both, or "
+           "empty (neither: records are kept).",
            "log.cleanup.policy", check=_cleanup_policy),
     _topic("compression.type", "string", "producer", "The compression of stored batches; producer keeps the "
            "producer's.", "compression.type", choices=_COMPRESSION),

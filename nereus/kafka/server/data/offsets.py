@@ -65,16 +65,16 @@ async def max_timestamp(part) -> tuple[int, int]:
     start, end = handle.start_offset(), handle.next_offset()
     newest = await time_index.last(part.meta, handle.stream_id)
     if newest is None or newest[0] <= start:
-        return await _max_timestamp_between(handle, start, end)
+        return await _max_timestamp_between(part, start, end)
     marked_offset, marked_max = newest
-    tail = await _max_timestamp_between(handle, marked_offset, end)
+    tail = await _max_timestamp_between(part, marked_offset, end)
     if tail[1] > marked_max:
         return tail
     reached = max(start, await time_index.before(part.meta, handle.stream_id, marked_max))
-    found = await _max_timestamp_between(handle, reached, marked_offset)
+    found = await _max_timestamp_between(part, reached, marked_offset)
     if found[1] < marked_max:  # the maximum was in records trimmed since: what is left decides
-        found = await _max_timestamp_between(handle, start, reached)
-        found = max(found, await _max_timestamp_between(handle, reached, marked_offset), key=lambda b: b[1])
+        found = await _max_timestamp_between(part, start, reached)
+        found = max(found, await _max_timestamp_between(part, reached, marked_offset), key=lambda b: b[1])
     return found if found[1] >= tail[1] else tail
 
 
@@ -89,13 +89,34 @@ async def _entries_between(handle, offset: int, end: int):
         offset = result.entries[-1].end_offset
 
 
-async def _max_timestamp_between(handle, offset: int, end: int) -> tuple[int, int]:
-    best = (-1, -1)
-    async for entry in _entries_between(handle, offset, end):
+async def _max_timestamp_between(part, offset: int, end: int) -> tuple[int, int]:
+    best, best_entry = (-1, -1), None
+    async for entry in _entries_between(part.handle, offset, end):
         header, _ = decode_entry(entry.data)
         if header.max_timestamp > best[1]:
-            best = (entry.end_offset - 1, header.max_timestamp)
-    return best
+            best, best_entry = (entry.end_offset - 1, header.max_timestamp), entry
+    if best_entry is None:
+        return best
+    return _offset_reaching(part, best_entry, best[1]), best[1]
+
+
+def _offset_reaching(part, entry, timestamp: int) -> int:
+    """The offset of the entry's first record stamped ``timestamp`` (Kafka answers that record since
+    3.8, not its batch's last); a batch whose records do not carry it (log-append time) answers its first."""
+    try:
+        batch = part.served(entry)
+    except ConversionError:
+        return entry.end_offset - 1
+    if batch is None:
+        return entry.end_offset - 1
+    try:
+        header, records = decode_records(batch)
+    except InvalidBatch:
+        return entry.end_offset - 1
+    for record in records:
+        if record.timestamp == timestamp:
+            return header.base_offset + record.offset_delta
+    return header.base_offset
 
 
 async def _answer_partitions(ctx: DataContext, conn, head, req, operation, names: tuple[str, str], answer,
