@@ -150,6 +150,8 @@ IGNORED_PREFIXES = (
     "schemaRegistry",
     "statusFilePath", "brokerDeduplication", "allowAutoSubscriptionCreation",
     "bootstrapNamespaces", "maxUnacked", "dispatch", "subscription",
+    # Kafka's bounds on the share groups' lock duration: Nereus takes any duration its option allows
+    "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms",
 )
 
 # Values Nereus honours only in part: why, logged when the key has that value.

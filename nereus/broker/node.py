@@ -114,7 +114,16 @@ class BrokerOptions:
     schema_compatibility_strategy: str = "FULL"  # for namespaces and topics without a policy
     consumer_heartbeat_interval: float = 2.0  # group.consumer.heartbeat.interval.ms (KIP-848), in seconds
     consumer_session_timeout: float = 45.0  # group.consumer.session.timeout.ms, in seconds
+    share_record_lock_duration: float = 30.0  # group.share.record.lock.duration.ms, in seconds
+    share_delivery_count_limit: int = 5  # group.share.delivery.count.limit
+    share_partition_max_record_locks: int = 2000  # group.share.partition.max.record.locks
     transactional_id_expiration: float = 7 * 24 * 3600.0  # transactional.id.expiration.ms, in seconds
+
+    def kafka_broker_configs(self) -> dict[str, str]:
+        """The Kafka broker configs these options set, as Kafka's ``DescribeConfigs`` shows them (static)."""
+        return {"group.share.record.lock.duration.ms": str(round(self.share_record_lock_duration * 1000)),
+                "group.share.delivery.count.limit": str(self.share_delivery_count_limit),
+                "group.share.partition.max.record.locks": str(self.share_partition_max_record_locks)}
 
     def connection_limits(self, protocol: str, budget: PendingBudget | None = None) -> ConnectionLimits:
         return ConnectionLimits(self.max_connections_per_ip, self.frame_read_timeout, protocol=protocol,
@@ -343,6 +352,7 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
                          max_partitions=options.partition_limit, max_replication_factor=options.max_replication_factor,
                          consumer_heartbeat_interval=options.consumer_heartbeat_interval,
                          consumer_session_timeout=options.consumer_session_timeout,
+                         broker_configs=options.kafka_broker_configs(),
                          max_connection_creation_rate=options.max_connection_creation_rate,
                          **({} if options.max_message_size is None else {"max_message_bytes": options.max_message_size}))
     await bind_listener("kafka", options.bind, options.kafka_port or 0,

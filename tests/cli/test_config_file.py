@@ -95,10 +95,12 @@ def test_the_last_occurrence_of_a_key_wins():
 def test_keys_without_use_are_ignored_and_misspelt_keys_reported_apart():
     got = values("zookeeperServers=zk:2181\nbookkeeperClientTimeoutInSeconds=30\nmanagedLedgerCacheSizeMB=64\n"
                  "tlsProtocols=TLSv1.3\nbrokerServicePrt=6650\nmetadataStoreUrl=zk:localhost:2181\n"
-                 "haProxyProtocolEnabled=false\nwebServicePot=8081\n")
+                 "haProxyProtocolEnabled=false\nwebServicePot=8081\n"
+                 "group.share.min.record.lock.duration.ms=1000\n")
     assert got.ignored == ["zookeeperServers", "bookkeeperClientTimeoutInSeconds", "managedLedgerCacheSizeMB",
                            "tlsProtocols", "metadataStoreUrl",  # a standalone has its own metadata
-                           "haProxyProtocolEnabled"]
+                           "haProxyProtocolEnabled",
+                           "group.share.min.record.lock.duration.ms"]  # Kafka's, not a misspelt key
     assert got.unknown == ["brokerServicePrt", "webServicePot"]
     assert [suggest(name) for name in got.unknown] == ["brokerServicePort", "webServicePort"]
     assert got.values == {}

@@ -36,11 +36,14 @@ def subscription_stats(broker, topic: str, group: str) -> dict | None:
         return json.loads(resp.read())["subscriptions"].get(group)
 
 
-def produce(broker, topic: str, count: int, prefix: str = "m") -> None:
+def produce(broker, topic: str, count: int, prefix: str = "m", per_batch: int | None = None) -> None:
+    """``count`` records; ``per_batch``: flushed every that many, so each batch holds that many."""
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     for i in range(count):
         producer.produce(topic, f"{prefix}{i}".encode())
         producer.poll(0)
+        if per_batch and (i + 1) % per_batch == 0:
+            assert producer.flush(TIMEOUT) == 0
     assert producer.flush(TIMEOUT) == 0
 
 
@@ -99,7 +102,7 @@ def test_two_consumers_share_one_partition(broker, topic, group):
     a, b = (share_consumer(broker, group, topic, **{"max.poll.records": 5}) for _ in range(2))
     try:
         joined(broker, topic, group, a, b)
-        produce(broker, topic, 30)
+        produce(broker, topic, 30, per_batch=5)  # whole batches are acquired: several, so both get some
         first_a = poll_until(a, lambda got: len(got) >= 1)
         # a holds its records (locked, not yet acknowledged): b gets others
         first_b = poll_until(b, lambda got: len(got) >= 1)

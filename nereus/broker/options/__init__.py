@@ -347,6 +347,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("--consumer-group-session-timeout", ("group.consumer.session.timeout.ms",), click.FloatRange(0.5), 45,
            "Seconds after which a KIP-848 consumer that stopped heartbeating leaves its group "
            "(group.consumer.session.timeout.ms).", parse=_millis, field="consumer_session_timeout"),
+    Option("--share-record-lock-duration", ("group.share.record.lock.duration.ms",), click.FloatRange(0.1, 3600),
+           30, "Seconds a share consumer holds a record it acquired before another member may get it "
+           "(group.share.record.lock.duration.ms; a group's share.record.lock.duration.ms overrides it).",
+           parse=_millis),
+    Option("--share-delivery-count-limit", ("group.share.delivery.count.limit",), click.IntRange(2, 10), 5,
+           "Deliveries of a record to share consumers before its share group archives it "
+           "(group.share.delivery.count.limit; a group's share.delivery.count.limit overrides it)."),
+    Option("--share-partition-max-record-locks", ("group.share.partition.max.record.locks",),
+           click.IntRange(1, 10_000), 2000, "Records of one share-partition its consumers may hold at once "
+           "(group.share.partition.max.record.locks)."),
     Option("--transactional-id-expiration", ("transactional.id.expiration.ms",), click.FloatRange(1),
            7 * 24 * 3600, "Seconds after which a Kafka transactional id without an open transaction is "
            "forgotten (transactional.id.expiration.ms).", parse=_millis),

@@ -62,7 +62,7 @@ class KafkaService:
                  max_producers_per_partition: int = MAX_PRODUCERS, sasl: SaslSettings | None = None,
                  limits: ConnectionLimits | None = None, authorizer=None, anonymous_role: str | None = None,
                  consumer_heartbeat_interval: float = 2.0, consumer_session_timeout: float = 45.0,
-                 max_connection_creation_rate: float = 0) -> None:
+                 max_connection_creation_rate: float = 0, broker_configs: dict[str, str] | None = None) -> None:
         self.storage = storage
         self.authorizer = authorizer  # nereus.auth.authorization.Authorizer; None: authorization disabled
         self.anonymous_role = anonymous_role  # the principal of clients on listeners without SASL
@@ -85,7 +85,8 @@ class KafkaService:
         self.listener_ports = self.local.listener_ports
         self.routing = Routing(registry, self.local)
         self.configs = TopicConfigs(meta, self.local, max_message_bytes=max_message_bytes,
-                                    default_partitions=default_partitions, auto_create=auto_create)
+                                    default_partitions=default_partitions, auto_create=auto_create,
+                                    static=broker_configs)
         # Idempotent producer state per partition: forgotten after this long idle, and capped in count.
         self.catalog = Catalog(meta, storage, registry, self.configs, producer_options={
             "expiration_seconds": producer_expiration_seconds, "max_producers": max_producers_per_partition})
@@ -104,7 +105,7 @@ class KafkaService:
     def _handlers(self, limits: TopicLimits, heartbeat_interval: float) -> dict:
         """Each room's context, and the handlers bound to them."""
         share = ShareContext(self.share_groups, self.catalog, self.routing, self.storage, self.meta,
-                             self.coordinator.coordinates)
+                             self.coordinator.coordinates, self.txns)
         return dispatch.handlers(
             admin=AdminContext(self.catalog, self.configs, self.routing, self.meta, self.throttles, limits),
             data=DataContext(self.catalog, self.configs, self.storage, self.routing, self.throttles, self.txns),

@@ -180,6 +180,9 @@ BROKER_DEFS.update({d.name: d for d in (
 GROUP_DEFS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("share.auto.offset.reset", "string", "latest",
               "Where a share group with no position on a partition starts.", choices=("latest", "earliest")),
+    ConfigDef("share.isolation.level", "string", "read_uncommitted",
+              "read_committed: the group gets only committed transactional records (none past the last stable "
+              "offset); read_uncommitted: every record.", choices=("read_committed", "read_uncommitted")),
     ConfigDef("share.record.lock.duration.ms", "int", "30000",
               "How long a share consumer holds a record it acquired.", "group.share.record.lock.duration.ms",
               low=100, high=3_600_000),

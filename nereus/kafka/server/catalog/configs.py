@@ -26,11 +26,13 @@ MIN_PURGE_AT = 1_000  # topics kept before the out-of-date ones are dropped
 class TopicConfigs:
     """The configs in force on this broker, for topics and for itself."""
 
-    def __init__(self, meta, local, *, max_message_bytes: int, default_partitions: int, auto_create: bool) -> None:
+    def __init__(self, meta, local, *, max_message_bytes: int, default_partitions: int, auto_create: bool,
+                 static: dict[str, str] | None = None) -> None:
         self.meta = meta
         self.local = local  # routing.LocalBroker: the node id names this broker's own configs
-        self._static = {"message.max.bytes": str(max_message_bytes), "num.partitions": str(default_partitions),
-                        "auto.create.topics.enable": str(auto_create).lower()}
+        # ``static``: other broker configs the broker's options set (each a name of ``BROKER_DEFS``)
+        self._static = {**(static or {}), "message.max.bytes": str(max_message_bytes),
+                        "num.partitions": str(default_partitions), "auto.create.topics.enable": str(auto_create).lower()}
         self.listeners: list[Callable[[str], object]] = []
         self._topics: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
         self._purge_at = MIN_PURGE_AT

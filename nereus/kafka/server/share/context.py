@@ -23,6 +23,7 @@ class ShareContext:
     meta: MetadataStore
     # True if this broker coordinates the group (dropping its copy of a group the ring moved away)
     coordinates: Callable[[str], bool]
+    txns: object = None  # the broker's Transactions: what read_committed share groups may see
 
 
 __all__ = ["ShareContext"]

@@ -24,6 +24,7 @@ from ....auth.kafka_acls import GROUP, READ, TOPIC
 from ..security import access
 from ..catalog.errors import kafka_error
 from .context import ShareContext
+from ..txn import data_path as txn_data
 from .groups import next_epoch
 from .partition import RENEW, InvalidRecordState
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECORDS = 500
 READ_BYTES = 1 << 20
+RECORD_LIMIT = 1  # ShareFetch v2's share_acquire_mode: acquire at most max_records
 CLOSE_SESSION, OPEN_SESSION = -1, 0
 
 
@@ -179,6 +181,9 @@ async def _fetch_loop(ctx: ShareContext, conn, cls, req, settings, names, fetch_
     deadline = time.monotonic() + req.max_wait.total_seconds()
     max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
     max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    # KIP-1206: batch-optimized (0, the default) acquires whole stored batches, so a poll may exceed
+    # max_records by the rest of its last batch; record-limit (1) stops at max_records exactly.
+    strict = getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT
     while True:
         changed = shares.changed()
         out, waits, budget, size = {}, [], max_records, 0
@@ -196,7 +201,8 @@ async def _fetch_loop(ctx: ShareContext, conn, cls, req, settings, names, fetch_
                 continue
             sp = await shares.share_partition(req.group_id, name, part, settings)
             acquiring.append(sp)
-            code, records, ranges = await _acquire(part, sp, req.member_id, budget, max(max_bytes - size, 1))
+            code, records, ranges = await _acquire(part, sp, req.member_id, budget, max(max_bytes - size, 1),
+                                                   strict, await _stable_view(ctx, part, settings))
             budget -= sum(last - first + 1 for first, last, _ in ranges)
             size += len(records)
             out[(topic_id, index)] = (code, part, records, ranges)
@@ -231,15 +237,34 @@ async def _save_acquired(shares, sps: list) -> None:
         log.warning("kafka: delivery counts not saved: %s", exc)
 
 
-async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int):
-    """(error, record batches, acquired ranges) for one share-partition."""
+async def _stable_view(ctx: ShareContext, part, settings):
+    """The partition's transaction view for a read_committed share group (None: read everything)."""
+    if not settings.read_committed:
+        return None
+    return await txn_data.view(ctx.txns, part, part.handle.next_offset())
+
+
+def _aborted(entry, view) -> bool:
+    try:
+        header, _ = decode_entry(entry.data)
+    except EntryFormatError:
+        return False
+    return bool(header.flags & EntryFlags.TRANSACTIONAL) and view.is_aborted(header.producer_id, entry.base_offset)
+
+
+async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int, strict: bool = False, view=None):
+    """(error, record batches, acquired ranges) for one share-partition.
+
+    ``view``: a read_committed group's transaction view: nothing at or past its last stable offset
+    is acquired, and the records of aborted transactions are archived, never delivered.
+    """
     handle = part.handle
     now = time.monotonic()
     offset = sp.first_candidate(now)
     if offset < handle.start_offset():
         sp.skip_to(handle.start_offset())
         offset = sp.first_candidate(now)
-    end = handle.next_offset()
+    end = handle.next_offset() if view is None else min(handle.next_offset(), view.lso)
     chunks, ranges, size = [], [], 0
     while offset < end and budget > 0 and size < max_bytes:
         try:
@@ -255,10 +280,13 @@ async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int):
         for entry in result.entries:
             if entry.end_offset <= offset:
                 continue
-            if _is_control(entry):
+            if entry.end_offset > end:
+                break  # reaches past the last stable offset
+            if _is_control(entry) or (view is not None and _aborted(entry, view)):
                 sp.archive_fresh(entry.base_offset, entry.end_offset)
                 continue
-            got = sp.acquire(member_id, max(entry.base_offset, offset), entry.end_offset, budget, now)
+            first = max(entry.base_offset, offset)
+            got = sp.acquire(member_id, first, entry.end_offset, budget if strict else entry.end_offset - first, now)
             if got:
                 try:
                     batch = part.served(entry)

@@ -40,6 +40,7 @@ class ShareMember:
     topics: frozenset[str] = frozenset()
     epoch: int = 0
     assigned: TopicPartitions = field(default_factory=dict)
+    assigned_ids: dict[str, object] = field(default_factory=dict)  # the topic id of each topic assigned
     last_seen: float = 0.0
 
 
@@ -61,6 +62,7 @@ class ShareGroupState:
         self.members: dict[str, ShareMember] = {}
         self.epoch = 0
         self._partitions: dict[str, int] = {}
+        self._ids: dict[str, object] = {}
 
     @property
     def state(self) -> str:
@@ -71,8 +73,11 @@ class ShareGroupState:
         return {t for m in self.members.values() for t in m.topics}
 
     def heartbeat(self, now: float, *, member_id: str, epoch: int, topics: list[str] | None, rack_id: str | None,
-                  client_id: str, client_host: str, partitions: dict[str, int]) -> ShareHeartbeatAnswer:
-        """Apply one ShareGroupHeartbeat; ``partitions``: partition counts of the topics involved."""
+                  client_id: str, client_host: str, partitions: dict[str, int],
+                  topic_ids: dict[str, object] | None = None) -> ShareHeartbeatAnswer:
+        """Apply one ShareGroupHeartbeat; ``partitions``: partition counts of the topics involved,
+        ``topic_ids`` their ids (a topic deleted and created again under its name is another topic:
+        its members are assigned it anew)."""
         self.expire(now)
         member = self.members.get(member_id) if member_id else None
         if epoch == LEAVE:
@@ -102,14 +107,16 @@ class ShareGroupState:
             member.topics = frozenset(topics)
             self.epoch += 1
         counts = {t: n for t, n in partitions.items() if t in self.subscribed}
-        if counts != self._partitions:
-            self._partitions = counts
+        ids = {t: i for t, i in (topic_ids or {}).items() if t in counts}
+        if counts != self._partitions or ids != self._ids:
+            self._partitions, self._ids = counts, ids
             self.epoch += 1
         if member.epoch == self.epoch:
             return ShareHeartbeatAnswer(0, member.member_id, member.epoch)
         target = {t: frozenset(range(counts[t])) for t in member.topics if t in counts}
-        changed = target != member.assigned or member.epoch == 0
-        member.assigned, member.epoch = target, self.epoch
+        target_ids = {t: ids.get(t) for t in target}
+        changed = target != member.assigned or target_ids != member.assigned_ids or member.epoch == 0
+        member.assigned, member.assigned_ids, member.epoch = target, target_ids, self.epoch
         return ShareHeartbeatAnswer(0, member.member_id, member.epoch, target if changed else None)
 
     def expire(self, now: float) -> list[str]:

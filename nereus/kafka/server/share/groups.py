@@ -19,7 +19,9 @@ Broker configs (dynamic, ``IncrementalAlterConfigs`` on the broker):
 ``group.share.record.lock.duration.ms`` (30 s), ``group.share.delivery.count.limit``
 (5), ``group.share.partition.max.record.locks`` (2000); the first two are the defaults
 of the group configs ``share.record.lock.duration.ms`` and ``share.delivery.count.limit``,
-set with ``share.auto.offset.reset`` (``latest``; ``earliest``) on a GROUP resource.
+set with ``share.auto.offset.reset`` (``latest``; ``earliest``) and ``share.isolation.level``
+(``read_uncommitted``; ``read_committed``: nothing past the last stable offset, aborted transactions'
+records archived undelivered) on a GROUP resource.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class ShareSettings:
     delivery_limit: int
     max_locks: int
     from_earliest: bool = False  # share.auto.offset.reset: where a new share-partition starts
+    read_committed: bool = False  # share.isolation.level: only committed transactional records
 
 
 class ShareGroups:
@@ -114,7 +117,8 @@ class ShareGroups:
         group = await configs.group(group_id)
         return ShareSettings(int(group["share.record.lock.duration.ms"].value) / 1000,
                              int(group["share.delivery.count.limit"].value), int(broker[MAX_LOCKS].value),
-                             group["share.auto.offset.reset"].value == "earliest")
+                             group["share.auto.offset.reset"].value == "earliest",
+                             group["share.isolation.level"].value == "read_committed")
 
     def notify(self) -> None:
         """Records may have become available (released, expired, a member left): wake long polls."""

@@ -54,10 +54,12 @@ async def handle_share_group_heartbeat(ctx: ShareContext, conn, head, req):
         count = await ctx.catalog.partition_count(topic)
         if count is not None:
             counts[topic] = count
+    named = sorted(counts)
+    ids = {t: topic_id for t, (_, topic_id) in zip(named, await ctx.catalog.describe_topics(named))}
     before = set(group.members)
     answer = group.heartbeat(time.monotonic(), member_id=req.member_id, epoch=req.member_epoch, topics=topics,
                              rack_id=req.rack_id, client_id=head.client_id or "",
-                             client_host=conn.peer.rsplit(":", 1)[0], partitions=counts)
+                             client_host=conn.peer.rsplit(":", 1)[0], partitions=counts, topic_ids=ids)
     # Members that timed out give up their records now; one that left closes its share
     # sessions next (with its last acknowledgements), which releases the rest.
     for gone in before - set(group.members) - {req.member_id}:
