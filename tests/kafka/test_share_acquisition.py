@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import AcknowledgeType, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from tests.kafka.test_share_groups import TIMEOUT, joined, poll_until, records, share_consumer
@@ -95,6 +95,15 @@ def test_the_broker_s_lock_duration_comes_from_its_configuration(tmp_path, topic
         assert held.delivery_count() == 1
         [again] = poll_until(other, lambda got: len(got) > 0)  # once the silent member's lock ran out
         assert (again.offset(), again.value(), again.delivery_count()) == (held.offset(), b"held", 2)
+        # The silent member's late acceptance is refused: the record is no longer its own.
+        silent.acknowledge(held, AcknowledgeType.ACCEPT)
+        errors = [e for e in silent.commit_sync(TIMEOUT).values() if e is not None]
+        assert [e.args[0].code() for e in errors] == [KafkaError.INVALID_RECORD_STATE]
+        # An implicit acknowledgement (the next poll) that comes after the lock ran out: refused, and
+        # the record comes back to the same member, delivered once more. The pause is the lock itself.
+        time.sleep(1.5)
+        [third] = poll_until(other, lambda got: len(got) > 0)
+        assert (third.offset(), third.delivery_count()) == (held.offset(), 3)
     finally:
         silent.close()
         other.close()

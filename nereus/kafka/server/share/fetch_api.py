@@ -91,6 +91,11 @@ async def _acknowledge(ctx: ShareContext, group_id: str, member_id: str, names: 
             if not renew and any(RENEW in b.acknowledge_types for b in p.acknowledgement_batches):
                 results[key] = ErrorCode.invalid_request
                 continue
+            # A lock that ran out is gone before the acknowledgement is looked at, whether or not a
+            # fetch noticed it yet: the record is no longer the member's (INVALID_RECORD_STATE).
+            now = time.monotonic()
+            if sp.expire(now):
+                touched.append((None, sp))  # persisted (an expiry may archive at the limit), not answered
             try:
                 for b in p.acknowledgement_batches:
                     sp.check(member_id, b.first_offset, b.last_offset, tuple(b.acknowledge_types))
@@ -98,21 +103,21 @@ async def _acknowledge(ctx: ShareContext, group_id: str, member_id: str, names: 
                 log.debug("kafka: share group %s: %s", group_id, exc)
                 results[key] = ErrorCode.invalid_record_state
                 continue
-            now = time.monotonic()
             for b in p.acknowledgement_batches:
                 sp.acknowledge(member_id, b.first_offset, b.last_offset, tuple(b.acknowledge_types), now)
             results[key] = ErrorCode.none
             touched.append((key, sp))
     if touched:
         shares.notify()  # a release makes records available to the others
+        answered = [key for key, _ in touched if key is not None]
         try:
-            await shares.persist([sp for _, sp in touched])
+            await shares.persist(list({id(sp): sp for _, sp in touched}.values()))
         except CursorFenced:
-            for key, _ in touched:
+            for key in answered:
                 results[key] = ErrorCode.not_leader_or_follower
         except Exception:
             log.exception("kafka: share group %s: acknowledgements not persisted", group_id)
-            for key, _ in touched:
+            for key in answered:
                 results[key] = ErrorCode.kafka_storage_error
     return results
 
