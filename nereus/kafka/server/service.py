@@ -55,7 +55,7 @@ class KafkaService:
 
     def __init__(self, storage: StreamStorage, meta: MetadataStore, registry, *, host: str = "127.0.0.1",
                  port: int = 9092, advertised_host: str | None = None, node_id: int = 0,
-                 max_request_size: int = 100 << 20, max_message_bytes: int = 8 << 20,
+                 max_request_size: int = 100 << 20, max_message_bytes: int | None = None,
                  auto_create: bool = True, default_partitions: int = 1, max_partitions: int = MAX_PARTITIONS,
                  max_replication_factor: int = 32,
                  producer_expiration_seconds: float = EXPIRATION_SECONDS,
@@ -84,6 +84,7 @@ class KafkaService:
                                  or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1"))
         self.listener_ports = self.local.listener_ports
         self.routing = Routing(registry, self.local)
+        # message.max.bytes: the broker's own default (8 MiB, Pulsar's) unless its options set one
         self.configs = TopicConfigs(meta, self.local, max_message_bytes=max_message_bytes,
                                     default_partitions=default_partitions, auto_create=auto_create,
                                     static=broker_configs)

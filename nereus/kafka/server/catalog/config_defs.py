@@ -251,6 +251,12 @@ class Resolved:
     synonyms: tuple[tuple[str, str, int], ...]  # (name, value, source)
 
 
+def _default_last(chain: list, name: str, default: str) -> None:
+    """End ``chain`` with the default, unless a layer gave the broker's own (a DEFAULT_CONFIG layer)."""
+    if not chain or chain[-1][2] != DEFAULT_CONFIG:
+        chain.append((name, default, DEFAULT_CONFIG))
+
+
 def resolve_topic(topic_set: dict[str, str], broker_layers: list[tuple[int, dict[str, str]]]) -> dict[str, Resolved]:
     """Every topic config as in force: set on the topic, else from the broker layers, else the default.
 
@@ -264,7 +270,7 @@ def resolve_topic(topic_set: dict[str, str], broker_layers: list[tuple[int, dict
         for source, values in broker_layers:
             if d.synonym in values:
                 chain.append((d.synonym, values[d.synonym], source))
-        chain.append((d.synonym or name, d.default, DEFAULT_CONFIG))
+        _default_last(chain, d.synonym or name, d.default)
         out[name] = Resolved(name, chain[0][1], chain[0][2], tuple(chain))
     return out
 
@@ -276,7 +282,7 @@ def resolve_group(group_set: dict[str, str], broker_layers: list[tuple[int, dict
         chain = [(name, group_set[name], GROUP_CONFIG)] if name in group_set else []
         chain += [(d.synonym, values[d.synonym], source) for source, values in broker_layers
                   if d.synonym and d.synonym in values]
-        chain.append((d.synonym or name, d.default, DEFAULT_CONFIG))
+        _default_last(chain, d.synonym or name, d.default)
         out[name] = Resolved(name, chain[0][1], chain[0][2], tuple(chain))
     return out
 
@@ -286,7 +292,7 @@ def resolve_broker(broker_layers: list[tuple[int, dict[str, str]]]) -> dict[str,
     out = {}
     for name, d in BROKER_DEFS.items():
         chain = [(name, values[name], source) for source, values in broker_layers if name in values]
-        chain.append((name, d.default, DEFAULT_CONFIG))
+        _default_last(chain, name, d.default)
         out[name] = Resolved(name, chain[0][1], chain[0][2], tuple(chain))
     return out
 

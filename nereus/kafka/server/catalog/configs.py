@@ -20,19 +20,25 @@ from . import config_defs as defs
 log = logging.getLogger(__name__)
 
 CACHE_SECONDS = 1.0
+DEFAULT_MAX_MESSAGE_BYTES = 8 << 20  # message.max.bytes unless the broker's options set it (Pulsar's 5 MiB and more)
 MIN_PURGE_AT = 1_000  # topics kept before the out-of-date ones are dropped
 
 
 class TopicConfigs:
     """The configs in force on this broker, for topics and for itself."""
 
-    def __init__(self, meta, local, *, max_message_bytes: int, default_partitions: int, auto_create: bool,
+    def __init__(self, meta, local, *, max_message_bytes: int | None, default_partitions: int, auto_create: bool,
                  static: dict[str, str] | None = None) -> None:
         self.meta = meta
         self.local = local  # routing.LocalBroker: the node id names this broker's own configs
         # ``static``: other broker configs the broker's options set (each a name of ``BROKER_DEFS``)
-        self._static = {**(static or {}), "message.max.bytes": str(max_message_bytes),
-                        "num.partitions": str(default_partitions), "auto.create.topics.enable": str(auto_create).lower()}
+        self._static = {**(static or {}), "num.partitions": str(default_partitions),
+                        "auto.create.topics.enable": str(auto_create).lower()}
+        # Where Nereus's defaults differ from Kafka's: still defaults (DescribeConfigs' is_default), not
+        # settings of this broker.
+        self._defaults = {"message.max.bytes": str(DEFAULT_MAX_MESSAGE_BYTES)}
+        if max_message_bytes is not None:
+            self._static["message.max.bytes"] = str(max_message_bytes)
         self.listeners: list[Callable[[str], object]] = []
         self._topics: dict[str, tuple[float, dict[str, defs.Resolved]]] = {}
         self._purge_at = MIN_PURGE_AT
@@ -53,7 +59,7 @@ class TopicConfigs:
         own = await store.read_broker_configs(meta, str(self.local.node_id))
         cluster = await store.read_broker_configs(meta, "")
         layers = [(defs.DYNAMIC_BROKER_CONFIG, own), (defs.DYNAMIC_DEFAULT_BROKER_CONFIG, cluster),
-                  (defs.STATIC_BROKER_CONFIG, self.static())]
+                  (defs.STATIC_BROKER_CONFIG, self.static()), (defs.DEFAULT_CONFIG, self._defaults)]
         self._layers = (now, layers)
         return layers
 
