@@ -67,4 +67,20 @@ async def entries_around(meta: MetadataStore, sid: int, offset: int) -> list[Ind
     return out
 
 
-__all__ = ["bounds", "entries_around", "indexed_entries", "stream_id", "stream_names", "tail"]
+
+
+async def size_before(meta: MetadataStore, sid: int, offset: int, tail) -> int:
+    """Cumulative bytes of stream ``sid`` before the slice holding ``offset`` (``tail``: the stream's tail)."""
+    if offset <= 0:
+        return 0
+    try:
+        slices = await entries_around(meta, sid, offset)
+    except (ValueError, KeyError):
+        return 0
+    for entry in slices:
+        if entry.base <= offset < entry.base + entry.records:
+            return entry.size_before
+    return tail.size if offset >= tail.next else 0
+
+
+__all__ = ["bounds", "entries_around", "indexed_entries", "size_before", "stream_id", "stream_names", "tail"]

@@ -198,7 +198,13 @@ async def read_group_configs(meta, group: str) -> dict[str, str]:
 async def update_group_configs(meta, group: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict:
     return await _update(meta, GROUP_CONFIGS_ROOT + quote(group, safe=""), change)
 
+
+async def configured_groups(meta) -> list[str]:
+    """The groups with configs set, in key order."""
+    return [unquote(key[len(GROUP_CONFIGS_ROOT):]) async for key in meta.list(GROUP_CONFIGS_ROOT,
+                                                                              GROUP_CONFIGS_ROOT + _END)]
+
 __all__ = ["BROKER_CONFIGS_ROOT", "GROUP_CONFIGS_ROOT", "ReplicaLayout", "TOPIC_CONFIGS_ROOT", "all_topic_configs",
-           "assign_replicas", "broker_configs_key", "may_prefer_a_leader", "preferred_leader", "preferred_leaders", "read_many_topic_configs", "delete_topic_configs", "read_broker_configs", "read_group_configs",
+           "assign_replicas", "broker_configs_key", "configured_groups", "may_prefer_a_leader", "preferred_leader", "preferred_leaders", "read_many_topic_configs", "delete_topic_configs", "read_broker_configs", "read_group_configs",
            "read_topic_configs", "replace_topic_configs", "replica_layouts", "topic_configs_key",
            "update_broker_configs", "update_group_configs", "update_topic_configs"]

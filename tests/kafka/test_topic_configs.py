@@ -129,6 +129,9 @@ def test_unknown_topic(client, topic):
 def test_broker_dynamic_and_read_only_configs(client, topic):
     brokers = describe(client, "0", ConfigResource.Type.BROKER)
     assert brokers["num.partitions"].is_read_only
+    listeners = brokers["advertised.listeners"]
+    assert listeners.is_read_only and listeners.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert listeners.value.startswith("PLAINTEXT://") and listeners.value.count("://") == 1
     assert not brokers["log.retention.ms"].is_read_only
 
     res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[

@@ -39,16 +39,7 @@ def _out_stats(meter: RateMeter) -> dict:
 
 async def _size_below(ctx, stream_id: int, offset: int, tail) -> int:
     """Cumulative stream bytes before the slice holding ``offset``."""
-    if offset <= 0:
-        return 0
-    try:
-        slices = await view.entries_around(ctx.meta, stream_id, offset)
-    except (ValueError, KeyError):
-        return 0
-    for entry in slices:
-        if entry.base <= offset < entry.base + entry.records:
-            return entry.size_before
-    return tail.size if offset >= tail.next else 0
+    return await view.size_before(ctx.meta, stream_id, offset, tail)
 
 
 async def _cursors(ctx, topic) -> dict[str, tuple[AckSet, int | None, object]]:

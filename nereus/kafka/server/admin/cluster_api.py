@@ -41,15 +41,15 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     topic_cls, part_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     ctx.catalog.keep_listing_current()  # a Kafka client is here: every topic may be asked next
-    wanted, asked_ids, denied, described = await _wanted(ctx, conn, req)
+    wanted, asked_ids, denied, described = await wanted_topics(ctx, conn, req)
     known = [name for name, count in wanted if count is not None]
     if len(described) != len(known):  # some left out (not there, or not to be described)
         described = {name: described[name] for name in known}
     layouts = await (ctx.catalog.all_replica_layouts() if req.topics is None else replica_layouts(ctx.meta, known))
-    partitions = await _leaders(ctx, described)
+    partitions = await partition_leaders(ctx, described)
     live = [b.node_id for b in routing.brokers()]
     with_ids = head.api_version >= 10
-    made: dict = {}  # partition entries by their fields (``_partitions``)
+    made: dict = {}  # partition entries by their fields (``partition_entries``)
     topics = []
     for index, (name, count) in enumerate(wanted):
         if index in asked_ids:  # named by an id no topic has
@@ -67,7 +67,7 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
             topics.append(make(topic_cls, error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False,
                                partitions=(), topic_authorized_operations=NO_OPERATIONS))
             continue
-        parts = _partitions(part_cls, routing, partitions[name], live, layouts.get(name, NO_LAYOUT), made)
+        parts = partition_entries(part_cls, routing, partitions[name], live, layouts.get(name, NO_LAYOUT), made)
         topic_id = described[name][1] if with_ids else None
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
                            is_internal=False, partitions=parts, topic_authorized_operations=NO_OPERATIONS))
@@ -79,7 +79,7 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
                 controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
 
 
-async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str],
+async def wanted_topics(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str],
                                                       dict]:
     """The topics a Metadata request asks about, each with its partition count (None: not there, or
     not to be described), auto-created where asked and allowed; the topic ids named that no topic has
@@ -121,7 +121,7 @@ async def _wanted(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | N
     return wanted, asked_ids, denied, described
 
 
-async def _leaders(ctx: AdminContext, described: dict[str, tuple[list, object]]) -> dict[str, list]:
+async def partition_leaders(ctx: AdminContext, described: dict[str, tuple[list, object]]) -> dict[str, list]:
     """(leader or None, leader epoch) of each partition of each topic described.
 
     Every partition's leader and epoch are metadata reads: all of them at once, read together."""
@@ -136,7 +136,7 @@ async def _leaders(ctx: AdminContext, described: dict[str, tuple[list, object]])
     return out
 
 
-def _partitions(part_cls, routing: Routing, leaders: list, live: list[int], layout: ReplicaLayout,
+def partition_entries(part_cls, routing: Routing, leaders: list, live: list[int], layout: ReplicaLayout,
                 made: dict) -> tuple:
     """A topic's partitions as Metadata answers them, from (leader or None, leader epoch) of each.
 
@@ -219,4 +219,5 @@ async def handle_find_coordinator(ctx: AdminContext, conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, **await answer(req.key))
 
 
-__all__ = ["ZERO_UUID", "handle_describe_cluster", "handle_find_coordinator", "handle_metadata"]
+__all__ = ["NO_LAYOUT", "NO_OPERATIONS", "ZERO_UUID", "handle_describe_cluster", "handle_find_coordinator", "handle_metadata",
+           "partition_entries", "partition_leaders", "wanted_topics"]

@@ -244,5 +244,42 @@ async def handle_incremental_alter_configs(ctx: AdminContext, conn, head, req):
                         resource_type=res.resource_type, resource_name=res.resource_name))
     return make(cls, throttle_time=NO_THROTTLE, responses=tuple(out))
 
-__all__ = ["ConfigRequestError", "handle_alter_configs", "handle_describe_configs",
-           "handle_incremental_alter_configs", "validate_topic_configs"]
+# -- ListConfigResources (KIP-1142) ---------------------------------------------------------------
+#: ConfigResource types: topics, brokers, broker loggers, client metrics subscriptions, groups.
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 16, 32
+
+
+async def handle_list_config_resources(ctx: AdminContext, conn, head, req):
+    """The resources configs can be described for: every topic, every live broker (its configs and
+    its loggers), the groups with configs set; no client metrics subscription exists here.
+    v0 lists client metrics subscriptions only; no type named lists every type."""
+    cls = response_schema(head.api_key, head.api_version)
+    if not await access.allowed(conn, acls.CLUSTER, access.CLUSTER_NAME, acls.DESCRIBE_CONFIGS):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                    config_resources=())
+    types = set(getattr(req, "resource_types", None) or ()) if head.api_version >= 1 else {CLIENT_METRICS_RESOURCE}
+    known = {TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE}
+    if types - known:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_version,
+                    config_resources=())
+    types = types or known
+    found: list[tuple[str, int]] = []
+    if TOPIC_RESOURCE in types:
+        listed = [(name,) for name in sorted(await ctx.catalog.describe_all())]
+        found += [(name, TOPIC_RESOURCE) for name, in await access.allowed_items(conn, acls.TOPIC, listed,
+                                                                                 acls.DESCRIBE_CONFIGS)]
+    brokers = [str(b.node_id) for b in ctx.routing.brokers()]
+    if BROKER_RESOURCE in types:
+        found += [(node, BROKER_RESOURCE) for node in brokers]
+    if BROKER_LOGGER_RESOURCE in types:
+        found += [(node, BROKER_LOGGER_RESOURCE) for node in brokers]
+    if GROUP_RESOURCE in types:
+        found += [(group, GROUP_RESOURCE) for group in await store.configured_groups(ctx.meta)
+                  if await access.allowed(conn, acls.GROUP, group, acls.DESCRIBE_CONFIGS)]
+    rcls = nested(cls, "ConfigResource")
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, config_resources=tuple(
+        make(rcls, resource_name=name, resource_type=kind) for name, kind in found))
+
+
+__all__ = ["ConfigRequestError", "handle_alter_configs", "handle_describe_configs", "handle_incremental_alter_configs",
+           "handle_list_config_resources", "validate_topic_configs"]

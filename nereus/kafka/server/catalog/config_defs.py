@@ -164,6 +164,8 @@ BROKER_DEFS.update({d.name: d for d in (
     ConfigDef("default.replication.factor", "int", "1", "Replicas reported for a topic created without one.",
               low=1, dynamic=False),
     ConfigDef("offsets.topic.replication.factor", "short", "1", "Kept for compatibility.", low=1, dynamic=False),
+    ConfigDef("advertised.listeners", "list", "", "The listeners this broker tells clients to connect to "
+              "(security protocol://host:port, one per Kafka listener).", dynamic=False),
     ConfigDef("node.id", "int", "0", "This broker's node id.", dynamic=False),
     ConfigDef("broker.id", "int", "0", "This broker's node id.", dynamic=False),
     # share groups (KIP-932); a lock shorter than Kafka's 15 s floor is allowed, for tests

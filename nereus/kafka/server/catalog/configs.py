@@ -49,7 +49,9 @@ class TopicConfigs:
     def static(self) -> dict[str, str]:
         """The broker configs its options set (Kafka's ``STATIC_BROKER_CONFIG``)."""
         node = str(self.local.node_id)
-        return {**self._static, "node.id": node, "broker.id": node}
+        listeners = ",".join(f"{protocol}://{self.local.advertised_host}:{port}"
+                             for protocol, port in sorted(self.local.listener_ports.items()))
+        return {**self._static, "node.id": node, "broker.id": node, "advertised.listeners": listeners}
 
     async def broker_layers(self) -> list[tuple[int, dict[str, str]]]:
         now = time.monotonic()

@@ -50,8 +50,8 @@ from ....meta import EXPECT_ABSENT, UnexpectedVersion
 from ....storage.records import subtree_ranges
 from .group import Group
 from .offsets import OFFSETS_ROOT, OffsetCommits, group_prefix
-from .members import (CONSUMER_SESSION_TIMEOUT, COORDINATOR_NOT_AVAILABLE, DEAD, EMPTY, GROUPS_ROOT, NONE,
-                      NOT_COORDINATOR, GroupError, GroupLost, group_key)
+from .members import (CONSUMER_SESSION_TIMEOUT, COORDINATOR_NOT_AVAILABLE, DEAD, EMPTY, GROUP_ID_NOT_FOUND, GROUPS_ROOT,
+                      NON_EMPTY_GROUP, NONE, NOT_COORDINATOR, GroupError, GroupLost, group_key)
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,6 @@ IDLE_SECONDS = 300.0  # an unused empty group stays loaded this long
 MAX_GROUPS = 10_000  # groups held in memory before idle ones are dropped at once
 MAX_GROUP_SIZE = 10_000  # members of one group (Kafka's group.max.size)
 RETRY_BACKOFF = (0.05, 5.0)  # first and longest wait between attempts of a failed group write
-GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP = 69, 68
 _END = "\U0010ffff"
 
 

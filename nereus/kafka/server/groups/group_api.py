@@ -323,6 +323,33 @@ async def handle_delete_groups(ctx: GroupContext, conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-__all__ = ["handle_delete_groups", "handle_describe_groups", "handle_heartbeat", "handle_join_group",
+async def handle_offset_delete(ctx: GroupContext, conn, head, req):
+    """OffsetDelete (kafka-consumer-groups --delete-offsets): a group's committed offsets of some partitions."""
+    cls = response_schema(head.api_key, head.api_version)
+    tcls, pcls = nested(cls, "OffsetDeleteResponseTopic"), nested(cls, "OffsetDeleteResponsePartition")
+
+    def answer(code, codes: dict | None = None):
+        codes = codes or {}
+        return make(cls, error_code=ErrorCode(code), throttle_time=NO_THROTTLE, topics=tuple(
+            make(tcls, name=t.name, partitions=tuple(
+                make(pcls, partition_index=p.partition_index,
+                     error_code=ErrorCode(codes.get((t.name, p.partition_index), ErrorCode.none.value)))
+                for p in t.partitions)) for t in req.topics) if codes else ())
+
+    if not await access.allowed(conn, GROUP, req.group_id, DELETE):
+        return answer(ErrorCode.group_authorization_failed.value)
+    if not ctx.coordinator.coordinates(req.group_id):
+        return answer(ErrorCode.not_coordinator.value)
+    readable = {t.name for t in req.topics if await access.allowed(conn, TOPIC, t.name, READ)}
+    asked = [(t.name, p.partition_index) for t in req.topics if t.name in readable for p in t.partitions]
+    code, codes = await ctx.coordinator.delete_offsets(req.group_id, asked)
+    if code != ErrorCode.none.value:
+        return answer(code)
+    codes.update({(t.name, p.partition_index): ErrorCode.topic_authorization_failed.value
+                  for t in req.topics if t.name not in readable for p in t.partitions})
+    return answer(code, codes)
+
+
+__all__ = ["handle_delete_groups", "handle_offset_delete", "handle_describe_groups", "handle_heartbeat", "handle_join_group",
            "handle_leave_group", "handle_list_groups", "handle_offset_commit", "handle_offset_fetch",
            "handle_sync_group"]

@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 from ....meta import EXPECT_ABSENT, PutOp, UnexpectedVersion
-from .members import COORDINATOR_NOT_AVAILABLE, NONE, NOT_COORDINATOR, GroupLost
+from ....codec.kafka.consumer_protocol import subscribed_topics
+from .members import (COORDINATOR_NOT_AVAILABLE, EMPTY, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, NON_EMPTY_GROUP,
+                      NONE, NOT_COORDINATOR, GroupError, GroupLost)
 
 if TYPE_CHECKING:
     from .group import Group
@@ -121,6 +123,41 @@ class OffsetCommits:
             values[tp] = None if rec is None else json.loads(rec.value)
         return values
 
+    async def delete_offsets(self, group_id: str, tps: list[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete: (the group's error code, each partition's). Offsets of a topic the group's
+        members are subscribed to stay (GROUP_SUBSCRIBED_TO_TOPIC); a group whose members do not use
+        the consumer protocol must be empty (NON_EMPTY_GROUP); the others go."""
+        try:
+            group = await self.group(group_id, create=False)
+        except GroupError as exc:
+            return exc.code, {}
+        prefix = group_prefix(group_id)
+        if group is None:
+            if not [k async for k in self.meta.list(prefix, prefix + _END)]:
+                return GROUP_ID_NOT_FOUND, {}
+            subscribed: frozenset[str] = frozenset()
+        else:
+            subscribed = _subscribed(group)
+            if subscribed is None:
+                return NON_EMPTY_GROUP, {}
+        codes = {tp: GROUP_SUBSCRIBED_TO_TOPIC for tp in tps if tp[0] in subscribed}
+        doomed = [tp for tp in dict.fromkeys(tps) if tp not in codes]
+        if group is None:
+            for t, p in doomed:
+                await self.meta.delete(offset_key(group_id, t, p))
+                codes[(t, p)] = NONE
+            return NONE, codes
+        async with group.record.commits:  # after this broker's commits in flight
+            try:
+                await self.durable(group)
+            except GroupLost:
+                return NOT_COORDINATOR, {}
+            for t, p in doomed:
+                await self.meta.delete(offset_key(group_id, t, p))
+                group.record.offsets[(t, p)] = EXPECT_ABSENT
+                codes[(t, p)] = NONE
+        return NONE, codes
+
     async def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], dict]:
         """Every committed offset of the group: ``(topic, partition) -> {"offset", "epoch", "metadata", "ts"}``."""
         prefix = group_prefix(group_id)
@@ -129,6 +166,21 @@ class OffsetCommits:
             topic, partition = rec.key[len(prefix):].rsplit(":", 1)
             out[(unquote(topic), int(partition))] = json.loads(rec.value)
         return out
+
+
+def _subscribed(group: Group) -> frozenset[str] | None:
+    """The topics the group's members subscribe to; None when its members use another protocol than
+    the consumer's (whose subscriptions cannot be read): only an empty such group loses offsets."""
+    if group.is_consumer:
+        return group.consumer.subscribed
+    if group.state == EMPTY and not group.members:
+        return frozenset()
+    if group.protocol_type != "consumer":
+        return None
+    topics: frozenset[str] = frozenset()
+    for member in group.members.values():
+        topics |= subscribed_topics(member.metadata_for(group.protocol)) or frozenset()
+    return topics
 
 
 __all__ = ["OFFSETS_ROOT", "OffsetCommits", "group_prefix", "offset_key"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-from ..admin import cluster_api, configs_api, topics_api
+from ..admin import cluster_api, configs_api, replicas_api, topic_partitions_api, topics_api
 from ..admin.context import AdminContext
 from ..data import fetch, offsets, produce
 from ..data.context import DataContext
@@ -58,10 +58,16 @@ def handlers(*, admin: AdminContext, data: DataContext, txn: TxnContext, groups:
         31: partial(acl_api.handle_delete_acls, security),
         32: partial(configs_api.handle_describe_configs, admin),
         33: partial(configs_api.handle_alter_configs, admin),
+        34: partial(replicas_api.handle_alter_replica_log_dirs, admin),
+        35: partial(replicas_api.handle_describe_log_dirs, admin),
         36: partial(sasl_api.handle_sasl_authenticate, security),
         37: partial(topics_api.handle_create_partitions, admin),
         42: partial(group_api.handle_delete_groups, groups),
+        43: partial(replicas_api.handle_elect_leaders, admin),
         44: partial(configs_api.handle_incremental_alter_configs, admin),
+        45: partial(replicas_api.handle_alter_partition_reassignments, admin),
+        46: partial(replicas_api.handle_list_partition_reassignments, admin),
+        47: partial(group_api.handle_offset_delete, groups),
         48: partial(quota_api.handle_describe_client_quotas, security),
         49: partial(quota_api.handle_alter_client_quotas, security),
         50: partial(sasl_api.handle_describe_user_scram_credentials, security),
@@ -72,6 +78,8 @@ def handlers(*, admin: AdminContext, data: DataContext, txn: TxnContext, groups:
         66: partial(txn_api.handle_list_transactions, txn),
         68: partial(consumer_api.handle_consumer_group_heartbeat, groups),
         69: partial(consumer_api.handle_consumer_group_describe, groups),
+        74: partial(configs_api.handle_list_config_resources, admin),
+        75: partial(topic_partitions_api.handle_describe_topic_partitions, admin),
         76: partial(share_api.handle_share_group_heartbeat, share),
         77: partial(share_api.handle_share_group_describe, share),
         78: partial(share_fetch.handle_share_fetch, share),
