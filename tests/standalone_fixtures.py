@@ -24,11 +24,12 @@ def shared_standalone(name: str, directory: str, extra_args: list[str] | None = 
     return fixture
 
 
-def token_auth_standalone(name: str, directory: str, *, htpasswd: str | None = None):
+def token_auth_standalone(name: str, directory: str, *, htpasswd: str | None = None, super_users: str = "admin",
+                          extra_config: str = ""):
     """A fixture ``name``: one standalone per test module with token authentication and
-    authorization on (``admin`` a superuser); its ``secret`` signs tokens of any role
+    authorization on (``super_users`` the superusers); its ``secret`` signs tokens of any role
     (``create_token(role, secret_key=node.secret)``). ``htpasswd``: basic authentication
-    too, with these users (an htpasswd file's text)."""
+    too, with these users (an htpasswd file's text); ``extra_config``: more lines of its file."""
     @pytest.fixture(scope="module", name=name)
     def fixture(tmp_path_factory):
         root = tmp_path_factory.mktemp(directory)
@@ -42,7 +43,7 @@ def token_auth_standalone(name: str, directory: str, *, htpasswd: str | None = N
         config = root / "standalone.conf"
         config.write_text(f"authenticationEnabled=true\nauthenticationProviders={providers}\n{basic}"
                           f"tokenSecretKey=file://{root / 'secret.key'}\n"
-                          "authorizationEnabled=true\nsuperUserRoles=admin\n")
+                          f"authorizationEnabled=true\nsuperUserRoles={super_users}\n{extra_config}")
         node = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
         node.start()
         node.secret = (root / "secret.key").read_bytes()

@@ -4,34 +4,16 @@ and those take effect instead of "already exists"; the next creation is a confli
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.request
 import uuid
 
 import pulsar
-import pytest
 
 from tests.auth.rest import rest_as
-from tests.standalone_process import Standalone
+from tests.standalone_fixtures import token_auth_standalone
 
-TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    root = tmp_path_factory.mktemp("defaults")
-    subprocess.run([sys.executable, "-m", "nereus.cli", "tokens", "create-secret-key", "--output",
-                    str(root / "secret.key")], check=True, capture_output=True, timeout=60)
-    config = root / "standalone.conf"
-    config.write_text(f"authenticationEnabled=true\nauthenticationProviders={TOKEN_PROVIDER}\n"
-                      f"tokenSecretKey=file://{root / 'secret.key'}\nauthorizationEnabled=true\n"
-                      "superUserRoles=localhost,superUser,admin\nanonymousUserRole=anonymous\n")
-    server = Standalone(root / "data", ["--compaction-interval", "0", "--config", str(config)])
-    server.start()
-    server.secret = (root / "secret.key").read_bytes()
-    yield server
-    server.stop()
+node = token_auth_standalone("node", "defaults", super_users="localhost,superUser,admin",
+                             extra_config="anonymousUserRole=anonymous\n")
 
 
 def _anonymous_put(node, path: str, body: bytes) -> int:

@@ -6,16 +6,11 @@ import pytest
 from nereus.kafka.server.catalog import config_defs as defs
 from nereus.kafka.server.catalog.configs import TopicConfigs
 from nereus.kafka.server.catalog.routing import LocalBroker
-from nereus.meta import open_engine
 
 
 @pytest.fixture
-async def meta():
-    engine = open_engine(None, shards=1)
-    client = engine.client(namespace="default")
-    yield client
-    await client.close()
-    await engine.close()
+def meta(memory_meta):
+    return memory_meta
 
 
 def _configs(meta, **kw) -> TopicConfigs:

@@ -7,16 +7,11 @@ import pytest
 from nereus.ledger.clusters import (ClusterData, delete_cluster, get_cluster, list_clusters, put_cluster,
                                     replication_clusters)
 from nereus.ledger.policies import policies_key, topic_policies_key
-from nereus.meta import open_engine
 
 
 @pytest.fixture
-async def meta():
-    engine = open_engine(None, shards=2)
-    client = engine.client(namespace="default")
-    yield client
-    await client.close()
-    await engine.close()
+def meta(memory_meta):
+    return memory_meta
 
 
 async def _put(meta, key: str, value: dict) -> None:

@@ -6,16 +6,11 @@ import pytest
 
 from nereus.ledger.policies import (ensure_default_namespace, policies_key, replace_untouched_default,
                                     tenant_key)
-from nereus.meta import open_engine
 
 
 @pytest.fixture
-async def meta():
-    engine = open_engine(None, shards=2)
-    client = engine.client(namespace="default")
-    yield client
-    await client.close()
-    await engine.close()
+def meta(memory_meta):
+    return memory_meta
 
 
 async def _value(meta, key: str) -> dict:

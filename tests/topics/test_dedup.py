@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from nereus.meta import open_engine
 from nereus.topics import dedup as dedup_module
 from nereus.topics.dedup import Dedup, snapshot_key
 
@@ -28,12 +27,8 @@ class FakeHandle:
 
 
 @pytest.fixture
-async def meta():
-    engine = open_engine(None, shards=2)
-    client = engine.client(namespace="default")
-    yield client
-    await client.close()
-    await engine.close()
+def meta(memory_meta):
+    return memory_meta
 
 
 async def test_a_snapshot_written_elsewhere_is_not_overwritten(meta):
