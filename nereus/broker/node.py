@@ -121,7 +121,9 @@ class BrokerOptions:
 
     def kafka_broker_configs(self) -> dict[str, str]:
         """The Kafka broker configs these options set, as Kafka's ``DescribeConfigs`` shows them (static)."""
-        return {"group.share.record.lock.duration.ms": str(round(self.share_record_lock_duration * 1000)),
+        return {"group.consumer.session.timeout.ms": str(round(self.consumer_session_timeout * 1000)),
+                "group.consumer.heartbeat.interval.ms": str(round(self.consumer_heartbeat_interval * 1000)),
+                "group.share.record.lock.duration.ms": str(round(self.share_record_lock_duration * 1000)),
                 "group.share.delivery.count.limit": str(self.share_delivery_count_limit),
                 "group.share.partition.max.record.locks": str(self.share_partition_max_record_locks)}
 

@@ -169,3 +169,32 @@ def test_batched_offset_fetch_checks_the_member_epoch(broker, topic, group):
         assert _beat(raw, group, member, -1).error_code.value == 0
     finally:
         raw.close()
+
+
+def test_a_group_s_own_session_and_heartbeat_settings(broker, topic, group):
+    """consumer.session.timeout.ms and consumer.heartbeat.interval.ms set on the group (a GROUP
+    resource) override the broker's for its members."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "4000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("consumer.heartbeat.interval.ms", "700", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], request_timeout=20)[res].result(20)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.GROUP, group)])
+    configs = next(iter(described.values())).result(20)
+    assert (configs["consumer.session.timeout.ms"].value, configs["consumer.heartbeat.interval.ms"].value) == (
+        "4000", "700")
+    _topic(broker.bootstrap, topic, 2)
+    raw = RawKafka(broker.bootstrap)
+    try:
+        member = _beat(raw, group, "", 0, topic)
+        assert member.error_code.value == 0
+        assert member.heartbeat_interval == datetime.timedelta(milliseconds=700)
+
+        def gone():
+            described = raw.request(69, 0, group_ids=(group,), include_authorized_operations=False).groups[0]
+            return member.member_id not in {m.member_id for m in described.members}
+        wait_until(gone, timeout=30, interval=0.3)  # silent past its group's 4 s, not the broker's 45 s
+    finally:
+        raw.close()

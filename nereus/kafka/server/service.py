@@ -111,7 +111,7 @@ class KafkaService:
             admin=AdminContext(self.catalog, self.configs, self.routing, self.meta, self.throttles, limits),
             data=DataContext(self.catalog, self.configs, self.storage, self.routing, self.throttles, self.txns),
             txn=TxnContext(self.catalog, self.routing, self.txns, self.coordinator, self.meta, self.producer_ids),
-            groups=GroupContext(self.coordinator, self.catalog, self.meta, share, heartbeat_interval),
+            groups=GroupContext(self.coordinator, self.catalog, self.meta, share, heartbeat_interval, self.configs),
             share=share,
             security=SecurityContext(self.meta, self.quotas, self.scram))
 

@@ -168,6 +168,23 @@ BROKER_DEFS.update({d.name: d for d in (
               "(security protocol://host:port, one per Kafka listener).", dynamic=False),
     ConfigDef("node.id", "int", "0", "This broker's node id.", dynamic=False),
     ConfigDef("broker.id", "int", "0", "This broker's node id.", dynamic=False),
+    # Kafka's per-broker dynamic configs about what a Nereus broker does not have (Kerberos logins,
+    # I/O and replica fetcher threads, a log cleaner): accepted, stored and described, as tools set them.
+    *(ConfigDef(name, type_, default, f"Accepted, stored and described; no effect here: {why}.", low=low)
+      for name, type_, default, low, why in (
+          ("sasl.kerberos.min.time.before.relogin", "long", "60000", 0, "no Kerberos (GSSAPI) login"),
+          ("sasl.kerberos.ticket.renew.window.factor", "double", "0.8", None, "no Kerberos (GSSAPI) login"),
+          ("sasl.kerberos.ticket.renew.jitter", "double", "0.05", None, "no Kerberos (GSSAPI) login"),
+          ("num.io.threads", "int", "8", 1, "requests run on the broker's event loop"),
+          ("num.network.threads", "int", "3", 1, "connections run on the broker's event loop"),
+          ("num.replica.fetchers", "int", "1", 1, "replicas read the shared storage, nothing is fetched"),
+          ("background.threads", "int", "10", 1, "background work runs on the broker's event loop"),
+          ("log.cleaner.threads", "int", "1", 0, "compaction runs as its own scheduled job"))),
+    # KIP-848 consumer groups: the broker's options (--consumer-group-session-timeout, ...) set them
+    ConfigDef("group.consumer.session.timeout.ms", "int", "45000",
+              "A consumer-protocol group member silent this long leaves its group.", low=500, dynamic=False),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", "5000",
+              "How often consumer-protocol group members heartbeat.", low=100, dynamic=False),
     # share groups (KIP-932); a lock shorter than Kafka's 15 s floor is allowed, for tests
     ConfigDef("group.share.record.lock.duration.ms", "int", "30000",
               "How long a share consumer holds a record it acquired.", low=100, high=3_600_000),
@@ -180,6 +197,10 @@ BROKER_DEFS.update({d.name: d for d in (
 
 # Group configs (Kafka's GroupConfig, for share groups); each defaults to its broker synonym.
 GROUP_DEFS: dict[str, ConfigDef] = {d.name: d for d in (
+    ConfigDef("consumer.session.timeout.ms", "int", "45000", "A member of this consumer group (group.protocol="
+              "consumer) silent this long leaves it.", "group.consumer.session.timeout.ms", low=1000, high=3_600_000),
+    ConfigDef("consumer.heartbeat.interval.ms", "int", "5000", "How often members of this consumer group are told "
+              "to heartbeat.", "group.consumer.heartbeat.interval.ms", low=100, high=3_600_000),
     ConfigDef("share.auto.offset.reset", "string", "latest",
               "Where a share group with no position on a partition starts.", choices=("latest", "earliest")),
     ConfigDef("share.isolation.level", "string", "read_uncommitted",

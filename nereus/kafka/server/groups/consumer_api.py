@@ -35,11 +35,12 @@ async def _partition_counts(catalog, topics) -> dict[str, int]:
 async def handle_consumer_group_heartbeat(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     catalog = ctx.catalog
+    session_timeout, heartbeat_interval = ctx.coordinator.consumer_session_timeout, ctx.heartbeat_interval
 
     def reply(answer: HeartbeatAnswer, assignment=None):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(answer.error), error_message=answer.message,
-                    member_id=answer.member_id, member_epoch=answer.epoch, heartbeat_interval=datetime.timedelta(seconds=ctx.heartbeat_interval),
-                    assignment=assignment)
+                    member_id=answer.member_id, member_epoch=answer.epoch,
+                    heartbeat_interval=datetime.timedelta(seconds=heartbeat_interval), assignment=assignment)
 
     if not req.group_id:
         return reply(HeartbeatAnswer(ErrorCode.invalid_request.value, message="the group id is empty"))
@@ -57,8 +58,10 @@ async def handle_consumer_group_heartbeat(ctx: GroupContext, conn, head, req):
         except re.error as exc:
             return reply(HeartbeatAnswer(ErrorCode.invalid_regular_expression.value, message=str(exc)))
         topics = sorted({*(topics or ()), *(t for t in await catalog.list_topics() if pattern.fullmatch(t))})
+    session_timeout, heartbeat_interval = await ctx.consumer_timings(req.group_id)
     try:
         group = await ctx.coordinator.group(req.group_id)
+        group.consumer_session_timeout = session_timeout
         wanted = set(topics or ()) | (group.consumer.subscribed if group.consumer is not None else set())
         member = group.consumer_members.get(req.member_id)
         if member is not None and topics is None:

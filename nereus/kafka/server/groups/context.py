@@ -25,6 +25,16 @@ class GroupContext:
     meta: MetadataStore  # where the offsets of open transactions are held
     share: ShareContext
     heartbeat_interval: float  # seconds a consumer-protocol member is told to heartbeat at (KIP-848)
+    configs: object = None  # TopicConfigs: each group's consumer.session.timeout.ms / heartbeat.interval.ms
+
+    async def consumer_timings(self, group_id: str) -> tuple[float, float]:
+        """(session timeout, heartbeat interval) in seconds for a consumer-protocol group: its group
+        configs, else the broker's."""
+        if self.configs is None:
+            return self.coordinator.consumer_session_timeout, self.heartbeat_interval
+        configs = await self.configs.group(group_id)
+        return (int(configs["consumer.session.timeout.ms"].value) / 1000,
+                int(configs["consumer.heartbeat.interval.ms"].value) / 1000)
 
     async def group_to_describe(self, conn, group_id: str) -> Group | None:
         """The group a describe request names (None: there is none); GroupError when the principal may

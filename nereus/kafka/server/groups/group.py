@@ -48,6 +48,8 @@ class Group:
         self._timer: asyncio.TimerHandle | None = None
         self._initial_until = 0.0
         self.consumer: ConsumerGroupState | None = None  # the KIP-848 protocol's state, if it ever served one
+        # its consumer.session.timeout.ms (seconds; None: the coordinator's), as its last heartbeat read it
+        self.consumer_session_timeout: float | None = None
 
     @property
     def is_consumer(self) -> bool:
@@ -406,7 +408,8 @@ class Group:
         """Drop members whose session timed out (not those waiting in a join)."""
         if self.gone:
             return
-        if self.consumer is not None and self.consumer.expire(now, self.coordinator.consumer_session_timeout):
+        session = self.consumer_session_timeout or self.coordinator.consumer_session_timeout
+        if self.consumer is not None and self.consumer.expire(now, session):
             self.coordinator.persist(self)
         expired = [m.member_id for m in self.members.values()
                    if (m.join is None or m.join.done()) and now - m.last_seen > m.session_timeout]
