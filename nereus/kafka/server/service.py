@@ -17,6 +17,7 @@ to them (``wire/dispatch.py``). Only the connections (``wire``) see the service.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import logging
 import uuid
 
@@ -41,7 +42,7 @@ from .security.sasl import SaslSettings
 from .security.scram_store import ScramStore
 from .share.context import ShareContext
 from .share.groups import ShareGroups
-from .txn import markers as txn_markers
+from .txn import data_path as txn_data, markers as txn_markers
 from .txn.context import Transactions, TxnContext
 from .wire import dispatch
 
@@ -106,7 +107,7 @@ class KafkaService:
     def _handlers(self, limits: TopicLimits, heartbeat_interval: float) -> dict:
         """Each room's context, and the handlers bound to them."""
         share = ShareContext(self.share_groups, self.catalog, self.routing, self.storage, self.meta,
-                             self.coordinator.coordinates, self.txns)
+                             self.coordinator.coordinates, partial(txn_data.view, self.txns))
         return dispatch.handlers(
             admin=AdminContext(self.catalog, self.configs, self.routing, self.meta, self.throttles, limits),
             data=DataContext(self.catalog, self.configs, self.storage, self.routing, self.throttles, self.txns),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ....meta import MetadataStore
 from ....storage import StreamStorage
@@ -23,7 +23,9 @@ class ShareContext:
     meta: MetadataStore
     # True if this broker coordinates the group (dropping its copy of a group the ring moved away)
     coordinates: Callable[[str], bool]
-    txns: object = None  # the broker's Transactions: what read_committed share groups may see
+    # (partition, high watermark) -> the stream's transaction view, or None when transactions are off:
+    # what read_committed share groups may see (``txn.data_path.view`` bound to the broker's transactions)
+    txn_view: Callable[..., Awaitable[object]] | None = None
 
 
 __all__ = ["ShareContext"]

@@ -24,7 +24,6 @@ from ....auth.kafka_acls import GROUP, READ, TOPIC
 from ..security import access
 from ..catalog.errors import kafka_error
 from .context import ShareContext
-from ..txn import data_path as txn_data
 from .groups import next_epoch
 from .partition import RENEW, InvalidRecordState
 
@@ -244,9 +243,9 @@ async def _save_acquired(shares, sps: list) -> None:
 
 async def _stable_view(ctx: ShareContext, part, settings):
     """The partition's transaction view for a read_committed share group (None: read everything)."""
-    if not settings.read_committed:
+    if not settings.read_committed or ctx.txn_view is None:
         return None
-    return await txn_data.view(ctx.txns, part, part.handle.next_offset())
+    return await ctx.txn_view(part, part.handle.next_offset())
 
 
 def _aborted(entry, view) -> bool:
