@@ -148,3 +148,25 @@ def test_a_topic_created_again_under_its_name_is_assigned_anew(broker, topic, gr
         assert set(got.values()) == {1}
     finally:
         consumer.close()
+
+
+def test_a_fetch_takes_no_more_bytes_than_asked_save_its_first_batch(broker, topic, group):
+    """ShareFetch's MaxBytes (the consumer's fetch.max.bytes): a batch that would not fit waits for the
+    next fetch, unless it is the response's first."""
+    consumer = share_consumer(broker, group, topic, **{"fetch.max.bytes": 1500})
+    try:
+        joined(broker, topic, group, consumer)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        for i in range(3):
+            producer.produce(topic, b"%d" % i + b"x" * 1000)
+            assert producer.flush(TIMEOUT) == 0  # three batches of about 1 KiB
+        sizes = []
+        deadline = time.monotonic() + TIMEOUT
+        while sum(sizes) < 3:
+            assert time.monotonic() < deadline, sizes
+            got = records(consumer)
+            if got:
+                sizes.append(len(got))
+        assert sizes == [1, 1, 1]
+    finally:
+        consumer.close()

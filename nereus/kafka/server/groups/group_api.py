@@ -206,9 +206,12 @@ async def _fetch_group(ctx: GroupContext, conn, group_id: str, topics, require_s
         code = group.check_fetch(member_id, member_epoch) if group is not None else 0
         if code:
             return ErrorCode(code), {}
-    committed = await ctx.coordinator.fetch_offsets(group_id)
-    # KIP-447: a consumer asking for stable offsets waits while a transaction holds one pending
+    # KIP-447: a consumer asking for stable offsets waits while a transaction holds one pending.
+    # Pending offsets are read first: a transaction's completion writes them as committed and only
+    # then drops them, so one gone by now is among the committed read next (read the other way
+    # round, a completion between the reads would show neither).
     unstable = await txn_offsets.unstable_partitions(ctx.meta, group_id) if require_stable else set()
+    committed = await ctx.coordinator.fetch_offsets(group_id)
     if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):

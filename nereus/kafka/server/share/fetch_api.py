@@ -184,7 +184,7 @@ async def _fetch_loop(ctx: ShareContext, conn, cls, req, settings, names, fetch_
     refused = refused | await _refused(conn, later)
     deadline = time.monotonic() + req.max_wait.total_seconds()
     max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
-    max_bytes = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
+    max_bytes = max(req.max_bytes, 0)  # 0: nothing is acquired
     # KIP-1206: batch-optimized (0, the default) acquires whole stored batches, so a poll may exceed
     # max_records by the rest of its last batch; record-limit (1) stops at max_records exactly.
     strict = getattr(req, "share_acquire_mode", 0) == RECORD_LIMIT
@@ -205,8 +205,9 @@ async def _fetch_loop(ctx: ShareContext, conn, cls, req, settings, names, fetch_
                 continue
             sp = await shares.share_partition(req.group_id, name, part, settings)
             acquiring.append(sp)
-            code, records, ranges = await _acquire(part, sp, req.member_id, budget, max(max_bytes - size, 1),
-                                                   strict, await _stable_view(ctx, part, settings))
+            code, records, ranges = await _acquire(part, sp, req.member_id, budget, max_bytes - size,
+                                                   strict, await _stable_view(ctx, part, settings),
+                                                   first_in_response=size == 0)
             budget -= sum(last - first + 1 for first, last, _ in ranges)
             size += len(records)
             out[(topic_id, index)] = (code, part, records, ranges)
@@ -256,12 +257,17 @@ def _aborted(entry, view) -> bool:
     return bool(header.flags & EntryFlags.TRANSACTIONAL) and view.is_aborted(header.producer_id, entry.base_offset)
 
 
-async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int, strict: bool = False, view=None):
+async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int, strict: bool = False, view=None,
+                   first_in_response: bool = True):
     """(error, record batches, acquired ranges) for one share-partition.
 
+    ``max_bytes``: what the response may still hold; a batch that does not fit is left for a later
+    fetch, unless it would be the response's first (a batch larger than the limit must still get out).
     ``view``: a read_committed group's transaction view: nothing at or past its last stable offset
     is acquired, and the records of aborted transactions are archived, never delivered.
     """
+    if max_bytes <= 0:  # a request for no bytes, or a response already full
+        return ErrorCode.none, b"", ()
     handle = part.handle
     now = time.monotonic()
     offset = sp.first_candidate(now)
@@ -269,8 +275,8 @@ async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int, strict
         sp.skip_to(handle.start_offset())
         offset = sp.first_candidate(now)
     end = handle.next_offset() if view is None else min(handle.next_offset(), view.lso)
-    chunks, ranges, size = [], [], 0
-    while offset < end and budget > 0 and size < max_bytes:
+    chunks, ranges, size, full = [], [], 0, False
+    while offset < end and budget > 0 and size < max_bytes and not full:
         try:
             result = await handle.fetch(offset, max_bytes=READ_BYTES)
         except OffsetOutOfRange:
@@ -289,15 +295,18 @@ async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int, strict
             if _is_control(entry) or (view is not None and _aborted(entry, view)):
                 sp.archive_fresh(entry.base_offset, entry.end_offset)
                 continue
+            try:
+                batch = part.served(entry)
+            except ConversionError as exc:
+                log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
+                            part.index, exc)
+                batch = None
+            if batch is not None and size + len(batch) > max_bytes and (size or not first_in_response):
+                full = True  # what is left waits for the next fetch
+                break
             first = max(entry.base_offset, offset)
             got = sp.acquire(member_id, first, entry.end_offset, budget if strict else entry.end_offset - first, now)
             if got:
-                try:
-                    batch = part.served(entry)
-                except ConversionError as exc:
-                    log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
-                                part.index, exc)
-                    batch = None
                 if batch is not None:
                     chunks.append(batch)
                     size += len(batch)
