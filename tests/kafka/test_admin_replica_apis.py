@@ -157,3 +157,22 @@ def test_a_group_s_offsets_are_deleted_unless_it_consumes_the_topic(broker, admi
     with pytest.raises(Errors.GroupIdNotFoundError):
         py_admin.delete_group_offsets(group + "-none", [PyPartition(topic, 0)])
     py_admin.close()
+
+
+def test_authorized_operations_are_reported_when_asked(admin, topic):
+    """Without an authorizer every operation is allowed: the topic's eight, the cluster's seven."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    create(admin, topic, 1)
+    [(_, future)] = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                                          request_timeout=TIMEOUT).items()
+    assert set(future.result(TIMEOUT).authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER,
+        AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
+    cluster = admin.describe_cluster(include_authorized_operations=True, request_timeout=TIMEOUT).result(TIMEOUT)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE}
+    plain = admin.describe_cluster(request_timeout=TIMEOUT).result(TIMEOUT)
+    assert plain.authorized_operations is None  # not asked: none reported

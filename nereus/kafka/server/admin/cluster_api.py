@@ -8,7 +8,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ....auth.kafka_acls import DESCRIBE, TOPIC, TRANSACTIONAL_ID
+from ....auth.kafka_acls import CLUSTER, DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from ....topics.topic_configs import ReplicaLayout, replica_layouts
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.protocol import response_schema
@@ -69,14 +69,17 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
             continue
         parts = partition_entries(part_cls, routing, partitions[name], live, layouts.get(name, NO_LAYOUT), made)
         topic_id = described[name][1] if with_ids else None
+        operations = (await access.authorized_operations(conn, TOPIC, name, access.TOPIC_OPERATIONS)
+                      if getattr(req, "include_topic_authorized_operations", False) else NO_OPERATIONS)
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic_id or ZERO_UUID,
-                           is_internal=False, partitions=parts, topic_authorized_operations=NO_OPERATIONS))
+                           is_internal=False, partitions=parts, topic_authorized_operations=operations))
     leaders = {leader.name: leader for described in partitions.values() for leader, _ in described
                if leader is not None}
     brokers, controller = _brokers(cls, "MetadataResponseBroker", routing, also=leaders.values(),
                                    protocol=conn.protocol)
     return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=routing.local.cluster_id,
-                controller_id=controller, topics=tuple(topics), cluster_authorized_operations=NO_OPERATIONS)
+                controller_id=controller, topics=tuple(topics),
+                cluster_authorized_operations=await _cluster_operations(conn, req))
 
 
 async def wanted_topics(ctx: AdminContext, conn, req) -> tuple[list[tuple[str, int | None]], dict[int, object], set[str],
@@ -187,12 +190,19 @@ def _replicas(leader: int, live: list[int], layout: ReplicaLayout, index: int) -
     return replicas, replicas, ()
 
 
-def handle_describe_cluster(ctx: AdminContext, conn, head, req):
+async def _cluster_operations(conn, req) -> int:
+    """The cluster's authorized operations when the request asks for them (else Kafka's "not asked")."""
+    if not getattr(req, "include_cluster_authorized_operations", False):
+        return NO_OPERATIONS
+    return await access.authorized_operations(conn, CLUSTER, access.CLUSTER_NAME, access.CLUSTER_OPERATIONS)
+
+
+async def handle_describe_cluster(ctx: AdminContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     brokers, controller = _brokers(cls, "DescribeClusterBroker", ctx.routing, protocol=conn.protocol)
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, endpoint_type=1,
                 cluster_id=ctx.routing.local.cluster_id, controller_id=controller, brokers=brokers,
-                cluster_authorized_operations=NO_OPERATIONS)
+                cluster_authorized_operations=await _cluster_operations(conn, req))
 
 
 async def handle_find_coordinator(ctx: AdminContext, conn, head, req):

@@ -38,6 +38,21 @@ async def allowed_items(conn, resource_type: int, items: list, operation: int) -
     return [item for item in items if await allowed(conn, resource_type, item[0], operation)]
 
 
+#: The operations Kafka reports as authorized on a topic and on the cluster (Metadata, DescribeCluster).
+TOPIC_OPERATIONS = (3, 4, 5, 6, 7, 8, 10, 11)  # READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE/ALTER_CONFIGS
+CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE/ALTER_CONFIGS
+#                                                IDEMPOTENT_WRITE
+
+
+async def authorized_operations(conn, resource_type: int, name: str, operations: tuple[int, ...]) -> int:
+    """The bit field of ``operations`` the principal may do on the resource (bit ``op`` set when allowed)."""
+    bits = 0
+    for operation in operations:
+        if await allowed(conn, resource_type, name, operation):
+            bits |= 1 << operation
+    return bits
+
+
 async def may_create(conn, topic: str) -> bool:
     """CREATE on the topic or on the cluster (a Pulsar produce grant counts, as a Pulsar producer creates)."""
     return await allowed(conn, TOPIC, topic, CREATE) or await allowed(conn, CLUSTER, CLUSTER_NAME, CREATE)
