@@ -295,18 +295,19 @@ async def _acquire(part, sp, member_id: str, budget: int, max_bytes: int, strict
             if _is_control(entry) or (view is not None and _aborted(entry, view)):
                 sp.archive_fresh(entry.base_offset, entry.end_offset)
                 continue
-            try:
-                batch = part.served(entry)
-            except ConversionError as exc:
-                log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
-                            part.index, exc)
-                batch = None
-            if batch is not None and size + len(batch) > max_bytes and (size or not first_in_response):
+            # The stored entry's size stands for its batch's (converted only once acquired).
+            if size + len(entry.data) > max_bytes and (size or not first_in_response):
                 full = True  # what is left waits for the next fetch
                 break
             first = max(entry.base_offset, offset)
             got = sp.acquire(member_id, first, entry.end_offset, budget if strict else entry.end_offset - first, now)
             if got:
+                try:
+                    batch = part.served(entry)
+                except ConversionError as exc:
+                    log.warning("kafka: entry %d of %s-%d not convertible: %s", entry.base_offset, part.name,
+                                part.index, exc)
+                    batch = None
                 if batch is not None:
                     chunks.append(batch)
                     size += len(batch)
