@@ -35,7 +35,7 @@ async def _partition_counts(catalog, topics) -> dict[str, int]:
 async def handle_consumer_group_heartbeat(ctx: GroupContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
     catalog = ctx.catalog
-    session_timeout, heartbeat_interval = ctx.coordinator.consumer_session_timeout, ctx.heartbeat_interval
+    heartbeat_interval = ctx.heartbeat_interval  # the group's own once its configs are read below
 
     def reply(answer: HeartbeatAnswer, assignment=None):
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode(answer.error), error_message=answer.message,

@@ -49,13 +49,11 @@ async def handle_share_group_heartbeat(ctx: ShareContext, conn, head, req):
     group = shares.group(req.group_id)
     topics = list(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
     wanted = set(topics or ()) | group.subscribed
-    counts = {}
-    for topic in wanted:
-        count = await ctx.catalog.partition_count(topic)
-        if count is not None:
-            counts[topic] = count
-    named = sorted(counts)
-    ids = {t: topic_id for t, (_, topic_id) in zip(named, await ctx.catalog.describe_topics(named))}
+    # One batched read gives each topic's partitions and id (a topic created again has a new id).
+    named = sorted(wanted)
+    described = dict(zip(named, await ctx.catalog.describe_topics(named)))
+    counts = {t: len(streams) for t, (streams, _) in described.items() if streams}
+    ids = {t: described[t][1] for t in counts}
     before = set(group.members)
     answer = group.heartbeat(time.monotonic(), member_id=req.member_id, epoch=req.member_epoch, topics=topics,
                              rack_id=req.rack_id, client_id=head.client_id or "",
