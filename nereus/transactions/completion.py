@@ -38,8 +38,9 @@ class Completion(RecordStore):
         """Run every participant of a PREPARE_* record, then CAS it to COMPLETE_* (if still the same)."""
         commit = rec.state == S.PREPARE_COMMIT
         pid, epoch = rec.producer_id, rec.producer_epoch
-        steps = [self.participants.complete_partition(p, pid, epoch, commit) for p in rec.partitions]
-        steps += [self.participants.complete_group(g, pid, epoch, commit) for g in rec.groups]
+        seq = rec.sequence
+        steps = [self.participants.complete_partition(p, pid, epoch, commit, sequence=seq) for p in rec.partitions]
+        steps += [self.participants.complete_group(g, pid, epoch, commit, sequence=seq) for g in rec.groups]
         steps += [self.participants.complete_subscription(t, s, pid, commit) for t, s in rec.subscriptions]
         results = await asyncio.gather(*steps, return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]

@@ -192,7 +192,8 @@ class TransactionCoordinator(Housekeeping):
             raise InvalidTxnState(f"{key} is {rec.state.value}: nothing can be added")
         else:
             new = rec.with_(state=S.ONGOING, start_ms=now, update_ms=now, partitions=_merge([], partitions),
-                            groups=_merge([], groups), subscriptions=_merge([], subscriptions))
+                            groups=_merge([], groups), subscriptions=_merge([], subscriptions),
+                            sequence=rec.sequence + 1)
         await self._put(new, version)
 
     # -- outcome ---------------------------------------------------------------------------

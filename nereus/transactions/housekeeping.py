@@ -54,6 +54,9 @@ class Housekeeping(Completion):
         """Complete every PREPARE_* transaction (a coordinator died mid-commit); the count completed."""
         done = 0
         for rec, _ in await self._active("PREPARE-", "PREPARE-\U0010ffff"):
+            running = self._completing.get(rec.key)
+            if running is not None and not running.done():
+                continue  # this broker is completing it already
             if rec.state.prepared and (await self._complete(rec)).state.completed:
                 done += 1
         return done
@@ -144,7 +147,7 @@ class Housekeeping(Completion):
                         name, item.pid)
             try:
                 await self.participants.complete_partition(name, item.pid, rec.producer_epoch if current
-                                                           else item.epoch, False)
+                                                           else item.epoch, False, sequence=item.sequence)
                 aborted += 1
             except Exception as exc:
                 log.warning("%s: stale transaction of producer %d not aborted yet: %s", name, item.pid, exc)

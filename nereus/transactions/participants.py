@@ -21,23 +21,27 @@ from ..ledger.entry import EntryFlags, EntryFormat, EntryHeader
 from ..ledger.naming import TopicName
 from ..topics.placement import NotOwner
 from .errors import MarkerNotWritten
-from .stream_index import StreamTransactions
+from .stream_index import StreamTransactions, same_transaction
 
 log = logging.getLogger(__name__)
 
 ABORT, COMMIT = 0, 1  # Kafka's control record types
 MARKER_FLAGS = EntryFlags.TRANSACTIONAL | EntryFlags.CONTROL | EntryFlags.BATCHED
 
-GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
+GroupCompleter = Callable[[str, int, int, bool, int], Awaitable[None]]
 SubscriptionCompleter = Callable[[str, str, int, bool], Awaitable[None]]
-RemoteMarkerWriter = Callable[[object, str, int, int, bool], Awaitable[None]]
+RemoteMarkerWriter = Callable[[object, str, int, int, bool, int], Awaitable[None]]
 
 
 class Participants(Protocol):
-    async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool) -> None:
+    """Each ``complete_*`` of a Kafka transaction takes its ``sequence`` (``TxnRecord.sequence``;
+    0: whichever is open) and leaves what another transaction of the same producer holds."""
+
+    async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool, *,
+                                 sequence: int = 0) -> None:
         """Write the COMMIT/ABORT marker of ``pid`` into the partition and update its index."""
 
-    async def complete_group(self, group: str, pid: int, epoch: int, commit: bool) -> None:
+    async def complete_group(self, group: str, pid: int, epoch: int, commit: bool, *, sequence: int = 0) -> None:
         """Make the group offsets ``pid`` committed in the transaction visible, or drop them."""
 
     async def complete_subscription(self, topic: str, sub: str, pid: int, commit: bool) -> None:
@@ -75,7 +79,7 @@ class BrokerParticipants:
         self.markers_forwarded = 0  # written by the partition's owner on this broker's request
 
     def register_group_completer(self, completer: GroupCompleter) -> None:
-        """``completer(group, pid, epoch, commit)``: the Kafka layer's TxnOffsetCommit outcome."""
+        """``completer(group, pid, epoch, commit, sequence)``: the Kafka layer's TxnOffsetCommit outcome."""
         self._group_completer = completer
 
     def register_subscription_completer(self, completer: SubscriptionCompleter) -> None:
@@ -83,7 +87,7 @@ class BrokerParticipants:
         self._subscription_completer = completer
 
     def register_remote_marker_writer(self, writer: RemoteMarkerWriter | None) -> None:
-        """``writer(owner, partition, pid, epoch, commit)``: asks ``owner`` (a BrokerAddress), the broker
+        """``writer(owner, partition, pid, epoch, commit, sequence)``: asks ``owner`` (a BrokerAddress), the broker
         that serves the partition, to write the marker now; raises MarkerNotWritten when it cannot."""
         self._remote_writer = writer
 
@@ -95,8 +99,10 @@ class BrokerParticipants:
         self._marker_listeners.append(callback)
 
     async def complete_partition(self, partition: str, pid: int, epoch: int, commit: bool, *,
-                                 forward: bool = True) -> None:
-        """Write the marker if ``pid`` has an open transaction in the partition's stream, then close it there.
+                                 sequence: int = 0, forward: bool = True) -> None:
+        """Write the marker if ``pid`` has transaction ``sequence`` open in the partition's stream, then
+        close it there. A marker that comes late (a retried or recovered completion of a transaction
+        that ended) finds another transaction open, or none, and writes nothing.
 
         When another broker owns the partition (its append session is never taken from
         a live owner) the remote marker writer asks that broker to write it; without
@@ -110,14 +116,19 @@ class BrokerParticipants:
             lock = self._locks[key] = asyncio.Lock()
         async with lock:
             topic = await self.registry.get(name)
-            if not await self.stream_txns.is_open(topic.stream_id, pid):
+            opened = await self.stream_txns.open_sequence(topic.stream_id, pid)
+            if opened is None:
                 return  # nothing was written in the transaction, or the marker is already in place
+            if not same_transaction(opened, sequence):
+                log.info("%s: marker of transaction %d of producer %d left out: transaction %d is open", partition,
+                         sequence, pid, opened)
+                return
             try:
                 await topic.ensure_writer()
             except NotOwner as exc:
                 if exc.owner is None or self._remote_writer is None or not forward:
                     raise MarkerNotWritten(f"{partition} is served by another broker: {exc}") from exc
-                await self._remote_writer(exc.owner, partition, pid, epoch, commit)
+                await self._remote_writer(exc.owner, partition, pid, epoch, commit, sequence)
                 self.markers_forwarded += 1
                 return
             data = marker_entry(pid, epoch, commit, timestamp_ms=int(self.clock() * 1000))
@@ -127,15 +138,15 @@ class BrokerParticipants:
             # Keeps Pulsar's dedup snapshot covering the marker (no replay of it on load).
             topic.dedup.committed("", -1, result.base_offset + 1)
             self.markers_written += 1
-            await self.stream_txns.complete(topic.stream_id, pid, commit, result.base_offset)
+            await self.stream_txns.complete(topic.stream_id, pid, commit, result.base_offset, sequence=sequence)
             start = topic.handle.start_offset()
             if not commit and start > 0:  # aborted ranges of trimmed records serve no reader any more
                 await self.stream_txns.forget_aborted_before(topic.stream_id, start)
 
-    async def complete_group(self, group: str, pid: int, epoch: int, commit: bool) -> None:
+    async def complete_group(self, group: str, pid: int, epoch: int, commit: bool, *, sequence: int = 0) -> None:
         if self._group_completer is None:
             raise MarkerNotWritten(f"no Kafka group completer is registered for group {group!r}")
-        await self._group_completer(group, pid, epoch, commit)
+        await self._group_completer(group, pid, epoch, commit, sequence)
 
     async def complete_subscription(self, topic: str, sub: str, pid: int, commit: bool) -> None:
         if self._subscription_completer is None:

@@ -87,6 +87,10 @@ class TxnRecord:
     # The producer id given up at the last epoch exhaustion (Kafka's previousProducerId): its pid index
     # entry is kept so that its zombie is still answered as fenced; older ones are deleted.
     previous_producer_id: int = -1
+    # Counts the transactions begun under this record. It tags what each one leaves in partitions
+    # (open records) and groups (pending offsets), and its markers: the late marker of a finished
+    # transaction never ends the next one of the same producer id and epoch.
+    sequence: int = 0
 
     @property
     def deadline_ms(self) -> int:

@@ -3,13 +3,15 @@
 Keys (all under the partition key ``stream_partition(stream_id)``, so one shard holds
 a stream's whole index and a range scan reads it)::
 
-    /nereus/txn/stream/{stream_id:020d}/open/{pid:020d}     {"first": lower bound, "epoch": e}
+    /nereus/txn/stream/{stream_id:020d}/open/{pid:020d}     {"first": lower bound, "epoch": e, "seq": s}
     /nereus/txn/stream/{stream_id:020d}/aborted/{last:020d} {"pid": p, "first": f, "last": l}
 
 ``begin`` runs before the first transactional append of a producer to a stream and
 ``complete`` after its marker committed, so the last stable offset (the lowest open
 ``first``, or the high watermark) never passes an undecided record, and an aborted
-range is listed before its open record goes.
+range is listed before its open record goes. ``seq`` is the transaction's sequence number in
+its coordinator record (0: untagged): a marker of another transaction of the same producer
+leaves the record alone.
 
 ``StreamTransactions`` caches each stream's index and keeps one subscription to the
 metadata plane's change notifications to drop a stream's entry when another process
@@ -38,6 +40,12 @@ log = logging.getLogger(__name__)
 STREAM_ROOT = "/nereus/txn/stream"
 WIDTH = 20
 OPEN_INDEX = "nereus-txn-open"  # secondary index of every open record, by pid: finds stale ones
+
+
+def same_transaction(stored: int, sequence: int) -> bool:
+    """Whether an open record of sequence ``stored`` belongs to transaction ``sequence`` (0 on
+    either side: untagged, from before sequence numbers, or a caller that ends whatever is open)."""
+    return not stored or not sequence or stored == sequence
 
 
 def stream_partition(stream_id: int) -> str:
@@ -75,6 +83,7 @@ class OpenTransaction:
     epoch: int
     first: int
     modified_ms: int  # when it was written (the metadata plane's clock)
+    sequence: int = 0  # the transaction's sequence number (0: untagged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +186,10 @@ class StreamTransactions:
         return self._live
 
     # -- writes ----------------------------------------------------------------------------
-    async def begin(self, stream_id: int, pid: int, epoch: int, first_hint: int) -> None:
-        """Record an open transaction of ``pid`` on the stream, before its first append (idempotent)."""
-        value = json.dumps({"first": first_hint, "epoch": epoch}).encode()
+    async def begin(self, stream_id: int, pid: int, epoch: int, first_hint: int, *, sequence: int = 0) -> None:
+        """Record an open transaction of ``pid`` on the stream, before its first append (idempotent);
+        ``sequence``: the transaction's number in its coordinator record."""
+        value = json.dumps({"first": first_hint, "epoch": epoch, "seq": sequence}).encode()
         try:
             await self.meta.put(open_key(stream_id, pid), value, expected_version_id=EXPECT_ABSENT,
                                 partition_key=stream_partition(stream_id),
@@ -188,14 +198,19 @@ class StreamTransactions:
             return  # already open: its first offset is the lower one
         self._invalidate(stream_id)
 
-    async def complete(self, stream_id: int, pid: int, commit: bool, marker_offset: int) -> None:
-        """After the marker at ``marker_offset`` committed: close ``pid``'s transaction (idempotent)."""
+    async def complete(self, stream_id: int, pid: int, commit: bool, marker_offset: int, *,
+                       sequence: int = 0) -> None:
+        """After the marker at ``marker_offset`` committed: close ``pid``'s transaction ``sequence``
+        (0: whichever is open; idempotent)."""
         part = stream_partition(stream_id)
         rec = await self.meta.get(open_key(stream_id, pid), partition_key=part)
         if rec is None:
             return
+        value = json.loads(rec.value)
+        if not same_transaction(value.get("seq", 0), sequence):
+            return
         if not commit:  # listed as aborted before it stops being open: never visible in between
-            first = json.loads(rec.value)["first"]
+            first = value["first"]
             await self.meta.put(aborted_key(stream_id, marker_offset),
                                 json.dumps({"pid": pid, "first": first, "last": marker_offset}).encode(),
                                 partition_key=part)
@@ -203,10 +218,11 @@ class StreamTransactions:
                                partition_key=part)
         self._invalidate(stream_id)
 
-    async def is_open(self, stream_id: int, pid: int) -> bool:
-        """Whether ``pid`` has an open transaction on the stream (read from the metadata plane)."""
-        return await self.meta.get(open_key(stream_id, pid), partition_key=stream_partition(stream_id),
-                                   include_value=False) is not None
+    async def open_sequence(self, stream_id: int, pid: int) -> int | None:
+        """The sequence number of ``pid``'s open transaction on the stream (0: untagged), None when
+        none is open (read from the metadata plane)."""
+        rec = await self.meta.get(open_key(stream_id, pid), partition_key=stream_partition(stream_id))
+        return None if rec is None else json.loads(rec.value).get("seq", 0)
 
     async def open_transactions(self) -> list[OpenTransaction]:
         """Every open record of every stream (few: one per open transaction and partition)."""
@@ -217,7 +233,7 @@ class StreamTransactions:
                 continue
             value = json.loads(rec.value)
             out.append(OpenTransaction(stream_id, int(rec.key.rsplit("/", 1)[1]), value.get("epoch", -1),
-                                       value["first"], rec.version.modified_timestamp))
+                                       value["first"], rec.version.modified_timestamp, value.get("seq", 0)))
         return out
 
     async def forget_aborted_before(self, stream_id: int, start_offset: int) -> None:
@@ -340,5 +356,5 @@ class StreamTransactions:
             await asyncio.gather(task, return_exceptions=True)
 
 
-__all__ = ["AbortedRange", "aborted_view", "read_index", "read_view", "OPEN_INDEX", "OpenTransaction", "STREAM_ROOT", "StreamIndex", "StreamTransactions", "TxnView", "aborted_key", "open_key",
+__all__ = ["same_transaction", "AbortedRange", "aborted_view", "read_index", "read_view", "OPEN_INDEX", "OpenTransaction", "STREAM_ROOT", "StreamIndex", "StreamTransactions", "TxnView", "aborted_key", "open_key",
            "stream_partition"]

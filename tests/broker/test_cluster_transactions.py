@@ -8,6 +8,7 @@ import pytest
 
 from nereus.broker.cluster.ownership import owner_key
 from nereus.ledger.entry import EntryFlags, EntryFormat, EntryHeader, decode_entry
+from nereus.kafka.server.txn.markers import send_marker
 from nereus.ledger.naming import TopicName
 from nereus.transactions import TxnState, kafka_key
 
@@ -25,8 +26,8 @@ async def _produce(node, topic_name: str, pid: int, epoch: int) -> int:
     """A partition leader's transactional append (verify, begin, append); the stream id."""
     topic = await node.registry.get(TopicName.parse(topic_name))
     await topic.ensure_writer()
-    await node.transactions.verify(pid, epoch, topic_name)
-    await node.kafka.stream_txns.begin(topic.stream_id, pid, epoch, topic.handle.next_offset())
+    rec = await node.transactions.verify(pid, epoch, topic_name)
+    await node.kafka.stream_txns.begin(topic.stream_id, pid, epoch, topic.handle.next_offset(), sequence=rec.sequence)
     header = EntryHeader(EntryFormat.KAFKA, 1, producer_id=pid, producer_epoch=epoch,
                          flags=EntryFlags.TRANSACTIONAL | EntryFlags.BATCHED)
     await topic.append(header.pack() + b"payload", 1)
@@ -104,3 +105,30 @@ def test_without_forwarding_the_owner_writes_its_marker_when_it_sees_the_decisio
         assert b0.kafka.txn_participants.markers_forwarded == 0
     finally:
         cluster.stop()
+
+
+def test_a_late_forwarded_marker_leaves_the_next_transaction_of_the_producer_open(cluster):
+    """WriteTxnMarkers names the transaction (its sequence number, in the coordinator epoch): a
+    completion of transaction 1 repeated once transaction 2 began at the same producer epoch (as a
+    recovery pass working from an old read does) writes no marker on the owner."""
+    b0, b1 = cluster.nodes
+    theirs = cluster.topic_for(1, "late")
+    key = kafka_key("late-tx")
+    pid, epoch = cluster.run(b0.transactions.init_producer("late-tx", 60_000))
+    cluster.run(b0.transactions.add_partitions(key, pid, epoch, [theirs]))
+    stream = cluster.run(_produce(b1, theirs, pid, epoch))
+    first = cluster.run(b0.transactions.describe(key))
+    assert cluster.run(b0.transactions.end(key, pid, epoch, commit=True)).state == TxnState.COMPLETE_COMMIT
+    cluster.run(b0.transactions.add_partitions(key, pid, epoch, [theirs]))
+    cluster.run(_produce(b1, theirs, pid, epoch))
+    # the coordinator's own check leaves it out; so does the owner's, when asked over the wire
+    cluster.run(b0.kafka.txn_participants.complete_partition(theirs, pid, epoch, False, sequence=first.sequence))
+    cluster.run(send_marker(b1.membership.address, theirs, pid, epoch, False, first.sequence))
+    assert len(cluster.run(_control_entries(b1, theirs))) == 1
+    topic = cluster.run(b1.registry.get(TopicName.parse(theirs)))
+    assert pid in cluster.run(b1.kafka.stream_txns.view(stream, topic.handle.next_offset())).open
+    assert cluster.run(b0.transactions.end(key, pid, epoch, commit=True)).state == TxnState.COMPLETE_COMMIT
+    markers = cluster.run(_control_entries(b1, theirs))
+    assert [m.flags & EntryFlags.CONTROL for m in markers] == [EntryFlags.CONTROL] * 2
+    view = cluster.run(b1.kafka.stream_txns.view(stream, topic.handle.next_offset()))
+    assert view.open == {} and view.aborted(0, 100) == []

@@ -22,8 +22,8 @@ async def produce(broker, partition: str, pid: int, epoch: int, count: int = 3) 
     """What a partition leader does for transactional records: verify, begin, append."""
     topic = await broker.registry.get(TopicName.parse(partition))
     await topic.ensure_writer()
-    await broker.coordinator.verify(pid, epoch, partition)
-    await broker.stream_txns.begin(topic.stream_id, pid, epoch, topic.handle.next_offset())
+    rec = await broker.coordinator.verify(pid, epoch, partition)
+    await broker.stream_txns.begin(topic.stream_id, pid, epoch, topic.handle.next_offset(), sequence=rec.sequence)
     offsets = []
     for i in range(count):
         header = EntryHeader(EntryFormat.KAFKA, 1, producer_id=pid, producer_epoch=epoch,
@@ -282,6 +282,43 @@ async def test_complete_partition_twice_writes_one_marker(broker):
     assert view.aborted(0, 10) == [(pid, 0, 3)] and view.lso == 4
 
 
+async def test_a_late_marker_of_a_finished_transaction_leaves_the_next_one_open(broker):
+    """A completion that runs again on a stale copy of the record (recovery's snapshot, a retried
+    WriteTxnMarkers) names the transaction it ends: the same producer's next one, begun meanwhile
+    at the same epoch, keeps its records and its open record; group completers get the number."""
+    coord = broker.coordinator
+    key = kafka_key("tx-late")
+    completed = []
+
+    async def complete_group(group, txn_pid, txn_epoch, commit, sequence):
+        completed.append((group, commit, sequence))
+
+    broker.participants.register_group_completer(complete_group)
+    pid, epoch = await coord.init_producer("tx-late", TIMEOUT)
+    await coord.add_partitions(key, pid, epoch, [P0])
+    await coord.add_groups(key, pid, epoch, "g-late")
+    await produce(broker, P0, pid, epoch)
+    first = await coord.describe(key)
+    assert (await coord.end(key, pid, epoch, commit=False)).state == TxnState.COMPLETE_ABORT
+    await coord.add_partitions(key, pid, epoch, [P0])
+    second = await coord.describe(key)
+    assert (second.producer_id, second.producer_epoch) == (first.producer_id, first.producer_epoch)
+    assert second.sequence == first.sequence + 1
+    offsets = await produce(broker, P0, pid, epoch)
+    # the first transaction's abort, once more
+    await broker.participants.complete_partition(P0, pid, epoch, False, sequence=first.sequence)
+    assert len(await markers(broker, P0)) == 1
+    topic, _ = await entries(broker, P0)
+    view = await broker.stream_txns.view(topic.stream_id, topic.handle.next_offset())
+    assert view.open == {pid: offsets[0]} and view.aborted(0, 10) == [(pid, 0, 3)]
+    assert (await coord.end(key, pid, epoch, commit=True)).state == TxnState.COMPLETE_COMMIT
+    found = await markers(broker, P0)
+    assert [(offset, h.producer_id) for offset, h in found] == [(3, pid), (offsets[-1] + 1, pid)]
+    view = await broker.stream_txns.view(topic.stream_id, topic.handle.next_offset())
+    assert view.open == {} and view.aborted(0, 100) == [(pid, 0, 3)]
+    assert completed == [("g-late", False, first.sequence)]
+
+
 async def test_pulsar_transactions_share_the_coordinator(broker):
     coord = broker.coordinator
     pid = await coord.new_txn(TIMEOUT)
@@ -318,14 +355,14 @@ async def test_group_offsets_complete_with_the_transaction(broker):
     await coord.add_groups(key, pid, epoch, "g1")
     calls = []
 
-    async def complete_group(group, txn_pid, txn_epoch, commit):
-        calls.append((group, txn_pid, txn_epoch, commit))
+    async def complete_group(group, txn_pid, txn_epoch, commit, sequence):
+        calls.append((group, txn_pid, txn_epoch, commit, sequence))
 
     # No completer yet: the decision stands, the transaction waits in PREPARE_COMMIT.
     assert (await coord.end(key, pid, epoch, commit=True)).state == TxnState.PREPARE_COMMIT
     broker.participants.register_group_completer(complete_group)
     assert await coord.recover() == 1
-    assert calls == [("g1", pid, epoch, True)]
+    assert calls == [("g1", pid, epoch, True, 1)]
     assert (await coord.describe(key)).state == TxnState.COMPLETE_COMMIT
 
 

@@ -198,8 +198,8 @@ class KafkaService:
         self.txns.coordinator, self.txns.streams, self.txns.participants = coordinator, streams, participants
         streams.add_listener(self.txns.signals.changed)
         participants.register_group_completer(
-            lambda group, pid, epoch, commit: txn_offsets.complete_group(self.meta, self.coordinator, group, pid,
-                                                                         epoch, commit))
+            lambda group, pid, epoch, commit, sequence: txn_offsets.complete_group(
+                self.meta, self.coordinator, group, pid, epoch, commit, sequence))
         if self.authorizer is None:
             participants.register_remote_marker_writer(txn_markers.send_marker)
         else:

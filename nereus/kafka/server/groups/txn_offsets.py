@@ -1,8 +1,9 @@
 """Group offsets committed inside a transaction (TxnOffsetCommit, ``txn/offsets_api.py``).
 
 They are held pending in the metadata plane under
-``/nereus/kafka/txn-offsets/{group}/{pid:020d}`` -> ``{"epoch", "offsets": [[topic,
-partition, offset, leader epoch, metadata], ...]}`` until the transaction ends: the
+``/nereus/kafka/txn-offsets/{group}/{pid:020d}`` -> ``{"epoch", "seq", "offsets": [[topic,
+partition, offset, leader epoch, metadata], ...]}`` until the transaction ends (``seq``: its
+sequence number; a late completion of an earlier transaction leaves them alone): the
 coordinator's ``complete_group`` (registered here) writes them as the group's
 committed offsets on commit and drops them on abort. Completing twice is harmless
 (recovery may): the pending record is gone after the first. OffsetFetch with
@@ -17,6 +18,7 @@ import logging
 from urllib.parse import quote
 
 from ....meta import cas
+from ....transactions.stream_index import same_transaction
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +45,18 @@ async def unstable_partitions(meta, group_id: str) -> set[tuple[str, int]]:
     return {(t, p) for record in (await pending(meta, group_id)).values() for t, p, *_ in record["offsets"]}
 
 
-async def complete_group(meta, coordinator, group_id: str, pid: int, epoch: int, commit: bool) -> None:
-    """End the transaction's offsets of a group: committed offsets on commit, nothing on abort (idempotent)."""
+async def complete_group(meta, coordinator, group_id: str, pid: int, epoch: int, commit: bool,
+                         sequence: int = 0) -> None:
+    """End the offsets transaction ``sequence`` holds for a group: committed offsets on commit,
+    nothing on abort (idempotent)."""
     key = pending_key(group_id, pid)
     rec = await meta.get(key)
     if rec is None:
         return
-    offsets = json.loads(rec.value)["offsets"]
+    held = json.loads(rec.value)
+    if not same_transaction(held.get("seq", 0), sequence):
+        return
+    offsets = held["offsets"]
     if commit and offsets:
         group = await coordinator.group(group_id)
         codes = await coordinator.commit_offsets(
@@ -62,14 +69,17 @@ async def complete_group(meta, coordinator, group_id: str, pid: int, epoch: int,
               "committed" if commit else "dropped")
 
 
-async def hold(meta, group_id: str, pid: int, epoch: int, offsets: list) -> None:
+async def hold(meta, group_id: str, pid: int, epoch: int, offsets: list, sequence: int = 0) -> None:
     """Add ``offsets`` ([topic, partition, offset, leader epoch, metadata] each) to those the
-    transaction of ``pid`` holds for the group (a later offset of a partition replaces its earlier one)."""
+    transaction ``sequence`` of ``pid`` holds for the group (a later offset of a partition replaces
+    its earlier one)."""
     def merge(old: bytes | None) -> bytes:
-        record = json.loads(old) if old else {"epoch": epoch, "offsets": []}
+        record = json.loads(old) if old else {"offsets": []}
+        if record.get("seq", 0) != sequence:  # left by an earlier transaction: not this one's
+            record = {"offsets": []}
         by_tp = {(t, p): [t, p, o, e, m] for t, p, o, e, m in record["offsets"]}
         by_tp.update({(t, p): [t, p, o, e, m] for t, p, o, e, m in offsets})
-        return json.dumps({"epoch": epoch, "offsets": list(by_tp.values())}).encode()
+        return json.dumps({"epoch": epoch, "seq": sequence, "offsets": list(by_tp.values())}).encode()
 
     await cas.update(meta, pending_key(group_id, pid), merge)
 

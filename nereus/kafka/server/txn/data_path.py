@@ -110,8 +110,8 @@ async def begin_batch(txns: Transactions, part, batch) -> tuple[ErrorCode, str |
         return ErrorCode.none, None
     stream = str(part.topic.name)
     try:
-        await coordinator.verify(pid, epoch, stream)
-        await streams.begin(stream_id, pid, epoch, part.handle.next_offset())
+        record = await coordinator.verify(pid, epoch, stream)
+        await streams.begin(stream_id, pid, epoch, part.handle.next_offset(), sequence=record.sequence)
     except txn_errors.ProducerFenced:
         return ErrorCode.invalid_producer_epoch, None
     except (txn_errors.InvalidTxnState, txn_errors.InvalidProducerIdMapping) as exc:
@@ -132,10 +132,10 @@ async def begin_request(txns: Transactions, catalog, req) -> None:
     The appends (one partition after the other, in order) then find them begun; a
     partition whose check fails here is checked again, and answered, by its append.
     """
-    jobs = [_begin_partition(txns, catalog, topic.name, pdata)
-            for topic in req.topic_data for pdata in topic.partition_data]
-    if len(jobs) > 1:
-        await asyncio.gather(*jobs, return_exceptions=True)
+    parts = [(topic.name, pdata) for topic in req.topic_data for pdata in topic.partition_data]
+    if len(parts) > 1:
+        await asyncio.gather(*(_begin_partition(txns, catalog, name, pdata) for name, pdata in parts),
+                             return_exceptions=True)
 
 
 async def _begin_partition(txns: Transactions, catalog, topic: str, pdata) -> None:

@@ -38,11 +38,15 @@ _SIZE = struct.Struct(">i")
 _correlation = itertools.count(1)
 
 
-def encode_request(pid: int, epoch: int, commit: bool, topic: str, index: int, correlation_id: int) -> bytes:
-    """A WriteTxnMarkers v1 frame (size prefix included) with one marker for one partition."""
+def encode_request(pid: int, epoch: int, commit: bool, topic: str, index: int, correlation_id: int,
+                   sequence: int = 0) -> bytes:
+    """A WriteTxnMarkers v1 frame (size prefix included) with one marker for one partition.
+
+    Its ``coordinator_epoch`` carries the transaction's sequence number: between Nereus brokers
+    it names the transaction the marker ends (see ``Participants.complete_partition``)."""
     cls = request_schema(WRITE_TXN_MARKERS, VERSION)
     marker = make(nested(cls, "WritableTxnMarker"), producer_id=pid, producer_epoch=epoch, transaction_result=commit,
-                  coordinator_epoch=0,
+                  coordinator_epoch=sequence & 0x7FFFFFFF,
                   topics=(make(nested(cls, "WritableTxnMarkerTopic"), name=topic, partition_indexes=(index,)),))
     buf = io.BytesIO()
     entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=WRITE_TXN_MARKERS, request_api_version=VERSION,
@@ -62,15 +66,17 @@ def decode_codes(frame: bytes, correlation_id: int) -> list[int]:
     return [int(p.error_code) for m in body.markers for t in m.topics for p in t.partitions]
 
 
-async def send_marker(owner: BrokerAddress, partition: str, pid: int, epoch: int, commit: bool) -> None:
-    """Ask ``owner`` to write the marker of ``pid`` into ``partition`` (a stream name); raises MarkerNotWritten."""
+async def send_marker(owner: BrokerAddress, partition: str, pid: int, epoch: int, commit: bool,
+                      sequence: int = 0) -> None:
+    """Ask ``owner`` to write the marker of ``pid``'s transaction ``sequence`` into ``partition`` (a stream
+    name); raises MarkerNotWritten."""
     found = Catalog.kafka_partition(partition)
     if found is None:
         raise MarkerNotWritten(f"{partition} has no Kafka name: its owner {owner.name} completes it")
     if not owner.kafka_port:
         raise MarkerNotWritten(f"{owner.name} has no PLAINTEXT Kafka listener: it completes {partition} itself")
     correlation_id = next(_correlation)
-    frame = encode_request(pid, epoch, commit, found[0], found[1], correlation_id)
+    frame = encode_request(pid, epoch, commit, found[0], found[1], correlation_id, sequence)
     try:
         reader, writer = await wait_for(asyncio.open_connection(owner.kafka_host, owner.kafka_port), TIMEOUT_SECONDS)
     except (OSError, asyncio.TimeoutError) as exc:

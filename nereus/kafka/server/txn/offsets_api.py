@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 async def handle_txn_offset_commit(ctx: TxnContext, conn, head, req):
     cls = response_schema(head.api_key, head.api_version)
-    code = ErrorCode.none
+    code, sequence = ErrorCode.none, 0
     if not await access.allowed(conn, TRANSACTIONAL_ID, req.transactional_id, WRITE):
         code = ErrorCode.transactional_id_authorization_failed
     elif not await access.allowed(conn, GROUP, req.group_id, READ):
@@ -36,7 +36,7 @@ async def handle_txn_offset_commit(ctx: TxnContext, conn, head, req):
     elif not ctx.txns.enabled:
         code = ErrorCode.coordinator_not_available
     else:
-        code = await _check_producer(ctx.txns, req, head.api_version)
+        code, sequence = await _check_producer(ctx.txns, req, head.api_version)
     generation = getattr(req, "generation_id", -1)
     if code == ErrorCode.none and generation >= 0:  # KIP-447: a member of an old generation is fenced
         try:
@@ -61,7 +61,7 @@ async def handle_txn_offset_commit(ctx: TxnContext, conn, head, req):
             rows.setdefault(topic.name, []).append((p.partition_index, pcode))
     if offsets:
         try:
-            await txn_offsets.hold(ctx.meta, req.group_id, req.producer_id, req.producer_epoch, offsets)
+            await txn_offsets.hold(ctx.meta, req.group_id, req.producer_id, req.producer_epoch, offsets, sequence)
         except Exception as exc:
             log.warning("kafka: pending offsets of group %s not written: %s", req.group_id, exc)
             rows = {name: [(i, ErrorCode.coordinator_not_available if c == ErrorCode.none else c) for i, c in parts]
@@ -72,16 +72,17 @@ async def handle_txn_offset_commit(ctx: TxnContext, conn, head, req):
     return make(cls, throttle_time=NO_THROTTLE, topics=topics)
 
 
-async def _check_producer(txns: Transactions, req, version: int) -> ErrorCode:
-    """The producer is the transactional id's current one and added the group (AddOffsetsToTxn)."""
+async def _check_producer(txns: Transactions, req, version: int) -> tuple[ErrorCode, int]:
+    """(error, the transaction's sequence number): the producer is the transactional id's current
+    one and added the group (AddOffsetsToTxn)."""
     record = await txns.coordinator.describe(kafka_key(req.transactional_id))
     if record is None or record.producer_id != req.producer_id:
-        return ErrorCode.invalid_producer_id_mapping
+        return ErrorCode.invalid_producer_id_mapping, 0
     if record.producer_epoch != req.producer_epoch:
-        return ErrorCode.producer_fenced if version >= 3 else ErrorCode.invalid_producer_epoch
+        return ErrorCode.producer_fenced if version >= 3 else ErrorCode.invalid_producer_epoch, 0
     if req.group_id not in record.groups:
-        return ErrorCode.invalid_txn_state
-    return ErrorCode.none
+        return ErrorCode.invalid_txn_state, 0
+    return ErrorCode.none, record.sequence
 
 
 __all__ = ["handle_txn_offset_commit"]

@@ -231,9 +231,10 @@ async def handle_write_txn_markers(ctx: TxnContext, conn, head, req):
                     code = ErrorCode.coordinator_not_available
                 else:
                     try:
+                        # a Nereus coordinator's coordinator epoch is the transaction's sequence number
                         await ctx.txns.participants.complete_partition(
                             stream, marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                            forward=False)
+                            sequence=max(marker.coordinator_epoch, 0), forward=False)
                         code = ErrorCode.none
                     except Exception as exc:
                         log.info("kafka: marker for %s-%d not written: %s", topic.name, index, exc)
