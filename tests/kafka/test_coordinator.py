@@ -12,8 +12,8 @@ import logging
 
 import pytest
 
-from nereus.kafka.server.groups.members import (COMPLETING, EMPTY, GROUP_MAX_SIZE_REACHED, NONE, NOT_COORDINATOR,
-                                                STABLE, GroupError, group_key)
+from nereus.kafka.server.groups.members import (COMPLETING, EMPTY, GROUP_MAX_SIZE_REACHED, NON_EMPTY_GROUP, NONE,
+                                                NOT_COORDINATOR, STABLE, GroupError, group_key)
 from nereus.kafka.server.groups.coordinator import Coordinator
 from nereus.kafka.server.groups.offsets import offset_key
 from nereus.meta import MetadataUnavailable
@@ -334,5 +334,24 @@ async def test_members_of_a_group_are_capped(engine):
     pending.append(_join(group, first.member_id))  # a known member still rejoins
     results = await done(asyncio.gather(*pending))
     assert {r.error for r in results} == {NONE} and {r.generation for r in results} == {2}
+    await coord.stop()
+    await meta.close()
+
+
+async def test_a_session_ends_at_its_deadline_for_describe_and_delete(engine):
+    """DeleteGroups right after a member's session ran out finds the group empty, whenever the
+    background expiry pass runs next (a Kafka coordinator's session timers fire at the deadline)."""
+    clock = Clock()
+    meta = engine.client()
+    coord = _coordinator(meta, clock=clock)
+    group = await coord.group("g")
+    joined = await done(_join(group, session=6.0))
+    await done(group.sync(joined.member_id, joined.generation, {joined.member_id: b"a"}))
+    clock.advance(5.9)
+    assert await coord.delete_group("g") == NON_EMPTY_GROUP
+    assert group.heartbeat(joined.member_id, joined.generation) == NONE  # the session starts again
+    clock.advance(6.1)
+    assert await coord.delete_group("g") == NONE
+    assert await coord.group_now("g") is None
     await coord.stop()
     await meta.close()

@@ -43,7 +43,7 @@ class GroupContext:
             raise GroupError(ErrorCode.group_authorization_failed.value)
         if not self.coordinator.coordinates(group_id):
             raise GroupError(ErrorCode.not_coordinator.value)
-        return await self.coordinator.group(group_id, create=False)
+        return await self.coordinator.group_now(group_id)
 
 
 __all__ = ["GroupContext"]

@@ -380,10 +380,21 @@ class Coordinator(OffsetCommits):
                                                "consumer" if group.is_consumer else "classic")
         return [found[g] for g in sorted(found)]
 
+    async def group_now(self, group_id: str) -> Group | None:
+        """``group(group_id, create=False)`` without the members whose session ran out by now.
+
+        The background pass ends sessions every ``EXPIRY_INTERVAL``; a describe or a delete sees
+        them end at their deadline, as a Kafka coordinator's per-member timers do (a client that
+        waits out a session timeout and deletes the group finds it empty)."""
+        group = await self.group(group_id, create=False)
+        if group is not None and (group.members or group.consumer_members):
+            group.expire(self.clock())
+        return group
+
     async def delete_group(self, group_id: str) -> int:
         """DeleteGroups for one group: the Kafka error code."""
         try:
-            group = await self.group(group_id, create=False)
+            group = await self.group_now(group_id)
         except GroupError as exc:
             return exc.code
         prefix = group_prefix(group_id)
