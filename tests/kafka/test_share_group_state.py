@@ -84,8 +84,11 @@ def test_membership_epochs_and_assignment():
     a = group.heartbeat(0, member_id="a", epoch=0, **join)
     assert a.error == 0 and a.assignment == {"t": frozenset({0, 1})}
     b = group.heartbeat(1, member_id="b", epoch=0, **join)
-    assert b.assignment == {"t": frozenset({0, 1})}  # every member gets every partition
+    assert b.assignment == {"t": frozenset({1})}  # spread over the members: a keeps partition 0
     again = group.heartbeat(2, member_id="a", epoch=a.epoch, topics=None, rack_id=None, client_id="c",
+                            client_host="h", partitions={"t": 2})
+    assert again.error == 0 and again.epoch == group.epoch and again.assignment == {"t": frozenset({0})}
+    again = group.heartbeat(2, member_id="a", epoch=again.epoch, topics=None, rack_id=None, client_id="c",
                             client_host="h", partitions={"t": 2})
     assert again.error == 0 and again.epoch == group.epoch and again.assignment is None  # unchanged
     assert group.heartbeat(2, member_id="a", epoch=a.epoch - 1, topics=None, rack_id=None, client_id="c",
@@ -94,10 +97,13 @@ def test_membership_epochs_and_assignment():
                            client_host="h", partitions={}).error == UNKNOWN_MEMBER
     grown = group.heartbeat(3, member_id="a", epoch=again.epoch, topics=None, rack_id=None, client_id="c",
                             client_host="h", partitions={"t": 3})
-    assert grown.assignment == {"t": frozenset({0, 1, 2})}
+    assert grown.assignment == {"t": frozenset({0, 2})}
     assert group.heartbeat(4, member_id="a", epoch=-1, topics=None, rack_id=None, client_id="c", client_host="h",
                            partitions={}).epoch == -1
     assert set(group.members) == {"b"}
+    alone = group.heartbeat(5, member_id="b", epoch=b.epoch, topics=None, rack_id=None, client_id="c",
+                            client_host="h", partitions={"t": 3})
+    assert alone.assignment == {"t": frozenset({0, 1, 2})}  # a's partitions go to the member left
     assert group.expire(now=100) == ["b"] and group.state == "Empty"
 
 

@@ -9,9 +9,10 @@ Rules:
 - The group epoch grows whenever the membership, a subscription, or the partition count
   of a subscribed topic changes. A member is brought to the group epoch by its next
   heartbeat, which also carries its new assignment (none when it did not change).
-- Assignment (the ``simple`` assignor): every member is assigned every partition of the
-  topics it subscribes to. Several members may fetch one partition: its records are
-  shared out by acquisition (``partition.py``), not by assignment.
+- Assignment (the ``simple`` assignor, ``assignor.py``): the partitions of the subscribed
+  topics spread evenly over the members, each partition shared by several members only when
+  there are more members than partitions (its records are then shared out by acquisition,
+  ``partition.py``). Computed once per group epoch.
 - A member not heard from for the session timeout leaves the group.
 - Membership lives in the coordinator's memory only: after a restart members get
   UNKNOWN_MEMBER_ID and join again, which costs nothing here (no revocation).
@@ -24,11 +25,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from . import assignor
+
 UNKNOWN_MEMBER, FENCED_MEMBER_EPOCH, INVALID_REQUEST = 25, 110, 42
 LEAVE = -1
 ASSIGNOR = "simple"
 
-TopicPartitions = dict[str, frozenset[int]]
+TopicPartitions = assignor.TopicPartitions
 
 
 @dataclass
@@ -63,6 +66,8 @@ class ShareGroupState:
         self.epoch = 0
         self._partitions: dict[str, int] = {}
         self._ids: dict[str, object] = {}
+        self._assignment: dict[str, TopicPartitions] = {}
+        self._assigned_epoch = -1
 
     @property
     def state(self) -> str:
@@ -113,11 +118,19 @@ class ShareGroupState:
             self.epoch += 1
         if member.epoch == self.epoch:
             return ShareHeartbeatAnswer(0, member.member_id, member.epoch)
-        target = {t: frozenset(range(counts[t])) for t in member.topics if t in counts}
+        target = self._targets().get(member.member_id, {})
         target_ids = {t: ids.get(t) for t in target}
         changed = target != member.assigned or target_ids != member.assigned_ids or member.epoch == 0
         member.assigned, member.assigned_ids, member.epoch = target, target_ids, self.epoch
         return ShareHeartbeatAnswer(0, member.member_id, member.epoch, target if changed else None)
+
+    def _targets(self) -> dict[str, TopicPartitions]:
+        """Every member's partitions at the current group epoch."""
+        if self._assigned_epoch != self.epoch:
+            subscriptions = {m: member.topics for m, member in self.members.items()}
+            self._assignment = assignor.assign(subscriptions, self._partitions, self._assignment)
+            self._assigned_epoch = self.epoch
+        return self._assignment
 
     def expire(self, now: float) -> list[str]:
         """Drop the members whose session timed out; returns their ids."""
