@@ -16,6 +16,7 @@ from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from tests.kafka.conftest import wait_until
+from tests.kafka.raw import RawKafka
 
 TIMEOUT = 20
 
@@ -120,6 +121,42 @@ def test_two_consumers_share_one_partition(broker, topic, group):
             c.commit_sync(TIMEOUT)
         wait_until(lambda: subscription_stats(broker, topic, group)["msgBacklog"] == 0, timeout=TIMEOUT)
     finally:
+        a.close()
+        b.close()
+
+
+def test_members_of_a_group_are_given_different_partitions(broker, topic, group):
+    """The simple assignor spreads four partitions over two members: a poll of one member never
+    takes the other's partitions, so both consume (as a Kafka share group does)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 4)])[topic].result(TIMEOUT)
+    a, b = (share_consumer(broker, group, topic) for _ in range(2))
+    raw = RawKafka(broker.bootstrap)
+    try:
+        joined(broker, topic, group, a, b)
+
+        def settled() -> bool:  # both members heartbeated at the group epoch: each knows its share
+            for c in (a, b):
+                assert records(c, 0.1) == []
+            (described,) = raw.request(77, 1, group_ids=(group,), include_authorized_operations=False).groups
+            return len(described.members) == 2 and all(
+                m.member_epoch == described.group_epoch and len(m.assignment.topic_partitions[0].partitions) == 2
+                for m in described.members)
+
+        wait_until(settled, timeout=TIMEOUT)
+        produce(broker, topic, 200)
+        seen: dict = {"a": [], "b": []}
+        deadline = time.monotonic() + TIMEOUT
+        while len(seen["a"]) + len(seen["b"]) < 200:
+            assert time.monotonic() < deadline, {k: len(v) for k, v in seen.items()}
+            seen["a"] += records(a)
+            seen["b"] += records(b)
+        partitions = {k: {m.partition() for m in v} for k, v in seen.items()}
+        assert len(partitions["a"]) == len(partitions["b"]) == 2 and not partitions["a"] & partitions["b"]
+        everything = [(m.partition(), m.offset()) for v in seen.values() for m in v]
+        assert len(set(everything)) == len(everything) == 200
+    finally:
+        raw.close()
         a.close()
         b.close()
 
