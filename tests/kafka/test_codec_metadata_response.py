@@ -39,7 +39,8 @@ def response(version: int, *, throttle_ms: int = 0, cluster_id: str | None = "cl
               make(topic_cls, error_code=ErrorCode.unknown_topic_or_partition, name="ÿ-gone", topic_id=uuid.UUID(int=0),
                    is_internal=False, partitions=(), topic_authorized_operations=NO_OPERATIONS))
     return make(cls, throttle_time=datetime.timedelta(milliseconds=throttle_ms), brokers=brokers, cluster_id=cluster_id,
-                controller_id=70000, topics=topics, cluster_authorized_operations=NO_OPERATIONS)
+                controller_id=70000, topics=topics, cluster_authorized_operations=NO_OPERATIONS,
+                error_code=ErrorCode.unknown_server_error)  # v13+
 
 
 @pytest.mark.parametrize("version", METADATA_VERSIONS)
@@ -56,6 +57,6 @@ def test_same_bytes_as_kio(version, throttle_ms, cluster_id, rack):
 def test_no_topics_and_no_brokers(version):
     cls = response_schema(3, version)
     body = make(cls, throttle_time=datetime.timedelta(0), brokers=(), cluster_id=None, controller_id=-1, topics=(),
-                cluster_authorized_operations=NO_OPERATIONS)
+                cluster_authorized_operations=NO_OPERATIONS, error_code=ErrorCode.none)
     head = RequestHead(api_key=3, api_version=version, correlation_id=0, client_id=None)
     assert encode(0, version, body) == encode_response(head, body)

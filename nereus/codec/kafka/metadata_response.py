@@ -1,7 +1,7 @@
 """Metadata responses encoded by hand: an answer for every topic of a big cluster lists every
 partition, and ``kio``'s generic writer (a walk of each entity's fields) is most of its cost.
 
-The layout follows Kafka's MetadataResponse v1-v12 (tests compare it with ``kio``'s, byte
+The layout follows Kafka's MetadataResponse v1-v13 (tests compare it with ``kio``'s, byte
 for byte, in every version)::
 
     header: correlation_id i32 [| tags]                        (header v1 in flexible versions, v9+)
@@ -13,7 +13,7 @@ for byte, in every version)::
                 | leader_epoch i32 (v7+) | replica_nodes [i32] | isr_nodes [i32]
                 | offline_replicas [i32] (v5+) [| tags]]
                 | topic_authorized_operations i32 (v8+) [| tags]]
-            | cluster_authorized_operations i32 (v8-v10) [| tags]
+            | cluster_authorized_operations i32 (v8-v10) | error_code i16 (v13+) [| tags]
 
 Metadata responses carry no tagged fields of their own: in flexible versions every tag
 section is empty.
@@ -59,6 +59,8 @@ def encode(correlation_id: int, version: int, body) -> bytes:
         _topic(out, topic, version, flexible)
     if 8 <= version <= 10:
         out += _I32.pack(body.cluster_authorized_operations)
+    if version >= 13:
+        out += _TOPIC_HEAD.pack(body.error_code)
     if flexible:
         out.append(0)
     _I32.pack_into(out, 0, len(out) - 4)

@@ -77,8 +77,8 @@ async def handle_metadata(ctx: AdminContext, conn, head, req):
                if leader is not None}
     brokers, controller = _brokers(cls, "MetadataResponseBroker", routing, also=leaders.values(),
                                    protocol=conn.protocol)
-    return make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=routing.local.cluster_id,
-                controller_id=controller, topics=tuple(topics),
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, brokers=brokers,
+                cluster_id=routing.local.cluster_id, controller_id=controller, topics=tuple(topics),
                 cluster_authorized_operations=await _cluster_operations(conn, req))
 
 

@@ -22,6 +22,11 @@ from .context import DataContext
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+# ListOffsets v8+ (KIP-405, KIP-1005): the first offset on the broker's own disk and the last one
+# moved to remote storage. Every record is in the object store and none is on a local disk that a
+# tier would empty: the first is the log start, and nothing was tiered (-1), as for a Kafka topic
+# without remote storage.
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 
 
 async def offset_for_timestamp(part, timestamp: int) -> tuple[int, int]:
@@ -149,8 +154,10 @@ async def handle_list_offsets(ctx: DataContext, conn, head, req):
     async def answer(topic, p, part) -> dict:
         await part.handle.refresh()
         ts = -1
-        if p.timestamp == EARLIEST:
+        if p.timestamp in (EARLIEST, EARLIEST_LOCAL):
             offset = await compacted.log_start(ctx.configs, topic.name, part)
+        elif p.timestamp == LATEST_TIERED:
+            return dict(error_code=ErrorCode.none, timestamp=-1, offset=-1, leader_epoch=-1)
         elif p.timestamp == LATEST:
             offset = part.handle.next_offset()
             if getattr(req, "isolation_level", 0) == txn_data.READ_COMMITTED:

@@ -380,6 +380,11 @@ class Coordinator(OffsetCommits):
                                                "consumer" if group.is_consumer else "classic")
         return [found[g] for g in sorted(found)]
 
+    async def has_offsets(self, group_id: str) -> bool:
+        """Whether the group has committed offsets (a group with no record but offsets is empty, not dead)."""
+        prefix = group_prefix(group_id)
+        return bool(await self.meta.list_page(prefix, prefix + _END, limit=1))
+
     async def group_now(self, group_id: str) -> Group | None:
         """``group(group_id, create=False)`` without the members whose session ran out by now.
 

@@ -20,7 +20,7 @@ from . import txn_offsets
 from ..security import access
 from ..share import offsets_api as share_offsets
 from .context import GroupContext
-from .members import GroupError, JoinResult
+from .members import EMPTY, GroupError, JoinResult
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +269,16 @@ async def handle_describe_groups(ctx: GroupContext, conn, head, req):
                             protocol_data="", members=(), authorized_operations=-2147483648))
             continue
         if group is None:
-            out.append(make(gcls, error_code=ErrorCode.none, group_id=group_id, group_state="Dead", protocol_type="",
-                            protocol_data="", members=(), authorized_operations=-2147483648))
+            if await ctx.coordinator.has_offsets(group_id):  # only committed offsets: an empty group
+                out.append(make(gcls, error_code=ErrorCode.none, group_id=group_id, group_state=EMPTY,
+                                protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
+            elif head.api_version >= 6:  # KIP-1043
+                out.append(make(gcls, error_code=ErrorCode.group_id_not_found, error_message=f"Group {group_id} not found.",
+                                group_id=group_id, group_state="Dead", protocol_type="", protocol_data="", members=(),
+                                authorized_operations=-2147483648))
+            else:
+                out.append(make(gcls, error_code=ErrorCode.none, group_id=group_id, group_state="Dead",
+                                protocol_type="", protocol_data="", members=(), authorized_operations=-2147483648))
             continue
         members = tuple(make(mcls, member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
                              client_host=m.client_host, member_metadata=m.metadata_for(group.protocol or ""),

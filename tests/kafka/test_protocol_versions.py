@@ -1,0 +1,80 @@
+"""Newer request versions, spoken as Kafka 4 brokers speak them (a raw client over a socket):
+Metadata v13's top-level error code, ListOffsets v8-v10's earliest-local and latest-tiered
+specs, DescribeGroups v6's GROUP_ID_NOT_FOUND, FindCoordinator v5 and ApiVersions v4."""
+
+from __future__ import annotations
+
+import datetime
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+
+from nereus.codec.kafka import make, nested
+
+from .raw import RawKafka
+
+EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
+
+
+def _produce(broker, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(count):
+        producer.produce(topic, f"v{i}".encode())
+    assert producer.flush(20) == 0
+
+
+def _list_offsets(raw: RawKafka, topic: str, timestamps: list[int], version: int = 10) -> list:
+    cls = load_request_schema(2, version)
+    parts = tuple(make(nested(cls, "ListOffsetsPartition"), partition_index=0, current_leader_epoch=-1, timestamp=ts)
+                  for ts in timestamps)
+    answer = raw.request(2, version, replica_id=-1, isolation_level=0, timeout=datetime.timedelta(seconds=5),
+                         topics=(make(nested(cls, "ListOffsetsTopic"), name=topic, partitions=parts),))
+    return list(answer.topics[0].partitions)
+
+
+def test_api_versions_v4_offers_the_newer_versions(broker):
+    raw = RawKafka(broker.bootstrap)
+    try:
+        answer = raw.request(18, 4, client_software_name="raw", client_software_version="1")
+        assert answer.error_code == ErrorCode.none
+        offered = {k.api_key: k.max_version for k in answer.api_keys}
+        assert (offered[2], offered[3], offered[10], offered[15], offered[18]) == (10, 13, 5, 6, 4)
+    finally:
+        raw.close()
+
+
+def test_metadata_v13_and_list_offsets_earliest_local_and_latest_tiered(broker, topic):
+    _produce(broker, topic, 3)
+    raw = RawKafka(broker.bootstrap)
+    try:
+        meta = raw.metadata([topic], version=13)
+        assert meta.error_code == ErrorCode.none and meta.topics[0].error_code == ErrorCode.none
+        earliest, latest, local, tiered = _list_offsets(raw, topic, [EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED])
+        assert [p.error_code for p in (earliest, latest, local, tiered)] == [ErrorCode.none] * 4
+        assert (earliest.offset, latest.offset) == (0, 3)
+        assert local.offset == earliest.offset  # every record is in the object store, none was tiered away
+        assert (tiered.offset, tiered.timestamp) == (-1, -1)  # nothing moved to a remote tier
+    finally:
+        raw.close()
+
+
+def test_describe_groups_v6_tells_an_unknown_group_from_one_with_only_offsets(broker, topic, group):
+    _produce(broker, topic, 1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)  # no membership, offsets only
+    finally:
+        consumer.close()
+    raw = RawKafka(broker.bootstrap)
+    try:
+        (coordinator,) = raw.request(10, 5, key_type=0, coordinator_keys=(group,)).coordinators
+        assert coordinator.error_code == ErrorCode.none and coordinator.node_id >= 0
+        (unknown,) = raw.request(15, 6, groups=(f"{group}-none",), include_authorized_operations=False).groups
+        assert unknown.error_code == ErrorCode.group_id_not_found and group in unknown.error_message
+        (older,) = raw.request(15, 5, groups=(f"{group}-none",), include_authorized_operations=False).groups
+        assert (older.error_code, older.group_state) == (ErrorCode.none, "Dead")
+        (offsets_only,) = raw.request(15, 6, groups=(group,), include_authorized_operations=False).groups
+        assert (offsets_only.error_code, offsets_only.group_state, offsets_only.members) == (ErrorCode.none, "Empty", ())
+    finally:
+        raw.close()
