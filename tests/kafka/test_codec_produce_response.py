@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -25,8 +26,8 @@ def response(version: int, *, stamp=None, throttle_ms: int = 0):
                   log_start_offset=5, record_errors=(), error_message=None),
              make(part_cls, index=2, error_code=ErrorCode.invalid_record, base_offset=-1, log_append_time=None,
                   log_start_offset=-1, record_errors=record_errors, error_message="résumé of the failure"))
-    topics = (make(topic_cls, name="orders", partition_responses=parts),
-              make(topic_cls, name="ÿ-empty", partition_responses=()))
+    topics = (make(topic_cls, name="orders", topic_id=uuid.UUID(int=99), partition_responses=parts),
+              make(topic_cls, name="ÿ-empty", topic_id=None, partition_responses=()))
     return make(cls, responses=topics, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
 
 

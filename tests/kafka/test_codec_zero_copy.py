@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
+import uuid
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -25,9 +26,9 @@ def produce_frame(version: int, client_id: str | None = "cli") -> tuple[bytes, o
     cls = request_schema(0, version)
     topic, part = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
     req = cls(transactional_id="tx" if version % 2 else None, acks=-1, timeout=datetime.timedelta(milliseconds=1500),
-              topic_data=(topic(name="t1", partition_data=(part(index=0, records=b"abc" * 50),
-                                                           part(index=3, records=None))),
-                          topic(name="tÿ", partition_data=())))
+              topic_data=(make(topic, name="t1", topic_id=uuid.UUID(int=7),
+                               partition_data=(part(index=0, records=b"abc" * 50), part(index=3, records=None))),
+                          make(topic, name="tÿ", topic_id=None, partition_data=())))
     header = HeaderV2 if cls.__flexible__ else HeaderV1
     buf = io.BytesIO()
     entity_writer(header)(buf, header(request_api_key=0, request_api_version=version, correlation_id=7,

@@ -5,12 +5,14 @@ specs, DescribeGroups v6's GROUP_ID_NOT_FOUND, FindCoordinator v5 and ApiVersion
 from __future__ import annotations
 
 import datetime
+import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from nereus.codec.kafka import make, nested
+from nereus.codec.kafka.records import Record, build_batch
 
 from .raw import RawKafka
 
@@ -76,5 +78,27 @@ def test_describe_groups_v6_tells_an_unknown_group_from_one_with_only_offsets(br
         assert (older.error_code, older.group_state) == (ErrorCode.none, "Dead")
         (offsets_only,) = raw.request(15, 6, groups=(group,), include_authorized_operations=False).groups
         assert (offsets_only.error_code, offsets_only.group_state, offsets_only.members) == (ErrorCode.none, "Empty", ())
+    finally:
+        raw.close()
+
+
+def test_produce_v13_names_topics_by_id(broker, topic):
+    _produce(broker, topic, 1)
+    raw = RawKafka(broker.bootstrap)
+    try:
+        topic_id = raw.metadata([topic], version=12).topics[0].topic_id
+        unknown = uuid.UUID(int=12345)
+        cls = load_request_schema(0, 13)
+        tcls, pcls = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+        data = (tcls(topic_id=topic_id, partition_data=(pcls(index=0, records=build_batch([Record(0, 0, None, b"x")])),)),
+                tcls(topic_id=unknown, partition_data=(pcls(index=0, records=build_batch([Record(0, 0, None, b"y")])),)))
+        answer = raw.request(0, 13, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+                             topic_data=data)
+        by_id = {t.topic_id: t.partition_responses[0] for t in answer.responses}
+        assert (by_id[topic_id].error_code, by_id[topic_id].base_offset) == (ErrorCode.none, 1)
+        assert by_id[unknown].error_code == ErrorCode.unknown_topic_id
+        assert raw.fetch(topic, 0, 1).records  # the record is there, under its name
+        v12 = raw.produce(topic, 0, build_batch([Record(0, 0, None, b"z")]), version=12)
+        assert (v12.error_code, v12.base_offset) == (ErrorCode.none, 2)
     finally:
         raw.close()

@@ -11,7 +11,8 @@ Layout (v3-v8 legacy encodings, v9+ flexible: compact lengths and tagged fields)
     header: api_key i16 | api_version i16 | correlation_id i32 | client_id nullable string(i16)
             [| tagged fields]
     body:   transactional_id nullable string | acks i16 | timeout_ms i32
-            | topic_data [name string | partition_data [index i32 | records nullable bytes [| tags]] [| tags]]
+            | topic_data [name string (v3-v12) | topic_id uuid (v13+)
+                | partition_data [index i32 | records nullable bytes [| tags]] [| tags]]
             [| tags]
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import datetime
 import functools
 import struct
+import uuid
 
 from .schemas import MalformedRequest, nested, request_schema
 
@@ -28,6 +30,7 @@ _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 PRODUCE = 0
+TOPIC_IDS_FROM = 13  # topics named by id (KIP-516)
 
 
 class _Reader:
@@ -123,15 +126,21 @@ def decode_produce(frame: bytes | memoryview) -> tuple[str | None, object]:
     transactional_id = r.string(nullable=True)
     acks, timeout_ms = r.fixed(_ACKS_TIMEOUT, "acks and timeout")
     topics = []
+    by_id = version >= TOPIC_IDS_FROM
     for _ in range(r.count()):
-        name = r.string(nullable=False)
+        if by_id:
+            start = r.take(16, "topic id")
+            raw_id = bytes(r.view[start:start + 16])
+            named = {"topic_id": uuid.UUID(bytes=raw_id) if any(raw_id) else None}  # zeros: no id, as kio reads it
+        else:
+            named = {"name": r.string(nullable=False)}
         parts = []
         for _ in range(r.count()):
             (index,) = r.fixed(_I32, "partition index")
             parts.append(part_cls(index=index, records=r.records()))
             r.skip_tags()
         r.skip_tags()
-        topics.append(topic_cls(name=name, partition_data=tuple(parts)))
+        topics.append(topic_cls(partition_data=tuple(parts), **named))
     r.skip_tags()
     return client_id, cls(transactional_id=transactional_id, acks=acks,
                           timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=tuple(topics))

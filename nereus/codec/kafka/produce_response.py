@@ -1,11 +1,11 @@
 """Produce responses encoded by hand: every produced batch gets one, so ``kio``'s generic
 writer (a walk of each entity's fields) costs more here than anywhere else.
 
-The layout follows Kafka's ProduceResponse v3-v11 (tests compare it with ``kio``'s, byte
+The layout follows Kafka's ProduceResponse v3-v13 (tests compare it with ``kio``'s, byte
 for byte, in every version)::
 
     header: correlation_id i32 [| tags]              (header v1 in flexible versions, v9+)
-    body:   responses [name string | partition_responses [index i32 | error_code i16
+    body:   responses [name string (v3-v12) | topic_id uuid (v13+) | partition_responses [index i32 | error_code i16
               | base_offset i64 | log_append_time_ms i64 | log_start_offset i64 (v5+)
               | record_errors [batch_index i32 | batch_index_error_message nullable string
               [| tags]] (v8+) | error_message nullable string (v8+) [| tags]] [| tags]]
@@ -25,6 +25,7 @@ import struct
 from .writers import length, string
 
 FLEXIBLE_FROM = 9
+TOPIC_IDS_FROM = 13
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _I64 = struct.Struct(">q")
@@ -42,7 +43,10 @@ def encode(correlation_id: int, version: int, body) -> bytes | None:
         out.append(0)  # header tags
     length(out, len(body.responses), flexible)
     for topic in body.responses:
-        string(out, topic.name, flexible)
+        if version >= TOPIC_IDS_FROM:
+            out += topic.topic_id.bytes if topic.topic_id is not None else bytes(16)
+        else:
+            string(out, topic.name, flexible)
         length(out, len(topic.partition_responses), flexible)
         for part in topic.partition_responses:
             if flexible and _has_tags(part, "current_leader"):

@@ -35,7 +35,7 @@ _SIZE = struct.Struct(">i")
 # versions that need features we do not have (topic ids in Produce/Fetch v13+ and
 # OffsetFetch v10).
 SUPPORTED: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 11),
+    0: ("Produce", 3, 13),
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 10),
     3: ("Metadata", 1, 13),

@@ -11,6 +11,7 @@ import asyncio
 import datetime
 import logging
 import time
+import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -20,7 +21,8 @@ from ....tasks import gather_bounded, unless
 from ....codec.kafka import InvalidBatch, UnsupportedMagic, make, nested, split_batches
 from ....codec.kafka.batch import HEADER_SIZE, with_log_append_time
 from ....codec.kafka.inflate import check_decompressed
-from ....codec.kafka.protocol import response_schema
+from ....codec.kafka.produce_request import PRODUCE as PRODUCE_KEY, TOPIC_IDS_FROM
+from ....codec.kafka.protocol import request_schema, response_schema
 from ....codec.kafka.records import decode_records
 from ..catalog.errors import kafka_error
 from ..catalog.partition import DUPLICATE, NONE
@@ -50,6 +52,10 @@ async def handle_produce(ctx: DataContext, conn, head, req):
     topic_cls, part_cls = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
     error_cls = nested(cls, "BatchIndexAndErrorMessage") if head.api_version >= 8 else None
     results: list[tuple[str, list]] = []
+    ids: dict[str, uuid.UUID | None] = {}
+    unknown_ids: list = []  # (topic id, partition indexes) named by an id no topic has
+    if head.api_version >= TOPIC_IDS_FROM:
+        req, ids, unknown_ids = await _named_by_id(ctx, req)
     # a transactional producer writes for its transactional id: refused without WRITE on it, as Kafka does
     txn_refused = req.transactional_id is not None and not await access.allowed(
         conn, TRANSACTIONAL_ID, req.transactional_id, WRITE)
@@ -84,10 +90,32 @@ async def handle_produce(ctx: DataContext, conn, head, req):
                                for i, text in record_errors) if error_cls is not None else ()
                 responses.append(make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=stamp,
                                       log_start_offset=start, record_errors=errors, error_message=message))
-            topics.append(make(topic_cls, name=name, partition_responses=tuple(responses)))
+            topics.append(make(topic_cls, name=name, topic_id=ids.get(name), partition_responses=tuple(responses)))
+        for topic_id, indexes in unknown_ids:
+            topics.append(make(topic_cls, topic_id=topic_id, partition_responses=tuple(
+                make(part_cls, index=index, error_code=ErrorCode.unknown_topic_id, base_offset=-1,
+                     log_append_time=None, log_start_offset=-1, record_errors=(), error_message=None)
+                for index in indexes)))
         return make(cls, responses=tuple(topics), throttle_time=throttle_time(throttle_ms))
 
     return respond()
+
+
+async def _named_by_id(ctx: DataContext, req):
+    """A v13+ request (topics named by id) as a request naming its topics, each topic's id by its
+    name, and the (topic id, partition indexes) of ids no topic has (UNKNOWN_TOPIC_ID)."""
+    named_cls = request_schema(PRODUCE_KEY, TOPIC_IDS_FROM - 1)
+    topic_cls = nested(named_cls, "TopicProduceData")
+    topics, ids, unknown = [], {}, []
+    for topic in req.topic_data:
+        name = await ctx.catalog.topic_name(topic.topic_id) if topic.topic_id is not None else None
+        if name is None:
+            unknown.append((topic.topic_id, [p.index for p in topic.partition_data]))
+            continue
+        ids[name] = topic.topic_id
+        topics.append(topic_cls(name=name, partition_data=topic.partition_data))
+    return named_cls(transactional_id=req.transactional_id, acks=req.acks, timeout=req.timeout,
+                     topic_data=tuple(topics)), ids, unknown
 
 
 async def _load_cold_partitions(ctx: DataContext, conn, req) -> None:
