@@ -27,7 +27,7 @@ def test_api_versions_and_unknown_version(broker):
     raw = RawKafka(broker.bootstrap)
     resp = raw.request(18, 3, client_software_name="raw", client_software_version="1")
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert resp.error_code == 0 and keys[0] == (3, 13) and keys[1] == (4, 12)
+    assert resp.error_code == 0 and keys[0] == (3, 13) and keys[1] == (4, 17)
     # ApiVersions v99: answered in v0 with UNSUPPORTED_VERSION (35)
     raw.send_raw(struct.pack(">ihhih", 10, 18, 99, 77, -1))
     frame = raw.recv_frame()

@@ -77,8 +77,10 @@ def fetch_response(version: int):
                   last_stable_offset=-1, aborted_transactions=None, records=None),
              make(part, partition_index=4, error_code=ErrorCode.none, high_watermark=10, last_stable_offset=10,
                   aborted_transactions=(), preferred_read_replica=2, records=b""))
+    endpoints = {"node_endpoints": (nested(cls, "NodeEndpoint")(node_id=3, host="h", port=9092),)} if version >= 16 else {}
     return make(cls, throttle_time=datetime.timedelta(milliseconds=12), error_code=ErrorCode.none, session_id=4,
-                responses=(make(topic, topic="topic", partitions=parts), make(topic, topic="e", partitions=())))
+                responses=(make(topic, topic="topic", topic_id=uuid.UUID(int=5), partitions=parts),
+                           make(topic, topic="e", topic_id=None, partitions=())), **endpoints)
 
 
 def as_chunks(response):

@@ -8,12 +8,14 @@ import datetime
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from nereus.codec.kafka import make, nested
 from nereus.codec.kafka.records import Record, build_batch
 
+from .conftest import wait_until
 from .raw import RawKafka
 
 EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
@@ -100,5 +102,57 @@ def test_produce_v13_names_topics_by_id(broker, topic):
         assert raw.fetch(topic, 0, 1).records  # the record is there, under its name
         v12 = raw.produce(topic, 0, build_batch([Record(0, 0, None, b"z")]), version=12)
         assert (v12.error_code, v12.base_offset) == (ErrorCode.none, 2)
+    finally:
+        raw.close()
+
+
+def test_fetch_v13_to_v17_name_topics_by_id(broker, topic):
+    _produce(broker, topic, 2)
+    raw = RawKafka(broker.bootstrap)
+    try:
+        topic_id = raw.metadata([topic], version=12).topics[0].topic_id
+        unknown = uuid.UUID(int=54321)
+        for version in (13, 15, 17):
+            cls = load_request_schema(1, version)
+            part = make(nested(cls, "FetchPartition"), partition=0, current_leader_epoch=-1, fetch_offset=0,
+                        last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+            topics = tuple(make(nested(cls, "FetchTopic"), topic_id=tid, partitions=(part,)) for tid in (topic_id, unknown))
+            answer = raw.request(1, version, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(0),
+                                 min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                                 topics=topics, forgotten_topics_data=(), rack_id="")
+            by_id = {t.topic_id: t.partitions[0] for t in answer.responses}
+            found = by_id[topic_id]
+            assert (found.error_code, found.high_watermark) == (ErrorCode.none, 2) and found.records, version
+            assert by_id[unknown].error_code == ErrorCode.unknown_topic_id, version
+    finally:
+        raw.close()
+
+
+def _fetch_by_id(raw: RawKafka, topic_id, version: int = 16):
+    cls = load_request_schema(1, version)
+    part = make(nested(cls, "FetchPartition"), partition=0, current_leader_epoch=-1, fetch_offset=0,
+                last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
+    answer = raw.request(1, version, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1,
+                         max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                         topics=(make(nested(cls, "FetchTopic"), topic_id=topic_id, partitions=(part,)),),
+                         forgotten_topics_data=(), rack_id="")
+    return answer.responses[0].partitions[0]
+
+
+def test_a_topic_created_again_is_not_read_under_its_old_id(broker, topic):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    _produce(broker, topic, 2)
+    raw = RawKafka(broker.bootstrap)
+    try:
+        old = raw.metadata([topic], version=12).topics[0].topic_id
+        assert _fetch_by_id(raw, old).high_watermark == 2
+        admin.delete_topics([topic])[topic].result(20)
+        wait_until(lambda: topic not in admin.list_topics(timeout=10).topics)
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(20)
+        new = raw.metadata([topic], version=12).topics[0].topic_id
+        assert new != old
+        wait_until(lambda: _fetch_by_id(raw, old).error_code == ErrorCode.unknown_topic_id)
+        answer = _fetch_by_id(raw, new)
+        assert (answer.error_code, answer.high_watermark) == (ErrorCode.none, 0)
     finally:
         raw.close()

@@ -4,19 +4,20 @@
 into it. Here the small fields are packed into short ``bytearray`` chunks and each
 partition's records go out as the chunks they came as (``RecordChunks``: views of the
 stored entries and the few rewritten header bytes), for ``transport.writelines``. The
-layout follows Kafka's FetchResponse v4-v12 (tests compare it with ``kio``'s, byte for
+layout follows Kafka's FetchResponse v4-v17 (tests compare it with ``kio``'s, byte for
 byte, in every version)::
 
     header: correlation_id i32 [| tags]       (header v1 in flexible versions, v12+)
     body:   throttle_time_ms i32 [| error_code i16 | session_id i32 (v7+)]
-            | responses [topic string | partitions [partition_index i32 | error_code i16
+            | responses [topic string (v4-v12) | topic_id uuid (v13+) | partitions [partition_index i32 | error_code i16
               | high_watermark i64 | last_stable_offset i64 | log_start_offset i64 (v5+)
               | aborted_transactions nullable [producer_id i64 | first_offset i64 [| tags]]
               | preferred_read_replica i32 (v11+) | records nullable bytes [| tags]] [| tags]] [| tags]
 
 Flexible versions write lengths as unsigned varints of length + 1 (0: null) and end each
 structure with its tagged fields (a partition's: diverging_epoch, current_leader,
-snapshot_id, written only when they differ from their defaults).
+snapshot_id, written only when they differ from their defaults; v16's node_endpoints are
+never set here).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .writers import length, string, uvarint
 
 FETCH = 1
 FLEXIBLE_FROM = 12
+TOPIC_IDS_FROM = 13  # topics named by id (KIP-516)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _ERROR_SESSION = struct.Struct(">hi")
@@ -98,8 +100,16 @@ def _tags(buf: bytearray, obj) -> None:
                if getattr(obj, name) != default]
     uvarint(buf, len(present))
     for tag, value in present:
-        out = io.BytesIO()
-        _writer(type(value))(out, value)
+        if isinstance(value, tuple):  # an array of entities (v16's node_endpoints)
+            head = bytearray()
+            uvarint(head, len(value) + 1)
+            out = io.BytesIO(head)
+            out.seek(len(head))
+            for item in value:
+                _writer(type(item))(out, item)
+        else:
+            out = io.BytesIO()
+            _writer(type(value))(out, value)
         data = out.getvalue()
         uvarint(buf, tag)
         uvarint(buf, len(data))
@@ -120,7 +130,10 @@ def encode_fetch_response(correlation_id: int, version: int, body) -> list[bytes
         buf += _ERROR_SESSION.pack(body.error_code, body.session_id)
     length(buf, len(body.responses), flexible)
     for topic in body.responses:
-        string(buf, topic.topic, flexible)
+        if version >= TOPIC_IDS_FROM:
+            buf += topic.topic_id.bytes if topic.topic_id is not None else bytes(16)
+        else:
+            string(buf, topic.topic, flexible)
         length(buf, len(topic.partitions), flexible)
         for p in topic.partitions:
             buf += _PARTITION.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset)
@@ -148,7 +161,7 @@ def encode_fetch_response(correlation_id: int, version: int, body) -> list[bytes
         if flexible:
             buf.append(0)
     if flexible:
-        buf.append(0)
+        _tags(buf, body)
     out.append(buf)
     _I32.pack_into(out[0], 0, sum(memoryview(c).nbytes for c in out) - 4)
     return out

@@ -36,7 +36,7 @@ _SIZE = struct.Struct(">i")
 # OffsetFetch v10).
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 13),
-    1: ("Fetch", 4, 12),
+    1: ("Fetch", 4, 17),
     2: ("ListOffsets", 1, 10),
     3: ("Metadata", 1, 13),
     8: ("OffsetCommit", 2, 9),

@@ -313,9 +313,12 @@ class Catalog:
         """
         remembered = self._names_by_id
         known = remembered.get(topic_id)
-        if known is not None and await self.topic_id(known) == topic_id:
-            remembered.move_to_end(topic_id)
-            return known
+        if known is not None:
+            listing = self.kept.current("topics")  # every fetch of a client names its topics by id
+            described = listing.get(known) if listing is not None else (await self.describe_topics([known]))[0]
+            if described is not None and described[1] == topic_id:
+                remembered.move_to_end(topic_id)
+                return known
         found = None
         for topic, (_, tid) in (await self.describe_all()).items():
             if tid == topic_id:

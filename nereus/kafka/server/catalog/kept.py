@@ -86,6 +86,10 @@ class KeptAnswers:
                     self._is_current(name) for name in self._current):
                 return
 
+    def current(self, name: str):
+        """The kept answer ``name`` if it reflects every change heard (None: it must be read)."""
+        return self._kept[name].answer if self._is_current(name) else None
+
     def _is_current(self, name: str) -> bool:
         kept = self._kept.get(name)
         return kept is not None and kept.seen == self.changes and kept.subscriptions == self._subscriptions()

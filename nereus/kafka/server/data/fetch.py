@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -20,7 +21,8 @@ from ....auth.kafka_acls import READ, TOPIC
 from ....storage import StorageError
 from ....codec.kafka import NO_THROTTLE, make, nested
 from ....codec.kafka.fetch_response import RecordChunks
-from ....codec.kafka.protocol import response_schema
+from ....codec.kafka.fetch_response import FETCH as FETCH_KEY, TOPIC_IDS_FROM
+from ....codec.kafka.protocol import request_schema, response_schema
 from ....topics.convert import ConversionError
 from ....topics.traffic import KAFKA_READS
 from ..catalog.errors import kafka_error
@@ -35,6 +37,10 @@ log = logging.getLogger(__name__)
 
 
 async def handle_fetch(ctx: DataContext, conn, head, req):
+    ids: dict[str, uuid.UUID] = {}
+    unknown_ids: list = []
+    if head.api_version >= TOPIC_IDS_FROM:
+        req, ids, unknown_ids = await _named_by_id(ctx, req)
     denied = frozenset([t.topic for t in req.topics if not await access.allowed(conn, TOPIC, t.topic, READ)])
     await ctx.throttles.refresh()
     owed = ctx.throttles.owed(FETCH, conn.principal, head.client_id)
@@ -44,12 +50,28 @@ async def handle_fetch(ctx: DataContext, conn, head, req):
                     error_code=ErrorCode.none, session_id=0, responses=())
 
     async def counted():
-        response = await _fetch(ctx, head, req, denied)
+        response = await _fetch(ctx, head, req, denied, ids, unknown_ids)
         size = sum(len(p.records or b"") for t in response.responses for p in t.partitions)
         ms = await ctx.throttles.charge(conn, FETCH, head.client_id, size)
         return dataclasses.replace(response, throttle_time=throttle_time(ms)) if ms else response
 
     return counted()
+
+
+async def _named_by_id(ctx: DataContext, req):
+    """A v13+ request (topics named by id) as one naming its topics, the id of each name, and the
+    (topic id, partition indexes) of ids no topic has."""
+    named_cls = request_schema(FETCH_KEY, TOPIC_IDS_FROM - 1)
+    topic_cls = nested(named_cls, "FetchTopic")
+    topics, ids, unknown = [], {}, []
+    for ftopic in req.topics:
+        name = await ctx.catalog.topic_name(ftopic.topic_id) if ftopic.topic_id is not None else None
+        if name is None:
+            unknown.append((ftopic.topic_id, [p.partition for p in ftopic.partitions]))
+            continue
+        ids[name] = ftopic.topic_id
+        topics.append(make(topic_cls, topic=name, partitions=ftopic.partitions))
+    return dataclasses.replace(req, topics=tuple(topics)), ids, unknown
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,15 +83,21 @@ class _Read:
     rack: str | None  # the consumer's, for KIP-392
     committed: bool  # read_committed
     denied: frozenset  # topics the principal may not read
+    ids: dict  # v13+: the id of each topic named
 
 
-async def _fetch(ctx: DataContext, head, req, denied: frozenset = frozenset()):
+async def _fetch(ctx: DataContext, head, req, denied: frozenset = frozenset(), ids: dict | None = None,
+                 unknown_ids: list = ()):
     cls = response_schema(head.api_key, head.api_version)
     deadline = time.monotonic() + req.max_wait.total_seconds()
     # KIP-392: only consumers (not replicas) are sent to a replica near them
+    replica = getattr(req, "replica_id", None)
+    if replica is None:  # v15+
+        replica = req.replica_state.replica_id
     read = _Read(cls, getattr(req, "max_bytes", 0x7FFFFFFF) or 0x7FFFFFFF,
-                 getattr(req, "rack_id", None) if getattr(req, "replica_id", -1) < 0 else None,
-                 getattr(req, "isolation_level", 0) == txn_data.READ_COMMITTED, denied)
+                 getattr(req, "rack_id", None) if replica < 0 else None,
+                 getattr(req, "isolation_level", 0) == txn_data.READ_COMMITTED, denied, ids or {})
+    unknown = tuple(_unknown_topic(cls, topic_id, indexes) for topic_id, indexes in unknown_ids)
     looked = False  # whether the tail of the partitions at their end was looked at (a wait or a refresh)
     while True:
         total, topics, waits, held_at = await _fetch_once(ctx, read, req.topics)
@@ -85,7 +113,7 @@ async def _fetch(ctx: DataContext, head, req, denied: frozenset = frozenset()):
                 continue
         if total >= req.min_bytes or remaining <= 0 or not waits:
             return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
-                        responses=tuple(topics))
+                        responses=tuple(topics) + unknown)
         looked = True
         await _long_poll(ctx, waits, held_at, remaining)
 
@@ -109,8 +137,21 @@ async def _fetch_once(ctx: DataContext, read: _Read, wanted) -> tuple[int, list,
                 if held:
                     held_at.append(part.handle.stream_id)
                 waits.append((part, data.high_watermark if held else fp.fetch_offset))
-        topics.append(make(nested(read.cls, "FetchableTopicResponse"), topic=ftopic.topic, partitions=tuple(parts)))
+        topics.append(make(nested(read.cls, "FetchableTopicResponse"), topic=ftopic.topic,
+                           topic_id=read.ids.get(ftopic.topic), partitions=tuple(parts)))
     return total, topics, waits, held_at
+
+
+def _unknown_topic(cls, topic_id, indexes: list[int]):
+    """The answer for a topic named by an id no topic has."""
+    pcls = nested(cls, "PartitionData")
+    return make(nested(cls, "FetchableTopicResponse"), topic_id=topic_id, partitions=tuple(
+        _partition_data(pcls, _Asked(index), ErrorCode.unknown_topic_id) for index in indexes))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Asked:
+    partition: int
 
 
 async def _long_poll(ctx: DataContext, waits: list, held_at: list, remaining: float) -> None:
