@@ -30,7 +30,7 @@ from ..catalog.routing import NO_LEADER
 from ..security import access
 from ..security.quotas import FETCH, throttle_time
 from ..txn import data_path as txn_data
-from . import compacted
+from . import compacted, topic_ids
 from .context import DataContext
 
 log = logging.getLogger(__name__)
@@ -63,14 +63,9 @@ async def _named_by_id(ctx: DataContext, req):
     (topic id, partition indexes) of ids no topic has."""
     named_cls = request_schema(FETCH_KEY, TOPIC_IDS_FROM - 1)
     topic_cls = nested(named_cls, "FetchTopic")
-    topics, ids, unknown = [], {}, []
-    for ftopic in req.topics:
-        name = await ctx.catalog.topic_name(ftopic.topic_id) if ftopic.topic_id is not None else None
-        if name is None:
-            unknown.append((ftopic.topic_id, [p.partition for p in ftopic.partitions]))
-            continue
-        ids[name] = ftopic.topic_id
-        topics.append(make(topic_cls, topic=name, partitions=ftopic.partitions))
+    topics, ids, unknown = await topic_ids.by_name(
+        ctx.catalog, req.topics, lambda t, name: make(topic_cls, topic=name, partitions=t.partitions),
+        lambda t: [p.partition for p in t.partitions])
     return dataclasses.replace(req, topics=tuple(topics)), ids, unknown
 
 

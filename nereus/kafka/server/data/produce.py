@@ -29,7 +29,7 @@ from ..catalog.partition import DUPLICATE, NONE
 from ..security import access
 from ..security.quotas import PRODUCE, throttle_time
 from ..txn import data_path as txn_data
-from . import record_checks
+from . import record_checks, topic_ids
 from .context import DataContext
 from .record_checks import RecordErrors
 
@@ -106,14 +106,9 @@ async def _named_by_id(ctx: DataContext, req):
     name, and the (topic id, partition indexes) of ids no topic has (UNKNOWN_TOPIC_ID)."""
     named_cls = request_schema(PRODUCE_KEY, TOPIC_IDS_FROM - 1)
     topic_cls = nested(named_cls, "TopicProduceData")
-    topics, ids, unknown = [], {}, []
-    for topic in req.topic_data:
-        name = await ctx.catalog.topic_name(topic.topic_id) if topic.topic_id is not None else None
-        if name is None:
-            unknown.append((topic.topic_id, [p.index for p in topic.partition_data]))
-            continue
-        ids[name] = topic.topic_id
-        topics.append(topic_cls(name=name, partition_data=topic.partition_data))
+    topics, ids, unknown = await topic_ids.by_name(
+        ctx.catalog, req.topic_data, lambda t, name: topic_cls(name=name, partition_data=t.partition_data),
+        lambda t: [p.index for p in t.partition_data])
     return named_cls(transactional_id=req.transactional_id, acks=req.acks, timeout=req.timeout,
                      topic_data=tuple(topics)), ids, unknown
 
