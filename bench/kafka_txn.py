@@ -11,16 +11,23 @@ In one run, on one standalone:
 
 Each is measured ``--rounds`` times, interleaved, and the best kept.
 
-Usage: .venv/bin/python bench/kafka_txn.py [--messages 20000] [--partitions 4] [--rounds 3]
+``--breakdown N``: instead, where the time of N transactions of 100 records goes: the
+client's time per transaction (produce and flush, commit) and the broker's time per request
+kind (from its ``nereus_kafka_request_seconds`` metric, read before and after).
+
+Usage: .venv/bin/python bench/kafka_txn.py [--messages 20000] [--partitions 4] [--rounds 3] [--breakdown N]
 The last line is ``key=value`` pairs.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
+import statistics
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -103,17 +110,67 @@ def run(bootstrap: str, n: int, partitions: int, rounds: int) -> dict[str, float
     return result
 
 
+def _request_seconds(http_port: int) -> dict[str, tuple[float, float]]:
+    """api -> (requests, seconds) from the broker's metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    out: dict[str, list[float]] = {}
+    for kind, api, value in re.findall(r'nereus_kafka_request_seconds_(sum|count)\{api="(\w+)"\} (\S+)', text):
+        out.setdefault(api, [0.0, 0.0])[0 if kind == "count" else 1] = float(value)
+    return {api: (c, s) for api, (c, s) in out.items()}
+
+
+def breakdown(bootstrap: str, http_port: int, partitions: int, n: int) -> dict[str, float]:
+    """Per transaction of 100 records: client time (produce + flush, commit) and broker time per API."""
+    topic = f"bench-breakdown-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 256 * 1024,
+                         "transactional.id": f"bench-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+
+    def transaction() -> tuple[float, float]:
+        start = time.perf_counter()
+        producer.begin_transaction()
+        for i in range(100):
+            producer.produce(topic, VALUE, partition=i % partitions)
+        producer.flush(60)
+        flushed = time.perf_counter()
+        producer.commit_transaction(60)
+        return flushed - start, time.perf_counter() - flushed
+
+    for _ in range(5):
+        transaction()
+    before = _request_seconds(http_port)
+    start = time.perf_counter()
+    times = [transaction() for _ in range(n)]
+    elapsed = time.perf_counter() - start
+    after = _request_seconds(http_port)
+    out = {"txn_ms": elapsed / n * 1000, "msgs_per_s": n * 100 / elapsed,
+           "produce_and_flush_p50_ms": statistics.median(t[0] for t in times) * 1000,
+           "commit_p50_ms": statistics.median(t[1] for t in times) * 1000}
+    for api, (count, seconds) in sorted(after.items()):
+        count -= before.get(api, (0.0, 0.0))[0]
+        seconds -= before.get(api, (0.0, 0.0))[1]
+        if count:
+            out[f"{api}_per_txn"] = count / n
+            out[f"{api}_mean_ms"] = seconds / count * 1000
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--breakdown", type=int, default=0, metavar="N",
+                        help="where the time of N transactions of 100 records goes (instead of the ratios)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="kafka-txn-"))
     try:
         proc, ports = start_nereus(workdir)
         try:
-            figures = run(f"127.0.0.1:{ports['kafka']}", args.messages, args.partitions, args.rounds)
+            bootstrap = f"127.0.0.1:{ports['kafka']}"
+            figures = (breakdown(bootstrap, ports["http"], args.partitions, args.breakdown) if args.breakdown
+                       else run(bootstrap, args.messages, args.partitions, args.rounds))
         finally:
             proc.terminate()
             proc.wait(30)
