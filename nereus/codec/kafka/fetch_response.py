@@ -167,4 +167,4 @@ def encode_fetch_response(correlation_id: int, version: int, body) -> list[bytes
     return out
 
 
-__all__ = ["FETCH", "RecordChunks", "encode_fetch_response"]
+__all__ = ["FETCH", "RecordChunks", "TOPIC_IDS_FROM", "encode_fetch_response"]

@@ -146,4 +146,4 @@ def decode_produce(frame: bytes | memoryview) -> tuple[str | None, object]:
                           timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=tuple(topics))
 
 
-__all__ = ["decode_produce"]
+__all__ = ["PRODUCE", "TOPIC_IDS_FROM", "decode_produce"]

@@ -20,8 +20,7 @@ from kio.schema.errors import ErrorCode
 from ....auth.kafka_acls import READ, TOPIC
 from ....storage import StorageError
 from ....codec.kafka import NO_THROTTLE, make, nested
-from ....codec.kafka.fetch_response import RecordChunks
-from ....codec.kafka.fetch_response import FETCH as FETCH_KEY, TOPIC_IDS_FROM
+from ....codec.kafka.fetch_response import FETCH as FETCH_KEY, TOPIC_IDS_FROM, RecordChunks
 from ....codec.kafka.protocol import request_schema, response_schema
 from ....topics.convert import ConversionError
 from ....topics.traffic import KAFKA_READS
@@ -146,6 +145,8 @@ def _unknown_topic(cls, topic_id, indexes: list[int]):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Asked:
+    """What ``_partition_data`` reads of a partition asked for (its index)."""
+
     partition: int
 
 
