@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from tests.kafka.raw import RawKafka
 from tests.standalone_fixtures import own_standalone, shared_standalone, unique_name
 from tests.waiting import wait_until
 
@@ -9,5 +12,14 @@ broker = shared_standalone("broker", "kbroker")
 fresh_broker = own_standalone("fresh_broker")
 topic = unique_name("topic", "k")
 group = unique_name("group", "g")
+
+
+@pytest.fixture
+def raw(broker):
+    """A raw Kafka client of the shared standalone."""
+    client = RawKafka(broker.bootstrap)
+    yield client
+    client.close()
+
 
 __all__ = ["wait_until"]

@@ -17,7 +17,6 @@ from kio.index import load_request_schema
 
 from nereus.codec.kafka import make, nested
 
-from .raw import RawKafka
 
 TIMEOUT = 20
 
@@ -25,13 +24,6 @@ TIMEOUT = 20
 @pytest.fixture
 def admin(broker):
     return AdminClient({"bootstrap.servers": broker.bootstrap})
-
-
-@pytest.fixture
-def raw(broker):
-    client = RawKafka(broker.bootstrap)
-    yield client
-    client.close()
 
 
 def create(admin, topic: str, partitions: int) -> None:

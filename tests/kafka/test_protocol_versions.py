@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_request_schema
@@ -20,13 +19,6 @@ from .conftest import wait_until
 from .raw import RawKafka
 
 EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
-
-
-@pytest.fixture
-def raw(broker):
-    client = RawKafka(broker.bootstrap)
-    yield client
-    client.close()
 
 
 def _produce(broker, topic: str, count: int) -> None:
