@@ -85,6 +85,7 @@ class PutOp:
     expected_version_id: int | None = None
     partition_key: str | None = None
     secondary_indexes: SecondaryIndexes | None = None
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +221,7 @@ class MetadataStore(abc.ABC):
         """
         return await asyncio.gather(
             *(self.put(op.key, op.value, expected_version_id=op.expected_version_id, partition_key=op.partition_key,
-                       secondary_indexes=op.secondary_indexes)
+                       ephemeral=op.ephemeral, secondary_indexes=op.secondary_indexes)
               for op in ops),
             return_exceptions=True,
         )

@@ -304,6 +304,37 @@ async def test_ephemeral_removed_on_close(backend):
         await other.close()
 
 
+async def test_ephemeral_puts_of_a_batch_go_with_the_session_and_replace_another_sessions_records(backend):
+    """A batch claims records at once (a dead owner's, say): its ephemeral ops bind them to this
+    client's session, whatever session held them before, and its plain ops stay plain."""
+    from nereus.meta import EXPECT_ABSENT, PutOp, PutResult
+
+    before = backend.client(identity="dead-owner")
+    owner = backend.client(identity="adopter")
+    other = backend.client()
+    try:
+        held = await before.put("/many-eph/held", b"old", ephemeral=True)
+        results = await owner.put_many([
+            PutOp("/many-eph/held", b"new", expected_version_id=held.version.version_id, ephemeral=True),
+            PutOp("/many-eph/fresh", b"x", expected_version_id=EXPECT_ABSENT, ephemeral=True),
+            PutOp("/many-eph/p/1", b"x", partition_key="p", ephemeral=True),
+            PutOp("/many-eph/plain", b"x"),
+        ])
+        assert all(isinstance(r, PutResult) for r in results), results
+        assert {r.version.client_identity for r in results[:3]} == {"adopter"}
+        assert results[3].version.session_id is None
+        await before.close()  # the records it held before the batch are not its any more
+        assert (await other.get("/many-eph/held")).value == b"new"
+        await owner.close()
+        assert await other.get("/many-eph/held") is None
+        assert await other.get("/many-eph/fresh") is None
+        assert await other.get("/many-eph/p/1", partition_key="p") is None
+        assert (await other.get("/many-eph/plain")).value == b"x"
+    finally:
+        for client in (before, owner, other):
+            await client.close()
+
+
 async def test_ephemeral_removed_on_session_expiry(backend):
     owner = backend.client(session_timeout=2.0)
     other = backend.client()

@@ -36,6 +36,7 @@ class Claims(OwnerLookup):
     registry: object | None
     owned: dict[str, tuple[int, float]]
     handoffs: int
+    _adopted: dict[str, None]
     _claiming: dict[str, asyncio.Future]
     _releasing: dict[str, asyncio.Future]
     _orphans: dict[str, float]
@@ -71,7 +72,7 @@ class Claims(OwnerLookup):
         key = owner_key(topic)
         epoch = self._epoch
         await self.leader_preferences.load(topic)  # rebalancing keeps it where it is preferred
-        value = json.dumps({"broker": self.local.name, "incarnation": self.membership.incarnation}).encode()
+        value = self._owner_value()
 
         def session_lost() -> NotOwner:
             return NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
@@ -123,6 +124,11 @@ class Claims(OwnerLookup):
             if topic not in self.owned:  # released while its preference was read
                 self.leader_preferences.forget(topic)
 
+    def _owner_value(self, *, releasing: bool = False) -> bytes:
+        """An ownership record naming this broker's incarnation (``decode_owner``, ``is_releasing``)."""
+        value = {"broker": self.local.name, "incarnation": self.membership.incarnation}
+        return json.dumps({**value, "releasing": True} if releasing else value).encode()
+
     def _owned_by(self) -> dict[str, str]:
         return {OWNED_BY: owner_tag(self.local.name, self.membership.incarnation)}
 
@@ -146,10 +152,9 @@ class Claims(OwnerLookup):
                 # Marked first: lookups anywhere now wait for the next owner rather than
                 # send the clients we are about to close straight back here.
                 with contextlib.suppress(UnexpectedVersion, MetadataError):
-                    marked = await self.meta.put(owner_key(topic), json.dumps(
-                        {"broker": self.local.name, "incarnation": self.membership.incarnation,
-                         "releasing": True}).encode(), expected_version_id=version, ephemeral=True,
-                        secondary_indexes=self._owned_by())
+                    marked = await self.meta.put(owner_key(topic), self._owner_value(releasing=True),
+                                                 expected_version_id=version, ephemeral=True,
+                                                 secondary_indexes=self._owned_by())
                     version = marked.version.version_id
             loaded = self.registry.loaded(topic) if self.registry is not None else None
             if loaded is not None:
@@ -157,6 +162,7 @@ class Claims(OwnerLookup):
             if self.registry is not None:
                 self.registry.drop_memory_topic(topic)
             self.owned.pop(topic, None)
+            self._adopted.pop(topic, None)
             self.leader_preferences.forget(topic)
             if version is not None:
                 # Its deletion is heard here too: not a dead owner's record, nothing to adopt.
@@ -222,6 +228,7 @@ class Claims(OwnerLookup):
         """
         self.handoffs += len(self.owned)
         self.owned = {}
+        self._adopted = {}
         self.leader_preferences.drop_held()
         self._orphans.clear()
         self._released.clear()

@@ -15,9 +15,11 @@ fences writers.
   drains), the owner unloads it (flush, commit, close clients so they look it up
   again, release the append session) and only then deletes its record. Only
   metadata changes; no object is copied.
-- *Failover*: a dead broker's records vanish with its session. Each broker hears the
-  deletions and adopts the topics its ring now gives it: it claims them and takes
-  their append sessions at once, which fences a zombie that wakes up later.
+- *Failover*: a dead broker's records vanish with its session (or are replaced at once
+  when its listener refuses connections). Each broker adopts the topics its ring now
+  gives it, claiming their records in batches; a topic is loaded, and its stream's
+  append session taken (which fences the dead owner, or a zombie that wakes up), when
+  a client first asks for it.
 - *Lost session*: this broker's records may be gone, so it drops every topic,
   deletes what is left of its records and registers again as a new incarnation.
 
@@ -45,7 +47,7 @@ class ClusterPlacement(Rebalancing):
 
     def __init__(self, meta: MetadataStore, membership: Membership, *, rebalance_delay: float = 0.5,
                  rebalance_interval: float = 5.0, max_concurrent_moves: int = 16,
-                 max_concurrent_adoptions: int = 256, dead_owner_wait: float = 12.0) -> None:
+                 dead_owner_wait: float = 12.0) -> None:
         super().__init__(membership.address)
         self.meta = meta
         self.membership = membership
@@ -61,9 +63,8 @@ class ClusterPlacement(Rebalancing):
         self._probes: dict[str, tuple[bool, float]] = {}  # broker name -> (answers, when probed)
         self._record_waiters = {}
         self._moves = asyncio.Semaphore(max_concurrent_moves)
-        # Adoptions close no client and their metadata writes are batched: many run at once.
-        self._adoptions = asyncio.Semaphore(max_concurrent_adoptions)
-        self._departures: dict[tuple[str, str], None] = {}  # (broker, incarnation) whose topics were looked for
+        self._adopted: dict[str, None] = {}  # owned topics taken from a dead owner and not released since
+        self._departures: dict[tuple[str, str], bool] = {}  # (broker, incarnation) looked for -> seen dead
         self._ring_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()

@@ -2,9 +2,15 @@
 
 When the ring moves a topic elsewhere (a broker joined, or this one drains), its owner
 hands it over; a claimed topic no client loaded is released after a while. When an owner
-dies its records vanish with its session: each broker hears the deletions and adopts the
-topics its ring now gives it, claiming them and taking their append sessions at once,
-which fences a zombie that wakes up later.
+dies (its listener refuses connections) or its records vanish with its session, each
+broker adopts the topics its ring now gives it: their ownership records are claimed
+together, a thousand in one batched write, and each topic is loaded when a client first
+asks for it, as Pulsar loads the topics of a bundle it took over. Loading takes the
+stream's append session, which fences the dead owner (or a zombie that wakes up) before
+the new owner's first write. Loading every adopted topic at once would cost about twenty
+metadata operations each: a broker's hundreds of thousands of topics would keep the
+metadata plane busy for minutes, with the lookups of the topics clients do use queued
+behind them.
 """
 
 from __future__ import annotations
@@ -16,19 +22,21 @@ import time
 from urllib.parse import unquote
 
 from ...ledger.naming import InvalidTopicName, TopicName
-from ...meta.api import Notification, NotificationType
+from ...meta import EXPECT_ABSENT, PutOp, PutResult
+from ...meta.api import Notification, NotificationType, Record
 from ...meta.errors import MetadataError
-from ...tasks import wait_for
-from ...topics.placement import NotOwner
+from ...tasks import gather_bounded, wait_for
 from .claims import Claims
 from .membership import ACTIVE, BrokerRecord
-from .owner_lookup import OWNED_BY, OWNERS, owner_tag
+from .owner_lookup import OWNED_BY, OWNERS, decode_owner, owner_key, owner_tag
 
 log = logging.getLogger(__name__)
 
 ORPHAN_SECONDS = 60.0  # how long a topic whose owner vanished is kept in case the ring gives it to us
 UNUSED_SECONDS = 60.0  # a claimed topic no client loaded is released after this long
 DEPARTURES_KEPT = 64  # departed incarnations remembered as looked at
+ADOPTION_BATCH = 1000  # ownership records claimed in one batched write
+ADOPTION_BATCHES = 4  # batches under way at once
 
 
 class Rebalancing(Claims):
@@ -38,8 +46,7 @@ class Rebalancing(Claims):
     rebalance_interval: float
     adoptions: int
     _ring_changed: asyncio.Event
-    _adoptions: asyncio.Semaphore
-    _departures: dict[tuple[str, str], None]
+    _departures: dict[tuple[str, str], bool]  # departed (broker, incarnation) looked at -> seen dead
 
     def _owner_note(self, note: Notification) -> None:
         self._record_changed(note.key)
@@ -70,7 +77,7 @@ class Rebalancing(Claims):
             seen = (record.address.name, record.incarnation)
             if seen in self._departures or record.state != ACTIVE or not record.serving:
                 continue
-            self._departures[seen] = None
+            self._departures[seen] = False
             while len(self._departures) > DEPARTURES_KEPT:
                 del self._departures[next(iter(self._departures))]
             self._spawn(self._orphans_of(record))
@@ -84,6 +91,7 @@ class Rebalancing(Claims):
         """
         if not await self._refuses(record.address):
             return
+        self._departures[(record.address.name, record.incarnation)] = True  # its records may be replaced
         tag = owner_tag(record.address.name, record.incarnation)
         now = time.monotonic()
         found = 0
@@ -110,7 +118,7 @@ class Rebalancing(Claims):
             if target is not None and target != self.local.name:
                 moves.append(self._move(topic, f"moved to {target}"))
             elif self.registry is not None and not self.registry.in_use(topic) \
-                    and now - claimed_at > UNUSED_SECONDS and topic not in self._claiming:
+                    and now - claimed_at > self._unused_after(topic) and topic not in self._claiming:
                 moves.append(self.release(topic, "unused"))
         for topic, released in list(self._released.items()):
             if now - released > ORPHAN_SECONDS:  # its deletion was never heard (or failed)
@@ -122,35 +130,84 @@ class Rebalancing(Claims):
             elif not self.draining and self._home_name(topic) == self.local.name:
                 # However long ago it was orphaned: the adoptions before may have taken longer.
                 del self._orphans[topic]
-                adopt.append(self._adopt(topic))
+                adopt.append(topic)
             elif now - seen > ORPHAN_SECONDS:
                 del self._orphans[topic]
         if moves or adopt:
             log.info("rebalance: handing over %d topic(s), adopting %d", len(moves), len(adopt))
-            await asyncio.gather(*moves, *adopt)
+            batches = [adopt[i:i + ADOPTION_BATCH] for i in range(0, len(adopt), ADOPTION_BATCH)]
+            await asyncio.gather(*moves, gather_bounded(self._adopt, batches, ADOPTION_BATCHES))
         load = {"topics": len(self.owned)}
         if load != self.membership.load:
             with contextlib.suppress(MetadataError):
                 await self.membership.publish_load(load)
 
-    async def _adopt(self, topic: str) -> None:
-        """Take a topic whose owner vanished: claim it and fence its stream now."""
+    def _unused_after(self, topic: str) -> float:
+        """Seconds after its claim that an owned topic no client loaded is released. An adopted one
+        stays as long as a loaded topic would stay idle (it was its dead owner's, maybe loaded there)."""
+        if topic not in self._adopted:
+            return UNUSED_SECONDS
+        idle = self.registry.idle_seconds if self.registry is not None else 0
+        return idle if idle > 0 else float("inf")
+
+    async def _adopt(self, topics: list[str]) -> None:
+        """Claim orphaned topics together (one read and one write of their ownership records)."""
+        topics = [t for t in topics if _persistent(t) and t not in self.owned
+                  and t not in self._claiming and t not in self._releasing]
+        epoch = self._epoch
         try:
-            name = TopicName.parse(topic)
-        except InvalidTopicName:
+            homes = await self.leader_preferences.brokers(topics)
+            topics = [t for t, home in zip(topics, homes) if (home or self.membership.ring.owner(t)) == self.local.name]
+            records = await self.meta.get_many([owner_key(t) for t in topics])
+        except MetadataError as exc:  # each is still claimed when a client asks for it
+            log.warning("adopting %d topic(s) failed: %s", len(topics), exc)
             return
-        if name.domain != "persistent":
-            return  # served from memory: nothing to fence, its clients claim it again on lookup
-        async with self._adoptions:
-            try:
-                await self._claim(topic, force=False)
-                loaded = await self.registry.get(name)
-                await loaded.ensure_writer()
-                self.adoptions += 1
-            except NotOwner as exc:
-                log.debug("not adopting %s: %s", topic, exc)
-            except Exception:
-                log.exception("adopting %s failed", topic)
+        value = self._owner_value()
+        claims = [(topic, PutOp(owner_key(topic), value, expected_version_id=expected, ephemeral=True,
+                                secondary_indexes=self._owned_by()))
+                  for topic, rec in zip(topics, records)
+                  if (expected := self._replaceable(rec)) is not None and topic not in self.owned]
+        if not claims or epoch != self._epoch or not self._registered.is_set():
+            return
+        try:
+            results = await self.meta.put_many([op for _, op in claims])
+        except MetadataError as exc:
+            log.warning("adopting %d topic(s) failed: %s", len(claims), exc)
+            return
+        won = [(topic, result) for (topic, _), result in zip(claims, results) if isinstance(result, PutResult)]
+        if epoch != self._epoch:  # the session was lost meanwhile: these records are not to be trusted
+            for topic, result in won:
+                with contextlib.suppress(MetadataError):
+                    await self.meta.delete(owner_key(topic), expected_version_id=result.version.version_id)
+            return
+        now = time.monotonic()
+        for topic, result in won:
+            self.owned[topic] = (result.version.version_id, now)
+            self._adopted[topic] = None
+            await self.leader_preferences.hold(topic)  # read just above: no metadata read
+        self.adoptions += len(won)
+        lost = len(claims) - len(won)
+        log.debug("adopted %d topic(s)%s", len(won), f"; {lost} taken by others meanwhile" if lost else "")
+
+    def _replaceable(self, rec: Record | None) -> int | None:
+        """The version to claim an orphan's ownership record at (EXPECT_ABSENT: it has none);
+        None: a live owner holds it, or one that may still live (its session decides)."""
+        if rec is None:
+            return EXPECT_ABSENT
+        name, incarnation = decode_owner(rec.value)
+        registered = self.membership.brokers.get(name)
+        if registered is not None:
+            # A newer incarnation of the owner registered: the record's is dead.
+            return None if registered.incarnation == incarnation else rec.version.version_id
+        return rec.version.version_id if self._departures.get((name, incarnation)) else None
+
+
+def _persistent(topic: str) -> bool:
+    """Adopted are persistent topics: the others are served from memory, claimed again on lookup."""
+    try:
+        return TopicName.parse(topic).domain == "persistent"
+    except InvalidTopicName:
+        return False
 
 
 __all__ = ["ORPHAN_SECONDS", "Rebalancing", "UNUSED_SECONDS"]

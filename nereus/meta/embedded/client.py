@@ -94,13 +94,22 @@ class EmbeddedMetadataStore(MetadataStore):
         futures: list[asyncio.Future | None] = []
         results: list[PutResult | Exception | None] = [None] * len(ops)
         by_shard: dict[Shard, list[tuple]] = {}
+        sessions: dict[Shard, int] = {}  # the session of each shard an ephemeral op goes to
+        for op in ops:
+            if op.ephemeral:
+                try:
+                    shard = self._route(op.key, op.partition_key)
+                except MetadataError:
+                    continue  # reported as that op's result below
+                if shard not in sessions:
+                    sessions[shard] = await self._session(shard)
         for i, op in enumerate(ops):
             try:
                 shard = self._route(op.key, op.partition_key)
                 fut = loop.create_future()
                 call = (PUT, fut, op.key, check_key(op.key), check_value(op.value),
-                        check_expected(op.expected_version_id), 0, self.identity, None,
-                        check_indexes(op.secondary_indexes))
+                        check_expected(op.expected_version_id), sessions[shard] if op.ephemeral else 0,
+                        self.identity, None, check_indexes(op.secondary_indexes))
             except MetadataError as e:
                 results[i] = e
                 futures.append(None)
@@ -115,6 +124,9 @@ class EmbeddedMetadataStore(MetadataStore):
         for i, fut in enumerate(futures):
             if fut is not None:
                 results[i] = fut.exception() or fut.result()
+                if isinstance(results[i], SessionNotFound) and ops[i].ephemeral:
+                    shard = self._route(ops[i].key, ops[i].partition_key)
+                    self._lose(shard, sessions[shard], "the server no longer has it")
         return results  # type: ignore[return-value]
 
     async def delete(self, key: str, *, expected_version_id: int | None = None,
