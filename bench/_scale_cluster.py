@@ -21,7 +21,9 @@ file object store, no idle unload: every topic written stays loaded) on this mac
 
 With ``--cluster-extra-owned N`` the killed broker also holds N ownership records of topics
 nobody wrote (``persistent://public/scale-{i}/owned-{n}``), put by the bench just before the
-kill with the value and owner index entry the broker's own claims carry. A survivor's
+kill with the value and owner index entry the broker's own claims carry, ephemeral records of
+a session whose heartbeats stop at the kill (``ExtraOwnership``): they expire with the killed
+broker's own. A survivor's
 adoption reads and claims ownership records only (each topic loads when a client first asks
 for it), so they cost it what the records of written topics do: a failover of hundreds of
 thousands of topics can be measured without writing them first (writing one takes about
@@ -41,6 +43,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -233,30 +236,59 @@ async def owners(http_ports: list[int], topics: list[str]) -> dict[str, str]:
     return found
 
 
-async def give_ownership(oxia_port: int, pulsar_port: int, count: int, namespaces: int) -> list[str]:
-    """Put ``count`` ownership records naming the broker listening on ``pulsar_port`` (its current
-    incarnation), as its claims would; the topics' names."""
-    meta = connect(f"oxia://127.0.0.1:{oxia_port}")
-    try:
-        owner = None
-        async for rec in meta.range_scan(BROKERS, BROKERS + "\xff"):
-            record = BrokerRecord.decode(rec.value)
-            if record.address.pulsar_url.endswith(f":{pulsar_port}"):
-                owner = record
-        if owner is None:
-            raise RuntimeError(f"no broker registered with Pulsar port {pulsar_port}")
-        value = json.dumps({"broker": owner.address.name, "incarnation": owner.incarnation}).encode()
-        index = {OWNED_BY: owner_tag(owner.address.name, owner.incarnation)}
-        topics = [f"persistent://public/scale-{n % namespaces}/owned-{n}" for n in range(count)]
-        for start in range(0, count, 2000):
-            batch = topics[start:start + 2000]
-            results = await meta.put_many([PutOp(owner_key(t), value, secondary_indexes=index) for t in batch])
-            failed = [r for r in results if not isinstance(r, PutResult)]
-            if failed:
-                raise RuntimeError(f"putting ownership records failed: {failed[0]}")
-        return topics
-    finally:
+class ExtraOwnership:
+    """``count`` ownership records naming the broker listening on ``pulsar_port`` (its current
+    incarnation), put as its claims put them. They are ephemeral, held by this bench's own
+    metadata session (the broker's session timeout): ``expire()`` stops its heartbeats, as a kill
+    stops the broker's, so the records vanish when the broker's own would."""
+
+    def __init__(self, oxia_port: int, pulsar_port: int, count: int, namespaces: int, session_seconds: float) -> None:
+        self.topics = [f"persistent://public/scale-{n % namespaces}/owned-{n}" for n in range(count)]
+        self._put, self._expire, self._close = threading.Event(), threading.Event(), threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=asyncio.run, daemon=True, args=(
+            self._hold(oxia_port, pulsar_port, session_seconds),))
+        self._thread.start()
+        self._put.wait()
+        if self._failure is not None:
+            raise RuntimeError("putting the extra ownership records failed") from self._failure
+
+    async def _hold(self, oxia_port: int, pulsar_port: int, session_seconds: float) -> None:
+        meta = connect(f"oxia://127.0.0.1:{oxia_port}", session_timeout=session_seconds)
+        try:
+            owner = None
+            async for rec in meta.range_scan(BROKERS, BROKERS + "\xff"):
+                record = BrokerRecord.decode(rec.value)
+                if record.address.pulsar_url.endswith(f":{pulsar_port}"):
+                    owner = record
+            if owner is None:
+                raise RuntimeError(f"no broker registered with Pulsar port {pulsar_port}")
+            value = json.dumps({"broker": owner.address.name, "incarnation": owner.incarnation}).encode()
+            index = {OWNED_BY: owner_tag(owner.address.name, owner.incarnation)}
+            for start in range(0, len(self.topics), 2000):
+                results = await meta.put_many([PutOp(owner_key(t), value, secondary_indexes=index, ephemeral=True)
+                                               for t in self.topics[start:start + 2000]])
+                failed = [r for r in results if not isinstance(r, PutResult)]
+                if failed:
+                    raise RuntimeError(f"putting ownership records failed: {failed[0]}")
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            self._failure = exc
+            self._put.set()
+            await meta.close()
+            return
+        self._put.set()
+        await asyncio.to_thread(self._expire.wait)
+        meta._pause_heartbeats()
+        await asyncio.to_thread(self._close.wait)
         await meta.close()
+
+    def expire(self) -> None:
+        self._expire.set()
+
+    def close(self) -> None:
+        self._expire.set()
+        self._close.set()
+        self._thread.join(60)
 
 
 async def _failover(survivors: list[int], sample: list[str], count: int, concurrency: int,
@@ -356,19 +388,26 @@ def run_cluster(args) -> dict[str, float]:
         survivors = [ports["http"] for p, ports in cluster.brokers if p is not victim]
         print(f"  killing broker :{victim_ports['pulsar']} ({lost:,} topics; {len(sample):,} of them sampled)",
               flush=True)
+        extra = None
         if args.cluster_extra_owned:
             started = time.monotonic()
-            asyncio.run(give_ownership(cluster.oxia_port, victim_ports["pulsar"], args.cluster_extra_owned,
-                                       args.cluster_namespaces))
+            extra = ExtraOwnership(cluster.oxia_port, victim_ports["pulsar"], args.cluster_extra_owned,
+                                   args.cluster_namespaces, args.cluster_session_seconds or 10.0)
             lost += args.cluster_extra_owned
             print(f"  gave it {args.cluster_extra_owned:,} more ownership records of unwritten topics in "
                   f"{time.monotonic() - started:.0f} s", flush=True)
         total = count + args.cluster_extra_owned
         victim.kill()
         killed = time.monotonic()
+        if extra is not None:
+            extra.expire()
         victim.wait()
-        all_owned, answered = asyncio.run(_failover(survivors, sample, total, min(args.cluster_concurrency, 200),
-                                                    killed))
+        try:
+            all_owned, answered = asyncio.run(_failover(survivors, sample, total,
+                                                        min(args.cluster_concurrency, 200), killed))
+        finally:
+            if extra is not None:
+                extra.close()
         adoption = (all_owned - killed) if all_owned else float("nan")
         served = sorted(t - killed for t in answered.values())
         p50 = served[len(served) // 2] if served else float("nan")

@@ -40,6 +40,7 @@ class Claims(OwnerLookup):
     _claiming: dict[str, asyncio.Future]
     _releasing: dict[str, asyncio.Future]
     _orphans: dict[str, float]
+    _orphan_versions: dict[str, int]
     _released: dict[str, float]
     _moves: asyncio.Semaphore
     _tasks: set[asyncio.Task]
@@ -231,6 +232,7 @@ class Claims(OwnerLookup):
         self._adopted = {}
         self.leader_preferences.drop_held()
         self._orphans.clear()
+        self._orphan_versions.clear()
         self._released.clear()
         lost, self._lost = self._lost_future(), None
         lost.set_result(None)

@@ -39,7 +39,7 @@ from ...topics.placement import BrokerAddress, NotOwner, or_none
 from .leader_preference import LeaderPreferences
 from .membership import Membership
 from .owner_lookup import OWNERS, OwnerUnreachable, decode_owner, owner_key
-from .rebalance import Rebalancing
+from .rebalance import ADOPTION_BATCHES, Rebalancing
 
 
 class ClusterPlacement(Rebalancing):
@@ -64,7 +64,9 @@ class ClusterPlacement(Rebalancing):
         self._record_waiters = {}
         self._moves = asyncio.Semaphore(max_concurrent_moves)
         self._adopted: dict[str, None] = {}  # owned topics taken from a dead owner and not released since
-        self._departures: dict[tuple[str, str], bool] = {}  # (broker, incarnation) looked for -> seen dead
+        self._departures: dict[tuple[str, str], None] = {}  # (broker, incarnation) whose topics were looked for
+        self._orphan_versions: dict[str, int] = {}
+        self._adoption_batches = asyncio.Semaphore(ADOPTION_BATCHES)
         self._ring_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()

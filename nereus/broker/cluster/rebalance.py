@@ -21,14 +21,13 @@ import logging
 import time
 from urllib.parse import unquote
 
-from ...ledger.naming import InvalidTopicName, TopicName
 from ...meta import EXPECT_ABSENT, PutOp, PutResult
-from ...meta.api import Notification, NotificationType, Record
+from ...meta.api import Notification, NotificationType
 from ...meta.errors import MetadataError
-from ...tasks import gather_bounded, wait_for
+from ...tasks import wait_for
 from .claims import Claims
 from .membership import ACTIVE, BrokerRecord
-from .owner_lookup import OWNED_BY, OWNERS, decode_owner, owner_key, owner_tag
+from .owner_lookup import OWNED_BY, OWNERS, owner_key, owner_tag
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,9 @@ class Rebalancing(Claims):
     rebalance_interval: float
     adoptions: int
     _ring_changed: asyncio.Event
-    _departures: dict[tuple[str, str], bool]  # departed (broker, incarnation) looked at -> seen dead
+    _departures: dict[tuple[str, str], None]
+    _orphan_versions: dict[str, int]  # orphans found by their dead owner: the version of its record
+    _adoption_batches: asyncio.Semaphore  # ADOPTION_BATCHES
 
     def _owner_note(self, note: Notification) -> None:
         self._record_changed(note.key)
@@ -57,6 +58,7 @@ class Rebalancing(Claims):
             return  # released here (idle, unused, moved): adopting it would load it again
         if topic not in self.owned and topic not in self._releasing:
             self._orphans[topic] = time.monotonic()
+            self._orphan_versions.pop(topic, None)  # gone: claimed if absent
             self._ring_changed.set()
 
     async def _rebalance_loop(self) -> None:
@@ -77,7 +79,7 @@ class Rebalancing(Claims):
             seen = (record.address.name, record.incarnation)
             if seen in self._departures or record.state != ACTIVE or not record.serving:
                 continue
-            self._departures[seen] = False
+            self._departures[seen] = None
             while len(self._departures) > DEPARTURES_KEPT:
                 del self._departures[next(iter(self._departures))]
             self._spawn(self._orphans_of(record))
@@ -87,26 +89,37 @@ class Rebalancing(Claims):
 
         Only a broker whose listener refuses connections is dead for sure; one that left the
         registry otherwise (cut off, or gone after a drain) keeps its records until its session
-        ends. The claims that follow delete each record at the version read (``_claim``).
+        ends. Its records are replaced at the version read, a batch at a time as the scan of
+        its owner index goes on; the topics the ring gives to others are kept as orphans, in
+        case the ring changes before they adopt them.
         """
         if not await self._refuses(record.address):
             return
-        self._departures[(record.address.name, record.incarnation)] = True  # its records may be replaced
         tag = owner_tag(record.address.name, record.incarnation)
         now = time.monotonic()
-        found = 0
+        found, mine, adoptions = 0, [], []
         try:
             async for rec in self.meta.range_scan(tag, tag + "\x01", use_index=OWNED_BY):
                 topic = unquote(rec.key[len(OWNERS):])
-                if topic not in self.owned:
+                if topic in self.owned:
+                    continue
+                found += 1
+                self._orphan_versions[topic] = rec.version.version_id
+                if self.draining or self._home_name(topic) != self.local.name:
                     self._orphans.setdefault(topic, now)
-                    found += 1
+                    continue
+                mine.append(topic)
+                if len(mine) == ADOPTION_BATCH:  # claimed while the scan goes on
+                    adoptions.append(asyncio.ensure_future(self._adopt(mine)))
+                    mine = []
         except MetadataError as exc:  # its records still go with its session
             log.warning("listing the topics of dead broker %s failed: %s", record.address.name, exc)
+        if mine:
+            adoptions.append(asyncio.ensure_future(self._adopt(mine)))
         if found:
             log.info("broker %s is dead and owned %d topic(s): adopting this broker's share before its session "
                      "expires", record.address.name, found)
-            self._ring_changed.set()
+        await asyncio.gather(*adoptions)
 
     async def rebalance(self) -> None:
         """Hand over the topics the ring gives to others; adopt orphans it gives to us."""
@@ -127,16 +140,18 @@ class Rebalancing(Claims):
         for topic, seen in list(self._orphans.items()):
             if topic in self.owned:
                 del self._orphans[topic]
+                self._orphan_versions.pop(topic, None)
             elif not self.draining and self._home_name(topic) == self.local.name:
                 # However long ago it was orphaned: the adoptions before may have taken longer.
                 del self._orphans[topic]
                 adopt.append(topic)
             elif now - seen > ORPHAN_SECONDS:
                 del self._orphans[topic]
+                self._orphan_versions.pop(topic, None)
         if moves or adopt:
             log.info("rebalance: handing over %d topic(s), adopting %d", len(moves), len(adopt))
             batches = [adopt[i:i + ADOPTION_BATCH] for i in range(0, len(adopt), ADOPTION_BATCH)]
-            await asyncio.gather(*moves, gather_bounded(self._adopt, batches, ADOPTION_BATCHES))
+            await asyncio.gather(*moves, *(self._adopt(batch) for batch in batches))
         load = {"topics": len(self.owned)}
         if load != self.membership.load:
             with contextlib.suppress(MetadataError):
@@ -151,22 +166,26 @@ class Rebalancing(Claims):
         return idle if idle > 0 else float("inf")
 
     async def _adopt(self, topics: list[str]) -> None:
-        """Claim orphaned topics together (one read and one write of their ownership records)."""
-        topics = [t for t in topics if _persistent(t) and t not in self.owned
-                  and t not in self._claiming and t not in self._releasing]
+        """Claim orphaned topics together: one batched write of their ownership records, each put
+        if absent or, for a dead owner's record still there, at the version its scan read. A claim
+        that fails (someone claimed the topic meanwhile, or the record changed) is left to lookups."""
+        async with self._adoption_batches:
+            await self._claim_orphans(topics)
+
+    async def _claim_orphans(self, topics: list[str]) -> None:
+        versions = [self._orphan_versions.pop(t, EXPECT_ABSENT) for t in topics]
         epoch = self._epoch
         try:
-            homes = await self.leader_preferences.brokers(topics)
-            topics = [t for t, home in zip(topics, homes) if (home or self.membership.ring.owner(t)) == self.local.name]
-            records = await self.meta.get_many([owner_key(t) for t in topics])
+            homes = await self.leader_preferences.brokers(topics)  # reads only Kafka partitions'
         except MetadataError as exc:  # each is still claimed when a client asks for it
             log.warning("adopting %d topic(s) failed: %s", len(topics), exc)
             return
-        value = self._owner_value()
-        claims = [(topic, PutOp(owner_key(topic), value, expected_version_id=expected, ephemeral=True,
-                                secondary_indexes=self._owned_by()))
-                  for topic, rec in zip(topics, records)
-                  if (expected := self._replaceable(rec)) is not None and topic not in self.owned]
+        value, index = self._owner_value(), self._owned_by()
+        claims = [(topic, PutOp(owner_key(topic), value, expected_version_id=version, ephemeral=True,
+                                secondary_indexes=index))
+                  for topic, version, home in zip(topics, versions, homes)
+                  if (home or self.membership.ring.owner(topic)) == self.local.name and _persistent(topic)
+                  and topic not in self.owned and topic not in self._claiming and topic not in self._releasing]
         if not claims or epoch != self._epoch or not self._registered.is_set():
             return
         try:
@@ -189,25 +208,10 @@ class Rebalancing(Claims):
         lost = len(claims) - len(won)
         log.debug("adopted %d topic(s)%s", len(won), f"; {lost} taken by others meanwhile" if lost else "")
 
-    def _replaceable(self, rec: Record | None) -> int | None:
-        """The version to claim an orphan's ownership record at (EXPECT_ABSENT: it has none);
-        None: a live owner holds it, or one that may still live (its session decides)."""
-        if rec is None:
-            return EXPECT_ABSENT
-        name, incarnation = decode_owner(rec.value)
-        registered = self.membership.brokers.get(name)
-        if registered is not None:
-            # A newer incarnation of the owner registered: the record's is dead.
-            return None if registered.incarnation == incarnation else rec.version.version_id
-        return rec.version.version_id if self._departures.get((name, incarnation)) else None
-
 
 def _persistent(topic: str) -> bool:
     """Adopted are persistent topics: the others are served from memory, claimed again on lookup."""
-    try:
-        return TopicName.parse(topic).domain == "persistent"
-    except InvalidTopicName:
-        return False
+    return topic.startswith("persistent://")
 
 
-__all__ = ["ORPHAN_SECONDS", "Rebalancing", "UNUSED_SECONDS"]
+__all__ = ["ADOPTION_BATCH", "ADOPTION_BATCHES", "ORPHAN_SECONDS", "Rebalancing", "UNUSED_SECONDS"]
