@@ -260,6 +260,20 @@ async def test_a_killed_brokers_topics_are_adopted_in_batches_of_one_read_and_on
             assert (await topic.append(b"after", 1)).base_offset == 0
 
 
+async def test_a_topic_claimed_away_from_its_home_moves_there_though_the_ring_stayed_the_same():
+    """Rebalancing looks again only at the topics claimed since its last pass while the ring stays
+    the same: a claim made meanwhile on a broker that is not the topic's home is still handed over."""
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        home, other = brokers
+        topic = next(t for t in (f"persistent://public/default/away-{i}" for i in range(100))
+                     if home.membership.ring.owner(t) == home.name)
+        await other.placement.rebalance()  # the ring checked
+        await other.placement._claim(topic, force=True)  # a client sent there authoritatively
+        assert other.placement.owns(topic)
+        await other.placement.rebalance()
+        assert not other.placement.owns(topic)
+
+
 async def test_a_topic_unloaded_for_idleness_is_not_adopted_again_by_anyone():
     """The deletion of a record its owner released is heard by every broker, the owner too: none
     of them takes it for a dead owner's and loads the topic again (an idle unload would undo itself)."""

@@ -37,6 +37,7 @@ class Claims(OwnerLookup):
     owned: dict[str, tuple[int, float]]
     handoffs: int
     _adopted: dict[str, None]
+    _homes_checked: tuple[object, float]
     _claiming: dict[str, asyncio.Future]
     _releasing: dict[str, asyncio.Future]
     _orphans: dict[str, float]
@@ -184,6 +185,7 @@ class Claims(OwnerLookup):
                 self.handoffs += 1
             except Exception:
                 log.exception("%s: handing over failed", topic)
+                self._homes_checked = (None, 0.0)  # tried again at the next pass
 
     # -- a lost session ---------------------------------------------------------------------
     async def session_lost(self) -> None:

@@ -67,6 +67,7 @@ class ClusterPlacement(Rebalancing):
         self._departures: dict[tuple[str, str], None] = {}  # (broker, incarnation) whose topics were looked for
         self._orphan_versions: dict[str, int] = {}
         self._adoption_batches = asyncio.Semaphore(ADOPTION_BATCHES)
+        self._homes_checked: tuple[object, float] = (None, 0.0)
         self._ring_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()

@@ -48,6 +48,7 @@ class Rebalancing(Claims):
     _departures: dict[tuple[str, str], None]
     _orphan_versions: dict[str, int]  # orphans found by their dead owner: the version of its record
     _adoption_batches: asyncio.Semaphore  # ADOPTION_BATCHES
+    _homes_checked: tuple[object, float]  # the ring the owned topics' homes were checked against, and when
 
     def _owner_note(self, note: Notification) -> None:
         self._record_changed(note.key)
@@ -126,12 +127,23 @@ class Rebalancing(Claims):
         self._scan_departures()
         now = time.monotonic()
         moves = []
-        for topic, (_version, claimed_at) in list(self.owned.items()):
-            target = self._home_name(topic)
+        # A topic's home changes only with the ring (its preferred leader is held while it is owned
+        # here): against the ring checked last time, only the topics claimed since are looked at (a
+        # client sent here may have claimed another's). Hundreds of thousands of topics owned would
+        # otherwise cost a hash each, every pass.
+        ring, checked_at = self.membership.ring, self._homes_checked[1]
+        if ring is not self._homes_checked[0]:
+            checked_at = float("-inf")
+        self._homes_checked = (ring, now)
+        for n, (topic, (_version, claimed_at)) in enumerate(list(self.owned.items()), 1):
+            if n % 20_000 == 0:
+                await asyncio.sleep(0)  # no long stall of the loop
+            target = self._home_name(topic) if claimed_at >= checked_at else None
             if target is not None and target != self.local.name:
                 moves.append(self._move(topic, f"moved to {target}"))
-            elif self.registry is not None and not self.registry.in_use(topic) \
-                    and now - claimed_at > self._unused_after(topic) and topic not in self._claiming:
+            elif now - claimed_at > UNUSED_SECONDS and self.registry is not None \
+                    and now - claimed_at > self._unused_after(topic) and not self.registry.in_use(topic) \
+                    and topic not in self._claiming:
                 moves.append(self.release(topic, "unused"))
         for topic, released in list(self._released.items()):
             if now - released > ORPHAN_SECONDS:  # its deletion was never heard (or failed)
@@ -163,7 +175,7 @@ class Rebalancing(Claims):
         if topic not in self._adopted:
             return UNUSED_SECONDS
         idle = self.registry.idle_seconds if self.registry is not None else 0
-        return idle if idle > 0 else float("inf")
+        return max(idle, UNUSED_SECONDS) if idle > 0 else float("inf")
 
     async def _adopt(self, topics: list[str]) -> None:
         """Claim orphaned topics together: one batched write of their ownership records, each put
