@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 import grpc
 
-from ..api import Comparison, MetadataStore, NotificationStream, PutResult, Record, SecondaryIndexes
+from ..api import Comparison, MetadataStore, NotificationStream, PutOp, PutResult, Record, SecondaryIndexes
 from ..errors import (InvalidRequest, MetadataClosed, MetadataError, MetadataUnavailable,
                       SessionNotFound, UnexpectedVersion)
 from . import convert as cv
@@ -102,21 +102,12 @@ class OxiaMetadataStore(MetadataStore):
                   ephemeral: bool = False, secondary_indexes: SecondaryIndexes | None = None) -> PutResult:
         self._check()
         cv.check_key(key)
-        value = cv.check_value(value)
+        cv.check_value(value)
         expected = cv.check_expected(expected_version_id)
         deltas = cv.check_deltas(sequence_key_deltas, partition_key, expected)
-        indexes = _index_pairs(secondary_indexes)
         shard = await self._route(key, partition_key)
-        msg = pb.PutRequest(key=key, value=value)
-        for name, secondary in indexes:
-            msg.secondary_indexes.add(index_name=name, secondary_key=secondary)
-        if expected is not None:
-            msg.expected_version_id = expected
-        if partition_key is not None:
-            msg.partition_key = partition_key
-        if ephemeral:
-            msg.session_id = await self._session(shard)
-            msg.client_identity = self.identity
+        msg = self._put_request(key, value, expected, partition_key, secondary_indexes,
+                                await self._session(shard) if ephemeral else None)
         if deltas:
             # Alone in its request: only the server can reject a sequence, and that
             # rejection fails the whole request it is in.
@@ -124,13 +115,61 @@ class OxiaMetadataStore(MetadataStore):
             res = await self._write_alone(shard, msg)
         else:
             res = await self._write(shard, PUT, msg, msg.ByteSize() + 8)
+        result = self._put_result(shard, msg, res)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def put_many(self, ops: Sequence[PutOp]) -> list[PutResult | Exception]:
+        """Every op queued on its shard's writer at once and one wait for all (no task per op)."""
+        self._check()
+        await self._conn.ready()
+        results: list[PutResult | Exception | None] = [None] * len(ops)
+        sessions: dict[int, int] = {}
+        sent = []
+        for i, op in enumerate(ops):
+            try:
+                cv.check_key(op.key)
+                shard = await self._route(op.key, op.partition_key)
+                sid = None
+                if op.ephemeral:
+                    sid = sessions.get(shard.id)
+                    if sid is None:
+                        sid = sessions[shard.id] = await self._session(shard)
+                msg = self._put_request(op.key, op.value, cv.check_expected(op.expected_version_id),
+                                        op.partition_key, op.secondary_indexes, sid)
+                sent.append((i, shard, msg, self._write(shard, PUT, msg, msg.ByteSize() + 8)))
+            except MetadataError as e:
+                results[i] = e
+        if sent:
+            await asyncio.wait([fut for *_, fut in sent])
+        for i, shard, msg, fut in sent:
+            results[i] = fut.exception() or self._put_result(shard, msg, fut.result())
+        return results  # type: ignore[return-value]
+
+    def _put_request(self, key: str, value: bytes, expected: int | None, partition_key: str | None,
+                     secondary_indexes: SecondaryIndexes | None, session_id: int | None) -> pb.PutRequest:
+        cv.check_key(key)
+        msg = pb.PutRequest(key=key, value=cv.check_value(value))
+        for name, secondary in _index_pairs(secondary_indexes):
+            msg.secondary_indexes.add(index_name=name, secondary_key=secondary)
+        if expected is not None:
+            msg.expected_version_id = expected
+        if partition_key is not None:
+            msg.partition_key = partition_key
+        if session_id is not None:
+            msg.session_id = session_id
+            msg.client_identity = self.identity
+        return msg
+
+    def _put_result(self, shard: ShardInfo, msg: pb.PutRequest, res: pb.PutResponse) -> PutResult | MetadataError:
         if res.status == pb.OK:
-            return PutResult(res.key if res.HasField("key") else key, cv.version_from_pb(res.version))
+            return PutResult(res.key if res.HasField("key") else msg.key, cv.version_from_pb(res.version))
         if res.status == pb.SESSION_DOES_NOT_EXIST:
             # Expired under us: the next ephemeral put opens a new one.
             self._lose(shard.id, msg.session_id, "the server no longer has it")
-            raise SessionNotFound(f"session {msg.session_id} does not exist")
-        raise _status_error(res.status, key)
+            return SessionNotFound(f"session {msg.session_id} does not exist")
+        return _status_error(res.status, msg.key)
 
     async def _write_alone(self, shard: ShardInfo, msg: pb.PutRequest) -> pb.PutResponse:
         await self._conn.ready()
