@@ -260,6 +260,38 @@ async def test_a_killed_brokers_topics_are_adopted_in_batches_of_one_read_and_on
             assert (await topic.append(b"after", 1)).base_offset == 0
 
 
+@pytest.mark.parametrize("failure", ["whole batch", "some claims"])
+async def test_claims_of_an_adoption_that_failed_for_want_of_metadata_are_made_again(failure):
+    from nereus.meta.errors import MetadataUnavailable
+
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        victim, survivor = brokers
+        mine = [n for n in (f"persistent://public/default/retry-{i}" for i in range(200))
+                if victim.membership.ring.owner(n) == victim.name]
+        for name in mine:
+            await victim.placement.lookup(name, authoritative=True)
+        real, failed = survivor.meta.put_many, []
+
+        async def flaky_put_many(ops):
+            if not failed:  # the first batch meets a metadata plane that does not answer
+                failed.extend(op.key for op in ops)
+                if failure == "whole batch":
+                    raise MetadataUnavailable("no connection to the shard leader")
+                results = await real(ops[::2])
+                return [results[i // 2] if i % 2 == 0 else MetadataUnavailable("timed out")
+                        for i in range(len(ops))]
+            return await real(ops)
+
+        survivor.meta.put_many = flaky_put_many
+        # Its records expire with its session: claimed if absent, after their deletions' notices,
+        # which come once. A claim that failed is not noticed again: it must be made again.
+        await victim.placement.stop()
+        await victim.membership.stop()
+        victim.meta._pause_heartbeats()
+        await wait_for(lambda: all(survivor.placement.owns(n) for n in mine), what="every topic adopted")
+        assert failed
+
+
 async def test_a_topic_claimed_away_from_its_home_moves_there_though_the_ring_stayed_the_same():
     """Rebalancing looks again only at the topics claimed since its last pass while the ring stays
     the same: a claim made meanwhile on a broker that is not the topic's home is still handed over."""

@@ -23,7 +23,7 @@ from urllib.parse import unquote
 
 from ...meta import EXPECT_ABSENT, PutOp, PutResult
 from ...meta.api import Notification, NotificationType
-from ...meta.errors import MetadataError
+from ...meta.errors import MetadataError, UnexpectedVersion
 from ...tasks import wait_for
 from .claims import Claims
 from .membership import ACTIVE, BrokerRecord
@@ -192,8 +192,9 @@ class Rebalancing(Claims):
         epoch = self._epoch
         try:
             homes = await self.leader_preferences.brokers(topics)  # reads only Kafka partitions'
-        except MetadataError as exc:  # each is still claimed when a client asks for it
+        except MetadataError as exc:
             log.warning("adopting %d topic(s) failed: %s", len(topics), exc)
+            self._orphaned_again(topics, epoch)
             return
         value, index = self._owner_value(), self._owned_by()
         claims = [(topic, PutOp(owner_key(topic), value, expected_version_id=version, ephemeral=True,
@@ -207,8 +208,13 @@ class Rebalancing(Claims):
             results = await self.meta.put_many([op for _, op in claims])
         except MetadataError as exc:
             log.warning("adopting %d topic(s) failed: %s", len(claims), exc)
+            self._orphaned_again([topic for topic, _ in claims], epoch)
             return
         won = [(topic, result) for (topic, _), result in zip(claims, results) if isinstance(result, PutResult)]
+        # A claim refused for its version lost to another claim, or met a record deleted since it was
+        # read (its deletion's notice orphans the topic again); any other failure is tried again.
+        self._orphaned_again([topic for (topic, _), result in zip(claims, results)
+                              if isinstance(result, Exception) and not isinstance(result, UnexpectedVersion)], epoch)
         if epoch != self._epoch:  # the session was lost meanwhile: these records are not to be trusted
             for topic, result in won:
                 with contextlib.suppress(MetadataError):
@@ -222,6 +228,16 @@ class Rebalancing(Claims):
         self.adoptions += len(won)
         lost = len(claims) - len(won)
         log.debug("adopted %d topic(s)%s", len(won), f"; {lost} taken by others meanwhile" if lost else "")
+
+
+    def _orphaned_again(self, topics: list[str], epoch: int) -> None:
+        """Claims that failed for want of the metadata plane: adopted at a later pass (unless the
+        session was lost meanwhile: then every topic was dropped)."""
+        if topics and epoch == self._epoch:
+            now = time.monotonic()
+            for topic in topics:
+                self._orphans.setdefault(topic, now)
+            self._ring_changed.set()
 
 
 def _persistent(topic: str) -> bool:
