@@ -24,7 +24,7 @@ from urllib.parse import unquote
 from ...meta import EXPECT_ABSENT, PutOp, PutResult
 from ...meta.api import Notification, NotificationType
 from ...meta.errors import MetadataError, UnexpectedVersion
-from ...tasks import wait_for
+from ...tasks import spawn, wait_for
 from .claims import Claims
 from .membership import ACTIVE, BrokerRecord
 from .owner_lookup import OWNED_BY, OWNERS, owner_key, owner_tag
@@ -116,16 +116,16 @@ class Rebalancing(Claims):
                     continue
                 mine.append(topic)
                 if len(mine) == ADOPTION_BATCH:  # claimed while the scan goes on
-                    adoptions.append(asyncio.ensure_future(self._adopt(mine)))
+                    adoptions.append(spawn(self._adopt(mine), "adoption", self._tasks))
                     mine = []
         except MetadataError as exc:  # its records still go with its session
             log.warning("listing the topics of dead broker %s failed: %s", record.address.name, exc)
         if mine:
-            adoptions.append(asyncio.ensure_future(self._adopt(mine)))
+            adoptions.append(spawn(self._adopt(mine), "adoption", self._tasks))
         if found:
             log.info("broker %s is dead and owned %d topic(s): adopting this broker's share before its session "
                      "expires", record.address.name, found)
-        await asyncio.gather(*adoptions)
+        await asyncio.gather(*adoptions, return_exceptions=True)  # failures logged by spawn
 
     async def rebalance(self) -> None:
         """Hand over the topics the ring gives to others; adopt orphans it gives to us."""
@@ -185,7 +185,8 @@ class Rebalancing(Claims):
     async def _adopt(self, topics: list[str]) -> None:
         """Claim orphaned topics together: one batched write of their ownership records, each put
         if absent or, for a dead owner's record still there, at the version its scan read. A claim
-        that fails (someone claimed the topic meanwhile, or the record changed) is left to lookups."""
+        refused for its version is left to whoever claimed the topic meanwhile (or to the notice of
+        the record's deletion); one that failed for want of the metadata plane is made again."""
         async with self._adoption_batches:
             await self._claim_orphans(topics)
 
@@ -230,7 +231,6 @@ class Rebalancing(Claims):
         self.adoptions += len(won)
         lost = len(claims) - len(won)
         log.debug("adopted %d topic(s)%s", len(won), f"; {lost} taken by others meanwhile" if lost else "")
-
 
     def _orphaned_again(self, topics: list[str], epoch: int) -> None:
         """Claims that failed for want of the metadata plane: adopted at a later pass (unless the
