@@ -24,12 +24,11 @@ With ``--cluster-extra-owned N`` the killed broker also holds N ownership record
 nobody wrote (``persistent://public/scale-{i}/owned-{n}``), put by the bench just before the
 kill with the value and owner index entry the broker's own claims carry, ephemeral records of
 a session whose heartbeats stop at the kill (``ExtraOwnership``): they expire with the killed
-broker's own. A survivor's
-adoption reads and claims ownership records only (each topic loads when a client first asks
-for it), so they cost it what the records of written topics do: a failover of hundreds of
-thousands of topics can be measured without writing them first (writing one takes about
-22 metadata operations, ~7 ms of the metadata server's CPU here). The written topics still
-give the sampled answers.
+broker's own. A survivor's adoption reads and claims ownership records only (each topic loads
+when a client first asks for it), so they cost it what the records of written topics do: a
+failover of hundreds of thousands of topics can be measured without writing them first
+(writing one takes about 22 metadata operations, ~7 ms of the metadata server's CPU here).
+The written topics still give the sampled answers.
 
 Target: 1,000,000 topics; the survivors serve a killed broker's (300,000) topics again
 within 30 s.
