@@ -46,7 +46,7 @@ from ..topics.dedup import BROKER_DEDUPLICATION_ENABLED
 from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
-from .collector_pauses import time_collector_pauses
+from ..cyclic_gc import freeze_survivors, time_collector_pauses
 from .http import add_https, attach_admin, start_http
 from .iceberg_rest import sbt_catalog
 from .listeners import AdvertisedListener
@@ -460,18 +460,20 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
 
 
 def freeze_startup_objects() -> None:
-    """Put what the imports loaded out of the cyclic collector's way (once, in a server process,
-    before it listens: the collection first stalls the loop).
+    """Put what the imports loaded out of the cyclic collector's way, and from then on what
+    survives each full collection (once, in a server process, before it listens: the
+    collection first stalls the loop).
 
-    Modules, classes and schemas (~100k objects) live as long as the process; left in the
-    oldest generation, every full collection walks them all, a pause of tens to hundreds of
-    ms for whatever request is being served. Frozen, a full collection walks only what
-    serving made since. Not for processes that start brokers again and again (tests): what
-    is alive at a freeze is never collected afterwards.
+    Modules, classes and schemas (~100k objects) live as long as the process, and so do most
+    of a loaded topic's objects; left in the oldest generation, every full collection walks
+    them all, a pause of tens of ms to seconds for whatever request is being served. Frozen,
+    a full collection walks only what serving made since (``nereus.cyclic_gc``). Not for
+    processes that start brokers again and again (tests).
     """
     gc.collect()
     gc.freeze()
     time_collector_pauses()
+    freeze_survivors()
 
 
 __all__ = ["BrokerNode", "BrokerOptions", "PortInUse", "StartingPlacement", "advertised", "bind_listener",

@@ -16,6 +16,7 @@ import ctypes.util
 import logging
 import time
 
+from ..cyclic_gc import collect_everything
 from ..ledger.naming import TopicName
 from ..meta import MetadataStore
 from ..storage import StreamStorage
@@ -270,8 +271,10 @@ class TopicRegistry:
         for topic in idle:
             await self.unload(topic, "idle")
         if len(idle) >= TRIM_AFTER_UNLOADS:
-            # Freed objects leave the allocator's arenas mostly empty but still mapped: give
+            # The unloaded topics' cycles are freed now, not at the collector's next thaw; the
+            # freed objects leave the allocator's arenas mostly empty but still mapped: give
             # them back, so the RSS follows the topics in use (off the loop: it walks the heap).
+            collect_everything()
             await asyncio.get_running_loop().run_in_executor(None, _trim_heap)
         return len(idle)
 
