@@ -347,6 +347,19 @@ class MetadataStore(abc.ABC):
         """Subscribe to changes made after this call, on every shard."""
 
     @abc.abstractmethod
+    async def shard_of(self, key: str, *, partition_key: str | None = None) -> str:
+        """The name of the shard holding ``key`` (session ids are unique within a shard only)."""
+
+    @abc.abstractmethod
+    async def end_session_of(self, key: str, session_id: int, *, partition_key: str | None = None) -> bool:
+        """Close session ``session_id`` of the shard holding ``key``, as its own client would:
+        every ephemeral record of that session in that shard is deleted now, not at its expiry.
+
+        For the records of a client known dead (another client's session: the lease it no
+        longer renews is cut short). False if the session was gone already.
+        """
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Close this client's sessions (deleting its ephemeral records)."""
 

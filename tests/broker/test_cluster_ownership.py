@@ -99,10 +99,11 @@ async def wait_for(condition, timeout: float = 15.0, what: str = "condition"):
 
 
 @contextlib.asynccontextmanager
-async def cluster(names, zones=None):
+async def cluster(names, zones=None, session_timeout: float = 2.0):
     engine = open_engine(None, shards=2)
     objects = open_object_store("memory://")
-    brokers = [await Broker(engine, objects, n, z).start() for n, z in zip(names, zones or ["default"] * len(names))]
+    brokers = [await Broker(engine, objects, n, z, session_timeout).start()
+               for n, z in zip(names, zones or ["default"] * len(names))]
     try:
         await wait_for(lambda: all(len(b.membership.ring) == len(brokers) for b in brokers), what="ring of all")
         await wait_for(lambda: all(r.serving for b in brokers for r in b.membership.brokers.values()),
@@ -224,19 +225,21 @@ async def test_a_dead_brokers_topics_are_adopted_and_its_streams_fenced():
                 await stale[name].handle.append(b"zombie", 1)
 
 
-async def test_a_killed_brokers_topics_are_adopted_in_batched_writes():
-    """Adopting costs one batched write of the ownership records per thousand topics (claimed at
-    the versions the scan of the dead owner's index read), not a load of each topic (about twenty
-    metadata operations apiece)."""
-    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+async def test_a_killed_brokers_session_is_ended_and_its_topics_adopted_in_batched_writes():
+    """A broker seen dead (its listener refuses connections) has its metadata session ended by a
+    survivor, not left to its lease (a minute here): its records go at once, in the shard's one
+    deletion. Adopting then costs one batched write of the ownership records per thousand topics
+    (claimed if absent), not a load of each topic (about twenty metadata operations apiece)."""
+    async with cluster(["b0", "b1"], session_timeout=60.0) as (brokers, _engine, _objects):
         victim, survivor = brokers
         names = [f"persistent://public/default/batch-{i}" for i in range(3000)]
         mine = [n for n in names if victim.membership.ring.owner(n) == victim.name]
         assert len(mine) > 1000
         for name in mine:
             await victim.placement.lookup(name, authoritative=True)  # claimed, as a lookup does
+        await victim.meta.put("/test/victims-own", b"x", ephemeral=True)
         calls = collections.Counter()
-        for method in ("get", "get_many", "put", "put_many", "delete"):
+        for method in ("get", "get_many", "put", "put_many", "delete", "end_session_of"):
             real = getattr(survivor.meta, method)
 
             async def counted(*args, _real=real, _method=method, **kwargs):
@@ -251,6 +254,8 @@ async def test_a_killed_brokers_topics_are_adopted_in_batched_writes():
         victim.meta._pause_heartbeats()
         await survivor.membership.forget(survivor.membership.brokers[victim.name])  # seen dead by a lookup
         await wait_for(lambda: all(survivor.placement.owns(n) for n in mine), what="every topic adopted")
+        assert await survivor.meta.get("/test/victims-own") is None  # its session ended, not expired
+        assert 1 <= calls["end_session_of"] <= 2, calls  # one session per shard holding its records
         assert not survivor.registry.topics  # none loaded
         assert calls["put_many"] <= 2 * (len(mine) // 1000 + 1) and calls["put"] < 20, calls
         assert calls["get"] < 50, calls

@@ -335,6 +335,39 @@ async def test_ephemeral_puts_of_a_batch_go_with_the_session_and_replace_another
             await client.close()
 
 
+async def test_a_dead_clients_session_is_ended_by_another_and_its_records_go_at_once(backend):
+    """A client known dead need not wait for its lease: another ends the session that holds its
+    records, in the record's shard, and only that session's records go."""
+    dead = backend.client(identity="dead", session_timeout=6.0)
+    alive = backend.client(identity="alive")
+    other = backend.client()
+    lost = asyncio.Event()
+    dead.add_session_listener(lost.set)
+    try:
+        held = [await dead.put(f"/ended/{i}", b"x", ephemeral=True) for i in range(20)]
+        await alive.put("/ended/alive", b"x", ephemeral=True)
+        await dead.put("/ended/plain", b"x")
+        keys = [f"/ended/{i}" for i in range(20)]
+        async with other.notifications() as notes:
+            # One session per shard: the first call for a shard ends it, the others find it gone.
+            ended = [await other.end_session_of(key, rec.version.session_id) for key, rec in zip(keys, held)]
+            got = await next_notes(notes, 20)
+        assert ended[0] and 0 < sum(ended) <= 20
+        assert {n.key for n in got} == set(keys)
+        assert all(n.type == NotificationType.KEY_DELETED for n in got)
+        for key in keys:
+            assert await other.get(key) is None
+        assert await other.get("/ended/alive") is not None and await other.get("/ended/plain") is not None
+        assert not await other.end_session_of(keys[0], held[0].version.session_id)  # gone already
+        # A session id is unique within its shard: the shards are told apart by name.
+        shards = {await other.shard_of(key) for key in keys}
+        assert len(shards) == sum(ended) and all(isinstance(name, str) for name in shards)
+        await asyncio.wait_for(lost.wait(), 30)  # its own client hears the loss at its next heartbeat
+    finally:
+        for client in (dead, alive, other):
+            await client.close()
+
+
 async def test_ephemeral_removed_on_session_expiry(backend):
     owner = backend.client(session_timeout=2.0)
     other = backend.client()

@@ -95,8 +95,11 @@ class Rebalancing(Claims):
 
         Only a broker whose listener refuses connections is dead for sure; one that left the
         registry otherwise (cut off, or gone after a drain) keeps its records until its session
-        ends. Its records are replaced at the version read, a batch at a time as the scan of
-        its owner index goes on; the topics the ring gives to others are kept as orphans, in
+        ends. A dead one's metadata session is ended at once, as its lease would end it later
+        (its heartbeats have stopped): its records go in one deletion per shard, and each
+        deletion notice orphans a topic, claimed then if absent. Records of a session that
+        could not be ended are replaced at the version read, a batch at a time as the scan of
+        its owner index goes on. The topics the ring gives to others are kept as orphans, in
         case the ring changes before they adopt them.
         """
         if not await self._refuses(record.address):
@@ -104,12 +107,19 @@ class Rebalancing(Claims):
         tag = owner_tag(record.address.name, record.incarnation)
         now = time.monotonic()
         found, mine, adoptions = 0, [], []
+        sessions: dict[tuple[str, int], bool] = {}  # the dead broker's sessions (shard, id): ended?
         try:
             async for rec in self.meta.range_scan(tag, tag + "\x01", use_index=OWNED_BY):
                 topic = unquote(rec.key[len(OWNERS):])
                 if topic in self.owned:
                     continue
                 found += 1
+                if rec.version.session_id is not None:
+                    session = (await self.meta.shard_of(rec.key), rec.version.session_id)
+                    if session not in sessions:
+                        sessions[session] = await self._end_session(record, rec.key, session[1])
+                    if sessions[session]:
+                        continue  # deleted with its session: the deletion's notice orphans it
                 self._orphan_versions[topic] = rec.version.version_id
                 if self.draining or self._home_name(topic) != self.local.name:
                     self._orphans.setdefault(topic, now)
@@ -126,6 +136,18 @@ class Rebalancing(Claims):
             log.info("broker %s is dead and owned %d topic(s): adopting this broker's share before its session "
                      "expires", record.address.name, found)
         await asyncio.gather(*adoptions, return_exceptions=True)  # failures logged by spawn
+
+    async def _end_session(self, record: BrokerRecord, key: str, sid: int) -> bool:
+        """End the dead broker's session that holds ``key`` (one per shard; a survivor that
+        comes second finds it ended). False if it could not be: its records wait for its lease."""
+        try:
+            ended = await self.meta.end_session_of(key, sid)
+        except MetadataError as exc:
+            log.warning("ending session %d of dead broker %s failed: %s", sid, record.address.name, exc)
+            return False
+        log.info("broker %s is dead: %s its metadata session %d", record.address.name,
+                 "ended" if ended else "another broker ended", sid)
+        return True
 
     async def rebalance(self) -> None:
         """Hand over the topics the ring gives to others; adopt orphans it gives to us."""

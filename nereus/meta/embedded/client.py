@@ -317,6 +317,19 @@ class EmbeddedMetadataStore(MetadataStore):
     def _shard_name(self, shard: Shard) -> str:
         return shard.name
 
+    async def shard_of(self, key: str, *, partition_key: str | None = None) -> str:
+        return self._route(key, partition_key).name
+
+    async def end_session_of(self, key: str, session_id: int, *, partition_key: str | None = None) -> bool:
+        self._check()
+        shard = self._route(key, partition_key)
+        shard.sessions.closed(session_id)  # no expiry race with the close below
+        try:
+            await shard.call(CLOSE_SESSION, session_id)
+        except SessionNotFound:
+            return False
+        return True
+
     def _close_lapsed(self, shard: Shard, sid: int) -> None:
         """Best effort: the server may have expired it already, or be closing."""
         shard.sessions.closed(sid)  # no keepalive or expiry from now on

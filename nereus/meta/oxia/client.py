@@ -442,6 +442,23 @@ class OxiaMetadataStore(MetadataStore):
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
+    async def shard_of(self, key: str, *, partition_key: str | None = None) -> str:
+        return str((await self._route(key, partition_key)).id)
+
+    async def end_session_of(self, key: str, session_id: int, *, partition_key: str | None = None) -> bool:
+        self._check()
+        shard = await self._route(key, partition_key)
+        try:
+            await self._conn.stub(shard.leader).CloseSession(
+                pb.CloseSessionRequest(shard=shard.id, session_id=session_id),
+                metadata=self._conn.shard_metadata(shard.id), timeout=self._conn.retry_timeout)
+        except grpc.RpcError as e:
+            err = error_from_rpc(e)
+            if isinstance(err, SessionNotFound):
+                return False
+            raise err from None
+        return True
+
     async def _close_session(self, shard_id: int, sid: int, *, quiet: bool = False) -> None:
         try:
             await self._conn.stub(self._conn.shard(shard_id).leader).CloseSession(
