@@ -466,8 +466,10 @@ class OxiaMetadataStore(MetadataStore):
                 metadata=self._conn.shard_metadata(shard_id), timeout=5)
         except (grpc.RpcError, MetadataError) as e:
             # A lapsed session is closed on a best-effort basis: the server may have expired it.
-            log.log(logging.DEBUG if quiet else logging.WARNING, "closing session %d of %s failed: %s",
-                    sid, self.identity, e)
+            # One the server no longer has was ended already (expired, or ended by another client).
+            err = error_from_rpc(e) if isinstance(e, grpc.RpcError) else e
+            log.log(logging.DEBUG if quiet or isinstance(err, SessionNotFound) else logging.WARNING,
+                    "closing session %d of %s failed: %s", sid, self.identity, err)
 
     def _pause_heartbeats(self) -> None:
         """Test hook: stop heartbeating, as a hung or partitioned client would."""
