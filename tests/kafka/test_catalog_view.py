@@ -182,3 +182,17 @@ async def test_an_answer_kept_current_is_patched_in_the_background():
     for _ in range(100):
         await asyncio.sleep(0)
     assert (state["reads"], len(state["patches"])) == done
+
+
+async def test_changes_heard_while_nothing_is_kept_hold_no_topic():
+    """A broker no Kafka client asked keeps no answer: the topics it hears changed (every topic a
+    Pulsar client creates) are not held, so their memory goes when they are unloaded."""
+    catalog, membership = Catalog(None, None, None, None), Membership()
+    catalog.follow(membership)
+    for i in range(100):
+        membership.note(f"/nereus/kafka/topic-configs/t{i}")
+    assert not catalog.kept._touched
+    compute, calls = counting()
+    assert await catalog.kept.get("x", compute) == 1
+    membership.note("/nereus/kafka/topic-configs/after")  # one answer kept now: patched for it
+    assert set(catalog.kept._touched) == {"after"}

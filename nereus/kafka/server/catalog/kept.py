@@ -123,9 +123,14 @@ class KeptAnswers:
     def changed(self, topic: str | None = None) -> None:
         """A change to ``topic`` (None: to anything) was heard or made here."""
         self.changes += 1
-        if topic is None or len(self._touched) >= 4 * MAX_PATCHED and not self._prune():
+        if topic is None or (self._kept or self._reading) and len(self._touched) >= 4 * MAX_PATCHED \
+                and not self._prune():
             self._whole = self.changes
             self._touched.clear()  # every answer read before now is read again whole
+        elif not self._kept and not self._reading:
+            # Nothing kept or being read (no Kafka client asked yet): whatever is read next reflects
+            # this change, and a topic per change would only be held in memory.
+            self._touched.clear()
         else:
             self._touched[topic] = self.changes
         if self._current:
