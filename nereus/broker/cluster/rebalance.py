@@ -133,8 +133,9 @@ class Rebalancing(Claims):
         if mine:
             adoptions.append(spawn(self._adopt(mine), "adoption", self._tasks))
         if found:
-            log.info("broker %s is dead and owned %d topic(s): adopting this broker's share before its session "
-                     "expires", record.address.name, found)
+            log.info("broker %s is dead and owned %d topic(s): adopting this broker's share %s", record.address.name,
+                     found, "as its records go with its ended session" if any(sessions.values())
+                     else "before its session expires")
         await asyncio.gather(*adoptions, return_exceptions=True)  # failures logged by spawn
 
     async def _end_session(self, record: BrokerRecord, key: str, sid: int) -> bool:
