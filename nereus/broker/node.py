@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..auth import Authenticator, AuthSettings
 from ..auth.authorization import Authorizer
+from ..cyclic_gc import freeze_survivors, time_collector_pauses
 from ..kafka.server import KafkaService
 from ..ledger.policies import ensure_default_namespace
 from ..kafka.server.share.groups import STREAMS_PREFIX
@@ -46,7 +47,6 @@ from ..topics.dedup import BROKER_DEDUPLICATION_ENABLED
 from .cluster import ClusterPlacement, Membership, node_id_for
 from .cluster import metrics as cluster_metrics
 from .cluster.lease import run_under_lease
-from ..cyclic_gc import freeze_survivors, time_collector_pauses
 from .http import add_https, attach_admin, start_http
 from .iceberg_rest import sbt_catalog
 from .listeners import AdvertisedListener
