@@ -112,14 +112,22 @@ class StreamReader:
             next_needed = entry.last + 1
             return total >= max_bytes or next_needed >= end or len(found) >= _MAX_READ_AHEAD
 
-        async for rec in self.meta.range_scan(lo, hi, partition_key=partition, page_size=4):
-            for entry in records.decode_group(rec.value):
+        for attempt in range(2):
+            async for rec in self.meta.range_scan(lo, hi, partition_key=partition, page_size=4):
+                for entry in records.decode_group(rec.value):
+                    if take(entry):
+                        return found
+            tail = await self._tail(stream_id)
+            pending = [entry for entry in tail.pending if entry.last >= next_needed]
+            if attempt == 0 and tail.next > next_needed and (not pending or pending[0].base > next_needed):
+                # A writer puts a full group's idx key, then drops those slices from the tail's
+                # pending: between the scan and the tail read they moved. Scan again from here.
+                lo = records.index_range(stream_id, next_needed)[0]
+                continue
+            for entry in pending:
                 if take(entry):
                     return found
-        tail = await self._tail(stream_id)
-        for entry in tail.pending:
-            if take(entry):
-                return found
+            break
         if not found:
             raise StorageError(f"stream {stream_id}: no committed entry for offset {offset}")
         return found

@@ -112,6 +112,39 @@ async def test_recent_slices_are_read_from_the_tail_until_their_group_is_written
     await reader.close()
 
 
+async def test_a_read_finds_slices_that_moved_from_the_tail_into_a_group_while_it_looked(meta, objects, storage):
+    """A writer puts a group's idx key, then drops its slices from the tail's pending. A reader that
+    scanned the idx keys before the first step and reads the tail after the second sees the slices
+    in neither: it scans again rather than answer that the offsets have no entry."""
+    from nereus.storage import records
+    stream = await storage.open_stream("moved", create=True)
+    for i in range(3):
+        await stream.append(b"%d" % i, 1)
+    await stream.close()
+    partition = records.stream_partition(stream.stream_id)
+    reader = StreamStorage(meta, objects, node_id="reader", options=FAST)  # cold caches
+    read_tail, moved = reader.reader._tail, []
+
+    async def tail_after_the_move(stream_id):
+        if not moved:  # the scan found no idx key: now the writer's two steps happen
+            tail = await read_tail(stream_id)
+            assert len(tail.pending) == 3
+            await meta.put(records.index_key(stream_id, tail.pending[-1].last),
+                           records.encode_group([records.encode_entry_json(e) for e in tail.pending]),
+                           partition_key=partition)
+            await meta.put(records.tail_key(stream_id),
+                           records.Tail(tail.next, tail.size, tail.token).encode(), partition_key=partition)
+            moved.append(True)
+        return await read_tail(stream_id)
+
+    reader.reader._tail = tail_after_the_move
+    handle = await reader.open_stream("moved")
+    await handle.refresh()
+    assert [bytes(e.data) for e in (await handle.fetch(0)).entries] == [b"0", b"1", b"2"]
+    assert moved
+    await reader.close()
+
+
 async def test_slow_streams_write_partial_groups_once_their_oldest_slice_is_old(meta, objects, storage,
                                                                              monkeypatch):
     import asyncio
