@@ -38,8 +38,8 @@ ADOPTION_BATCH = 1000  # ownership records claimed in one batched write
 # Batches under way at once. More would make adoption faster where the metadata plane has room;
 # but claims queued at its shards delay every request behind them, the lookups and loads of the
 # topics clients ask for first included. Measured with 300,000 topics on one metadata process
-# (bench/RESULTS.md): all owned again after 30-32 s with four, 33 s with two or one; the first
-# lookups 1-3 s later with four than with one.
+# while claims still waited for the dead broker's lease (bench/RESULTS.md, third round): all owned
+# again after 30-32 s with four, 33 s with two or one; the first lookups 1-3 s later with four.
 ADOPTION_BATCHES = 4
 
 
