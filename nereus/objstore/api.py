@@ -23,6 +23,11 @@ class ObjectStore(abc.ABC):
     Malformed keys raise ``InvalidObjectKey``; every store failure is an ``ObjectStoreError``.
     """
 
+    #: Whether a put that is slow for this store is best raced by a second put of the same
+    #: bytes under another name: true of remote stores, whose slow requests are mostly
+    #: independent of each other; a local disk's slow write would only be made slower.
+    hedge_slow_puts: bool = False
+
     @abc.abstractmethod
     async def put_if_absent(self, key: str, data: bytes | memoryview | list[bytes]) -> None:
         """Durably store ``data`` (or the concatenation of a list of chunks) under ``key``.

@@ -35,6 +35,7 @@ class FaultInjectingObjectStore(ObjectStore):
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
+        self.hedge_slow_puts = inner.hedge_slow_puts
         self.calls: Counter[str] = Counter()
         self.put_delay = 0.0
         self.get_delay = 0.0

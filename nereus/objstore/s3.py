@@ -83,6 +83,8 @@ class S3ObjectStore(ObjectStore):
     ``client`` replaces the obstore ``S3Store`` (tests only).
     """
 
+    hedge_slow_puts = True  # AWS's advice for latency-sensitive clients: retry slow requests
+
     def __init__(
         self,
         bucket: str,

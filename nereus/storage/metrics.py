@@ -33,6 +33,13 @@ WAL_FLUSH_BYTES = Histogram(
     buckets=tuple(1 << shift for shift in range(10, 27, 2)),  # 1 KiB .. 64 MiB
 )
 FENCED_SLICES = Counter("nereus_storage_fenced_slices", "Slices rejected because their session was fenced")
+RACED_PUTS = Counter(
+    "nereus_storage_raced_puts",
+    "Slow WAL object puts raced by a second put of the same bytes, by the one that landed first",
+    ["winner"],
+)
+for _winner in ("first", "second"):
+    RACED_PUTS.labels(_winner)
 FLUSH_SECONDS = Histogram(
     "nereus_storage_flush_seconds", "Time from flush start to the last slice committed",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),

@@ -13,14 +13,22 @@ then its commit (after the previous flush's). When does a flush start?
   commit stage busy without piling up objects that wait for it).
 * Otherwise the buffer waits: until it reaches ``max_object_bytes``, or for
   ``flush_interval`` after its first append (so a slow store, whose writes take
-  longer than commits, keeps several flushes overlapping under load).
-* ``max_inflight_flushes`` are busy: the buffer waits for the next one to finish.
+  longer than commits, keeps several flushes overlapping under load; on a store
+  whose puts take many flush intervals, the interval is a ``puts_per_put_time``-th
+  of the median put time).
+* Every flush slot is busy: the buffer waits for the next one to finish. There are
+  ``max_inflight_flushes`` slots, more on a store whose puts take longer than a flush
+  interval (up to ``max_slow_store_flushes``, while the flushes in flight hold less
+  than ``max_buffered_bytes``): enough that appends wait for the puts ahead of
+  theirs, not for a slot.
 
 A flush:
 
 1. takes the object's name from a block of names reserved in the metadata plane
    beforehand (so a crash leaves a trace for GC without a metadata write per object),
-2. puts the object (put-if-absent; durable when it returns),
+2. puts the object (put-if-absent; durable when it returns); on a remote store a put
+   slower than most of the recent ones is raced by a second put of the same bytes
+   under the next name, and the first to land is the one committed (``put_timing``),
 3. waits until the previous flush finished committing (per-stream commit order
    must follow append order), then commits every stream's slice with ONE
    ``put_many`` (a tail CAS per stream, plus an idx group write every 8th commit;
@@ -61,6 +69,7 @@ from ..tasks import log_failure
 from ..wal.errors import BlockFenced
 from . import gc, metrics, wal_format
 from .errors import InvalidAppend, StorageError, StreamFenced
+from .put_timing import PutTiming
 from .records import IndexEntry
 from .session import AppendSession
 from .wal_blocks import NameBlock, NameBlocks
@@ -87,6 +96,17 @@ class WalOptions:
     #: own (an idle WAL flushes at once, and a flush reaching its commit turn starts the next).
     flush_interval: float = 0.005
     max_inflight_flushes: int = 4
+    #: On a store whose puts take longer than ``flush_interval`` times this, the interval
+    #: grows to the median put time over this: a flush's put overlaps about this many others
+    #: (a commit waits for every put before its own, and each more in flight lengthens that
+    #: wait's tail), and the store gets fewer, larger objects.
+    puts_per_put_time: int = 6
+    #: The most flushes in flight on a store whose puts take longer than ``flush_interval``.
+    max_slow_store_flushes: int = 32
+    #: A put still unanswered after this quantile of the recent put times is raced by a
+    #: second one, on stores where that helps (0: never); at most ``put_race_budget`` of flushes.
+    put_race_quantile: float = 0.95
+    put_race_budget: float = 0.1
     #: Appends wait while this much is buffered behind busy flushes.
     max_buffered_bytes: int = 64 << 20
     max_entry_bytes: int = 64 << 20
@@ -181,11 +201,16 @@ class WalWriter:
                                  concurrency=options.upload_concurrency) if durability.on_replicas else None
         self._last_commit: asyncio.Future | None = None
         self._inflight = 0  # flushes not finished (writing or committing)
+        self._inflight_bytes = 0
+        racing = objects.hedge_slow_puts and options.put_race_quantile > 0
+        self.put_timing = PutTiming(hedging=racing, quantile=options.put_race_quantile if racing else 0.5,
+                                    budget=options.put_race_budget)
         self._ahead = 0  # flushes writing their object or waiting for their turn to commit
         self._flush_wanted = False
         self._space = asyncio.Event()
         self._space.set()
         self._flushes: set[asyncio.Task] = set()
+        self._losing_puts: set[asyncio.Future] = set()  # raced puts that lost, not over yet
         self._start_waiters: list[asyncio.Future] = []  # callers of flush() waiting for a free slot
         self._closed = False
         # Sessions with pending slices that may need grouping when their stream goes quiet.
@@ -225,7 +250,7 @@ class WalWriter:
             if self._soon is None:  # nothing ahead of the commit stage: flush once this loop turn's appends are in
                 self._soon = asyncio.get_running_loop().call_soon(self._flush_now)
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.options.flush_interval, self._flush_now)
+            self._timer = asyncio.get_running_loop().call_later(self._flush_interval(), self._flush_now)
         return await future
 
     def _flush_now(self) -> None:
@@ -237,23 +262,36 @@ class WalWriter:
             self._soon = None
         if not self._buffer:
             return
-        if self._inflight >= self.options.max_inflight_flushes:
+        if not self._slot_free():
             # Busy: keep buffering. The next flush starts when one finishes and
             # carries everything buffered meanwhile (group commit under load).
             self._flush_wanted = True
             return
         self._flush_wanted = False
-        batch, self._buffer, self._buffered_bytes = list(self._buffer.values()), {}, 0
+        batch, size = list(self._buffer.values()), self._buffered_bytes
+        self._buffer, self._buffered_bytes = {}, 0
         self._space.set()
         previous = self._last_commit
         done = self._last_commit = asyncio.get_running_loop().create_future()
         self._inflight += 1
+        self._inflight_bytes += size
         self._ahead += 1
-        self._track(self._flush(batch, previous, done, _CommitTurn(self)))
+        self._track(self._flush(batch, size, previous, done, _CommitTurn(self)))
         waiters, self._start_waiters = self._start_waiters, []
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _flush_interval(self) -> float:
+        return self.put_timing.interval(self.options.flush_interval, self.options.puts_per_put_time)
+
+    def _slot_free(self) -> bool:
+        options = self.options
+        if self._inflight < options.max_inflight_flushes:
+            return True
+        return (self._inflight < self.put_timing.slots(self._flush_interval(), options.max_inflight_flushes,
+                                                       options.max_slow_store_flushes)
+                and self._inflight_bytes < options.max_buffered_bytes)
 
     def _track(self, coro) -> None:
         task = asyncio.ensure_future(coro)
@@ -266,14 +304,15 @@ class WalWriter:
         if self._buffer and self._ahead == 0:
             self._flush_now()  # what came meanwhile is written while this commit runs
 
-    def _flush_finished(self) -> None:
+    def _flush_finished(self, size: int) -> None:
         self._inflight -= 1
+        self._inflight_bytes -= size
         if self._buffer and (self._inflight == 0 or self._flush_wanted
                              or self._buffered_bytes >= self.options.max_object_bytes):
             self._flush_now()  # idle again, a flush was due while every slot was busy, or a full buffer
 
-    async def _flush(self, batch: list[_Pending], previous: asyncio.Future | None, done: asyncio.Future,
-                     turn: _CommitTurn) -> None:
+    async def _flush(self, batch: list[_Pending], size: int, previous: asyncio.Future | None,
+                     done: asyncio.Future, turn: _CommitTurn) -> None:
         try:
             await self._write_and_commit(batch, previous, done, turn)
             if self.health.refusal is not None:
@@ -290,7 +329,7 @@ class WalWriter:
             if not done.done():
                 done.set_result(None)
             turn.reached()
-            self._flush_finished()
+            self._flush_finished(size)
 
     async def _write_and_commit(self, batch: list[_Pending], previous: asyncio.Future | None,
                                 done: asyncio.Future, turn: _CommitTurn) -> None:
@@ -342,8 +381,7 @@ class WalWriter:
     async def _put_object(self, key: str, block: NameBlock, chunks: list) -> tuple[str, NameBlock]:
         for attempt in range(3):
             try:
-                await metrics.put_object(self.objects, key, chunks, "wal")
-                return key, block
+                return await self._put_raced(key, block, chunks)
             except ObjectExists:
                 # The collector claimed the name (it took this block for a dead
                 # writer's after a stall): the block is lost; write under a new name.
@@ -354,6 +392,73 @@ class WalWriter:
                 self._track(self._seal(key, _CommitRound(), block))
                 key, block = await self.blocks.next_name()
         raise AssertionError("unreachable")
+
+    async def _timed_put(self, key: str, chunks: list) -> None:
+        started = time.monotonic()
+        await metrics.put_object(self.objects, key, chunks, "wal")
+        self.put_timing.record(time.monotonic() - started)
+
+    async def _put_raced(self, key: str, block: NameBlock, chunks: list) -> tuple[str, NameBlock]:
+        """Put the object under ``key``, or, if that put is slow, under whichever of ``key``
+        and a second name lands first; the name (and block) returned is the one to commit.
+        On failure, ``key`` is the caller's to seal, as any failed put's."""
+        delay = self.put_timing.hedge_delay()
+        if delay is None:
+            await self._timed_put(key, chunks)
+            return key, block
+        first = asyncio.ensure_future(self._timed_put(key, chunks))
+        try:
+            await asyncio.wait((first,), timeout=delay)
+            if not first.done():
+                try:
+                    race = await self.blocks.next_name()
+                except Exception as exc:  # no second name now: the first put alone will do
+                    log.debug("no name to race a slow put of %s with: %s", key, exc)
+                else:
+                    return await self._race(first, (key, block), race, chunks)
+            await first
+            return key, block
+        except BaseException:
+            first.cancel()
+            raise
+
+    async def _race(self, first: asyncio.Future, name: tuple[str, NameBlock], race: tuple[str, NameBlock],
+                    chunks: list) -> tuple[str, NameBlock]:
+        self.put_timing.raced()
+        second = asyncio.ensure_future(self._timed_put(race[0], chunks))
+        try:
+            pending = {first, second}
+            while pending:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for put, won, other, lost in ((second, race, first, name), (first, name, second, race)):
+                    if put.done() and not put.cancelled() and put.exception() is None:
+                        metrics.RACED_PUTS.labels("second" if put is second else "first").inc()
+                        self._abandon_when_done(lost, other)
+                        return won
+        except BaseException:
+            second.cancel()
+            self._abandon_when_done(race, second)
+            raise
+        self._abandon_when_done(race, second)
+        first.result()  # both failed: raises the first put's error
+        raise AssertionError("unreachable")
+
+    def _abandon_when_done(self, name: tuple[str, NameBlock], put: asyncio.Future) -> None:
+        """Seal a name whose object is not committed, once its put is over (so the collector
+        deletes what may have landed, never before it lands)."""
+        key, block = name
+
+        def over(task: asyncio.Future) -> None:
+            if not task.cancelled() and isinstance(task.exception(), ObjectExists):
+                block.claimed = True  # the collector took the block (see _put_object)
+            self._track(self._seal(key, _CommitRound(), block))
+
+        if put.done():
+            over(put)
+        else:
+            self._losing_puts.add(put)  # close waits for it, and so for its seal
+            put.add_done_callback(self._losing_puts.discard)
+            put.add_done_callback(over)
 
     async def _write_replicas(self, key: str, block: NameBlock, chunks: list) -> tuple[str, NameBlock]:
         """Put the object on its write set; a set that cannot take it is left for a new block
@@ -500,8 +605,8 @@ class WalWriter:
     async def _drain(self) -> None:
         """Wait until no flush is in flight (at close, when nothing new is appended)."""
         self._flush_now()
-        while self._flushes:
-            await asyncio.gather(*list(self._flushes), return_exceptions=True)
+        while self._flushes or self._losing_puts:
+            await asyncio.gather(*self._flushes, *self._losing_puts, return_exceptions=True)
 
     async def close(self) -> None:
         self._closed = True
