@@ -311,3 +311,33 @@ def test_compaction_of_a_partitioned_topic_is_triggered_and_reported_over_every_
             latest[m.partition_key()] = m.data()
         reader.close()
     assert latest == {f"k{k}": b"v%d" % (48 + k) for k in range(12)}
+
+
+def test_a_lookup_of_a_recorded_topic_reads_no_namespace_policies(cluster, make_client):
+    # After a failover every client looks its topics up again: for topics that exist, the
+    # namespace's policies (needed only to decide on auto-creation) are not read.
+    from nereus.ledger.policies import policies_key
+
+    topic = cluster.topic_for(1)
+    partitioned = f"persistent://public/default/p-{uuid.uuid4().hex[:8]}"
+    assert requests.put(f"{cluster.http(1)}/admin/v2/{rest(partitioned)}/partitions", json=2,
+                        timeout=TIMEOUT).status_code == 204
+    writer = make_client(cluster.nodes[1].address.pulsar_url)
+    writer.create_producer(topic).send(b"m")
+    meta = cluster.nodes[0].storage.meta
+    read = meta.get
+    keys: list[str] = []
+
+    async def counting_get(key, *args, **kwargs):
+        keys.append(key)
+        return await read(key, *args, **kwargs)
+
+    meta.get = counting_get
+    try:
+        reader = make_client(cluster.nodes[0].address.pulsar_url)
+        for name in (topic, partitioned):
+            reader.create_producer(name).send(b"m")  # partitioned metadata and lookups at broker 0
+    finally:
+        del meta.get
+    assert keys  # broker 0 did read the topics' records ...
+    assert policies_key("public", "default") not in keys  # ... and not their namespace's policies

@@ -34,9 +34,14 @@ async def _stored(service, name: TopicName) -> bool:
     return True
 
 
-async def _exists(service, name: TopicName) -> bool:
-    if name.domain == "non-persistent" and name.partition_index < 0:
-        return True
+def _exists_unrecorded(name: TopicName) -> bool:
+    """A non-persistent topic that is not partitioned exists wherever its namespace does."""
+    return name.domain == "non-persistent" and name.partition_index < 0
+
+
+async def _recorded(service, name: TopicName) -> bool:
+    """Whether the metadata plane records ``name``: a partition of a partitioned topic, or a stored topic.
+    Its namespace then exists too (deleting a namespace deletes its topics first)."""
     base = name.base
     if base is not name and name.partition_index < await partitions_of(service.meta, base):
         return True
@@ -65,12 +70,10 @@ async def rule_for(service, name: TopicName) -> AutoCreation:
 
 async def check_usable(service, name: TopicName) -> None:
     """Raise TopicMissing unless ``name`` exists or may be created on first use now."""
-    if service.registry.in_use(name):
+    if service.registry.in_use(name) or await _recorded(service, name):
         return
-    rule = await rule_for(service, name)
-    if await _exists(service, name):
-        return
-    if not rule.allowed:
+    rule = await rule_for(service, name)  # TopicMissing if the namespace does not exist
+    if not (_exists_unrecorded(name) or rule.allowed):
         raise TopicMissing(f"Topic {name} does not exist")
 
 
@@ -93,9 +96,11 @@ async def usable_topic(service, name: TopicName):
 
 async def partitions_for_client(service, name: TopicName, *, may_create: bool) -> int:
     """Partitions to report for ``name``, creating a partitioned topic when the rule says so."""
-    rule = await rule_for(service, name)
     partitions = await partitions_of(service.meta, name)
-    if partitions or name.partition_index >= 0 or await _exists(service, name):
+    if partitions or await _recorded(service, name):
+        return partitions  # no need to read the policies of a recorded topic's namespace
+    rule = await rule_for(service, name)
+    if name.partition_index >= 0 or _exists_unrecorded(name):
         return partitions
     if rule.allowed and rule.partitioned and may_create:
         await create_partitioned_topic(service.meta, name, rule.partitions)  # False: created meanwhile
