@@ -44,48 +44,43 @@ async def read_all(meta, objects, name: str) -> list[bytes]:
         await reader.close()
 
 
+async def race_one_append(storage, meta, remote, winner: int):
+    """One append whose put is raced; put ``winner`` (0: the first, 1: the race) lands first,
+    then the other. Returns the stream, the committed object's key and the other's, once the
+    other is sealed with no live slice."""
+    stream = await storage.open_stream("s", create=True)
+    remote.hold_puts()
+    append = asyncio.ensure_future(stream.append(b"payload", 1))
+    await asyncio.wait_for(remote.wait_held(2), GUARD)  # the first put, then its race
+    remote.held[winner].set_result(None)
+    assert (await asyncio.wait_for(append, GUARD)).base_offset == 0
+    [committed] = wal_keys(remote)
+    remote.hold_puts(False)  # the other lands too, late
+    await asyncio.wait_for(until(lambda: len(wal_keys(remote)) == 2), GUARD)
+    [other] = [k for k in wal_keys(remote) if k != committed]
+    await asyncio.wait_for(until_sealed(meta, other), GUARD)
+    assert records.decode((await meta.get(records.object_key(other))).value)["live"] == []
+    assert records.decode((await meta.get(records.object_key(committed))).value)["live"] == [[stream.stream_id, 0]]
+    return stream, committed, other
+
+
 async def test_a_slow_put_is_raced_the_first_to_land_is_committed_and_the_other_collected(meta, remote):
     storage = await open_writer(meta, remote)
     try:
-        stream = await storage.open_stream("s", create=True)
-        remote.hold_puts()
-        append = asyncio.ensure_future(stream.append(b"payload", 1))
-        await asyncio.wait_for(remote.wait_held(2), GUARD)  # the first put, then its race
-        remote.held[1].set_result(None)  # the second lands first
-        assert (await asyncio.wait_for(append, GUARD)).base_offset == 0
-        committed = wal_keys(remote)
-        assert len(committed) == 1
-        remote.hold_puts(False)  # the first lands too, late
-        await asyncio.wait_for(storage.writer.flush(), GUARD)
-        await asyncio.wait_for(until(lambda: len(wal_keys(remote)) == 2), GUARD)
-        late = next(k for k in wal_keys(remote) if k not in committed)
-        await asyncio.wait_for(until_sealed(meta, late), GUARD)
-        assert records.decode((await meta.get(records.object_key(late))).value)["live"] == []
-        assert records.decode((await meta.get(records.object_key(committed[0]))).value)["live"] == \
-            [[stream.stream_id, 0]]
+        _, committed, late = await race_one_append(storage, meta, remote, winner=1)
+        assert late < committed  # the race took the next name, and won
     finally:
         await storage.close()
     await GarbageCollector(meta, remote, pending_timeout_seconds=0, grace_seconds=0).collect()
-    assert wal_keys(remote) == committed  # the late one is deleted, the committed one kept
+    assert wal_keys(remote) == [committed]  # the late one is deleted, the committed one kept
     assert await read_all(meta, remote, "s") == [b"payload"]
 
 
 async def test_when_the_first_put_lands_first_the_second_is_sealed_empty(meta, remote):
     storage = await open_writer(meta, remote)
     try:
-        stream = await storage.open_stream("s", create=True)
-        remote.hold_puts()
-        append = asyncio.ensure_future(stream.append(b"payload", 1))
-        await asyncio.wait_for(remote.wait_held(2), GUARD)
-        remote.held[0].set_result(None)
-        assert (await asyncio.wait_for(append, GUARD)).base_offset == 0
-        first = wal_keys(remote)
-        remote.hold_puts(False)
-        await asyncio.wait_for(until(lambda: len(wal_keys(remote)) == 2), GUARD)
-        second = next(k for k in wal_keys(remote) if k not in first)
-        assert first[0] < second  # the race took the next name
-        await asyncio.wait_for(until_sealed(meta, second), GUARD)
-        assert records.decode((await meta.get(records.object_key(second))).value)["live"] == []
+        _, first, second = await race_one_append(storage, meta, remote, winner=0)
+        assert first < second
     finally:
         await storage.close()
     assert await read_all(meta, remote, "s") == [b"payload"]
@@ -146,44 +141,37 @@ async def test_the_race_budget_leaves_most_slow_puts_alone(meta, remote):
         await storage.close()
 
 
+async def flushes_in_flight_at_most(storage, store, slots: int) -> None:
+    """``slots`` flushes (one stream each) are held in flight; the next one's flush, once due,
+    finds no free slot. Then everything is let go and commits."""
+    streams = [await storage.open_stream(f"s{i}", create=True) for i in range(slots + 1)]
+    store.hold_puts()
+    appends = []
+    for s in streams[:slots]:  # each flush interval starts another flush while the ones before are held
+        appends.append(asyncio.ensure_future(s.append(b"x", 1)))
+        await asyncio.wait_for(store.wait_held(len(appends)), GUARD)
+    appends.append(asyncio.ensure_future(streams[slots].append(b"y", 1)))
+    await asyncio.wait_for(until(lambda: storage.writer._flush_wanted), GUARD)  # its flush was due ...
+    assert len(store.held) == slots  # ... and found no free slot
+    store.hold_puts(False)
+    assert [r.base_offset for r in await asyncio.wait_for(asyncio.gather(*appends), GUARD)] == [0] * (slots + 1)
+
+
 async def test_flushes_overlap_more_on_a_store_whose_puts_take_longer_than_a_flush_interval(meta, remote):
     # Puts of 20 ms, a flush interval of 1 ms: the interval becomes 20 / 6 ms and 7 flushes
     # may be in flight (the put time over the interval, plus one), not 4.
     storage = await open_writer(meta, remote, flush_interval=0.001, max_inflight_flushes=4, put_race_quantile=0)
     try:
         assert storage.writer._flush_interval() == pytest.approx(RACE_AFTER / 6)
-        streams = [await storage.open_stream(f"s{i}", create=True) for i in range(8)]
-        remote.hold_puts()
-        appends = []
-        for s in streams[:7]:  # each flush interval starts another flush while the ones before are held
-            appends.append(asyncio.ensure_future(s.append(b"x", 1)))
-            await asyncio.wait_for(remote.wait_held(len(appends)), GUARD)
-        appends.append(asyncio.ensure_future(streams[7].append(b"y", 1)))
-        await asyncio.wait_for(until(lambda: storage.writer._flush_wanted), GUARD)  # its flush was due ...
-        assert len(remote.held) == 7  # ... and found no free slot
-        remote.hold_puts(False)
-        assert [r.base_offset for r in await asyncio.wait_for(asyncio.gather(*appends), GUARD)] == [0] * 8
+        await flushes_in_flight_at_most(storage, remote, 7)
     finally:
         await storage.close()
 
 
 async def test_a_fast_store_keeps_the_configured_flushes_in_flight(meta, objects):
-    storage = StreamStorage(meta, objects, node_id="node-a",
-                            options=StorageOptions(wal=WalOptions(flush_interval=0.001, max_inflight_flushes=4)))
+    storage = await open_writer(meta, objects, put_seconds=0.0005, flush_interval=0.001, max_inflight_flushes=4)
     try:
-        for _ in range(64):
-            storage.writer.put_timing.record(0.0005)  # puts faster than a flush interval
-        streams = [await storage.open_stream(f"s{i}", create=True) for i in range(5)]
-        objects.hold_puts()
-        appends = []
-        for s in streams[:4]:
-            appends.append(asyncio.ensure_future(s.append(b"x", 1)))
-            await asyncio.wait_for(objects.wait_held(len(appends)), GUARD)
-        appends.append(asyncio.ensure_future(streams[4].append(b"y", 1)))
-        await asyncio.wait_for(until(lambda: storage.writer._flush_wanted), GUARD)  # its flush was due ...
-        assert len(objects.held) == 4  # ... and found no free slot
-        objects.hold_puts(False)
-        assert [r.base_offset for r in await asyncio.wait_for(asyncio.gather(*appends), GUARD)] == [0] * 5
+        await flushes_in_flight_at_most(storage, objects, 4)
     finally:
         await storage.close()
 
