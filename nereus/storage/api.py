@@ -49,6 +49,9 @@ class Stream(abc.ABC):
     stream_id: int
     name: str
     durability: "Durability"  # where its acknowledged appends live until they are in an object
+    #: Whether opening this handle created the stream: nothing of it can be stored yet (no
+    #: entries, and no state kept beside them), so loading it needs no reads.
+    created: bool = False
 
     @abc.abstractmethod
     def start_offset(self) -> int:

@@ -181,6 +181,7 @@ class StreamStorage:
         """A handle on a stream; its append session is acquired on the first append.
 
         ``durability``: where its appends go (default: the storage's)."""
+        created = False
         try:
             stream_id = await self.stream_id(name)
         except StreamNotFound:
@@ -188,9 +189,10 @@ class StreamStorage:
                 raise
             try:
                 stream_id = await self.create_stream(name, known_absent=True)
+                created = True
             except StreamExists:
                 stream_id = await self.stream_id(name)
-        return StreamHandle(self, stream_id, name, durability or self.durability)
+        return StreamHandle(self, stream_id, name, durability or self.durability, created=created)
 
     async def delete_stream(self, name: str) -> None:
         """Fence any writer, drop the stream's index and release its objects."""
@@ -375,9 +377,12 @@ class StreamHandle(Stream):
     """One stream as seen by this process: appends (with a session) and reads."""
 
     __slots__ = ("storage", "stream_id", "name", "durability", "_writer", "_switching", "_session",
-                 "_start", "_next", "_closed")
+                 "_start", "_next", "_closed", "created", "_unread", "_session_unread")
 
-    def __init__(self, storage: StreamStorage, stream_id: int, name: str, durability: Durability = OBJECT_STORE):
+    def __init__(self, storage: StreamStorage, stream_id: int, name: str, durability: Durability = OBJECT_STORE,
+                 *, created: bool = False):
+        """``created``: this handle's ``open_stream`` created the stream, so it has no tail, start
+        or session record yet (ids are never reused): the first refresh and session take read none."""
         self.storage = storage
         self.stream_id = stream_id
         self.name = name
@@ -388,6 +393,10 @@ class StreamHandle(Stream):
         self._start = 0
         self._next = 0
         self._closed = False
+        self.created = created
+        # A created stream's first refresh reads nothing, and its first session is taken without
+        # reads (writes that expect the records absent: a writer that came meanwhile fails them).
+        self._unread = self._session_unread = created
 
     def start_offset(self) -> int:
         return self._start
@@ -405,6 +414,9 @@ class StreamHandle(Stream):
         return self._session.token if self._session is not None else None
 
     async def refresh(self) -> None:
+        if self._unread:
+            self._unread = False
+            return
         if self.writable:  # its own appends are the committed end
             self._start = await self.storage.start(self.stream_id)
             return
@@ -424,8 +436,14 @@ class StreamHandle(Stream):
             await self._take_session()
 
     async def _take_session(self) -> None:
-        session, start = await asyncio.gather(acquire(self.storage.meta, self.stream_id, self.storage.node_id),
-                                              self.storage.start(self.stream_id))
+        self._unread = False  # from now on a refresh reads (another writer may have come)
+        if self._session_unread:
+            self._session_unread = False
+            session = await acquire(self.storage.meta, self.stream_id, self.storage.node_id, new_stream=True)
+            start = self._start
+        else:
+            session, start = await asyncio.gather(acquire(self.storage.meta, self.stream_id, self.storage.node_id),
+                                                  self.storage.start(self.stream_id))
         self._next = session.next_offset
         self._session = session
         self._start = start

@@ -212,8 +212,12 @@ class AppendSession:
         """Nothing to flush: slices not yet grouped stay in the tail for the next session."""
 
 
-async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSession:
-    """Take over appends to a stream, fencing any earlier session."""
+async def acquire(meta: MetadataStore, stream_id: int, owner: str, *, new_stream: bool = False) -> AppendSession:
+    """Take over appends to a stream, fencing any earlier session.
+
+    ``new_stream``: the caller just created the stream, so its session and tail records are
+    most likely absent; they are written expecting that, without a read first (a writer that
+    came meanwhile fails those writes, which then read and retry as usual)."""
     partition = records.stream_partition(stream_id)
 
     def bump(old: bytes | None) -> bytes:
@@ -222,11 +226,16 @@ async def acquire(meta: MetadataStore, stream_id: int, owner: str) -> AppendSess
 
     # The tail is read beside the session's bump (one round trip less): a tail moved meanwhile
     # fails the CAS below, which reads it again.
-    session, first_read = await asyncio.gather(
-        cas.update(meta, records.session_key(stream_id), bump, partition_key=partition),
-        meta.get(records.tail_key(stream_id), partition_key=partition))
+    if new_stream:
+        session = await cas.update(meta, records.session_key(stream_id), bump, partition_key=partition,
+                                   likely_absent=True)
+        read_ahead = [None]
+    else:
+        session, first_read = await asyncio.gather(
+            cas.update(meta, records.session_key(stream_id), bump, partition_key=partition),
+            meta.get(records.tail_key(stream_id), partition_key=partition))
+        read_ahead = [first_read]
     token = records.decode(session.value)["token"]
-    read_ahead = [first_read]
 
     async def stamp_tail() -> AppendSession:
         # Retried whenever a concurrent commit or acquire moved the tail meanwhile.

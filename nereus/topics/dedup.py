@@ -87,8 +87,9 @@ class Dedup:
         the handle's start and end were just read (a session just taken), not read again."""
         reads = [] if current else [handle.refresh()]
         if self._covered < 0:
-            rec, *_ = await asyncio.gather(
-                self.meta.get(snapshot_key(self.stream_id), partition_key=stream_partition(self.stream_id)), *reads)
+            snapshot = (self.meta.get(snapshot_key(self.stream_id), partition_key=stream_partition(self.stream_id))
+                        if not handle.created else _nothing())
+            rec, *_ = await asyncio.gather(snapshot, *reads)
             self._covered = 0
             self._snapshot_version = EXPECT_ABSENT
             if rec is not None:
@@ -201,6 +202,10 @@ class Dedup:
             self._covered, self._snapshot_version = -1, None
             return
         self._snapshot_version = result.version.version_id
+
+
+async def _nothing() -> None:
+    """No record: the snapshot of a stream created just now."""
 
 
 __all__ = ["BROKER_DEDUPLICATION_ENABLED", "Dedup", "NOTHING_IN_FLIGHT", "snapshot_key"]

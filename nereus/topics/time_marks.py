@@ -54,7 +54,9 @@ class TimeMarks:
             self._track(base, count, max_ts)
 
     async def _scan(self) -> None:
-        newest = await time_index.last(self.meta, self.handle.stream_id)
+        # A stream created by this handle has no marks but those this tracker writes (it scans
+        # from the start then, which finds the same maximum).
+        newest = None if self.handle.created else await time_index.last(self.meta, self.handle.stream_id)
         offset, top = newest if newest is not None else (0, -1)
         offset = max(offset, self.handle.start_offset())
         end = self.handle.next_offset()

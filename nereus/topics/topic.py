@@ -115,6 +115,9 @@ class Topic:
     # -- lifecycle ------------------------------------------------------------------------
     async def load(self) -> None:
         await self.dedup.restore(self.handle)
+        if self.handle.created:  # no key view yet
+            await self.read_policies()
+            return
         _, view = await asyncio.gather(self.read_policies(), key_view.state(self.meta, self.stream_id))
         if view.horizon > 0:
             self.key_log.enable()  # compacted before: it will be again

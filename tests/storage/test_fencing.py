@@ -61,3 +61,26 @@ async def test_racing_writers_never_both_commit_the_same_offsets(meta, objects):
     assert sorted(acked) == stored  # exactly the acknowledged appends, nothing else
     for s in brokers + [reader]:
         await s.close()
+
+
+async def test_a_creator_that_another_writer_beat_to_its_new_stream_reads_and_fences_it(meta, objects):
+    # The creator takes its first session without reading (the stream is new); a writer that
+    # found the stream by name first makes those writes fail, and the creator then reads.
+    creator = StreamStorage(meta, objects, node_id="a", options=FAST)
+    other = StreamStorage(meta, objects, node_id="b", options=FAST)
+    mine = await creator.open_stream("topic", create=True)
+    assert mine.created
+    theirs = await other.open_stream("topic")
+    assert not theirs.created
+    assert (await theirs.append(b"b0", 1)).base_offset == 0
+    assert (await theirs.append(b"b1", 1)).base_offset == 1
+    assert (await mine.append(b"a2", 1)).base_offset == 2  # after what the other committed
+    assert mine.fencing_token == 2
+    with pytest.raises(StreamFenced):
+        await theirs.append(b"b-stale", 1)
+    reader = StreamStorage(meta, objects, node_id="r", options=FAST)
+    handle = await reader.open_stream("topic")
+    await handle.refresh()
+    assert [bytes(e.data) for e in (await handle.fetch(0)).entries] == [b"b0", b"b1", b"a2"]
+    for s in (creator, other, reader):
+        await s.close()

@@ -15,6 +15,7 @@ class FakeHandle:
 
     writable = False
     fencing_token = None
+    created = False  # opened, not created: its snapshot is read
 
     async def refresh(self) -> None:
         pass

@@ -13,6 +13,7 @@ from nereus.ledger.naming import TopicName
 from nereus.meta import open_engine
 from nereus.objstore import open_object_store
 from nereus.storage import StreamStorage
+from nereus.storage.records import stream_partition
 from nereus.topics import TopicRegistry, TopicUnloaded
 
 
@@ -43,6 +44,37 @@ async def test_racing_loads_give_one_topic_and_one_append_session(registry):
     assert token == 1  # one acquisition, not twenty
     results = await asyncio.gather(*(topic.append(b"x", 1) for _ in range(10)))
     assert sorted(r.base_offset for r in results) == list(range(10))
+
+
+async def test_a_topic_created_on_first_use_reads_none_of_its_streams_records(registry):
+    # A stream made just now has no tail, start, session, dedup snapshot, key view or time
+    # marks (ids are never reused): a topic created by a producer costs writes only.
+    meta = registry.storage.meta
+    read = meta.get, meta.get_many
+    keys: list[str] = []
+
+    async def get(key, *args, **kwargs):
+        keys.append(key)
+        return await read[0](key, *args, **kwargs)
+
+    async def get_many(many, *args, **kwargs):
+        keys.extend(many)
+        return await read[1](many, *args, **kwargs)
+
+    meta.get, meta.get_many = get, get_many
+    try:
+        topic = await registry.get(name(2))
+        await topic.ensure_writer()
+        assert (await topic.append(b"a", 1)).base_offset == 0
+    finally:
+        del meta.get, meta.get_many
+    stream_prefix = stream_partition(topic.stream_id) + "/"
+    assert keys  # its name and policies were read ...
+    assert [k for k in keys if k.startswith(stream_prefix)] == []  # ... and nothing of its stream
+    await registry.unload(topic, "test")
+    reloaded = await registry.get(name(2))  # opened, not created: its records are read
+    await reloaded.ensure_writer()
+    assert (await reloaded.append(b"b", 1)).base_offset == 1
 
 
 async def test_an_unloaded_topic_reloads_from_the_stored_truth(registry):
