@@ -147,6 +147,28 @@ async def test_any_broker_answers_a_lookup_and_only_the_ring_owner_claims():
 
 
 @pytest.mark.asyncio
+async def test_a_lookup_that_claims_a_new_topic_reads_its_ownership_record_once():
+    async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
+        topic = "persistent://public/default/new-one"
+        owner = _by_name(brokers, brokers[0].membership.ring.owner(topic))
+        read = owner.meta.get
+        reads: list[str] = []
+
+        async def get(key, *args, **kwargs):
+            reads.append(key)
+            return await read(key, *args, **kwargs)
+
+        owner.meta.get = get
+        try:
+            answer, final = await owner.placement.lookup(topic, authoritative=True)
+        finally:
+            del owner.meta.get
+        assert (answer.name, final) == (owner.name, True)
+        assert reads.count(owner_key(topic)) == 1  # the lookup's; the claim creates the record unread
+        assert await _owner_name(owner.meta, topic) == owner.name
+
+
+@pytest.mark.asyncio
 async def test_two_brokers_racing_to_claim_a_topic_leave_one_owner():
     async with cluster(["b0", "b1"]) as (brokers, _engine, _objects):
         for i in range(20):

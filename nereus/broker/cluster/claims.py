@@ -53,7 +53,9 @@ class Claims(OwnerLookup):
     def draining(self) -> bool:
         return self.membership.state != ACTIVE
 
-    async def _claim(self, topic: str, *, force: bool) -> None:
+    async def _claim(self, topic: str, *, force: bool, seen_absent: bool = False) -> None:
+        """Own ``topic``. ``seen_absent``: the caller just read no ownership record, so the first
+        attempt creates one without reading again (it fails if one came meanwhile, then reads)."""
         releasing = self._releasing.get(topic)
         if releasing is not None:
             await asyncio.shield(releasing)
@@ -66,15 +68,17 @@ class Claims(OwnerLookup):
             raise NotOwner(f"{topic}: broker {self.local.name} is registering again", None)
         pending = self._claiming.get(topic)
         if pending is None:
-            pending = self._claiming[topic] = asyncio.ensure_future(self._try_claim(topic, force))
+            pending = self._claiming[topic] = asyncio.ensure_future(self._try_claim(topic, force, seen_absent))
             pending.add_done_callback(lambda _f: self._claiming.pop(topic, None))
         await asyncio.shield(pending)
 
-    async def _try_claim(self, topic: str, force: bool) -> None:
+    async def _try_claim(self, topic: str, force: bool, seen_absent: bool = False) -> None:
         key = owner_key(topic)
         epoch = self._epoch
         await self.leader_preferences.load(topic)  # rebalancing keeps it where it is preferred
         value = self._owner_value()
+
+        unread = [seen_absent]
 
         def session_lost() -> NotOwner:
             return NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
@@ -83,7 +87,7 @@ class Claims(OwnerLookup):
             # Retried whenever someone else claimed or released the topic meanwhile.
             if epoch != self._epoch:
                 raise session_lost()
-            rec = await self.meta.get(key)
+            rec = None if unread and unread.pop() else await self.meta.get(key)
             if rec is not None:
                 name, incarnation = decode_owner(rec.value)
                 if name == self.local.name and incarnation == self.membership.incarnation:

@@ -167,7 +167,9 @@ class ClusterPlacement(Rebalancing):
         preferred = await self._home(topic)
         if preferred.name != self.local.name and not authoritative:
             return preferred, False
-        await self._claim(topic, force=True)
+        # No live owner: its record is absent (or was deleted just now), unless it names an
+        # earlier incarnation of this broker (then the create fails and the claim reads it).
+        await self._claim(topic, force=True, seen_absent=True)
         return self.local, True
 
     async def claim(self, topic: str) -> None:
