@@ -22,12 +22,20 @@ async def test_takeover_fences_the_old_writer_and_its_slice_never_becomes_visibl
     with pytest.raises(StreamFenced):  # fenced for good
         await a.append(b"a-stale-2", 1)
     assert (await b.append(b"b2", 1)).base_offset == 2
-    reader = StreamStorage(meta, objects, node_id="r", options=FAST)
-    handle = await reader.open_stream("topic")
-    await handle.refresh()
-    assert [bytes(e.data) for e in (await handle.fetch(0)).entries] == [b"a0", b"b1", b"b2"]
-    for s in (broker_a, broker_b, reader):
+    assert await stored(meta, objects) == [b"a0", b"b1", b"b2"]
+    for s in (broker_a, broker_b):
         await s.close()
+
+
+async def stored(meta, objects) -> list[bytes]:
+    """What a fresh reader finds in the stream "topic"."""
+    reader = StreamStorage(meta, objects, node_id="r", options=FAST)
+    try:
+        handle = await reader.open_stream("topic")
+        await handle.refresh()
+        return [bytes(e.data) for e in (await handle.fetch(0)).entries]
+    finally:
+        await reader.close()
 
 
 async def test_racing_writers_never_both_commit_the_same_offsets(meta, objects):
@@ -78,9 +86,6 @@ async def test_a_creator_that_another_writer_beat_to_its_new_stream_reads_and_fe
     assert mine.fencing_token == 2
     with pytest.raises(StreamFenced):
         await theirs.append(b"b-stale", 1)
-    reader = StreamStorage(meta, objects, node_id="r", options=FAST)
-    handle = await reader.open_stream("topic")
-    await handle.refresh()
-    assert [bytes(e.data) for e in (await handle.fetch(0)).entries] == [b"b0", b"b1", b"a2"]
-    for s in (creator, other, reader):
+    assert await stored(meta, objects) == [b"b0", b"b1", b"a2"]
+    for s in (creator, other):
         await s.close()
