@@ -78,16 +78,18 @@ class Claims(OwnerLookup):
         await self.leader_preferences.load(topic)  # rebalancing keeps it where it is preferred
         value = self._owner_value()
 
-        unread = [seen_absent]
+        skip_read = seen_absent  # the first attempt only: later ones follow a failed write
 
         def session_lost() -> NotOwner:
             return NotOwner(f"{topic}: broker {self.local.name} lost its metadata session while claiming", None)
 
         async def put_owner() -> None:
             # Retried whenever someone else claimed or released the topic meanwhile.
+            nonlocal skip_read
             if epoch != self._epoch:
                 raise session_lost()
-            rec = None if unread and unread.pop() else await self.meta.get(key)
+            rec = None if skip_read else await self.meta.get(key)
+            skip_read = False
             if rec is not None:
                 name, incarnation = decode_owner(rec.value)
                 if name == self.local.name and incarnation == self.membership.incarnation:
