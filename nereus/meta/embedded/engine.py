@@ -57,7 +57,9 @@ class Engine:
     shard counts to create up front. ``clock`` is injectable for session tests.
     ``map_size`` is each shard's initial LMDB map (doubled whenever it fills up);
     ``notification_queue`` bounds each subscriber's backlog (see notify.py);
-    ``sweep_interval`` is how often (real seconds) expired sessions are collected.
+    ``sweep_interval`` is how often (real seconds) expired sessions are collected;
+    ``resident_map_budget`` bounds the bytes of each shard's map kept mapped in the process,
+    checked every ``resident_map_interval`` seconds (see residency.py; 0: unbounded).
     """
 
     def __init__(
@@ -71,6 +73,8 @@ class Engine:
         map_size: int = 1 << 30,
         notification_queue: int = 100_000,
         sweep_interval: float = 0.5,
+        resident_map_budget: int = 256 << 20,
+        resident_map_interval: float = 5.0,
     ):
         if shards < 1:
             raise ValueError("shards must be >= 1")
@@ -79,6 +83,7 @@ class Engine:
         self.durable = data_dir is not None
         self._create_namespaces = create_namespaces
         self._map_size = map_size
+        self._resident = (resident_map_budget, resident_map_interval)
         self._queue_size = notification_queue
         self._closed = False
         if data_dir is None:
@@ -133,7 +138,8 @@ class Engine:
         hub = NotificationHub(self._queue_size)
         shard_list = [
             Shard(f"{name}/{i}", os.path.join(ns_dir, f"shard-{i}"), durable=self.durable,
-                  map_size=self._map_size, clock=self.clock, hub=hub, index=i)
+                  map_size=self._map_size, clock=self.clock, hub=hub, index=i,
+                  resident=self._resident)
             for i in range(shards)
         ]
         ns = Namespace(name, shard_list, hub)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import MetadataClosed, MetadataUnavailable
 from .notify import NotificationHub
+from .residency import MapResidency
 from .sessions import Clock, SessionTable
 from .store import ShardStore
 
@@ -32,13 +33,16 @@ class Shard:
     """A shard of a namespace; ``path`` is its LMDB directory."""
 
     def __init__(self, name: str, path: str, *, durable: bool, map_size: int, clock: Clock,
-                 hub: NotificationHub, index: int = 0):
+                 hub: NotificationHub, index: int = 0,
+                 resident: tuple[int, float] = (0, 0.0)):
         self.name = name
         self.index = index  # position in the namespace (hash-range order)
         self.sessions = SessionTable(clock)
         self._path = path
         self._durable = durable
         self._map_size = map_size
+        self._resident = resident  # (budget bytes, check interval s) of the mapped pages
+        self.residency: MapResidency | None = None
         self._clock = clock
         self._hub = hub
         self._queue: deque[Any] = deque()
@@ -93,6 +97,7 @@ class Shard:
                                      now_ms=self._clock.now_ms)
             for sid, timeout_ms, ident in self._store.sessions():
                 self.sessions.opened(sid, timeout_ms, ident)  # fresh deadline after restart
+            self.residency = MapResidency(self._path, self._resident[0], interval=self._resident[1])
         except BaseException as e:  # report on every op rather than dying silently
             log.exception("cannot open shard %s at %s", self.name, self._path)
             self._open_error = e
@@ -116,6 +121,8 @@ class Shard:
                     batch.append(op)
                 if batch:
                     self._run_batch(batch)
+                    if self.residency is not None:
+                        self.residency.maybe_trim()
                 if stop:
                     break
         finally:

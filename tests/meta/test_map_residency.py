@@ -1,0 +1,59 @@
+"""The embedded engine keeps the part of its LMDB map mapped in the process under a budget."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from nereus.meta import open_engine
+from nereus.meta.embedded.residency import mapped_bytes
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+
+_RECORDS = 6000
+_VALUE = 700  # ~4 MiB of records: many more pages than the budget below
+
+
+def _value(i: int) -> bytes:
+    return (b"%06d" % i) * (_VALUE // 6)
+
+
+async def _write_and_read_all(engine) -> None:
+    c = engine.client()
+    for start in range(0, _RECORDS, 500):
+        await asyncio.gather(*(c.put(f"/r/{i:06d}", _value(i)) for i in range(start, start + 500)))
+    for start in range(0, _RECORDS, 100):  # a batch of 100 reads maps ~80 KiB of pages
+        got = await asyncio.gather(*(c.get(f"/r/{i:06d}") for i in range(start, start + 100)))
+        assert [r.value for r in got] == [_value(i) for i in range(start, start + 100)]
+
+
+def _resident(engine) -> int:
+    shard = engine.namespace().shards[0]
+    found = mapped_bytes(os.path.join(os.path.realpath(shard._path), "data.mdb"))
+    assert found is not None
+    return found[2]
+
+
+async def test_pages_read_past_the_budget_are_dropped_from_the_process_and_read_back_intact(tmp_path):
+    budget = 256 << 10
+    async with open_engine(str(tmp_path), shards=1, resident_map_budget=budget,
+                           resident_map_interval=0.0) as engine:
+        await _write_and_read_all(engine)  # the check runs after every batch
+        shard = engine.namespace().shards[0]
+        assert shard.residency.trims > 0
+        # The last check ran after the last batch: at most that batch's pages above the budget.
+        assert _resident(engine) <= budget + (256 << 10)
+        c = engine.client()
+        some = range(0, _RECORDS, 7)  # dropped pages come back from the page cache, unchanged
+        got = await asyncio.gather(*(c.get(f"/r/{i:06d}") for i in some))
+        assert [r.value for r in got] == [_value(i) for i in some]
+
+
+async def test_without_a_budget_every_page_read_stays_mapped(tmp_path):
+    async with open_engine(str(tmp_path), shards=1, resident_map_budget=0) as engine:
+        await _write_and_read_all(engine)
+        assert engine.namespace().shards[0].residency.trims == 0
+        assert _resident(engine) > 2 << 20
