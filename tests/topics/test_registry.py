@@ -110,6 +110,29 @@ async def test_a_lost_session_unloads_the_topic(registry):
     assert (await fresh.append(b"y", 1)).base_offset == 0
 
 
+async def test_idle_topics_unload_many_at_once_and_one_taken_again_meanwhile_stays(registry):
+    """Each unload waits on the metadata plane: a sweep overlaps them, and rechecks each topic."""
+    from nereus.topics.registry import IDLE_UNLOADS_AT_ONCE
+
+    topics = await asyncio.gather(*(registry.get(name(i)) for i in range(100)))
+    in_flight, most = 0, asyncio.Event()
+    taken_again = topics[-1]
+
+    async def slow_unload(topic, reason):
+        nonlocal in_flight
+        in_flight += 1
+        taken_again.last_active = float("inf")  # a client came back while the sweep ran
+        if in_flight == IDLE_UNLOADS_AT_ONCE:
+            most.set()
+        await most.wait()  # one at a time, the first unload would wait here for ever
+
+    registry.unload_listeners.append(slow_unload)
+    when = max(t.last_active for t in topics) + registry.idle_seconds + 1.0
+    assert await asyncio.wait_for(registry.unload_idle(now=when), 30) == 99
+    assert [t for t in topics if not t.closed] == [taken_again]
+    assert list(registry.topics) == [str(taken_again.name)]
+
+
 async def test_idle_topics_unload_so_memory_follows_the_topics_in_use(registry):
     """20,000 topics touched one after another: at most a window of them stays loaded."""
     held = 0
