@@ -212,6 +212,10 @@ class Topic:
             log.exception("%s: dedup snapshot at close failed", self.name)
         await self.key_log.close()
         await self.handle.close()
+        # Each protocol's state refers back to the topic: dropped here, the topic and all it held
+        # go with the last reference, not at a collection of cycles (a server freezes its
+        # survivors, so that could be minutes later).
+        self.attachments = {}
 
     # -- writes ---------------------------------------------------------------------------
     async def ensure_writer(self) -> None:

@@ -133,6 +133,28 @@ async def test_idle_topics_unload_many_at_once_and_one_taken_again_meanwhile_sta
     assert list(registry.topics) == [str(taken_again.name)]
 
 
+async def test_an_unloaded_topic_is_freed_without_the_cycle_collector(registry):
+    class ProtocolState:  # as Pulsar's and Kafka's per-topic states: they refer back to the topic
+        def __init__(self, core):
+            self.core = core
+            core.attachments["protocol"] = self
+
+    topic = await registry.get(name(3))
+    await topic.ensure_writer()
+    ProtocolState(topic)
+    gone = weakref.ref(topic)
+    gc.collect()
+    gc.disable()
+    try:
+        await registry.unload(topic, "idle")
+        del topic
+        for _ in range(3):
+            await asyncio.sleep(0)  # the loop's handles of the finished unload
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
 async def test_idle_topics_unload_so_memory_follows_the_topics_in_use(registry):
     """20,000 topics touched one after another: at most a window of them stays loaded."""
     held = 0
