@@ -176,13 +176,17 @@ class StreamStorage:
         after = records.name_key(start_after) if start_after is not None else None
         return [records.name_from_key(k) for k in await self.meta.list_page(lo, hi, start_after=after, limit=limit)]
 
-    async def open_stream(self, name: str, *, create: bool = False,
+    async def open_stream(self, name: str, *, create: bool = False, likely_absent: bool = False,
                           durability: Durability | None = None) -> "StreamHandle":
         """A handle on a stream; its append session is acquired on the first append.
 
+        ``likely_absent`` (with ``create``): the caller found no stream of that name just now, so
+        it is created without reading its name record first (read only if it exists after all).
         ``durability``: where its appends go (default: the storage's)."""
         created = False
         try:
+            if create and likely_absent:
+                raise StreamNotFound(name)
             stream_id = await self.stream_id(name)
         except StreamNotFound:
             if not create:

@@ -158,8 +158,10 @@ class TopicRegistry:
         """Make sure this broker may serve ``name``'s writes; raises NotOwner when another does."""
         await self.placement.claim(str(name))
 
-    async def get(self, name: TopicName) -> Topic:
-        """The loaded topic, opening (and auto-creating) its stream on first use (reads need no claim)."""
+    async def get(self, name: TopicName, *, likely_absent: bool = False) -> Topic:
+        """The loaded topic, opening (and auto-creating) its stream on first use (reads need no claim).
+
+        ``likely_absent``: the caller just found no such stream (see ``StreamStorage.open_stream``)."""
         key = str(name)
         while True:
             topic = self.topics.get(key)
@@ -171,12 +173,12 @@ class TopicRegistry:
             await asyncio.shield(unloading)
         loading = self._loading.get(key)
         if loading is None:
-            loading = self._loading[key] = asyncio.ensure_future(self._load(name))
+            loading = self._loading[key] = asyncio.ensure_future(self._load(name, likely_absent))
             loading.add_done_callback(lambda _f: self._loading.pop(key, None))
         return await asyncio.shield(loading)
 
-    async def _load(self, name: TopicName) -> Topic:
-        handle = await self.storage.open_stream(str(name), create=True)
+    async def _load(self, name: TopicName, likely_absent: bool = False) -> Topic:
+        handle = await self.storage.open_stream(str(name), create=True, likely_absent=likely_absent)
         topic = Topic(self, name, handle)
         await topic.load()
         topic.end_at_load = handle.next_offset()

@@ -177,6 +177,37 @@ async def test_names_are_unique_and_unknown_streams_fail(storage):
     assert await storage.list_streams() == ["persistent://public/default/a"]
 
 
+async def test_a_stream_likely_absent_is_created_unread_and_one_made_meanwhile_is_opened(meta, objects, storage):
+    from nereus.storage import records
+
+    names_read: list[str] = []
+    read = meta.get
+
+    async def get(key, *args, **kwargs):
+        if key.startswith(records.name_key("")):
+            names_read.append(key)
+        return await read(key, *args, **kwargs)
+
+    meta.get = get
+    try:
+        fresh = await storage.open_stream("fresh", create=True, likely_absent=True)
+        assert fresh.created and names_read == []
+        other = StreamStorage(meta, objects, node_id="other", options=FAST)
+        made = await other.open_stream("made-meanwhile", create=True)
+        await made.append(b"theirs", 1)
+        names_read.clear()
+        opened = await storage.open_stream("made-meanwhile", create=True, likely_absent=True)
+        assert (opened.stream_id, opened.created) == (made.stream_id, False)
+        assert names_read == [records.name_key("made-meanwhile")]  # read once it was found taken
+        await opened.refresh()
+        assert [bytes(e.data) for e in (await opened.fetch(0)).entries] == [b"theirs"]
+        # The failed creation took the next id of this storage's block: no record names it.
+        assert not await storage.exists(fresh.stream_id + 1)
+        await other.close()
+    finally:
+        del meta.get
+
+
 async def test_listing_by_prefix_reads_one_namespace_page_by_page(storage):
     names = [f"persistent://t/ns/topic-{i:02d}" for i in range(25)] + ["persistent://t/ns/a b", "persistent://t/ns/x%y"]
     others = ["persistent://t/ns2/topic-00", "persistent://t/n/topic-00", "persistent://t/nsx", "non-persistent://t/ns/q"]

@@ -68,13 +68,16 @@ async def rule_for(service, name: TopicName) -> AutoCreation:
     return in_force(service.registry.auto_creation, policies)
 
 
-async def check_usable(service, name: TopicName) -> None:
-    """Raise TopicMissing unless ``name`` exists or may be created on first use now."""
+async def check_usable(service, name: TopicName) -> bool:
+    """Raise TopicMissing unless ``name`` exists or may be created on first use now.
+
+    Returns whether the metadata plane records it (False: it is to be created on first use)."""
     if service.registry.in_use(name) or await _recorded(service, name):
-        return
+        return True
     rule = await rule_for(service, name)  # TopicMissing if the namespace does not exist
     if not (_exists_unrecorded(name) or rule.allowed):
         raise TopicMissing(f"Topic {name} does not exist")
+    return False
 
 
 def refused_here(conn, request_id: int, name: TopicName) -> bool:
@@ -90,8 +93,8 @@ def refused_here(conn, request_id: int, name: TopicName) -> bool:
 
 async def usable_topic(service, name: TopicName):
     """The loaded topic ``name`` once ``check_usable`` passes (TopicMissing, NotOwner otherwise)."""
-    await check_usable(service, name)
-    return await service.get_topic(name)
+    recorded = await check_usable(service, name)
+    return await service.get_topic(name, likely_absent=not recorded)
 
 
 async def partitions_for_client(service, name: TopicName, *, may_create: bool) -> int:

@@ -171,10 +171,11 @@ class PulsarService:
             if server is not None:
                 await server.wait_closed()
 
-    async def get_topic(self, name: TopicName) -> PulsarTopic | NonPersistentTopic:
+    async def get_topic(self, name: TopicName, *, likely_absent: bool = False) -> PulsarTopic | NonPersistentTopic:
         """The loaded topic's Pulsar state, loading the topic on first use.
 
         Raises NotOwner when another broker serves the topic (Pulsar clients then look it up again).
+        ``likely_absent``: the caller just found no such topic (it is created without a read first).
         """
         await self.registry.claim(name)
         if name.domain == "non-persistent":
@@ -184,7 +185,7 @@ class PulsarService:
                 topic = memory[str(name)] = NonPersistentTopic(self, name)
             return topic
         while True:
-            core = await self.registry.get(name)
+            core = await self.registry.get(name, likely_absent=likely_absent)
             topic = core.attachments.get(ATTACHMENT)
             if topic is None and not core.closed:
                 topic = PulsarTopic(self, core)
