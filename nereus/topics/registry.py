@@ -36,7 +36,8 @@ DRAIN_SECONDS = 5.0
 SWEEP_SECONDS = 60.0  # longest pause between two passes over the loaded topics (idle unloads, cache aging)
 
 
-#: Topics unloaded at once after which the C allocator is asked to give free memory back.
+#: Topics unloaded (in one sweep or several) after which the C allocator is asked to give free
+#: memory back.
 TRIM_AFTER_UNLOADS = 1000
 #: Idle topics unloaded at once by a sweep.
 IDLE_UNLOADS_AT_ONCE = 32
@@ -81,6 +82,7 @@ class TopicRegistry:
         self.memory_topics: dict[str, object] = {}
         self._loading: dict[str, asyncio.Future] = {}
         self._unloading: dict[str, asyncio.Future] = {}
+        self._unloads_untrimmed = 0  # topics unloaded since the heap was last trimmed
         self.writer_locks = KeyedLocks()  # a topic's while it takes its stream's append session
         self._tasks: set[asyncio.Task] = set()
         self._loaded_listeners: list = []
@@ -265,6 +267,7 @@ class TopicRegistry:
                      (time.monotonic() - detached) * 1000)
         finally:
             del self._unloading[key]
+            self._unloads_untrimmed += 1
             done.set_result(None)
 
     async def unload_idle(self, now: float | None = None) -> int:
@@ -284,12 +287,17 @@ class TopicRegistry:
                     unloaded += 1
 
         await asyncio.gather(*(unloader() for _ in range(min(IDLE_UNLOADS_AT_ONCE, len(idle)))))
-        if unloaded >= TRIM_AFTER_UNLOADS:
-            # The unloaded topics' cycles are freed now, not at the collector's next thaw; the
-            # freed objects leave the allocator's arenas mostly empty but still mapped: give
-            # them back, so the RSS follows the topics in use (off the loop: it walks the heap).
+        if self._unloading or not self._unloads_untrimmed:
+            return unloaded
+        if self._unloads_untrimmed >= TRIM_AFTER_UNLOADS:
+            # Topics unload a sweep's worth at a time as they go idle; once many have, what cycles
+            # are left among them are freed now, not at the collector's next thaw, and the freed
+            # memory the allocator still maps goes back (off the loop: it walks the heap).
             collect_everything()
-            await asyncio.get_running_loop().run_in_executor(None, _trim_heap)
+        elif unloaded:
+            return unloaded  # more may follow: trimmed when they stop
+        self._unloads_untrimmed = 0
+        await asyncio.get_running_loop().run_in_executor(None, _trim_heap)
         return unloaded
 
     def _idle(self, topic: Topic, now: float) -> bool:

@@ -133,6 +133,31 @@ async def test_idle_topics_unload_many_at_once_and_one_taken_again_meanwhile_sta
     assert list(registry.topics) == [str(taken_again.name)]
 
 
+async def test_the_heap_is_trimmed_after_many_unloads_over_sweeps_and_when_unloads_stop(registry, monkeypatch):
+    from nereus.topics import registry as module
+
+    calls: list[str] = []
+    monkeypatch.setattr(module, "TRIM_AFTER_UNLOADS", 10)
+    monkeypatch.setattr(module, "collect_everything", lambda: calls.append("collect"))
+    monkeypatch.setattr(module, "_trim_heap", lambda: calls.append("trim"))
+    topics = await asyncio.gather(*(registry.get(name(i)) for i in range(15)))
+    when = max(t.last_active for t in topics) + registry.idle_seconds + 1.0
+
+    async def sweep_of(count: int) -> int:
+        for topic in [t for t in topics if not t.closed][count:]:
+            topic.last_active = float("inf")  # in use: this sweep leaves it
+        unloaded = await registry.unload_idle(now=when)
+        for topic in topics:
+            topic.last_active = 0.0 if not topic.closed else topic.last_active
+        return unloaded
+
+    assert await sweep_of(6) == 6 and calls == []  # 6 since the last trim: more may follow
+    assert await sweep_of(6) == 6 and calls == ["collect", "trim"]  # 12: many, over two sweeps
+    assert await sweep_of(3) == 3 and calls == ["collect", "trim"]
+    assert await sweep_of(0) == 0 and calls == ["collect", "trim", "trim"]  # they stopped: the rest
+    assert await sweep_of(0) == 0 and len(calls) == 3  # nothing unloaded since
+
+
 async def test_an_unloaded_topic_is_freed_without_the_cycle_collector(registry):
     class ProtocolState:  # as Pulsar's and Kafka's per-topic states: they refer back to the topic
         def __init__(self, core):
