@@ -166,7 +166,9 @@ def run_loaded(args) -> dict[str, float]:
                         timeout=args.idle_seconds * 3 + 120, interval=1.0)
         if back is None:
             raise RuntimeError("the idle topics were not unloaded")
-        time.sleep(5)  # the trim after a large unload runs in the background
+        # The heap is trimmed by the first sweep that finds nothing more to unload (sweeps run every
+        # quarter of the idle time, at most a minute apart), then in the background.
+        time.sleep(min(60.0, args.idle_seconds / 4) + 5)
         after_unload = rss_anon(proc.pid)
         ratio = after_unload / before
         print(f"  unloaded for idleness {back - unloading:.0f} s later; RssAnon {after_unload / 2**20:.1f} MiB "
