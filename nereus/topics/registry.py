@@ -279,7 +279,7 @@ class TopicRegistry:
 
         async def unloader() -> None:
             # Each unload waits on the metadata plane (its ownership record, a cursor flush):
-            # one at a time, a broker of 300,000 idle topics would take most of an hour.
+            # one at a time, a broker of 300,000 idle topics would take hours.
             nonlocal unloaded
             for topic in pending:
                 if self._idle(topic, now):  # not taken again while others were unloading
