@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 
 import pytest
@@ -31,8 +30,7 @@ async def _write_and_read_all(engine) -> None:
 
 
 def _resident(engine) -> int:
-    shard = engine.namespace().shards[0]
-    found = mapped_bytes(os.path.join(os.path.realpath(shard._path), "data.mdb"))
+    found = mapped_bytes(engine.namespace().shards[0].residency.path)
     assert found is not None
     return found[2]
 
