@@ -9,6 +9,7 @@ import pytest
 
 from nereus.meta import open_engine
 from nereus.meta.embedded.residency import mapped_bytes
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 
@@ -39,15 +40,31 @@ async def test_pages_read_past_the_budget_are_dropped_from_the_process_and_read_
     budget = 256 << 10
     async with open_engine(str(tmp_path), shards=1, resident_map_budget=budget,
                            resident_map_interval=0.0) as engine:
-        await _write_and_read_all(engine)  # the check runs after every batch
+        await _write_and_read_all(engine)  # the check runs after every batch, and after reads
         shard = engine.namespace().shards[0]
         assert shard.residency.trims > 0
-        # The last check ran after the last batch: at most that batch's pages above the budget.
-        assert _resident(engine) <= budget + (256 << 10)
+        # Point reads map pages without a batch: the idle shard thread checks after them too.
+        await asyncio.to_thread(wait_until, lambda: _resident(engine) <= budget, "the mapped pages dropped", 10)
         c = engine.client()
         some = range(0, _RECORDS, 7)  # dropped pages come back from the page cache, unchanged
         got = await asyncio.gather(*(c.get(f"/r/{i:06d}") for i in some))
         assert [r.value for r in got] == [_value(i) for i in some]
+
+
+async def test_pages_mapped_by_reads_alone_are_dropped_by_the_idle_shard(tmp_path):
+    budget = 256 << 10
+    async with open_engine(str(tmp_path), shards=1, resident_map_budget=budget,
+                           resident_map_interval=0.2) as engine:
+        c = engine.client()
+        for start in range(0, _RECORDS, 500):
+            await asyncio.gather(*(c.put(f"/r/{i:06d}", _value(i)) for i in range(start, start + 500)))
+        shard = engine.namespace().shards[0]
+        await asyncio.to_thread(wait_until, lambda: _resident(engine) <= budget, "the mapped pages dropped", 10)
+        trims = shard.residency.trims
+        for start in range(0, _RECORDS, 100):  # reads only: no batch wakes the shard thread
+            got = await asyncio.gather(*(c.get(f"/r/{i:06d}") for i in range(start, start + 100)))
+            assert [r.value for r in got] == [_value(i) for i in range(start, start + 100)]
+        await asyncio.to_thread(wait_until, lambda: shard.residency.trims > trims and _resident(engine) <= budget, "the mapped pages dropped", 10)
 
 
 async def test_without_a_budget_every_page_read_stays_mapped(tmp_path):

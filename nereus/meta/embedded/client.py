@@ -156,9 +156,9 @@ class EmbeddedMetadataStore(MetadataStore):
             return await self._get_by_index(key, comparison, partition_key, include_value, use_index)
         ekey = check_key(key)
         if comparison is Comparison.EQUAL or partition_key is not None:
-            return await self._route(key, partition_key).call(GET, ekey, comparison, include_value)
+            return await self._route(key, partition_key).read(GET, ekey, comparison, include_value)
         found = [r for r in await asyncio.gather(
-            *(s.call(GET, ekey, comparison, include_value) for s in self._ns.shards)) if r is not None]
+            *(s.read(GET, ekey, comparison, include_value) for s in self._ns.shards)) if r is not None]
         if not found:
             return None
         pick = min if _NEAREST_IS_MIN[comparison] else max
@@ -168,8 +168,8 @@ class EmbeddedMetadataStore(MetadataStore):
                        partition_keys: Sequence[str | None] | None = None) -> list[Record | None]:
         self._check()
         routes = partition_keys if partition_keys is not None else [None] * len(keys)
-        # Each get is a queued operation of its shard: futures, no task per key.
-        return list(await asyncio.gather(*(self._route(key, pk).call(GET, check_key(key), Comparison.EQUAL, True)
+        # Each get is a point read of its shard: futures, no task per key.
+        return list(await asyncio.gather(*(self._route(key, pk).read(GET, check_key(key), Comparison.EQUAL, True)
                                            for key, pk in zip(keys, routes))))
 
     async def _get_by_index(self, key: str, comparison: Comparison, partition_key: str | None,
@@ -178,7 +178,7 @@ class EmbeddedMetadataStore(MetadataStore):
         esec = encode_key(validate_key(key))
         shards = self._ns.shards if partition_key is None else [self._route("", partition_key)]
         found = [r for r in await asyncio.gather(
-            *(s.call(GET_INDEX, index, esec, comparison, include_value) for s in shards)) if r is not None]
+            *(s.read(GET_INDEX, index, esec, comparison, include_value) for s in shards)) if r is not None]
         if not found:
             return None
         # Across shards: the nearest secondary key, then the primary key as one shard orders them.

@@ -7,8 +7,9 @@ process (``MADV_DONTNEED`` on the read-only shared map) leaves them in the page 
 next read of one costs a minor fault, not a disk read, and the data is untouched: the map is
 never written through.
 
-Only the shard's own thread may call :meth:`MapResidency.maybe_trim`: it alone reads and
-grows the map, so the address range looked up cannot be remapped before it is dropped.
+Only the shard's own thread may call :meth:`MapResidency.maybe_trim`: it alone grows the
+map, so the address range looked up cannot be remapped before it is dropped. Readers in other
+threads may touch the range meanwhile: a page dropped under one is read again from the cache.
 """
 
 from __future__ import annotations
@@ -71,23 +72,34 @@ class MapResidency:
         self._next = clock()
         self._madvise = _madvise() if budget > 0 else None
 
-    def maybe_trim(self) -> None:
+    @property
+    def active(self) -> bool:
+        """Whether checks can drop anything here (a budget, and the means to drop pages)."""
+        return self._madvise is not None
+
+    def due_in(self) -> float:
+        """Seconds until the next check may run (0: now)."""
+        return max(0.0, self._next - self._clock())
+
+    def maybe_trim(self) -> bool:
+        """Check (and drop the pages) if the interval has passed; returns whether it checked."""
         if self._madvise is None or self._clock() < self._next:
-            return
+            return False
         self._next = self._clock() + self.interval
         try:
             found = mapped_bytes(self.path)
         except (OSError, ValueError):
-            return
+            return True
         if found is None or found[2] <= self.budget:
-            return
+            return True
         start, end, resident = found
         if self._madvise(start, end - start, _MADV_DONTNEED) != 0:
             log.warning("cannot drop the mapped pages of %s: %s", self.path, os.strerror(ctypes.get_errno()))
             self._madvise = None
-            return
+            return True
         self.trims += 1
         log.debug("dropped %d MiB of mapped pages of %s", resident >> 20, self.path)
+        return True
 
 
 __all__ = ["MapResidency", "mapped_bytes"]

@@ -3,9 +3,13 @@
 Callers (on any event loop, or the sweeper thread) append operations to the queue.
 The shard thread takes EVERYTHING queued while it was busy with the previous batch,
 applies it in one LMDB transaction, commits (+ fsync when durable), and only then
-hands the results back: one ``call_soon_threadsafe`` per event loop per batch. All
-operations, reads included, go through this queue in arrival order, so a read
-issued after a write was acknowledged sees that write (linearizable per key).
+hands the results back: one ``call_soon_threadsafe`` per event loop per batch.
+
+Point reads (``read``) skip the queue: the caller's thread answers them from the last
+committed transaction, as Oxia serves reads from its committed state. A read issued
+after a write was acknowledged still sees that write (the acknowledgement follows the
+commit: linearizable per key); a read never waits behind a batch's fsync, nor for two
+thread switches. Scans, writes and sessions go through the queue in arrival order.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ import threading
 from collections import deque
 from typing import Any
 
-from ..errors import MetadataClosed, MetadataUnavailable
+import lmdb
+
+from ..errors import MetadataClosed, MetadataError, MetadataUnavailable
 from .notify import NotificationHub
 from .residency import MapResidency
 from .sessions import Clock, SessionTable
-from .store import ShardStore
+from .store import POINT_READS, ShardStore
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,10 @@ class Shard:
         self._idle = False
         self._closed = False
         self._store: ShardStore | None = None
+        # Held by point reads while their transaction is open, and by the shard thread to
+        # resize or close the environment (LMDB forbids both while any transaction is open).
+        self._env_lock = threading.Lock()
+        self._unchecked = 0  # batches and point reads since the residency was last checked
         self._open_error: BaseException | None = None
         self.batches = 0  # committed batches (group-commit tests count these)
         self.ops = 0
@@ -61,6 +71,31 @@ class Shard:
     def call(self, opcode: int, *args: Any) -> "asyncio.Future[Any]":
         """Queue an operation; the returned future resolves after its batch committed."""
         fut = asyncio.get_running_loop().create_future()
+        self.submit((opcode, fut) + args)
+        return fut
+
+    def read(self, opcode: int, *args: Any) -> "asyncio.Future[Any]":
+        """A point read (GET, GET_INDEX) answered now from committed state; the future is done.
+
+        Until the store is open (or once the shard is closing) it is queued as ``call`` does.
+        """
+        if opcode not in POINT_READS:
+            raise ValueError(f"opcode {opcode} is not a point read")
+        fut = asyncio.get_running_loop().create_future()
+        with self._env_lock:
+            store = self._store
+            if store is not None and not self._closed:
+                self._unchecked += 1
+                if self._unchecked == 1 and self._idle:
+                    self._wake.set()  # the thread checks the pages these reads map (_idle_wait)
+                try:
+                    fut.set_result(store.read(opcode, args))
+                except MetadataError as e:
+                    fut.set_exception(e)
+                except lmdb.Error as e:
+                    log.exception("shard %s failed a read", self.name)
+                    fut.set_exception(MetadataUnavailable(f"shard {self.name} failed a read: {e}"))
+                return fut
         self.submit((opcode, fut) + args)
         return fut
 
@@ -93,10 +128,11 @@ class Shard:
     def _run(self) -> None:
         try:
             os.makedirs(self._path, exist_ok=True)
-            self._store = ShardStore(self._path, durable=self._durable, map_size=self._map_size,
-                                     now_ms=self._clock.now_ms)
-            for sid, timeout_ms, ident in self._store.sessions():
+            store = ShardStore(self._path, durable=self._durable, map_size=self._map_size,
+                               now_ms=self._clock.now_ms, env_guard=self._env_lock)
+            for sid, timeout_ms, ident in store.sessions():
                 self.sessions.opened(sid, timeout_ms, ident)  # fresh deadline after restart
+            self._store = store
             self.residency = MapResidency(self._path, self._resident[0], interval=self._resident[1])
         except BaseException as e:  # report on every op rather than dying silently
             log.exception("cannot open shard %s at %s", self.name, self._path)
@@ -107,9 +143,11 @@ class Shard:
                 if not queue:
                     self._idle = True
                     if not queue:
-                        self._wake.wait()
+                        self._wake.wait(self._idle_wait())
                     self._wake.clear()
                     self._idle = False
+                    if not queue:
+                        self._check_residency()
                     continue
                 batch = []
                 stop = False
@@ -121,14 +159,31 @@ class Shard:
                     batch.append(op)
                 if batch:
                     self._run_batch(batch)
-                    if self.residency is not None:
-                        self.residency.maybe_trim()
+                    with self._env_lock:
+                        self._unchecked += 1
+                    self._check_residency()
                 if stop:
                     break
         finally:
-            if self._store is not None:
-                self._store.close()
+            with self._env_lock:
+                store, self._store = self._store, None
+                if store is not None:
+                    store.close()
             self.stopped.set()
+
+    def _idle_wait(self) -> float | None:
+        """How long the idle thread may sleep: until its residency check is due if batches or
+        point reads (which map pages without waking it) came since the last one, else until woken."""
+        if self.residency is None or not self.residency.active or not self._unchecked:
+            return None
+        return self.residency.due_in()
+
+    def _check_residency(self) -> None:
+        if self.residency is not None:
+            unchecked = self._unchecked
+            if self.residency.maybe_trim():
+                with self._env_lock:  # reads counted meanwhile wait for the next check
+                    self._unchecked -= unchecked
 
     def _run_batch(self, batch: list[tuple]) -> None:
         notes: list | None = [] if self._hub.active else None

@@ -22,14 +22,17 @@ as the record itself: index and records are never out of step, even after a cras
 
 ``execute`` applies a batch of operations in ONE write transaction and commits it
 (fsync'd when durable) before returning; every operation gets its own result or
-error, so a failed CAS does not affect its neighbours.
+error, so a failed CAS does not affect its neighbours. ``read`` answers a point read
+from the last committed transaction, in any thread (LMDB readers never wait for the
+writer); ``env_guard`` keeps those readers out while the map is resized.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import lmdb
 
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 
 # Opcodes; an operation is a tuple (opcode, future_or_None, *args).
 PUT, DELETE, DELETE_RANGE, GET, LIST, CREATE_SESSION, CLOSE_SESSION, GET_INDEX, LIST_INDEX = range(9)
+#: Point reads: answered by ``read`` from committed state, outside the shard's queue.
+POINT_READS = frozenset((GET, GET_INDEX))
 
 _MAX_SEQ = 2**64 - 1
 
@@ -94,9 +99,10 @@ def _index_keys(raw: bytes) -> list[bytes]:
 
 
 class ShardStore:
-    """Synchronous LMDB storage of one shard (not thread-safe: one thread only)."""
+    """Synchronous LMDB storage of one shard: one thread writes; ``read`` may be called from any."""
 
-    def __init__(self, path: str, *, durable: bool, map_size: int, now_ms: Callable[[], int]):
+    def __init__(self, path: str, *, durable: bool, map_size: int, now_ms: Callable[[], int],
+                 env_guard: ContextManager | None = None):
         self.env = lmdb.open(
             path, map_size=map_size, max_dbs=5, sync=durable, metasync=durable,
             readahead=False, meminit=False,  # random access: do not page in neighbours
@@ -107,6 +113,8 @@ class ShardStore:
         self.meta = self.env.open_db(b"meta")
         self.idx = self.env.open_db(b"idx", dupsort=True)
         self.now_ms = now_ms
+        # LMDB may resize its map only while no transaction of the process is open.
+        self._env_guard = env_guard if env_guard is not None else contextlib.nullcontext()
         self.commits = 0  # write transactions committed (tests check group commit)
         with self.env.begin() as txn:
             raw = txn.get(_LAST_VID, db=self.meta)
@@ -129,6 +137,11 @@ class ShardStore:
     def close(self) -> None:
         self.env.close()
 
+    def read(self, opcode: int, args: tuple) -> Any:
+        """A point read (``POINT_READS``) of the last committed state; the caller holds ``env_guard``."""
+        with self.env.begin() as txn:
+            return self._handlers[opcode](txn, 0, None, None, *args)
+
     # ---------------------------------------------------------------- batches
     def execute(self, ops: list[tuple], notes: list | None) -> tuple[list, list]:
         """Apply ``ops`` in one transaction, commit, return per-op results.
@@ -146,7 +159,8 @@ class ShardStore:
                     del notes[start_notes:]
                 size = self.env.info()["map_size"] * 2
                 log.info("growing LMDB map of %s to %d bytes", self.env.path(), size)
-                self.env.set_mapsize(size)
+                with self._env_guard:
+                    self.env.set_mapsize(size)
             except BaseException:
                 self.vid = start_vid
                 raise

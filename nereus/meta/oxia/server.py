@@ -255,7 +255,7 @@ class OxiaServicer:
                             cv.check_range_bound(g.key), cmp, g.include_value))
             else:
                 ops.append((GET, cv.check_key(g.key), cmp, g.include_value))
-        results = await asyncio.gather(*(shard.call(*op) for op in ops))
+        results = await asyncio.gather(*(shard.read(*op) for op in ops))
         resp = pb.ReadResponse()
         for res in results:
             if res is None:
