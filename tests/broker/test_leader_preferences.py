@@ -66,6 +66,18 @@ async def test_readings_of_topics_not_claimed_are_bounded_and_expire(reads):
     assert reads.count(K(7)) == 2
 
 
+async def test_stale_readings_go_when_a_topic_is_released_though_no_lookup_comes(reads):
+    clock = Clock()
+    prefs = preferences(clock, max_recent=100)
+    for i in range(50):  # lookups, then nothing more: no new reading would drop these
+        await prefs.load(T(i))
+    await prefs.hold(K(1))
+    assert len(prefs) == 51
+    clock.now += CACHE_SECONDS
+    prefs.forget(K(1))  # an unload of this broker's topics
+    assert len(prefs) == 0
+
+
 async def test_claimed_topics_are_held_until_released(reads):
     clock = Clock()
     prefs = preferences(clock)

@@ -50,6 +50,9 @@ class LeaderPreferences:
     def _remember(self, topic: str, node: int | None, now: float) -> None:
         self._recent[topic] = (node, now)
         self._recent.move_to_end(topic)
+        self._prune(now)
+
+    def _prune(self, now: float) -> None:
         while self._recent:  # oldest first: drop what is stale or beyond the bound
             read_at = next(iter(self._recent.values()))[1]
             if len(self._recent) <= self._max_recent and now - read_at < CACHE_SECONDS:
@@ -106,8 +109,11 @@ class LeaderPreferences:
         return None
 
     def forget(self, topic: str) -> None:
+        """``topic`` was released here. Stale readings go too: once lookups stop, nothing else drops
+        them, and an unload of many topics should leave none of their entries behind."""
         self._held.pop(topic, None)
         self._recent.pop(topic, None)
+        self._prune(self._clock())
 
     def __len__(self) -> int:
         return len(self._held) + len(self._recent)
