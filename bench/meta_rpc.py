@@ -14,6 +14,9 @@ awaited before the next) and for 50 at once:
    engine, no guard), called as the Oxia client calls ``Read``: the floor any server of this
    protocol in Python pays here. The last line gives ``oxia / grpc`` per sequential get.
 
+Also, for 1 and 2: the latency of gets one at a time while 20 writers keep the shards committing
+(a lookup while topics are being created).
+
     .venv/bin/python bench/meta_rpc.py [--ops 3000]
 
 The LAST line holds the figures as key=value pairs.
@@ -68,7 +71,7 @@ async def _measure(meta, pid: int | None, count: int, label: str) -> dict[str, f
         await meta.put(f"/bench/w{done % 100}", b"y" * 100)
         return 1
 
-    figures = {}
+    figures = await _reads_beside_writes(meta, count, label)
     for name, step, ops in (("get", get_one, count), (f"get{AT_ONCE}", get_many, count * 5),
                             ("put", put_one, count // 4)):
         rate, server, client = await _timed(pid, ops, step)
@@ -78,6 +81,34 @@ async def _measure(meta, pid: int | None, count: int, label: str) -> dict[str, f
         if pid is not None:
             figures[f"{label}_{name}_server_us"] = server
     return figures
+
+
+async def _reads_beside_writes(meta, count: int, label: str) -> dict[str, float]:
+    """Latency of gets, one at a time, while 20 writers keep every shard committing (a lookup
+    during topic creations)."""
+    stop = asyncio.Event()
+
+    async def writer(w: int) -> None:
+        i = 0
+        while not stop.is_set():
+            await meta.put(f"/bench/busy/{w}/{i % 50}", b"z" * 100)
+            i += 1
+
+    writers = [asyncio.ensure_future(writer(w)) for w in range(20)]
+    try:
+        await asyncio.sleep(0.5)
+        waits = []
+        for _ in range(count // 3):
+            started = time.monotonic()
+            await meta.get("/bench/one")
+            waits.append(time.monotonic() - started)
+    finally:
+        stop.set()
+        await asyncio.gather(*writers)
+    waits.sort()
+    p50, p99 = waits[len(waits) // 2] * 1000, waits[int(len(waits) * 0.99)] * 1000
+    print(f"  {label} get beside 20 writers: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
+    return {f"{label}_get_busy_p50_ms": p50, f"{label}_get_busy_p99_ms": p99}
 
 
 async def _embedded(count: int) -> dict[str, float]:
