@@ -11,7 +11,8 @@ complete object.
 
 Temp files are created ahead of the puts that use them (``_SpareFiles``): creating an
 inode waits for the file system's journal, which fsyncs keep busy (on ext4, half a
-millisecond and more), and that wait belongs on no put's path.
+millisecond and more), and that wait belongs on no put's path. Large puts are written
+with ``O_DIRECT`` where the file system takes it (``direct_io``).
 
 Limitation: unlike S3, a key cannot be both an object and a prefix of other keys
 (``a`` and ``a/b``), since ``a`` would have to be a file and a directory.
@@ -38,11 +39,15 @@ from nereus.objstore._common import (
     validate_key,
 )
 from nereus.objstore.api import ObjectInfo, ObjectStore
+from nereus.objstore.direct_io import DirectWriter
 from nereus.objstore.errors import InvalidObjectKey, ObjectExists, ObjectNotFound, ObjectStoreError
 
 T = TypeVar("T")
 
 STAGING_DIR = TEMP_PREFIX + "staging"
+#: Puts of at least this many bytes are written with O_DIRECT (``direct_io``); smaller ones
+#: cost little to copy, and a direct write of them would be mostly padding.
+DIRECT_MIN_BYTES = 128 << 10
 try:
     _IOV_MAX = max(os.sysconf("SC_IOV_MAX"), 16)  # writev refuses longer buffer lists
 except (AttributeError, ValueError, OSError):
@@ -68,6 +73,7 @@ class LocalObjectStore(ObjectStore):
         # Directories whose entry is known durable; saves re-fsyncing parents on every put.
         self._durable_dirs: set[str] = set()
         self._spares = _SpareFiles(self._staging)
+        self._direct = DirectWriter()
 
     def __repr__(self) -> str:
         return f"LocalObjectStore({self.root!r})"
@@ -156,7 +162,9 @@ class LocalObjectStore(ObjectStore):
         self._ensure_dir(key, directory)
         fd, tmp = self._spares.take()
         try:
-            _write_all(fd, chunks)
+            size = sum(c.nbytes for c in chunks)
+            if size < DIRECT_MIN_BYTES or not self._direct.write(fd, chunks, size):
+                _write_all(fd, chunks)
             os.fsync(fd)
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
@@ -246,6 +254,7 @@ class LocalObjectStore(ObjectStore):
         # shutdown(wait=True) blocks until queued I/O finishes: keep it off the loop.
         await asyncio.to_thread(self._executor.shutdown, True)
         self._spares.close()
+        self._direct.close()
 
 
 class _SpareFiles:
