@@ -39,7 +39,7 @@ from nereus.objstore._common import (
     validate_key,
 )
 from nereus.objstore.api import ObjectInfo, ObjectStore
-from nereus.objstore.direct_io import DirectWriter
+from nereus.direct_io import DirectWriter
 from nereus.objstore.errors import InvalidObjectKey, ObjectExists, ObjectNotFound, ObjectStoreError
 
 T = TypeVar("T")
@@ -152,18 +152,27 @@ class LocalObjectStore(ObjectStore):
         path = self._path(key)
         chunks = as_chunks(data)
         try:
-            await self._run(self._put_sync, key, path, chunks)
+            if await self._run(self._put_sync, key, path, chunks) and not self._closed:
+                # Written past the page cache: read it into the cache in the background, off the put's
+                # path, for the readers that come soon (a consumer behind the tail cache, compaction).
+                self._executor.submit(_read_ahead, path)
         finally:
             if self._spares.wanted() and not self._closed:
                 self._executor.submit(self._spares.refill)
 
-    def _put_sync(self, key: str, path: str, chunks: list[memoryview]) -> None:
+    def _put_sync(self, key: str, path: str, chunks: list[memoryview]) -> bool:
+        """Publish the object; whether it was written with O_DIRECT."""
         directory = os.path.dirname(path)
         self._ensure_dir(key, directory)
         fd, tmp = self._spares.take()
+        direct = False
         try:
             size = sum(c.nbytes for c in chunks)
-            if size < DIRECT_MIN_BYTES or not self._direct.write(fd, chunks, size):
+            if size >= DIRECT_MIN_BYTES and self._direct.write(fd, chunks, size):
+                if os.fstat(fd).st_size != size:
+                    os.ftruncate(fd, size)  # the last block's padding
+                direct = True
+            else:
                 _write_all(fd, chunks)
             os.fsync(fd)
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -181,6 +190,7 @@ class LocalObjectStore(ObjectStore):
                 os.close(dir_fd)
         finally:
             _SpareFiles.discard(fd, tmp)
+        return direct
 
     def _ensure_dir(self, key: str, directory: str) -> None:
         """Create ``directory`` and make every entry on the way from the root durable."""
@@ -343,6 +353,17 @@ class _SpareFiles:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+
+
+def _read_ahead(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:  # deleted meanwhile
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:

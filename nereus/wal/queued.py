@@ -6,6 +6,7 @@ import asyncio
 
 import crc32c
 
+from ..direct_io import DirectWriter
 from . import records, segments
 from .errors import WalCorrupt
 from .segments import SegmentFile
@@ -45,10 +46,12 @@ class QueuedRecord:
         return [records.encode_head(self.type, *self.names, self.length, self.crc), *self.chunks]
 
 
-def write_batch(runs: list[tuple[SegmentFile, int, list[QueuedRecord]]]) -> list[float]:
-    """Write each run of records at its position, then fdatasync (in the writer's thread)."""
+def write_batch(runs: list[tuple[SegmentFile, int, list[QueuedRecord]]],
+                direct: DirectWriter | None = None) -> list[float]:
+    """Write each run of records at its position, then fdatasync (in the writer's thread); ``direct``:
+    the store's ``DirectWriter``."""
     return segments.write_and_sync([(segment, position, [b for op in ops for b in op.buffers()])
-                                    for segment, position, ops in runs])
+                                    for segment, position, ops in runs], direct)
 
 
 def read_checked(fd: int, position: int, length: int, crc: int | None) -> bytes:

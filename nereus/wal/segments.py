@@ -1,8 +1,12 @@
-"""Segment files of a replica: preallocated, written with ``pwritev``, made durable by ``fdatasync``.
+"""Segment files of a replica: preallocated, written with ``O_DIRECT`` (else ``pwritev``), made
+durable by ``fdatasync``.
 
 Preallocation fixes a file's size and blocks up front, so an append inside it changes no
-file size and needs only ``fdatasync``. Every function here blocks on the file system: the
-store runs them in its executors, never on the event loop.
+file size and needs only ``fdatasync``. A direct write (``nereus.direct_io``: no copy into the
+page cache) starts at a block boundary, so each one writes again the written part of the
+block it starts in (``SegmentFile.tail``, kept in memory) and pads its last block with the
+zeros the preallocated file holds there anyway. Every function here blocks on the file
+system: the store runs them in its executors, never on the event loop.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..direct_io import ALIGN, DirectWriter
 from . import records
 from .errors import WalFull
 
@@ -31,6 +36,7 @@ class SegmentFile:
     end: int  # where the next record goes
     readers: int = 0  # reads in flight: the descriptor stays open for them after a delete
     deleted: bool = False
+    tail: bytes = b""  # the bytes written in the block ``end`` falls in, before ``end`` (direct writes)
 
     def room(self) -> int:
         return self.capacity - self.end
@@ -84,10 +90,11 @@ def open_existing(seq: int, path: Path) -> tuple[SegmentFile, records.Scan]:
         else:
             with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
                 scan = records.scan(mapped)
+        tail = read(fd, scan.end - scan.end % ALIGN, scan.end % ALIGN) if scan.end % ALIGN else b""
     except BaseException:
         os.close(fd)
         raise
-    return SegmentFile(seq, path, fd, size, scan.end), scan
+    return SegmentFile(seq, path, fd, size, scan.end, tail=tail), scan
 
 
 def write_all(fd: int, buffers: list, position: int) -> None:
@@ -104,13 +111,38 @@ def write_all(fd: int, buffers: list, position: int) -> None:
             views[first] = views[first][written:]
 
 
-def write_and_sync(runs: list[tuple[SegmentFile, int, list]]) -> list[float]:
+def write_run(segment: SegmentFile, position: int, buffers: list, direct: DirectWriter | None = None) -> None:
+    """Write ``buffers`` at ``position``, the end of what ``segment`` holds: directly when ``direct``
+    is given and the file system takes it."""
+    views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    end = position + sum(v.nbytes for v in views)
+    start = position - position % ALIGN
+    if len(segment.tail) != position - start:  # not expected: the store writes a segment from its end
+        segment.tail = read(segment.fd, start, position - start)
+    pieces = [memoryview(segment.tail), *views] if segment.tail else views
+    if direct is None or not direct.enabled or not direct.write(segment.fd, pieces, end - start, start):
+        write_all(segment.fd, views, position)
+    segment.tail = _last_bytes(pieces, end % ALIGN)
+
+
+def _last_bytes(views: list[memoryview], n: int) -> bytes:
+    """The last ``n`` bytes of ``views`` joined."""
+    out: list[memoryview] = []
+    for view in reversed(views):
+        if n <= 0:
+            break
+        out.append(view[max(0, view.nbytes - n):])
+        n -= out[-1].nbytes
+    return b"".join(reversed(out))
+
+
+def write_and_sync(runs: list[tuple[SegmentFile, int, list]], direct: DirectWriter | None = None) -> list[float]:
     """Write each run (segment, position, buffers), then ``fdatasync`` each segment written once.
 
     Returns the seconds each ``fdatasync`` took.
     """
     for segment, position, buffers in runs:
-        write_all(segment.fd, buffers, position)
+        write_run(segment, position, buffers, direct)
     timings = []
     for fd in dict.fromkeys(segment.fd for segment, _, _ in runs):
         started = time.perf_counter()

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
+from ..direct_io import DirectWriter
 from . import metrics, records, segments
 from .errors import BlockFenced, EntryNotFound, WalCorrupt, WalError, WalFull
 from .index import Index
@@ -59,6 +60,7 @@ class WalStore:
         self._used_bytes = 0
         self._lock_fd: int | None = None
         self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="wal-write")
+        self._direct = DirectWriter(keep=1)  # used by the one writer thread only
         self._read_pool = ThreadPoolExecutor(4, thread_name_prefix="wal-read")
         self._queue: list[QueuedRecord] = []
         self._wake = asyncio.Event()
@@ -339,7 +341,7 @@ class WalStore:
         if not placed:
             return []
         try:
-            timings = await asyncio.get_running_loop().run_in_executor(self._writer_pool, write_batch, runs)
+            timings = await asyncio.get_running_loop().run_in_executor(self._writer_pool, write_batch, runs, self._direct)
         except Exception as exc:
             self._poison(exc)
             for op in placed:
@@ -410,3 +412,4 @@ class WalStore:
             self._lock_fd = None
         self._writer_pool.shutdown(wait=False)
         self._read_pool.shutdown(wait=False)
+        self._direct.close()

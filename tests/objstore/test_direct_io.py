@@ -9,8 +9,8 @@ import os
 import pytest
 
 from nereus.objstore import LocalObjectStore, ObjectStoreError
-from nereus.objstore import direct_io
-from nereus.objstore.direct_io import ALIGN, PIECE, DirectWriter
+from nereus import direct_io
+from nereus.direct_io import ALIGN, PIECE, DirectWriter
 from nereus.objstore.local import DIRECT_MIN_BYTES, STAGING_DIR
 
 SHM = "/dev/shm"
@@ -44,6 +44,7 @@ def test_every_size_reads_back_exactly(tmp_path, size) -> None:
     try:
         # Odd chunk borders, an empty chunk, a chunk across the piece border.
         assert writer.write(fd, _chunks(data, [7, 0, min(size, PIECE - 3) // 2]), size)
+        os.ftruncate(fd, size)
     finally:
         os.close(fd)
     assert path.stat().st_size == size
@@ -123,6 +124,7 @@ def test_a_short_direct_write_is_finished(tmp_path, monkeypatch, short) -> None:
     fd = os.open(path, os.O_CREAT | os.O_WRONLY)
     try:
         assert DirectWriter().write(fd, [memoryview(data)], size)
+        os.ftruncate(fd, size)
     finally:
         os.close(fd)
     assert calls[1] == (PIECE - short, short)  # the rest of the first piece, from where the short one ended
@@ -170,3 +172,23 @@ async def test_a_refusal_of_o_direct_turns_it_off_and_the_put_goes_buffered(tmp_
         assert await store.get("t/o") == data
         assert await store.get("t/p") == data
     assert len(tries) == 1  # asked once, then not again
+
+
+async def test_a_direct_put_is_read_into_the_page_cache_afterwards(tmp_path, monkeypatch) -> None:
+    """Readers that come soon (a consumer behind the tail cache) find it cached, as after a buffered
+    write; the read-ahead runs after the put, not on its path, and a deleted object is skipped."""
+    if _direct_refused(tmp_path):
+        pytest.skip("this file system refuses O_DIRECT")
+    from nereus.objstore import local
+
+    advised: list[tuple[int, int, int]] = []
+    real_fadvise = os.posix_fadvise
+    monkeypatch.setattr(local.os, "posix_fadvise",
+                        lambda fd, offset, length, advice: advised.append((offset, length, advice))
+                        or real_fadvise(fd, offset, length, advice))
+    data = os.urandom(PIECE + 1)
+    async with LocalObjectStore(tmp_path) as store:
+        await store.put_if_absent("t/large", data)
+        await store.put_if_absent("t/small", b"small")
+    assert advised == [(0, 0, os.POSIX_FADV_WILLNEED)]  # the large one only, once the store drained
+    local._read_ahead(str(tmp_path / "t" / "gone"))  # no error for an object deleted meanwhile

@@ -9,7 +9,8 @@ the broker does not need for what it just wrote: its tail cache keeps the newest
 
 ``O_DIRECT`` wants the buffer, the file offset and the length aligned to the device's
 block: the bytes go in pieces of ``PIECE`` (a whole number of blocks); the last piece is
-padded with zeros to the block and the file is cut back to its size. A file system that
+padded with zeros to the block (a new file is then cut back to its size; a preallocated
+one is written over the padding by its next write). A file system that
 refuses ``O_DIRECT`` (tmpfs, some FUSE and network file systems) answers ``EINVAL``: the
 writer then says so, and its owner writes buffered from then on.
 """
@@ -36,11 +37,14 @@ class DirectWriter:
         self._lock = threading.Lock()
         self._free: list[mmap.mmap] = []
 
-    def write(self, fd: int, chunks: list[memoryview], size: int) -> bool:
-        """Write ``chunks`` (``size`` bytes in all) from offset 0 of the empty file ``fd``.
+    def write(self, fd: int, chunks: list[memoryview], size: int, offset: int = 0) -> bool:
+        """Write ``chunks`` (``size`` bytes in all) at ``offset`` (a multiple of ``ALIGN``) of ``fd``,
+        the last block padded with zeros: the caller cuts the file back, or writes over the padding.
 
         False when the file system refuses ``O_DIRECT`` (nothing was written: the caller writes
         buffered); other errors raise ``OSError`` as a buffered write would."""
+        if offset % ALIGN:
+            raise ValueError(f"offset {offset} is not a multiple of {ALIGN}")
         if not self.enabled:
             return False
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
@@ -54,19 +58,20 @@ class DirectWriter:
         buf = self._take()
         view = memoryview(buf)
         try:
-            return self._write_pieces(fd, view, chunks, size, flags)
+            return self._write_pieces(fd, view, chunks, size, offset, flags)
         finally:
             view.release()
             self._give(buf)
             fcntl.fcntl(fd, fcntl.F_SETFL, flags)
 
-    def _write_pieces(self, fd: int, view: memoryview, chunks: list[memoryview], size: int, flags: int) -> bool:
+    def _write_pieces(self, fd: int, view: memoryview, chunks: list[memoryview], size: int, start: int,
+                      flags: int) -> bool:
         source = iter(chunks)
         chunk, used = memoryview(b""), 0
-        offset = 0
+        offset = start
         direct = True
-        while offset < size:
-            want, fill = min(PIECE, size - offset), 0
+        while offset < start + size:
+            want, fill = min(PIECE, start + size - offset), 0
             while fill < want:
                 if used == chunk.nbytes:
                     chunk, used = next(source), 0
@@ -83,7 +88,7 @@ class DirectWriter:
                 try:
                     n = os.pwrite(fd, view[done:end], offset + done)
                 except OSError as exc:
-                    if exc.errno == errno.EINVAL and direct and offset == 0 and done == 0:
+                    if exc.errno == errno.EINVAL and direct and offset == start and done == 0:
                         self.enabled = False  # the device wants more alignment than ALIGN
                         return False
                     raise
@@ -96,8 +101,6 @@ class DirectWriter:
                     fcntl.fcntl(fd, fcntl.F_SETFL, flags)
                     direct, end = False, fill
             offset += fill
-        if os.fstat(fd).st_size != size:
-            os.ftruncate(fd, size)  # drops the last piece's padding
         return True
 
     def _take(self) -> mmap.mmap:
