@@ -1,18 +1,19 @@
-"""Writing a new file's bytes with ``O_DIRECT``, from page-aligned buffers that are reused.
+"""Writing with ``O_DIRECT``, from page-aligned buffers that are reused.
 
 A buffered write copies every byte into the page cache inside the kernel. In a broker under
 produce load that copy was measured at ~2 ms of CPU per MiB, five times what the same write
 costs an idle process (the cause was not found), and half of all the CPU a produced Kafka
 message cost. A direct write copies the bytes once, in user space, into an aligned buffer;
-the device takes them from there. The file's pages are not kept in the page cache, which
-the broker does not need for what it just wrote: its tail cache keeps the newest entries.
+the device takes them from there. The file object store's large puts and the WAL replicas'
+large group commits are written so (``WORTH_IT_BYTES``); a small write costs little to copy,
+and written directly it would be mostly padding.
 
 ``O_DIRECT`` wants the buffer, the file offset and the length aligned to the device's
 block: the bytes go in pieces of ``PIECE`` (a whole number of blocks); the last piece is
 padded with zeros to the block (a new file is then cut back to its size; a preallocated
-one is written over the padding by its next write). A file system that
-refuses ``O_DIRECT`` (tmpfs, some FUSE and network file systems) answers ``EINVAL``: the
-writer then says so, and its owner writes buffered from then on.
+one is written over the padding by its next write). A file system that refuses
+``O_DIRECT`` (some FUSE and network file systems, tmpfs before Linux 6.6) answers
+``EINVAL``: the writer then says so, and its owner writes buffered from then on.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import threading
 
 ALIGN = 4096  # covers devices of 512-byte and 4 KiB logical blocks
 PIECE = 4 << 20
+#: Writes of fewer bytes go buffered.
+WORTH_IT_BYTES = 128 << 10
 
 
 class DirectWriter:
@@ -123,4 +126,4 @@ class DirectWriter:
             buf.close()
 
 
-__all__ = ["ALIGN", "DirectWriter", "PIECE"]
+__all__ = ["ALIGN", "DirectWriter", "PIECE", "WORTH_IT_BYTES"]

@@ -38,16 +38,15 @@ from nereus.objstore._common import (
     clip_range,
     validate_key,
 )
+from nereus.direct_io import WORTH_IT_BYTES, DirectWriter
 from nereus.objstore.api import ObjectInfo, ObjectStore
-from nereus.direct_io import DirectWriter
 from nereus.objstore.errors import InvalidObjectKey, ObjectExists, ObjectNotFound, ObjectStoreError
 
 T = TypeVar("T")
 
 STAGING_DIR = TEMP_PREFIX + "staging"
-#: Puts of at least this many bytes are written with O_DIRECT (``direct_io``); smaller ones
-#: cost little to copy, and a direct write of them would be mostly padding.
-DIRECT_MIN_BYTES = 128 << 10
+#: Puts of at least this many bytes are written with O_DIRECT (``direct_io``).
+DIRECT_MIN_BYTES = WORTH_IT_BYTES
 try:
     _IOV_MAX = max(os.sysconf("SC_IOV_MAX"), 16)  # writev refuses longer buffer lists
 except (AttributeError, ValueError, OSError):

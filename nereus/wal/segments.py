@@ -2,10 +2,10 @@
 durable by ``fdatasync``.
 
 Preallocation fixes a file's size and blocks up front, so an append inside it changes no
-file size and needs only ``fdatasync``. A direct write (``nereus.direct_io``: no copy into the
-page cache) starts at a block boundary, so each one writes again the written part of the
-block it starts in (``SegmentFile.tail``, kept in memory) and pads its last block with the
-zeros the preallocated file holds there anyway. Every function here blocks on the file
+file size and needs only ``fdatasync``. A large write goes direct (``nereus.direct_io``: no
+copy into the page cache); it starts at a block boundary, so it writes again the written part
+of the block it starts in (``SegmentFile.tail``, kept in memory) and pads its last block with
+the zeros the preallocated file holds there anyway. Every function here blocks on the file
 system: the store runs them in its executors, never on the event loop.
 """
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..direct_io import ALIGN, DirectWriter
+from ..direct_io import ALIGN, WORTH_IT_BYTES, DirectWriter
 from . import records
 from .errors import WalFull
 
@@ -113,14 +113,15 @@ def write_all(fd: int, buffers: list, position: int) -> None:
 
 def write_run(segment: SegmentFile, position: int, buffers: list, direct: DirectWriter | None = None) -> None:
     """Write ``buffers`` at ``position``, the end of what ``segment`` holds: directly when ``direct``
-    is given and the file system takes it."""
+    is given, the write is large enough to be worth it and the file system takes it."""
     views = [memoryview(b).cast("B") for b in buffers if len(b)]
     end = position + sum(v.nbytes for v in views)
     start = position - position % ALIGN
     if len(segment.tail) != position - start:  # not expected: the store writes a segment from its end
         segment.tail = read(segment.fd, start, position - start)
     pieces = [memoryview(segment.tail), *views] if segment.tail else views
-    if direct is None or not direct.enabled or not direct.write(segment.fd, pieces, end - start, start):
+    worth_it = direct is not None and end - position >= WORTH_IT_BYTES
+    if not (worth_it and direct.write(segment.fd, pieces, end - start, start)):
         write_all(segment.fd, views, position)
     segment.tail = _last_bytes(pieces, end % ALIGN)
 

@@ -341,7 +341,8 @@ class WalStore:
         if not placed:
             return []
         try:
-            timings = await asyncio.get_running_loop().run_in_executor(self._writer_pool, write_batch, runs, self._direct)
+            timings = await asyncio.get_running_loop().run_in_executor(self._writer_pool, write_batch, runs,
+                                                                       self._direct)
         except Exception as exc:
             self._poison(exc)
             for op in placed:
