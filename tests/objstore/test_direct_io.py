@@ -12,6 +12,7 @@ from nereus.objstore import LocalObjectStore, ObjectStoreError
 from nereus import direct_io
 from nereus.direct_io import ALIGN, PIECE, DirectWriter
 from nereus.objstore.local import DIRECT_MIN_BYTES, STAGING_DIR
+from tests.direct_writes import refuses_direct
 
 SHM = "/dev/shm"
 
@@ -25,17 +26,9 @@ def _chunks(data: bytes, sizes: list[int]) -> list[memoryview]:
     return out
 
 
-def _direct_refused(path) -> bool:
-    fd = os.open(path, os.O_TMPFILE | os.O_WRONLY)
-    try:
-        return not DirectWriter().write(fd, [memoryview(b"x" * ALIGN)], ALIGN)
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("size", [1, ALIGN - 1, ALIGN, ALIGN + 1, PIECE - 1, PIECE, PIECE + 1, 2 * PIECE + 12_345])
 def test_every_size_reads_back_exactly(tmp_path, size) -> None:
-    if _direct_refused(tmp_path):
+    if refuses_direct(tmp_path):
         pytest.skip("this file system refuses O_DIRECT")
     data = os.urandom(size)
     writer = DirectWriter()
@@ -54,7 +47,7 @@ def test_every_size_reads_back_exactly(tmp_path, size) -> None:
 
 
 async def test_a_large_put_is_written_direct_and_a_small_one_buffered(tmp_path, monkeypatch) -> None:
-    if _direct_refused(tmp_path):
+    if refuses_direct(tmp_path):
         pytest.skip("this file system refuses O_DIRECT")
     direct: list[int] = []
     real_write = DirectWriter.write
@@ -80,7 +73,7 @@ async def test_a_file_system_without_o_direct_is_written_buffered(tmp_path) -> N
     root = os.path.join(SHM, f"nereus-direct-{os.getpid()}-{tmp_path.name}")
     os.makedirs(root)
     try:
-        if not _direct_refused(root):
+        if not refuses_direct(root):
             pytest.skip("this tmpfs takes O_DIRECT")
         data = os.urandom(PIECE + 3)
         async with LocalObjectStore(root) as store:
@@ -99,7 +92,7 @@ async def test_a_file_system_without_o_direct_is_written_buffered(tmp_path) -> N
 def test_a_short_direct_write_is_finished(tmp_path, monkeypatch, short) -> None:
     """A write that took part of a piece (a disk filling up, say) goes on from where it ended:
     direct after a whole number of blocks, buffered after a part of one."""
-    if _direct_refused(tmp_path):
+    if refuses_direct(tmp_path):
         pytest.skip("this file system refuses O_DIRECT")
     import fcntl
 
@@ -133,7 +126,7 @@ def test_a_short_direct_write_is_finished(tmp_path, monkeypatch, short) -> None:
 
 
 async def test_a_full_disk_fails_the_put_and_publishes_nothing(tmp_path, monkeypatch) -> None:
-    if _direct_refused(tmp_path):
+    if refuses_direct(tmp_path):
         pytest.skip("this file system refuses O_DIRECT")
 
     def full(fd, data, offset):
@@ -177,7 +170,7 @@ async def test_a_refusal_of_o_direct_turns_it_off_and_the_put_goes_buffered(tmp_
 async def test_a_direct_put_is_read_into_the_page_cache_afterwards(tmp_path, monkeypatch) -> None:
     """Readers that come soon (a consumer behind the tail cache) find it cached, as after a buffered
     write; the read-ahead runs after the put, not on its path, and a deleted object is skipped."""
-    if _direct_refused(tmp_path):
+    if refuses_direct(tmp_path):
         pytest.skip("this file system refuses O_DIRECT")
     from nereus.objstore import local
 

@@ -16,20 +16,13 @@ import pytest
 from nereus import direct_io
 from nereus.direct_io import ALIGN, WORTH_IT_BYTES, DirectWriter
 from nereus.wal import WalStore
+from tests.direct_writes import refuses_direct
 
 SEGMENT = 4 << 20
 
 
 def payload(key: str, size: int) -> bytes:
     return random.Random(key).randbytes(size)
-
-
-def _refuses_direct(path) -> bool:
-    fd = os.open(path, os.O_TMPFILE | os.O_WRONLY)
-    try:
-        return not DirectWriter().write(fd, [memoryview(b"x" * ALIGN)], ALIGN)
-    finally:
-        os.close(fd)
 
 
 def _check_tail(store: WalStore) -> None:
@@ -50,7 +43,7 @@ async def _append_many(store: WalStore, prefix: str, sizes: list[int]) -> dict[s
 
 
 async def test_entries_of_every_size_many_to_a_block_read_back_across_restarts(tmp_path, monkeypatch) -> None:
-    if _refuses_direct(tmp_path):
+    if refuses_direct(tmp_path):
         pytest.skip("this file system refuses O_DIRECT")
     direct_writes = []
     real_write = DirectWriter.write
