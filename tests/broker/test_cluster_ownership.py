@@ -11,7 +11,7 @@ import pytest
 
 from nereus.broker.cluster import ClusterPlacement, HashRing, Membership, node_id_for, owner_key
 from nereus.ledger.naming import TopicName
-from nereus.meta import open_engine
+from nereus.meta import MetadataUnavailable, open_engine
 from nereus.meta.api import NotificationType
 from nereus.objstore import open_object_store
 from nereus.storage import StreamClosed, StreamFenced, StreamStorage
@@ -61,7 +61,7 @@ class Broker:
         node_id = await node_id_for(self.meta, self.name)
         # A listener that accepts and hangs up: lookups check that an owner's port answers.
         self.listener = await asyncio.start_server(lambda _r, w: w.close(), "127.0.0.1", 0)
-        port = self.listener.sockets[0].getsockname()[1]
+        port = self.listener_port = self.listener.sockets[0].getsockname()[1]
         address = BrokerAddress(self.name, node_id, self.zone, f"pulsar://127.0.0.1:{port}", "127.0.0.1", 9092,
                                 f"http://127.0.0.1:{port}")
         self.membership = Membership(self.meta, address, refresh_seconds=0.5)
@@ -83,6 +83,24 @@ class Broker:
         await self.membership.stop()
         await self.storage.close()
         await self.meta.close()
+
+
+def _writes_nothing(meta) -> None:
+    """Every write of ``meta``'s client fails from now on, as a killed process's would never happen."""
+    async def dead(*_args, **_kwargs):
+        raise MetadataUnavailable("this broker was killed")
+
+    meta.put = meta.put_many = meta.delete = dead
+
+
+async def _refuses(port: int) -> bool:
+    """Does 127.0.0.1:``port`` refuse connections (its listening socket really gone)?"""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except ConnectionRefusedError:
+        return True
+    writer.close()
+    return False
 
 
 async def wait_for(condition, timeout: float = 15.0, what: str = "condition"):
@@ -449,7 +467,9 @@ async def test_several_lost_sessions_at_once_lead_to_one_recovery():
 
 
 async def test_an_owner_that_died_is_replaced_before_its_session_expires():
-    async with cluster(["b0", "b1", "b2"]) as (brokers, _engine, _objects):
+    # A session long enough not to expire on a loaded machine before the checks: what is
+    # checked is what happens before it does.
+    async with cluster(["b0", "b1", "b2"], session_timeout=15.0) as (brokers, _engine, _objects):
         topic = "persistent://public/default/killed-owner"
         owner = next(b for b in brokers if b.membership.ring.owner(topic) == b.name)
         asker = next(b for b in brokers if b is not owner)
@@ -458,15 +478,22 @@ async def test_an_owner_that_died_is_replaced_before_its_session_expires():
         # kill -9: the listener is gone at once, the session only after its timeout
         owner.listener.close()
         await owner.listener.wait_closed()
+        await wait_for(lambda: _refuses(owner.listener_port), what="the closed listener refusing connections")
         await owner.placement.stop()
         await owner.membership.stop()
         owner.meta._pause_heartbeats()
+        _writes_nothing(owner.meta)  # a killed process: no pass of its own may register it again
+        # ... and what it sent before it died has landed (a scan waits for every write queued
+        # before it: a load update still on its way would otherwise look like a new sign of life).
+        _ = [rec async for rec in asker.meta.range_scan("/nereus/cluster/", "/nereus/cluster/\uffff")]
         getattr(asker.placement, "_probes", {}).clear()  # forget that it answered a moment ago
         # Kafka Metadata: a live leader at once (the owner refuses connections: it is dead)
         assert (await asker.placement.owner(topic)).name != owner.name
         answer, _final = await asker.placement.lookup(topic)
         assert answer.name != owner.name
-        assert owner.name not in asker.membership.brokers
+        # Removed from the registry: by this broker's lookup, or by another broker that saw it dead
+        # first (heard here from the registry's change notification).
+        await wait_for(lambda: owner.name not in asker.membership.brokers, what="the dead owner out of the registry")
 
 
 async def test_a_broker_still_starting_is_not_taken_for_dead():
@@ -535,3 +562,43 @@ async def test_lookups_held_for_an_owner_wait_on_its_record_notification_not_by_
         assert await asyncio.wait_for(asyncio.gather(*held), 10) == [True] * 200
         assert reads[key] <= 400
         assert key not in asker.placement._record_waiters
+
+
+async def test_a_refresh_that_began_before_a_broker_left_does_not_bring_it_back():
+    """Two refreshes overlap (the notification follower's and a lookup's ``forget``); the one that
+    read the registry before a dead broker was removed ends last: its view is not applied."""
+    async with cluster(["b0", "b1", "b2"], session_timeout=15.0) as (brokers, _engine, _objects):
+        asker, dead = brokers[0], brokers[2]
+        real_scan = asker.meta.range_scan
+        read, finish = asyncio.Event(), asyncio.Event()
+
+        async def slow_scan(lo, hi, **kwargs):
+            records = [rec async for rec in real_scan(lo, hi, **kwargs)]  # read now ...
+            read.set()
+            await finish.wait()  # ... handed over late
+            for rec in records:
+                yield rec
+
+        asker.meta.range_scan = slow_scan
+        stale = asyncio.ensure_future(asker.membership.refresh())
+        await read.wait()
+        asker.meta.range_scan = real_scan
+        await dead.membership.stop()
+        await asker.membership.forget(asker.membership.brokers[dead.name])  # removes it, refreshes
+        assert dead.name not in asker.membership.brokers
+        finish.set()
+        await stale
+        assert dead.name not in asker.membership.brokers
+        assert dead.name not in {a.name for a in asker.membership.active()}
+
+
+async def test_the_ring_home_passes_over_a_broker_that_refused_connections_a_moment_ago():
+    """No ownership record, and the ring names a broker this one just found refusing connections
+    (its registration not yet gone from this view): the next broker on the ring is named."""
+    async with cluster(["b0", "b1", "b2"], session_timeout=15.0) as (brokers, _engine, _objects):
+        topic = "persistent://public/default/home-refused"
+        home = next(b for b in brokers if b.membership.ring.owner(topic) == b.name)
+        asker = next(b for b in brokers if b is not home)
+        assert (await asker.placement.owner(topic)).name == home.name
+        asker.placement._probes[home.name] = (False, time.monotonic())  # refused just now
+        assert (await asker.placement.owner(topic)).name not in (home.name, None)

@@ -101,6 +101,10 @@ class Membership:
         self.brokers: dict[str, BrokerRecord] = {}
         #: The last record of each broker that left the registry (where a dead owner listened).
         self.departed: dict[str, BrokerRecord] = {}
+        # Refreshes overlap (the notification follower's, a lookup's ``forget``): the view of the
+        # one started last wins, so a scan begun before a change cannot undo it when it ends late.
+        self._refreshes_started = 0
+        self._refresh_applied = 0
         self.ring: HashRing[BrokerAddress] = HashRing({})
         self._listeners: list[Callable[[], None]] = []
         self._task: asyncio.Task | None = None
@@ -165,6 +169,8 @@ class Membership:
 
     async def refresh(self) -> None:
         """Re-read every registration and rebuild the ring."""
+        self._refreshes_started += 1
+        ticket = self._refreshes_started
         brokers = {}
         async for rec in self.meta.range_scan(BROKERS, BROKERS + "\uffff"):
             try:
@@ -173,6 +179,9 @@ class Membership:
                 log.warning("ignoring a malformed broker record %s", rec.key)
                 continue
             brokers[record.address.name] = record
+        if ticket < self._refresh_applied:
+            return  # a refresh started after this one has applied what it read
+        self._refresh_applied = ticket
         self._apply(brokers)
 
     def _apply(self, brokers: dict[str, BrokerRecord]) -> None:

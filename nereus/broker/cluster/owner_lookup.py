@@ -73,9 +73,24 @@ class OwnerLookup(Placement):
         return self._home_of(topic, self.leader_preferences.broker(topic))
 
     def _home_of(self, topic: str, preferred_broker: str | None) -> BrokerAddress:
-        """The preferred broker's address if it is registered, else the ring's broker for ``topic``."""
+        """The preferred broker's address if it is registered, else the ring's broker for ``topic``;
+        passing over a broker that refused connections a moment ago (dead, its registration not
+        yet gone from this broker's view)."""
         record = self.membership.brokers.get(preferred_broker) if preferred_broker is not None else None
-        return record.address if record is not None else self.preferred(topic)
+        if record is not None and not self._refused_lately(record.address.name):
+            return record.address
+        home = self.preferred(topic)
+        if not self._refused_lately(home.name):
+            return home
+        ring = self.membership.ring
+        for name in ring.walk(topic):
+            if not self._refused_lately(name):
+                return ring.value(name)
+        return home
+
+    def _refused_lately(self, name: str) -> bool:
+        probe = self._probes.get(name)
+        return probe is not None and not probe[0] and time.monotonic() - probe[1] < PROBE_CACHE_FAILED
 
     def _home_name(self, topic: str) -> str | None:
         """``_home``'s name from what is cached (rebalancing decides without metadata reads)."""
