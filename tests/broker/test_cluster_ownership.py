@@ -583,7 +583,9 @@ async def test_a_refresh_that_began_before_a_broker_left_does_not_bring_it_back(
         stale = asyncio.ensure_future(asker.membership.refresh())
         await read.wait()
         asker.meta.range_scan = real_scan
+        await dead.placement.stop()
         await dead.membership.stop()
+        _writes_nothing(dead.meta)  # dead: it registers nothing again
         await asker.membership.forget(asker.membership.brokers[dead.name])  # removes it, refreshes
         assert dead.name not in asker.membership.brokers
         finish.set()
