@@ -62,10 +62,15 @@ def _wait(futures: dict) -> None:
 
 
 def _produce(node, role: str, topic: str, value: bytes) -> KafkaError | None:
-    """The delivery error of one record (None: written)."""
+    """The delivery error of one record (None: written). A refusal the producer already knows from
+    its first metadata answer (which may come before the record is handed over) is raised by
+    ``produce`` itself: the same error."""
     outcome = []
     producer = Producer({**_conf(node, role), "message.timeout.ms": 10000})
-    producer.produce(topic, value, on_delivery=lambda err, _msg: outcome.append(err))
+    try:
+        producer.produce(topic, value, on_delivery=lambda err, _msg: outcome.append(err))
+    except KafkaException as exc:
+        return exc.args[0]
     producer.flush(20)
     assert outcome, "no delivery report"
     return outcome[0]
