@@ -38,15 +38,13 @@ from nereus.objstore._common import (
     clip_range,
     validate_key,
 )
-from nereus.direct_io import WORTH_IT_BYTES, DirectWriter
+from nereus.direct_io import ALIGN, WORTH_IT_BYTES, DirectWriter
 from nereus.objstore.api import ObjectInfo, ObjectStore
 from nereus.objstore.errors import InvalidObjectKey, ObjectExists, ObjectNotFound, ObjectStoreError
 
 T = TypeVar("T")
 
 STAGING_DIR = TEMP_PREFIX + "staging"
-#: Puts of at least this many bytes are written with O_DIRECT (``direct_io``).
-DIRECT_MIN_BYTES = WORTH_IT_BYTES
 try:
     _IOV_MAX = max(os.sysconf("SC_IOV_MAX"), 16)  # writev refuses longer buffer lists
 except (AttributeError, ValueError, OSError):
@@ -167,8 +165,8 @@ class LocalObjectStore(ObjectStore):
         direct = False
         try:
             size = sum(c.nbytes for c in chunks)
-            if size >= DIRECT_MIN_BYTES and self._direct.write(fd, chunks, size):
-                if os.fstat(fd).st_size != size:
+            if size >= WORTH_IT_BYTES and self._direct.write(fd, chunks, size):
+                if size % ALIGN:
                     os.ftruncate(fd, size)  # the last block's padding
                 direct = True
             else:

@@ -10,8 +10,8 @@ import pytest
 
 from nereus.objstore import LocalObjectStore, ObjectStoreError
 from nereus import direct_io
-from nereus.direct_io import ALIGN, PIECE, DirectWriter
-from nereus.objstore.local import DIRECT_MIN_BYTES, STAGING_DIR
+from nereus.direct_io import ALIGN, PIECE, WORTH_IT_BYTES, DirectWriter
+from nereus.objstore.local import STAGING_DIR
 from tests.direct_writes import refuses_direct
 
 SHM = "/dev/shm"
@@ -58,7 +58,7 @@ async def test_a_large_put_is_written_direct_and_a_small_one_buffered(tmp_path, 
         return done
 
     monkeypatch.setattr(DirectWriter, "write", spy)
-    large, small = os.urandom(3 * PIECE // 2 + 5), os.urandom(DIRECT_MIN_BYTES - 1)
+    large, small = os.urandom(3 * PIECE // 2 + 5), os.urandom(WORTH_IT_BYTES - 1)
     async with LocalObjectStore(tmp_path) as store:
         await store.put_if_absent("t/large", [large[:100], large[100:]])
         await store.put_if_absent("t/small", small)
