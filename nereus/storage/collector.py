@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from ..meta import MetadataStore, UnexpectedVersion, cas
 from ..wal.errors import WalError
 from ..objstore import ObjectExists, ObjectNotFound, ObjectStore
-from . import compaction, key_view, metrics, records, wal_format, wal_locator, wal_replicas
+from . import compaction, key_view, metrics, records, wal_format, wal_groups, wal_locator, wal_replicas
 from .errors import CorruptObject
 from .gc import object_name, release, seal
 from .records import Tail
@@ -161,6 +161,8 @@ class GarbageCollector:
                 log.info("gc: object %s resolved after a dead or stalled write: %d slice(s) committed",
                          name, len(committed))
             await seal(self.meta, name, committed)
+        if wal_groups.is_grouped(object_name(value["prefix"], value["first"])):
+            await self._claim_group(value["prefix"], value["first"])
         await self.meta.delete(marker.key)
         if wal is not None:
             for replica_id in wal["ensemble"]:
@@ -280,6 +282,7 @@ class GarbageCollector:
         if await self.objects.delete(object_key):
             metrics.GC_DELETED_OBJECTS.inc()
             metrics.GC_RECLAIMED_BYTES.inc(size)
+        await wal_groups.release_member(self.meta, object_key)  # before its record goes: a retry does it again
         if record is not None:
             try:
                 await self.meta.delete(records.object_key(object_key), expected_version_id=record.version.version_id)
@@ -288,6 +291,18 @@ class GarbageCollector:
         await self.meta.delete(marker_key)
         log.debug("gc: deleted object %s", object_key)
         return True
+
+    async def _claim_group(self, prefix: str, first: int) -> None:
+        """A dead writer's block: its group object, if the writer sealed it, stays (its members
+        are read there); if not, the name is claimed (a late put of it fails) and freed."""
+        group = wal_groups.group_name(prefix, first)
+        if await self.meta.get(records.object_key(group)) is not None:
+            return
+        try:
+            await metrics.put_object(self.objects, group, TOMBSTONE, "tombstone")
+        except ObjectExists:
+            pass  # put by the writer, never sealed: nothing reads it
+        await seal(self.meta, group, [])  # no member: freed, deleted after the grace period
 
 
 __all__ = ["CLOCK_KEY", "CollectStats", "GarbageCollector", "MarkerResolver", "RESOLVERS", "TOMBSTONE"]

@@ -89,7 +89,7 @@ async def seal(meta: MetadataStore, object_key: str, committed: Iterable[tuple[i
     # The record is usually new: only a release that beat the seal, or the collector, wrote it first.
     await cas.update(meta, records.object_key(object_key), apply, likely_absent=True)
     if freed:
-        await _mark_free(meta, object_key)
+        await mark_free(meta, object_key)
 
 
 async def release(meta: MetadataStore, object_key: str, slices: Iterable[tuple[int, int]]) -> None:
@@ -111,7 +111,7 @@ async def release(meta: MetadataStore, object_key: str, slices: Iterable[tuple[i
 
     await cas.update(meta, records.object_key(object_key), apply)
     if freed:
-        await _mark_free(meta, object_key)
+        await mark_free(meta, object_key)
 
 
 async def pin(meta: MetadataStore, object_key: str, holder: str, ttl_seconds: float | None = None) -> None:
@@ -150,7 +150,8 @@ async def pins(meta: MetadataStore, holder_prefix: str = "") -> list[tuple[str, 
     return out
 
 
-async def _mark_free(meta: MetadataStore, object_key: str) -> None:
+async def mark_free(meta: MetadataStore, object_key: str) -> None:
+    """Write the object's free marker (the collector deletes it after the grace period)."""
     try:
         await meta.put(records.gc_free_key(object_key), records.encode({"ts": _now_ms()}),
                        expected_version_id=EXPECT_ABSENT)
@@ -158,4 +159,4 @@ async def _mark_free(meta: MetadataStore, object_key: str) -> None:
         pass
 
 
-__all__ = ["object_name", "pin", "pinned_by", "release", "reserve", "seal", "unpin"]
+__all__ = ["mark_free", "object_name", "pin", "pinned_by", "release", "reserve", "seal", "unpin"]

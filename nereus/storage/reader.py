@@ -27,6 +27,7 @@ from .api import FetchedEntry
 from .cache import BlockCache, TailCache
 from .errors import CorruptObject, ObjectMissing, StorageError
 from .records import IndexEntry, Tail
+from .wal_groups import GroupReader
 from .wal_locator import WalLocator
 from .wal_replicas import WalUnavailable
 
@@ -42,6 +43,7 @@ class StreamReader:
         to ``upload_wait`` seconds (0: the read fails at once with WalUnavailable)."""
         self.meta = meta
         self.locator = locator or WalLocator(meta, None)
+        self.groups = GroupReader(meta, objects)
         self.upload_wait = upload_wait
         self.objects = objects
         self.tail_cache = tail_cache
@@ -148,7 +150,15 @@ class StreamReader:
             data = await self._from_replicas(entry)
             if data is not None:
                 return data
-        return await self.objects.get(entry.object, entry.position, entry.position + entry.length)
+        return await self._stored(entry)
+
+    async def _stored(self, entry: IndexEntry) -> bytes:
+        """The slice from the object store: from its object's upload group, or its object."""
+        start, end = entry.position, entry.position + entry.length
+        data = await self.groups.read(entry.object, start, end)
+        if data is not None:
+            return data
+        return await self.objects.get(entry.object, start, end)
 
     async def _from_replicas(self, entry: IndexEntry) -> bytes | None:
         """The slice from this process's memory or a WAL replica; None when the store has it (its
@@ -173,7 +183,7 @@ class StreamReader:
         pause = 0.02
         while True:
             try:
-                return await self.objects.get(entry.object, start, end)
+                return await self._stored(entry)
             except ObjectNotFound:
                 pass
             if loop.time() >= deadline:
@@ -184,7 +194,7 @@ class StreamReader:
             pause = min(pause * 2, 1.0)
             if await wal_locator.find_block(self.meta, entry.object) is None:
                 # The marker goes only after the upload: the store has it, or it never committed.
-                return await self.objects.get(entry.object, start, end)
+                return await self._stored(entry)
 
     async def _load(self, stream_id: int, entry: IndexEntry, fill_cache: bool = True) -> list[tuple[int, memoryview]]:
         key = (entry.object, entry.position)

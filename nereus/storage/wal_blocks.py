@@ -48,6 +48,8 @@ class NameBlock:
     write_quorum: int = 0
     ack_quorum: int = 0
     touched: float = 0.0
+    first_used: float = 0.0
+    settled: int = 0  # names sealed (committed or not): a grouped block uploads once all are
 
     def index(self, name_seq: int) -> int:
         return name_seq - self.first
@@ -59,7 +61,10 @@ class NameBlocks:
     def __init__(self, meta: MetadataStore, prefix: str, *, size: int, ttl: float,
                  choose: EnsembleChooser | None = None, write_quorum: int = 0, ack_quorum: int = 0,
                  track: Callable = asyncio.ensure_future,
-                 on_done: Callable[[NameBlock], None] | None = None):
+                 on_done: Callable[[NameBlock], None] | None = None,
+                 on_closed: Callable[[NameBlock], None] | None = None, group_seconds: float = 0.0):
+        """``group_seconds``: a block is closed that long after its first name was handed out
+        (its names are uploaded together once it is closed; 0: only when full or old)."""
         self.meta = meta
         self.prefix = prefix
         self.size = size
@@ -69,6 +74,8 @@ class NameBlocks:
         self.ack_quorum = ack_quorum
         self._track = track
         self._on_done = on_done  # after a block's marker was deleted (its replicas may drop it)
+        self._on_closed = on_closed
+        self.group_seconds = group_seconds
         self._next_first = 0
         self._current: NameBlock | None = None
         self._spare: asyncio.Task | None = None
@@ -83,7 +90,8 @@ class NameBlocks:
             if block is not None and (set(avoid) & set(block.ensemble)):
                 self.close(block)
                 block = None
-            if block is None or block.closed or block.used >= block.count or self.expired(block):
+            if block is None or block.closed or block.used >= block.count or self.expired(block) \
+                    or self._group_due(block):
                 if block is not None and not block.closed:
                     self.close(block)
                 block = await self._take_spare(avoid)
@@ -91,6 +99,8 @@ class NameBlocks:
                     block = await self._reserve(avoid)
                 self._current = block
             seq = block.first + block.used
+            if not block.used:
+                block.first_used = time.monotonic()
             block.used += 1
             half_used = block.used * 2 >= block.count or (time.monotonic() - block.created) * 2 > self.ttl
             if self._spare is None and half_used:
@@ -116,6 +126,9 @@ class NameBlocks:
     def expired(self, block: NameBlock) -> bool:
         return block.claimed or time.monotonic() - block.created > self.ttl
 
+    def _group_due(self, block: NameBlock) -> bool:
+        return bool(self.group_seconds and block.used and time.monotonic() - block.first_used >= self.group_seconds)
+
     async def _reserve(self, avoid: tuple[str, ...]) -> NameBlock:
         first = self._next_first
         self._next_first += self.size
@@ -135,7 +148,11 @@ class NameBlocks:
 
     def close(self, block: NameBlock) -> None:
         """No more names from ``block``; its marker goes once every name handed out is done."""
+        if block.closed:
+            return
         block.closed = True
+        if self._on_closed is not None:
+            self._on_closed(block)
         if block.done == block.used:
             self._track(self._delete_marker(block))
 
@@ -158,11 +175,12 @@ class NameBlocks:
             self._on_done(block)
 
     def retire_expired(self) -> None:
-        """Close the current block (and an unused spare) once its life is over though no name
-        was asked for: an idle writer's marker then goes as soon as its names are done, rather
-        than at the next append (the collector keeps a block's freed objects until then)."""
+        """Close the current block (and an unused spare) once its life (or its group time) is
+        over though no name was asked for: an idle writer's marker then goes as soon as its
+        names are done, rather than at the next append (the collector keeps a block's freed
+        objects until then), and its group is uploaded."""
         block = self._current
-        if block is not None and not block.closed and self.expired(block):
+        if block is not None and not block.closed and (self.expired(block) or self._group_due(block)):
             self.close(block)
         spare = self._spare
         if spare is not None and spare.done() and not spare.cancelled() and spare.exception() is None \

@@ -1,7 +1,7 @@
 """Where an object not yet in the object store is: its block's WAL replicas.
 
 Objects written to WAL replicas carry the durability in their name
-(``wal/{ms}-{node}~{E}.{W}.{A}-{seq}``), and their block's pending marker lists the
+(``wal/{ms}-{node}~{E}.{W}.{A}[.g{size}]-{seq}``), and their block's pending marker lists the
 block's ensemble until every object of it is uploaded. A reader that misses such
 an object in the store looks the marker up and reads the bytes from a replica. No
 marker means the upload finished meanwhile (the marker goes after it): the store
@@ -29,7 +29,7 @@ UPLOADED_KEPT = 4096  # objects remembered as uploaded (each saves a marker look
 
 def on_replicas(object_key: str) -> bool:
     """Whether the object was written to WAL replicas first (its name says so)."""
-    return object_key.startswith("wal/") and "~" in object_key
+    return object_key.startswith("wal/") and "~" in object_key and object_key[-_SEQ_DIGITS:].isdigit()
 
 
 def split_name(object_key: str) -> tuple[str, int]:

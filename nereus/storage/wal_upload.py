@@ -6,6 +6,10 @@ reads it there, and one that does not finds the block's replicas from its pendin
 marker (``wal_locator``). Only objects with committed slices are uploaded; a name
 whose commit failed is sealed empty and never referenced.
 
+With ``grouped`` (the writer's names say so, ``wal_groups``), the objects of a block are
+not uploaded one by one: once the block is closed and every name of it sealed, its
+committed objects go up as one group object, whose record says where each lies.
+
 Uploads run concurrently and retry for as long as the store refuses them (the WAL
 keeps growing meanwhile); once ``max_held_bytes`` wait for upload, appends wait too
 (back-pressure). The bytes stay in memory up to ``memory_bytes``; beyond that an
@@ -20,8 +24,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ..objstore import ObjectExists, ObjectStore
-from . import metrics, wal_replicas
+from ..meta import MetadataStore
+from ..objstore import ObjectExists, ObjectNotFound, ObjectStore
+from . import metrics, wal_groups, wal_replicas
 from .wal_blocks import NameBlock, NameBlocks
 from .wal_replicas import ReplicaDirectory
 
@@ -41,20 +46,32 @@ class _Upload:
     since: float
 
 
-class Uploader:
-    """Uploads one writer's replica-held objects, oldest first, ``concurrency`` at a time."""
+@dataclass(slots=True)
+class _Group:
+    key: str
+    block: NameBlock
+    members: list[_Upload]
 
-    def __init__(self, objects: ObjectStore, directory: ReplicaDirectory, blocks: NameBlocks, *,
-                 max_held_bytes: int, memory_bytes: int, concurrency: int = 8):
+
+class Uploader:
+    """Uploads one writer's replica-held objects, oldest first, ``concurrency`` at a time.
+
+    ``blocks`` (the writer's names) is set by the writer before the first ``add``."""
+
+    def __init__(self, objects: ObjectStore, directory: ReplicaDirectory, meta: MetadataStore, *,
+                 max_held_bytes: int, memory_bytes: int, concurrency: int = 8, grouped: bool = False):
         self.objects = objects
         self.directory = directory
-        self.blocks = blocks
+        self.meta = meta
+        self.blocks: NameBlocks | None = None
+        self.grouped = grouped
+        self._gathering: dict[NameBlock, list[_Upload]] = {}  # grouped: a block's objects until it is whole
         self.max_held_bytes = max_held_bytes
         self.memory_bytes = memory_bytes
         self.concurrency = concurrency
         self.held_bytes = 0  # acknowledged, not yet in the object store
         self._in_memory = 0
-        self._queue: deque[_Upload] = deque()
+        self._queue: deque[_Upload | _Group] = deque()
         self._held: dict[str, _Upload] = {}
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
@@ -75,9 +92,32 @@ class Uploader:
         metrics.WAL_HELD_BYTES.set(self.held_bytes)
         self._held[key] = upload
         self._empty.clear()
-        self._queue.append(upload)
         if self.held_bytes >= self.max_held_bytes:
             self._room.clear()
+        if self.grouped:
+            self._gathering.setdefault(block, []).append(upload)
+        else:
+            self._enqueue(upload)
+
+    def settled(self, block: NameBlock) -> None:
+        """One more name of ``block`` is sealed (and, if committed, added)."""
+        block.settled += 1
+        self._group_if_whole(block)
+
+    def closed(self, block: NameBlock) -> None:
+        """``block`` hands out no more names."""
+        self._group_if_whole(block)
+
+    def _group_if_whole(self, block: NameBlock) -> None:
+        if not self.grouped or not block.closed or block.settled < block.used:
+            return
+        members = self._gathering.pop(block, None)
+        if members:
+            members.sort(key=lambda u: u.key)  # the group's layout follows the names
+            self._enqueue(_Group(wal_groups.group_name(self.blocks.prefix, block.first), block, members))
+
+    def _enqueue(self, item: _Upload | _Group) -> None:
+        self._queue.append(item)
         if not self._workers:
             self._workers = [asyncio.ensure_future(self._work()) for _ in range(self.concurrency)]
         self._wake.set()
@@ -114,8 +154,11 @@ class Uploader:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            upload = self._queue.popleft()
-            await self._upload(upload)
+            item = self._queue.popleft()
+            if isinstance(item, _Group):
+                await self._upload_group(item)
+            else:
+                await self._upload(item)
 
     async def _upload(self, upload: _Upload) -> None:
         delay = _RETRY_FIRST
@@ -141,6 +184,56 @@ class Uploader:
             metrics.WAL_UPLOAD_SECONDS.observe(time.monotonic() - upload.since)
         self._release(upload)
         self.blocks.finished(upload.block)
+
+    async def _upload_group(self, group: _Group) -> None:
+        """Put the block's objects as one, then record where each lies; each is then done. A
+        block the collector took (its writer stalled past the timeout) is left to it: it
+        uploads the objects one by one from the replicas."""
+        delay = _RETRY_FIRST
+        sealed = False
+        while not group.block.claimed:
+            try:
+                parts = [u.data if u.data is not None else
+                         [await wal_replicas.read(self.directory, u.replicas, u.key)] for u in group.members]
+                layout: dict[int, tuple[int, int]] = {}
+                chunks: list = []
+                position = 0
+                for upload, data in zip(group.members, parts):
+                    layout[wal_groups.group_of(upload.key)[1]] = (position, upload.size)
+                    chunks += data
+                    position += upload.size
+                if not await self._put_group(group.key, chunks, position):
+                    break
+                sealed = await wal_groups.seal(self.meta, group.key, layout, int(time.time() * 1000))
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("uploading WAL group %s failed (%s); retrying in %.1f s", group.key, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX)
+        if not sealed:
+            group.block.claimed = True  # its marker is the collector's: it resolves every name
+            log.info("WAL group %s is left to the collector (its block was taken)", group.key)
+        now = time.monotonic()
+        for upload in group.members:
+            if sealed:
+                metrics.WAL_UPLOAD_SECONDS.observe(now - upload.since)
+            self._release(upload)
+            self.blocks.finished(upload.block)
+
+    async def _put_group(self, key: str, chunks: list, size: int) -> bool:
+        """Put the group object; False when its name holds something else (the collector's
+        tombstone: the block was taken)."""
+        try:
+            await metrics.put_object(self.objects, key, chunks, "wal_upload")
+            return True
+        except ObjectExists:
+            try:  # a retry whose first put landed, or the collector's claim of the name
+                return (await self.objects.head(key)).size == size and \
+                    await self.objects.get(key) == b"".join(bytes(c) for c in chunks)
+            except ObjectNotFound:
+                raise ObjectExists(key) from None  # deleted meanwhile: try again
 
     def _release(self, upload: _Upload) -> None:
         del self._held[upload.key]

@@ -67,7 +67,7 @@ from ..meta import MetadataStore, UnexpectedVersion
 from ..objstore import ObjectExists, ObjectStore
 from ..tasks import log_failure
 from ..wal.errors import BlockFenced
-from . import gc, metrics, wal_format
+from . import gc, metrics, wal_format, wal_groups
 from .errors import InvalidAppend, StorageError, StreamFenced
 from .put_timing import PutTiming
 from .records import IndexEntry
@@ -122,6 +122,9 @@ class WalOptions:
     #: ... of which up to this much stays in memory for the upload (the rest is read back).
     upload_memory_bytes: int = 128 << 20
     upload_concurrency: int = 64  # object stores take many concurrent PUTs; each waits tens of ms
+    #: On WAL replicas: a block of names is closed this long after its first use, and its
+    #: objects uploaded as one (``wal_groups``); 0: each object uploaded on its own.
+    upload_group_seconds: float = 0.5
     #: Blocks whose marker is older than this are touched (the collector's timeout is 60 s).
     marker_touch_seconds: float = 15.0
 
@@ -190,15 +193,21 @@ class WalWriter:
         self._soon: asyncio.Handle | None = None  # the flush of an idle WAL, one loop turn away
         prefix = f"wal/{int(time.time() * 1000):013d}-{node_id}"
         choose = None
+        grouped = self.replicas is not None and options.upload_group_seconds > 0
         if self.replicas is not None:
             prefix += f"~{durability.ensemble}.{durability.write_quorum}.{durability.ack_quorum}"
             choose = self.replicas.choose_ensemble
-        self.blocks = NameBlocks(meta, prefix + "-", size=options.reservation_size, ttl=options.reservation_ttl,
+        prefix = wal_groups.grouped_prefix(prefix, options.reservation_size) if grouped else prefix + "-"
+        self.uploader = Uploader(objects, directory, meta, max_held_bytes=options.max_unuploaded_bytes,
+                                 memory_bytes=options.upload_memory_bytes, concurrency=options.upload_concurrency,
+                                 grouped=grouped) if durability.on_replicas else None
+        self.blocks = NameBlocks(meta, prefix, size=options.reservation_size, ttl=options.reservation_ttl,
                                  choose=choose, write_quorum=durability.write_quorum,
-                                 ack_quorum=durability.ack_quorum, track=self._track, on_done=self._block_done)
-        self.uploader = Uploader(objects, directory, self.blocks, max_held_bytes=options.max_unuploaded_bytes,
-                                 memory_bytes=options.upload_memory_bytes,
-                                 concurrency=options.upload_concurrency) if durability.on_replicas else None
+                                 ack_quorum=durability.ack_quorum, track=self._track, on_done=self._block_done,
+                                 on_closed=self.uploader.closed if grouped else None,
+                                 group_seconds=options.upload_group_seconds if grouped else 0.0)
+        if self.uploader is not None:
+            self.uploader.blocks = self.blocks
         self._last_commit: asyncio.Future | None = None
         self._inflight = 0  # flushes not finished (writing or committing)
         self._inflight_bytes = 0
@@ -499,6 +508,8 @@ class WalWriter:
             self.uploader.add(key, block, self.replicas.write_set(key, block), chunks)  # done once uploaded
         else:
             self.blocks.finished(block)
+        if self.uploader is not None:
+            self.uploader.settled(block)
 
     async def _commit_all(self, batch: list[_Pending], key: str, layouts: list[wal_format.SliceLayout],
                           round_: _CommitRound) -> None:
@@ -551,8 +562,11 @@ class WalWriter:
             offset += count
 
     async def _group_idle_streams(self) -> None:
+        pause = self.options.idle_group_interval
+        if self.blocks.group_seconds:  # a quiet writer's group goes up about when it is due
+            pause = min(pause, self.blocks.group_seconds / 2)
         while not self._closed:
-            await asyncio.sleep(self.options.idle_group_interval)
+            await asyncio.sleep(pause)
             try:
                 await self.group_idle_streams()
             except Exception:

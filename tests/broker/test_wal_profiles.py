@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.error
 import urllib.request
 import uuid
@@ -191,3 +192,56 @@ def test_a_partitioned_topics_persistence_policy_reaches_every_partition(tmp_pat
             with urllib.request.urlopen(f"{node.http}/admin/v2/persistent/public/default/"
                                         f"parted-wal-partition-{index}/stats", timeout=10) as response:
                 assert json.loads(response.read())["walProfile"] == "local"
+
+
+def test_uploads_go_up_a_block_at_a_time_and_are_read_back_with_the_wal_gone(tmp_path: Path):
+    """Hundreds of acknowledged flushes reach the store as a few group objects; with the WAL
+    directory wiped after a kill -9, every message (Pulsar and Kafka) is read from the groups."""
+    from confluent_kafka import Consumer, Producer
+
+    node = Standalone(tmp_path / "data", [*FAST_GC, "--wal-profile", "local"])
+    node.start()
+    try:
+        client = _client(node)
+        topic = "persistent://public/default/grouped"
+        producer = client.create_producer(topic, batching_enabled=False)
+        sent = [f"g-{i}".encode() for i in range(300)]
+        for value in sent:
+            producer.send(value)  # one at a time: a flush each
+        client.close()
+        kafka = Producer({"bootstrap.servers": node.bootstrap, "acks": "all", "linger.ms": 0})
+        for i in range(100):
+            kafka.produce("grouped-k", f"k-{i}".encode())
+            kafka.flush(30)
+        wait_until(lambda: _metric(node, "nereus_wal_held_entries") == 0, "every flush uploaded and dropped",
+                   timeout=120)
+        flushes = _metric(node, "nereus_storage_wal_objects_total")
+        uploads = _metric(node, 'nereus_storage_object_puts_total{kind="wal_upload"}')
+        assert flushes >= 400 and 0 < uploads <= flushes / 10, (flushes, uploads)
+        groups = [p for p in (tmp_path / "data").rglob("*.group")]
+        assert groups, "no group object in the store"
+        node.kill()
+        wals = [p.parent for p in (tmp_path / "data").rglob("replica-id")]
+        assert wals, "no WAL directory found"
+        for wal in wals:
+            shutil.rmtree(wal)
+        node.start()
+
+        client = _client(node)
+        try:
+            assert _read(client, topic, 300) == sent
+        finally:
+            client.close()
+        consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g", "auto.offset.reset":
+                             "earliest", "enable.auto.commit": False})
+        consumer.subscribe(["grouped-k"])
+        got = []
+        while len(got) < 100:
+            message = consumer.poll(30)
+            assert message is not None, f"only {len(got)} of 100 Kafka records came back"
+            if not message.error():
+                got.append(message.value())
+        consumer.close()
+        assert got == [f"k-{i}".encode() for i in range(100)]
+    finally:
+        node.kill()

@@ -47,9 +47,9 @@ async def settle() -> None:
     for storage in ON_REPLICAS:
         for writer in storage.writers:
             await writer.flush()
+            await writer.blocks.close_all()  # its objects are uploaded (as a group) once it is closed
             if writer.uploader is not None:
                 await writer.uploader.drain()
-            await writer.blocks.close_all()
             await writer.flush()  # the markers' deletions are tracked with the flushes
 
 

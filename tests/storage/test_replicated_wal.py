@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from nereus.storage import GarbageCollector, StorageError, StreamStorage
+from nereus.objstore import ObjectNotFound
+from nereus.storage import GarbageCollector, StorageError, StorageOptions, StreamStorage, WalOptions, wal_groups
 from nereus.storage.wal_locator import find_block
 from nereus.storage.wal_replicas import Durability, ReplicaInfo
 from nereus.wal.errors import BlockFenced, EntryNotFound, ReplicaUnavailable
@@ -114,17 +115,44 @@ async def test_an_append_is_acknowledged_by_the_ack_quorum_then_uploaded_and_dro
     writer = replicated.writer
     assert writer.durability == REPLICATED
     await writer.flush()
-    await writer.uploader.drain()
     block = writer.blocks.current
     assert set(block.ensemble) == {"r1", "r2"}  # r3 was not live when the block was reserved
-    keys = [k for k in replicas["r1"].entries]
-    assert keys and all(k.startswith("wal/") and "~3.3.2-" in k for k in keys)
-    for key in keys:  # in the object store under the very name the index uses
-        assert await objects.get(key) == replicas["r1"].entries[key][1]
-    writer.blocks.close(block)
+    keys = sorted(replicas["r1"].entries)
+    assert len(keys) == 2 and all(k.startswith("wal/") and "~3.3.2.g256-" in k for k in keys)
+    held = b"".join(replicas["r1"].entries[k][1] for k in keys)
+    writer.blocks.close(block)  # (else once it is upload_group_seconds old)
+    await writer.uploader.drain()
+    # One object in the store for the block, its objects end to end; none under their own names.
+    group = wal_groups.group_name(writer.blocks.prefix, block.first)
+    assert await objects.get(group) == held
+    for key in keys:
+        with pytest.raises(ObjectNotFound):
+            await objects.get(key)
     await until(lambda: not replicas["r1"].entries and not replicas["r2"].entries)  # dropped once done
     assert await find_block(meta, keys[0]) is None
     assert await read_all(replicated, "t") == [b"one", b"two"]
+
+
+async def test_without_upload_groups_each_object_is_uploaded_under_its_own_name(meta, objects, replicas):
+    options = StorageOptions(wal=WalOptions(flush_interval=0.002, upload_group_seconds=0))
+    storage = StreamStorage(meta, objects, node_id="node-u", options=options, directory=Directory(replicas, "r1"),
+                            durability=REPLICATED)
+    try:
+        stream = await storage.open_stream("own", create=True)
+        await stream.append(b"one", 1)
+        await stream.append(b"two", 1)
+        writer = storage.writer
+        await writer.flush()
+        await writer.uploader.drain()
+        keys = sorted(replicas["r1"].entries)
+        assert keys and all("~3.3.2-" in k for k in keys)
+        for key in keys:  # in the object store under the very name the index uses
+            assert await objects.get(key) == replicas["r1"].entries[key][1]
+        writer.blocks.close(writer.blocks.current)
+        await until(lambda: not replicas["r1"].entries)
+        assert await read_all(storage, "own") == [b"one", b"two"]
+    finally:
+        await storage.close()
 
 
 async def test_appends_go_on_while_the_object_store_is_down_and_readers_elsewhere_read_the_replicas(
@@ -238,8 +266,6 @@ async def test_a_stream_moves_between_durabilities_in_append_order(meta, objects
 async def test_an_idle_writers_block_is_done_once_its_life_is_over(meta, objects, replicas):
     """No append comes after the last one: the block still closes when its life is over, so its
     marker goes and the collector may delete what was freed in it."""
-    from nereus.storage import StorageOptions, WalOptions
-
     options = StorageOptions(wal=WalOptions(flush_interval=0.002, reservation_ttl=0.2, idle_group_interval=0.05))
     storage = StreamStorage(meta, objects, node_id="node-i", options=options, directory=Directory(replicas, "r1"),
                             durability=REPLICATED)
