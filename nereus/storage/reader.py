@@ -155,9 +155,10 @@ class StreamReader:
     async def _stored(self, entry: IndexEntry) -> bytes:
         """The slice from the object store: from its object's upload group, or its object."""
         start, end = entry.position, entry.position + entry.length
-        data = await self.groups.read(entry.object, start, end)
-        if data is not None:
-            return data
+        if wal_locator.on_replicas(entry.object):
+            data = await self.groups.read(entry.object, start, end)
+            if data is not None:
+                return data
         return await self.objects.get(entry.object, start, end)
 
     async def _from_replicas(self, entry: IndexEntry) -> bytes | None:

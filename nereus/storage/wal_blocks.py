@@ -49,6 +49,7 @@ class NameBlock:
     ack_quorum: int = 0
     touched: float = 0.0
     first_used: float = 0.0
+    written: int = 0  # bytes of the objects written under its names
     settled: int = 0  # names sealed (committed or not): a grouped block uploads once all are
 
     def index(self, name_seq: int) -> int:
@@ -62,9 +63,11 @@ class NameBlocks:
                  choose: EnsembleChooser | None = None, write_quorum: int = 0, ack_quorum: int = 0,
                  track: Callable = asyncio.ensure_future,
                  on_done: Callable[[NameBlock], None] | None = None,
-                 on_closed: Callable[[NameBlock], None] | None = None, group_seconds: float = 0.0):
-        """``group_seconds``: a block is closed that long after its first name was handed out
-        (its names are uploaded together once it is closed; 0: only when full or old)."""
+                 on_closed: Callable[[NameBlock], None] | None = None, group_seconds: float = 0.0,
+                 group_bytes: int = 0):
+        """``group_seconds``: a block is closed that long after its first name was handed out, or
+        once ``group_bytes`` were written under its names (its names are uploaded together once
+        it is closed; 0: only when full or old)."""
         self.meta = meta
         self.prefix = prefix
         self.size = size
@@ -76,6 +79,7 @@ class NameBlocks:
         self._on_done = on_done  # after a block's marker was deleted (its replicas may drop it)
         self._on_closed = on_closed
         self.group_seconds = group_seconds
+        self.group_bytes = group_bytes
         self._next_first = 0
         self._current: NameBlock | None = None
         self._spare: asyncio.Task | None = None
@@ -127,7 +131,9 @@ class NameBlocks:
         return block.claimed or time.monotonic() - block.created > self.ttl
 
     def _group_due(self, block: NameBlock) -> bool:
-        return bool(self.group_seconds and block.used and time.monotonic() - block.first_used >= self.group_seconds)
+        if not self.group_seconds or not block.used:
+            return False
+        return time.monotonic() - block.first_used >= self.group_seconds or block.written >= self.group_bytes
 
     async def _reserve(self, avoid: tuple[str, ...]) -> NameBlock:
         first = self._next_first

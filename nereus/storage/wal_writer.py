@@ -125,6 +125,7 @@ class WalOptions:
     #: On WAL replicas: a block of names is closed this long after its first use, and its
     #: objects uploaded as one (``wal_groups``); 0: each object uploaded on its own.
     upload_group_seconds: float = 0.5
+    upload_group_bytes: int = 64 << 20  # ... or once this much was written under its names
     #: Blocks whose marker is older than this are touched (the collector's timeout is 60 s).
     marker_touch_seconds: float = 15.0
 
@@ -205,7 +206,8 @@ class WalWriter:
                                  choose=choose, write_quorum=durability.write_quorum,
                                  ack_quorum=durability.ack_quorum, track=self._track, on_done=self._block_done,
                                  on_closed=self.uploader.closed if grouped else None,
-                                 group_seconds=options.upload_group_seconds if grouped else 0.0)
+                                 group_seconds=options.upload_group_seconds if grouped else 0.0,
+                                 group_bytes=options.upload_group_bytes)
         if self.uploader is not None:
             self.uploader.blocks = self.blocks
         self._last_commit: asyncio.Future | None = None
@@ -485,6 +487,7 @@ class WalWriter:
                 self._track(self._seal(key, _CommitRound(), block))
                 key, block = await self.blocks.next_name(avoid=failed)
                 continue
+            block.written += sum(memoryview(c).nbytes for c in chunks)
             if slow and block is self.blocks.current:  # under-replicated: the next objects go to a new ensemble
                 self.blocks.close(block)
             return key, block
@@ -503,6 +506,8 @@ class WalWriter:
                 await gc.release(self.meta, key, round_.not_committed)
         except Exception:  # the collector resolves the block from its marker instead
             log.warning("could not seal object %s", key, exc_info=True)
+            if self.uploader is not None:
+                self.uploader.settled(block)  # the rest of its block's group goes up without it
             return
         if block.ensemble and round_.committed and chunks:
             self.uploader.add(key, block, self.replicas.write_set(key, block), chunks)  # done once uploaded

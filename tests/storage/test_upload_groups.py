@@ -255,3 +255,21 @@ async def test_a_member_read_before_its_group_is_known_comes_from_the_replicas_t
         assert await read_elsewhere(meta, objects, "r") == [b"first"]  # from the group
     finally:
         await storage.close()
+
+
+async def test_a_block_is_closed_once_its_group_holds_upload_group_bytes(meta, objects, replicas):
+    options = StorageOptions(wal=WalOptions(flush_interval=0.002, upload_group_seconds=3600,
+                                            upload_group_bytes=2000))
+    storage = writer_storage(meta, objects, replicas, "node-b", options)
+    try:
+        stream = await storage.open_stream("big", create=True)
+        sent = [bytes([i]) * 700 for i in range(10)]
+        for value in sent:
+            await stream.append(value, 1)
+        await until(lambda: len(wal_objects(objects)) >= 2)  # groups of ~3 flushes, not one per hour
+        storage.writer.blocks.close(storage.writer.blocks.current)
+        await storage.writer.uploader.drain()
+        await until(lambda: not replicas["r1"].entries)
+        assert await read_elsewhere(meta, objects, "big") == sent
+    finally:
+        await storage.close()
