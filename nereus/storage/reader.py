@@ -179,7 +179,6 @@ class StreamReader:
         """The slice from the object store, where it may be already, or once it is uploaded
         (for up to ``upload_wait`` seconds): its replicas cannot be read from here."""
         loop = asyncio.get_running_loop()
-        start, end = entry.position, entry.position + entry.length
         deadline = loop.time() + self.upload_wait
         pause = 0.02
         while True:
