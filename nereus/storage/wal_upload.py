@@ -22,7 +22,9 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..meta import MetadataStore
 from ..objstore import ObjectExists, ObjectNotFound, ObjectStore
@@ -31,6 +33,8 @@ from .wal_blocks import NameBlock, NameBlocks
 from .wal_replicas import ReplicaDirectory
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _RETRY_FIRST = 0.2
 _RETRY_MAX = 5.0
@@ -160,58 +164,58 @@ class Uploader:
             else:
                 await self._upload(item)
 
-    async def _upload(self, upload: _Upload) -> None:
+    async def _retrying(self, block: NameBlock, what: str, attempt: Callable[[], Awaitable[T]]) -> T | None:
+        """``attempt()``'s result once it succeeds, retried for as long as the store refuses it;
+        None once the collector took ``block`` (its writer stalled past the timeout: the
+        collector uploads the block's objects from the replicas)."""
         delay = _RETRY_FIRST
-        while not upload.block.claimed:
+        while not block.claimed:
             try:
-                data = upload.data
-                if data is None:
-                    data = [await wal_replicas.read(self.directory, upload.replicas, upload.key)]
-                try:
-                    await metrics.put_object(self.objects, upload.key, data, "wal_upload")
-                except ObjectExists:
-                    pass  # uploaded before (a retry whose first put landed, or a recovery)
-                break
+                return await attempt()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("uploading WAL object %s failed (%s); retrying in %.1f s", upload.key, exc, delay)
+                log.warning("uploading WAL %s failed (%s); retrying in %.1f s", what, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX)
-        if upload.block.claimed:
-            log.info("WAL object %s is left to the collector (its block was taken)", upload.key)
-        else:
+        return None
+
+    async def _upload(self, upload: _Upload) -> None:
+        async def put() -> bool:
+            data = upload.data
+            if data is None:
+                data = [await wal_replicas.read(self.directory, upload.replicas, upload.key)]
+            try:
+                await metrics.put_object(self.objects, upload.key, data, "wal_upload")
+            except ObjectExists:
+                pass  # uploaded before (a retry whose first put landed, or a recovery)
+            return True
+
+        if await self._retrying(upload.block, f"object {upload.key}", put):
             metrics.WAL_UPLOAD_SECONDS.observe(time.monotonic() - upload.since)
+        else:
+            log.info("WAL object %s is left to the collector (its block was taken)", upload.key)
         self._release(upload)
         self.blocks.finished(upload.block)
 
     async def _upload_group(self, group: _Group) -> None:
         """Put the block's objects as one, then record where each lies; each is then done. A
-        block the collector took (its writer stalled past the timeout) is left to it: it
-        uploads the objects one by one from the replicas."""
-        delay = _RETRY_FIRST
-        sealed = False
-        while not group.block.claimed:
-            try:
-                parts = [u.data if u.data is not None else
-                         [await wal_replicas.read(self.directory, u.replicas, u.key)] for u in group.members]
-                layout: dict[int, tuple[int, int]] = {}
-                chunks: list = []
-                position = 0
-                for upload, data in zip(group.members, parts):
-                    layout[wal_groups.group_of(upload.key)[1]] = (position, upload.size)
-                    chunks += data
-                    position += upload.size
-                if not await self._put_group(group.key, chunks, position):
-                    break
-                sealed = await wal_groups.seal(self.meta, group.key, layout, int(time.time() * 1000))
-                break
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("uploading WAL group %s failed (%s); retrying in %.1f s", group.key, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX)
+        block the collector took is left to it."""
+        async def put_and_seal() -> bool:
+            parts = [u.data if u.data is not None else
+                     [await wal_replicas.read(self.directory, u.replicas, u.key)] for u in group.members]
+            layout: dict[int, tuple[int, int]] = {}
+            chunks: list = []
+            position = 0
+            for upload, data in zip(group.members, parts):
+                layout[wal_groups.group_of(upload.key)[1]] = (position, upload.size)
+                chunks += data
+                position += upload.size
+            if not await self._put_group(group.key, chunks, position):
+                return False
+            return await wal_groups.seal(self.meta, group.key, layout, int(time.time() * 1000))
+
+        sealed = await self._retrying(group.block, f"group {group.key}", put_and_seal)
         if not sealed:
             group.block.claimed = True  # its marker is the collector's: it resolves every name
             log.info("WAL group %s is left to the collector (its block was taken)", group.key)

@@ -41,10 +41,29 @@ def _read(client: pulsar.Client, topic: str, count: int) -> list[bytes]:
         reader.close()
 
 
+def _consume(node: Standalone, topic: str, count: int) -> list[bytes]:
+    """The first ``count`` records of a one-partition Kafka topic, read with confluent-kafka."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = []
+    try:
+        while len(got) < count:
+            message = consumer.poll(30)
+            assert message is not None, f"only {len(got)} of {count} Kafka records came back"
+            if not message.error():
+                got.append(message.value())
+    finally:
+        consumer.close()
+    return got
+
+
 def test_local_profile_keeps_acknowledged_writes_through_kill_9_while_the_store_is_down(tmp_path: Path):
     """Acks come from the local WAL while the object store refuses every write; killed, restarted,
     the broker serves every acknowledged message (Pulsar and Kafka) from its WAL, then uploads them."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Producer
 
     with DelayedS3(tmp_path / "s3", latency_scale=0) as s3:
         node = Standalone(tmp_path / "data", [*FAST_GC, "--wal-profile", "local",
@@ -75,17 +94,7 @@ def test_local_profile_keeps_acknowledged_writes_through_kill_9_while_the_store_
                 assert _read(client, "persistent://public/default/local-wal", 200) == sent
             finally:
                 client.close()
-            consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g", "auto.offset.reset":
-                                 "earliest", "enable.auto.commit": False})
-            consumer.subscribe(["local-wal-k"])
-            got = []
-            while len(got) < 100:
-                message = consumer.poll(30)
-                assert message is not None, f"only {len(got)} of 100 Kafka records came back"
-                if not message.error():
-                    got.append(message.value())
-            consumer.close()
-            assert got == [f"k-{i}".encode() for i in range(100)]
+            assert _consume(node, "local-wal-k", 100) == [f"k-{i}".encode() for i in range(100)]
             assert _metric(node, "nereus_storage_wal_replica_reads_total") > 0  # served from the WAL
             # The collector takes the dead incarnation's blocks and uploads them: the WAL empties.
             wait_until(lambda: _metric(node, "nereus_wal_held_entries") == 0, "the WAL uploaded and dropped",
@@ -197,7 +206,7 @@ def test_a_partitioned_topics_persistence_policy_reaches_every_partition(tmp_pat
 def test_uploads_go_up_a_block_at_a_time_and_are_read_back_with_the_wal_gone(tmp_path: Path):
     """Hundreds of acknowledged flushes reach the store as a few group objects; with the WAL
     directory wiped after a kill -9, every message (Pulsar and Kafka) is read from the groups."""
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Producer
 
     node = Standalone(tmp_path / "data", [*FAST_GC, "--wal-profile", "local"])
     node.start()
@@ -232,16 +241,6 @@ def test_uploads_go_up_a_block_at_a_time_and_are_read_back_with_the_wal_gone(tmp
             assert _read(client, topic, 300) == sent
         finally:
             client.close()
-        consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "g", "auto.offset.reset":
-                             "earliest", "enable.auto.commit": False})
-        consumer.subscribe(["grouped-k"])
-        got = []
-        while len(got) < 100:
-            message = consumer.poll(30)
-            assert message is not None, f"only {len(got)} of 100 Kafka records came back"
-            if not message.error():
-                got.append(message.value())
-        consumer.close()
-        assert got == [f"k-{i}".encode() for i in range(100)]
+        assert _consume(node, "grouped-k", 100) == [f"k-{i}".encode() for i in range(100)]
     finally:
         node.kill()
