@@ -76,6 +76,7 @@ class BrokerOptions:
     wal_port: int = 0
     wal_max_bytes: int = 8 << 30
     wal_max_unuploaded_bytes: int = 1 << 30
+    wal_upload_group_seconds: float = 0.5
     wal_ensemble: int = 2  # managedLedgerDefaultEnsembleSize
     wal_write_quorum: int = 2  # managedLedgerDefaultWriteQuorum
     wal_ack_quorum: int = 2  # managedLedgerDefaultAckQuorum
@@ -292,7 +293,8 @@ async def start_broker(stack: contextlib.AsyncExitStack, meta: MetadataStore, ob
     stack.push_async_callback(directory.close)
     durability = default_durability(options.wal_profile, options.wal_ensemble, options.wal_write_quorum,
                                     options.wal_ack_quorum)
-    storage_options = StorageOptions(wal=WalOptions(max_unuploaded_bytes=options.wal_max_unuploaded_bytes))
+    storage_options = StorageOptions(wal=WalOptions(max_unuploaded_bytes=options.wal_max_unuploaded_bytes,
+                                                    upload_group_seconds=options.wal_upload_group_seconds))
     storage = StreamStorage(meta, objects, node_id=f"{_object_prefix(options.broker_name or host)}-{os.getpid()}",
                             options=storage_options, directory=directory, durability=durability)
     stack.push_async_callback(storage.close)

@@ -203,12 +203,15 @@ def test_a_partitioned_topics_persistence_policy_reaches_every_partition(tmp_pat
                 assert json.loads(response.read())["walProfile"] == "local"
 
 
-def test_uploads_go_up_a_block_at_a_time_and_are_read_back_with_the_wal_gone(tmp_path: Path):
-    """Hundreds of acknowledged flushes reach the store as a few group objects; with the WAL
-    directory wiped after a kill -9, every message (Pulsar and Kafka) is read from the groups."""
+@pytest.mark.parametrize("group_ms", [None, 0])
+def test_uploads_go_up_a_block_at_a_time_and_are_read_back_with_the_wal_gone(tmp_path: Path, group_ms):
+    """Hundreds of acknowledged flushes reach the store as a few group objects (with
+    ``--wal-upload-group-ms 0``, an object each); with the WAL directory wiped after a kill -9,
+    every message (Pulsar and Kafka) is read from the store."""
     from confluent_kafka import Producer
 
-    node = Standalone(tmp_path / "data", [*FAST_GC, "--wal-profile", "local"])
+    grouping = [] if group_ms is None else ["--wal-upload-group-ms", str(group_ms)]
+    node = Standalone(tmp_path / "data", [*FAST_GC, "--wal-profile", "local", *grouping])
     node.start()
     try:
         client = _client(node)
@@ -226,9 +229,12 @@ def test_uploads_go_up_a_block_at_a_time_and_are_read_back_with_the_wal_gone(tmp
                    timeout=120)
         flushes = _metric(node, "nereus_storage_wal_objects_total")
         uploads = _metric(node, 'nereus_storage_object_puts_total{kind="wal_upload"}')
-        assert flushes >= 400 and 0 < uploads <= flushes / 10, (flushes, uploads)
-        groups = [p for p in (tmp_path / "data").rglob("*.group")]
-        assert groups, "no group object in the store"
+        groups = list((tmp_path / "data").rglob("*.group"))
+        if group_ms is None:
+            assert flushes >= 400 and 0 < uploads <= flushes / 10, (flushes, uploads)
+            assert groups, "no group object in the store"
+        else:
+            assert flushes >= 400 and uploads == flushes and not groups, (flushes, uploads)
         node.kill()
         wals = [p.parent for p in (tmp_path / "data").rglob("replica-id")]
         assert wals, "no WAL directory found"

@@ -396,6 +396,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--wal-max-unuploaded-mb", ("walMaxUnuploadedMB",), click.FloatRange(1), 1024,
            "Acknowledged WAL writes not yet in the object store beyond which producers wait (back-pressure).",
            field="wal_max_unuploaded_bytes", to_field=_megabytes),
+    Option("--wal-upload-group-ms", ("walUploadGroupMs",), click.FloatRange(0), 500,
+           "WAL writes of this many milliseconds go to the object store as one object (one PUT however many "
+           "flushes; 0: an object per flush).", field="wal_upload_group_seconds", to_field=lambda ms: ms / 1000),
     Option("--wal-ensemble", ("managedLedgerDefaultEnsembleSize",), click.IntRange(1, 32), 2,
            "WAL replicas of a block of writes, for namespaces without a persistence policy (replicated profile)."),
     Option("--wal-write-quorum", ("managedLedgerDefaultWriteQuorum",), click.IntRange(1, 32), 2,
