@@ -366,6 +366,7 @@ class WalWriter:
                 chunks = [b"".join(chunks)]
             if block.ensemble:
                 key, block = await self._write_replicas(key, block, chunks)
+                block.written += encoded.size
             else:
                 key, block = await self._put_object(key, block, chunks)
             written = time.monotonic()
@@ -487,7 +488,6 @@ class WalWriter:
                 self._track(self._seal(key, _CommitRound(), block))
                 key, block = await self.blocks.next_name(avoid=failed)
                 continue
-            block.written += sum(memoryview(c).nbytes for c in chunks)
             if slow and block is self.blocks.current:  # under-replicated: the next objects go to a new ensemble
                 self.blocks.close(block)
             return key, block
