@@ -9,6 +9,7 @@ import pytest
 
 from tests.pulsar_admin.conftest import Admin
 from tests.standalone_process import Standalone
+from tests.waiting import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -154,10 +155,15 @@ def test_compact_delete_topics_delete_by_retention_in_the_view_too(server):
     compact(rest, topic)
     producer.produce(topic, b"late", b"k0")
     assert producer.flush(15) == 0
-    assert rest.post(f"/persistent/public/default/{topic}/trim", None)[0] == 204
     consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": uuid.uuid4().hex})
+
+    def trimmed() -> bool:  # the late record is past its 1 ms only once that much time has passed
+        assert rest.post(f"/persistent/public/default/{topic}/trim", None)[0] == 204
+        return consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10)[0] == 21
+
     # Everything is past retention: the records of the view are deleted too, as Kafka
     # deletes old segments whether they were cleaned or not.
+    wait_until(trimmed, "every record past retention trimmed", timeout=15)
     assert consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10) == (21, 21)
     consumer.close()
     with pytest.raises(AssertionError, match="OFFSET_OUT_OF_RANGE|out of range|Broker: Offset out of range"):
